@@ -1,0 +1,85 @@
+"""Reverse-mode autodiff as an IR -> IR transform.
+
+The tracer records `.backward()` and `grad` as `gradient` directives; `expand_gradients` replaces each
+directive, in place, by the backward instructions that compute it from the instructions before it.
+That is also when the backward of a custom Function is traced, so it runs only where needed.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ir.builder import GraphBuilder
+from ir.graph import Function, Instruction, Value
+from ir.primitives import NON_DIFFERENTIABLE
+from ir.types import is_float
+from ir.vjp import apply_vjp
+
+
+def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> set[int]:
+    """Ids of the values through which a gradient can flow from `wrt`."""
+    active = {id(v) for v in wrt}
+    for instruction in instructions:
+        if instruction.primitive in NON_DIFFERENTIABLE:
+            continue
+        if any(id(x) in active for x in instruction.inputs):
+            active.update(id(v) for v in instruction.outputs if is_float(v.dtype))
+    return active
+
+
+def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Value]) -> list[bool]:
+    """For each of `wrt`, whether a gradient path leads from it to `output`."""
+    active = active_values(instructions, wrt)
+    needed = {id(output)} if id(output) in active else set()
+    for instruction in reversed(instructions):
+        if instruction.primitive in NON_DIFFERENTIABLE:
+            continue
+        if any(id(v) in needed for v in instruction.outputs):
+            needed.update(id(x) for x in instruction.inputs if id(x) in active)
+    return [id(v) in needed for v in wrt]
+
+
+def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Value, seed: Value,
+             wrt: Sequence[Value]) -> list[Value | None]:
+    """Emit through `builder` the gradients of `output` with respect to `wrt`, seeded by `seed`,
+    through the instructions `forward`. None where no gradient flows."""
+    active = active_values(forward, wrt)
+    cotangents: dict[int, Value] = {id(output): seed}
+    targets = {id(v) for v in wrt}
+    for instruction in reversed(forward):
+        outgoing = [cotangents.get(id(v)) for v in instruction.outputs]
+        if all(g is None for g in outgoing) or all(id(v) in targets for v in instruction.outputs):
+            continue
+        needs = [id(x) in active for x in instruction.inputs]
+        suffix = " (backward)" if instruction.location and not instruction.location.endswith(")") else ""
+        builder.location = lambda: instruction.location + suffix
+        incoming = apply_vjp(builder, instruction.primitive, instruction.attributes,
+                             instruction.inputs, instruction.outputs, outgoing, needs)
+        for x, g in zip(instruction.inputs, incoming):
+            if g is not None:
+                previous = cotangents.get(id(x))
+                cotangents[id(x)] = g if previous is None else builder.add(previous, g)
+    return [cotangents.get(id(v)) for v in wrt]
+
+
+def expand_gradients(function: Function) -> Function:
+    """The `grad` stage: replace every `gradient` directive of `function` (in place) by the
+    instructions that compute it. A gradient that turns out to be absent is zeros."""
+    index = 0
+    while index < len(function.instructions):
+        directive = function.instructions[index]
+        if directive.primitive != "gradient":
+            index += 1
+            continue
+        output, seed, *wrt = directive.inputs
+        emitted: list[Instruction] = []
+        builder = GraphBuilder(function, instructions=emitted)
+        results = backward(builder, function.instructions[:index], output, seed, wrt)
+        builder.location = lambda: directive.location
+        results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]
+        function.instructions[index:index + 1] = emitted
+        replacements = {id(old): new for old, new in zip(directive.outputs, results)}
+        for instruction in function.instructions[index + len(emitted):]:
+            instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
+        function.outputs = [replacements.get(id(v), v) for v in function.outputs]
+        index += len(emitted)
+    return function

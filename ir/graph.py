@@ -1,0 +1,94 @@
+"""The SSA graph: values defined once, instructions in order, functions with parameters and outputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ir.types import TensorType
+
+
+@dataclass(eq=False)
+class Value:
+    """One SSA value: defined once, by a parameter or by exactly one instruction."""
+
+    name: str
+    type: TensorType
+    producer: "Instruction | None" = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(eq=False)
+class Instruction:
+    """`outputs = primitive(inputs) {attributes}`, recorded at the user's `location` ('file.py:12')."""
+
+    primitive: str
+    inputs: list[Value]
+    attributes: dict[str, Any]
+    outputs: list[Value] = field(default_factory=list)
+    location: str = ""
+
+
+@dataclass(eq=False)
+class Function:
+    name: str
+    parameters: list[Value] = field(default_factory=list)
+    instructions: list[Instruction] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    _counter: int = 0
+
+    def new_name(self) -> str:
+        taken = {v.name for v in self.parameters}
+        while str(self._counter) in taken:
+            self._counter += 1
+        name = str(self._counter)
+        self._counter += 1
+        return name
+
+    def add_parameter(self, name: str, type: TensorType) -> Value:
+        used = {v.name for v in self.parameters}
+        unique, suffix = name, 1
+        while unique in used or unique.isdigit():
+            unique, suffix = f"{name}_{suffix}", suffix + 1
+        value = Value(unique, type)
+        self.parameters.append(value)
+        return value
+
+    def values(self) -> Iterator[Value]:
+        yield from self.parameters
+        for instruction in self.instructions:
+            yield from instruction.outputs
+
+    def users(self) -> dict[int, list[Instruction]]:
+        """For each value (by id), the instructions that read it."""
+        result: dict[int, list[Instruction]] = {}
+        for instruction in self.instructions:
+            for value in instruction.inputs:
+                result.setdefault(id(value), []).append(instruction)
+        return result
+
+    def copy(self) -> "Function":
+        """A deep copy with fresh Value objects (same names), so passes can rewrite it freely."""
+        mapping: dict[int, Value] = {}
+
+        def clone(value: Value, producer: Instruction | None = None) -> Value:
+            mapping[id(value)] = Value(value.name, value.type, producer)
+            return mapping[id(value)]
+
+        result = Function(self.name, [clone(p) for p in self.parameters], _counter=self._counter)
+        for instruction in self.instructions:
+            new = Instruction(instruction.primitive, [mapping[id(v)] for v in instruction.inputs],
+                              dict(instruction.attributes), location=instruction.location)
+            new.outputs = [clone(v, new) for v in instruction.outputs]
+            result.instructions.append(new)
+        result.outputs = [mapping[id(v)] for v in self.outputs]
+        return result

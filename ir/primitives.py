@@ -1,0 +1,234 @@
+"""The closed set of primitives and their shape/dtype rules.
+
+Every computation in the IR is one of these primitives. Each one has exactly one row in each of the
+tables: `SHAPE_RULES` here, `REFERENCE` in reference.py, `VJP_RULES` in vjp.py and the lowering table
+in codegen. tests/test_tables.py fails when a table misses a primitive.
+
+Elementwise primitives broadcast their operands the numpy way (trailing dimensions aligned, size-1
+dimensions stretched); their operands have one dtype (the tracer inserts explicit casts).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ir.types import TensorType, as_dtype, bool_, is_float
+
+UNARY_FLOAT = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos"})
+UNARY = UNARY_FLOAT | {"neg", "abs", "sign", "logical_not"}
+BINARY_ARITHMETIC = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
+COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+LOGICAL = frozenset({"logical_and", "logical_or"})
+BINARY = BINARY_ARITHMETIC | COMPARE | LOGICAL
+ELEMENTWISE = UNARY | BINARY | {"select", "cast"}
+LAYOUT = frozenset({"broadcast", "reshape", "transpose", "slice", "pad"})
+REDUCE = frozenset({"reduce_sum", "reduce_max"})
+SOURCES = frozenset({"constant", "iota"})
+# Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
+GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
+
+PRIMITIVES = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | GRADIENT_MARKERS | {"matmul"}
+
+# Not primitives but requests to a pass: `gradient %output, %seed, %wrt...` stands for the gradients
+# of %output (seeded by %seed) with respect to each %wrt until the autodiff pass expands it in place.
+DIRECTIVES = frozenset({"gradient"})
+
+# Primitives through which no gradient flows, whatever their operands.
+NON_DIFFERENTIABLE = COMPARE | LOGICAL | {"sign", "logical_not", "constant", "iota", "stop_gradient"}
+
+# Primitives whose gradient needs none of their operand or result values: an eager in-place change
+# to one of their inputs cannot invalidate a later backward.
+LINEAR = frozenset({"add", "sub", "neg", "cast", "select", "stop_gradient", "custom_vjp"}) | LAYOUT | {
+    "reduce_sum", "constant", "iota"}
+
+
+class ShapeError(ValueError):
+    """Operands whose shapes or dtypes a primitive does not accept."""
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            "shapes " + ", ".join(str(list(s)) for s in shapes) + " cannot be broadcast together"
+        ) from None
+
+
+def _same_dtype(primitive: str, in_types: list[TensorType]) -> np.dtype:
+    dtypes = {t.dtype for t in in_types}
+    if len(dtypes) != 1:
+        raise ShapeError(f"{primitive} needs operands of one dtype, got {sorted(map(str, dtypes))}")
+    return dtypes.pop()
+
+
+def _unary(primitive: str, in_types: list[TensorType]) -> list[TensorType]:
+    (x,) = in_types
+    if primitive in UNARY_FLOAT and not is_float(x.dtype):
+        raise ShapeError(f"{primitive} needs a float operand, got {x.dtype}")
+    if primitive == "logical_not" and x.dtype != bool_:
+        raise ShapeError(f"logical_not needs a bool operand, got {x.dtype}")
+    if primitive in {"neg", "abs", "sign"} and x.dtype == bool_:
+        raise ShapeError(f"{primitive} does not take a bool operand")
+    return [x]
+
+
+def _binary(primitive: str, in_types: list[TensorType]) -> list[TensorType]:
+    dtype = _same_dtype(primitive, in_types)
+    shape = broadcast_shapes(*(t.shape for t in in_types))
+    if primitive in COMPARE:
+        return [TensorType(shape, bool_)]
+    if primitive in LOGICAL:
+        if dtype != bool_:
+            raise ShapeError(f"{primitive} needs bool operands, got {dtype}")
+        return [TensorType(shape, bool_)]
+    if dtype == bool_:
+        raise ShapeError(f"{primitive} does not take bool operands")
+    if primitive == "div" and not is_float(dtype):
+        raise ShapeError(f"div needs float operands, got {dtype}")
+    return [TensorType(shape, dtype)]
+
+
+def _select(in_types: list[TensorType]) -> list[TensorType]:
+    condition, on_true, on_false = in_types
+    if condition.dtype != bool_:
+        raise ShapeError(f"select needs a bool condition, got {condition.dtype}")
+    dtype = _same_dtype("select", [on_true, on_false])
+    return [TensorType(broadcast_shapes(condition.shape, on_true.shape, on_false.shape), dtype)]
+
+
+def _broadcast(x: TensorType, shape: tuple[int, ...]) -> list[TensorType]:
+    if len(shape) < x.ndim or broadcast_shapes(x.shape, shape) != tuple(shape):
+        raise ShapeError(f"cannot broadcast shape {list(x.shape)} to {list(shape)}")
+    return [TensorType(shape, x.dtype)]
+
+
+def _reshape(x: TensorType, shape: tuple[int, ...]) -> list[TensorType]:
+    if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"cannot reshape {list(x.shape)} ({x.size} elements) to {list(shape)}")
+    return [TensorType(shape, x.dtype)]
+
+
+def _transpose(x: TensorType, permutation: tuple[int, ...]) -> list[TensorType]:
+    if sorted(permutation) != list(range(x.ndim)):
+        raise ShapeError(f"{list(permutation)} is not a permutation of {x.ndim} dimensions")
+    return [TensorType(tuple(x.shape[p] for p in permutation), x.dtype)]
+
+
+def slice_length(start: int, stop: int, step: int) -> int:
+    return max(0, (stop - start + step - 1) // step)
+
+
+def _slice(x: TensorType, starts, stops, steps) -> list[TensorType]:
+    if not len(starts) == len(stops) == len(steps) == x.ndim:
+        raise ShapeError(f"slice needs one start, stop and step per dimension of {list(x.shape)}")
+    for size, start, stop, step in zip(x.shape, starts, stops, steps):
+        if step < 1 or not 0 <= start <= size or not start <= stop <= size:
+            raise ShapeError(f"slice {start}:{stop}:{step} is out of range for a dimension of {size}")
+    shape = tuple(slice_length(*bounds) for bounds in zip(starts, stops, steps))
+    return [TensorType(shape, x.dtype)]
+
+
+def padded_length(size: int, low: int, high: int, interior: int) -> int:
+    return low + high + size + max(0, size - 1) * interior
+
+
+def _pad(x: TensorType, low, high, interior) -> list[TensorType]:
+    if not len(low) == len(high) == len(interior) == x.ndim:
+        raise ShapeError(f"pad needs one low, high and interior per dimension of {list(x.shape)}")
+    if min((*low, *high, *interior), default=0) < 0:
+        raise ShapeError("pad amounts must be non-negative")
+    return [TensorType(tuple(map(padded_length, x.shape, low, high, interior)), x.dtype)]
+
+
+def _check_axes(x: TensorType, axes: tuple[int, ...]) -> None:
+    if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
+        raise ShapeError(f"bad reduction axes {list(axes)} for shape {list(x.shape)}")
+
+
+def _reduce(primitive: str, x: TensorType, axes: tuple[int, ...]) -> list[TensorType]:
+    _check_axes(x, axes)
+    if x.dtype == bool_:
+        raise ShapeError(f"{primitive} does not take bool operands; cast first")
+    if primitive == "reduce_max" and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"cannot take the max over an empty dimension of {list(x.shape)}")
+    shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return [TensorType(shape, x.dtype)]
+
+
+def _matmul(a: TensorType, b: TensorType) -> list[TensorType]:
+    dtype = _same_dtype("matmul", [a, b])
+    if dtype == bool_ or a.ndim < 2 or a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2]:
+        raise ShapeError(f"matmul needs two numeric operands of rank >= 2 with equal batch "
+                         f"dimensions, got {a} and {b}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} do not line up "
+                         f"({a.shape[-1]} != {b.shape[-2]})")
+    return [TensorType(a.shape[:-1] + b.shape[-1:], dtype)]
+
+
+def _iota(shape: tuple[int, ...], dimension: int, dtype) -> list[TensorType]:
+    if not 0 <= dimension < len(shape):
+        raise ShapeError(f"iota dimension {dimension} out of range for shape {list(shape)}")
+    return [TensorType(shape, dtype)]
+
+
+def _custom_vjp(in_types: list[TensorType], num_outputs: int, rule) -> list[TensorType]:
+    # Operands: the forward body's results, then the Function's differentiable inputs.
+    if not 0 < num_outputs <= len(in_types):
+        raise ShapeError(f"custom_vjp: {num_outputs} outputs for {len(in_types)} operands")
+    return list(in_types[:num_outputs])
+
+
+def _gradient(in_types: list[TensorType]) -> list[TensorType]:
+    if len(in_types) < 3 or in_types[0] != in_types[1]:
+        raise ShapeError("gradient takes an output, a seed of the same type, and values to "
+                         "differentiate with respect to")
+    return list(in_types[2:])
+
+
+def _table() -> dict[str, Callable[..., list[TensorType]]]:
+    table: dict[str, Callable[..., list[TensorType]]] = {}
+    for name in UNARY:
+        table[name] = lambda in_types, _name=name: _unary(_name, in_types)
+    for name in BINARY:
+        table[name] = lambda in_types, _name=name: _binary(_name, in_types)
+    for name in REDUCE:
+        table[name] = lambda in_types, axes, _name=name: _reduce(_name, *in_types, axes)
+    table.update({
+        "select": _select,
+        "cast": lambda in_types, dtype: [TensorType(in_types[0].shape, as_dtype(dtype))],
+        "broadcast": lambda in_types, shape: _broadcast(*in_types, shape),
+        "reshape": lambda in_types, shape: _reshape(*in_types, shape),
+        "transpose": lambda in_types, permutation: _transpose(*in_types, permutation),
+        "slice": lambda in_types, starts, stops, steps: _slice(*in_types, starts, stops, steps),
+        "pad": lambda in_types, low, high, interior: _pad(*in_types, low, high, interior),
+        "matmul": lambda in_types: _matmul(*in_types),
+        "constant": lambda in_types, value, dtype: [TensorType((), dtype)],
+        "iota": lambda in_types, shape, dimension, dtype: _iota(shape, dimension, dtype),
+        "stop_gradient": lambda in_types: list(in_types),
+        "custom_vjp": _custom_vjp,
+        "gradient": _gradient,
+    })
+    return table
+
+
+# SHAPE_RULES[primitive](in_types, **attributes) -> the output types. Raises ShapeError.
+SHAPE_RULES = _table()
+
+# How many operands each primitive takes (None: any number).
+ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | {"cast"}}
+ARITY.update({name: 2 for name in BINARY | {"matmul"}})
+ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom_vjp": None,
+              "gradient": None})
+
+
+def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) -> list[TensorType]:
+    """Output types of `primitive` applied to operands of `in_types`; raises ShapeError."""
+    if primitive not in PRIMITIVES | DIRECTIVES:
+        raise ShapeError(f"unknown primitive {primitive!r}")
+    arity = ARITY[primitive]
+    if arity is not None and len(in_types) != arity:
+        raise ShapeError(f"{primitive} takes {arity} operands, got {len(in_types)}")
+    return SHAPE_RULES[primitive](list(in_types), **attributes)

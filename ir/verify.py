@@ -1,0 +1,48 @@
+"""The IR verifier: every value defined once before use, and every type re-derived by the shape rules."""
+from __future__ import annotations
+
+from ir.graph import Function
+from ir.primitives import ShapeError, infer_types
+from ir.text import format_instruction
+
+
+class VerificationError(ValueError):
+    pass
+
+
+def verify(function: Function) -> None:
+    """Raise VerificationError naming the first ill-formed instruction of `function`."""
+    defined: set[int] = set()
+    names: set[str] = set()
+
+    def define(value, where: str) -> None:
+        if id(value) in defined or value.name in names:
+            raise VerificationError(f"%{value.name} is defined twice ({where})")
+        defined.add(id(value))
+        names.add(value.name)
+
+    for parameter in function.parameters:
+        if parameter.producer is not None:
+            raise VerificationError(f"parameter %{parameter.name} has a producer")
+        define(parameter, "parameter")
+    for instruction in function.instructions:
+        text = format_instruction(instruction)
+        for value in instruction.inputs:
+            if id(value) not in defined:
+                raise VerificationError(f"%{value.name} is used before it is defined: {text}")
+        try:
+            expected = infer_types(instruction.primitive, [v.type for v in instruction.inputs],
+                                   instruction.attributes)
+        except (ShapeError, TypeError) as error:
+            raise VerificationError(f"{error}: {text}") from None
+        actual = [v.type for v in instruction.outputs]
+        if expected != actual:
+            raise VerificationError(f"types {[str(t) for t in actual]} should be "
+                                    f"{[str(t) for t in expected]}: {text}")
+        for value in instruction.outputs:
+            if value.producer is not instruction:
+                raise VerificationError(f"%{value.name} does not point at its producer: {text}")
+            define(value, text)
+    for value in function.outputs:
+        if id(value) not in defined:
+            raise VerificationError(f"returned %{value.name} is not defined")

@@ -1,0 +1,199 @@
+"""VJP rules: the gradient of each primitive, written with the Builder vocabulary.
+
+`VJP_RULES[primitive](b, g, z, inputs, needs, attributes)` gets the cotangent `g` of the result `z`
+and returns one cotangent per operand (None where `needs` is False or no gradient flows). A rule may
+return a cotangent in the broadcast result shape: `apply_vjp` sums it back to the operand's shape, so
+broadcasting is handled here once, not in every rule.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable, Sequence
+
+from ir.builder import Builder, Handle
+from ir.primitives import COMPARE, LOGICAL, PRIMITIVES, slice_length
+from ir.types import is_float
+
+
+class CustomRule:
+    """The user-written backward of a custom Function, attached to its `custom_vjp` instruction.
+
+    `backward(builder, cotangents, needs)` returns one cotangent (or None) per Function input.
+    Printed IR names a rule by its label; `CustomRule.live` finds it again when the text is parsed.
+    """
+
+    live: "weakref.WeakValueDictionary[str, CustomRule]" = weakref.WeakValueDictionary()
+    _counter = itertools.count()
+
+    def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list]):
+        self.label = f"{name}.{next(self._counter)}"
+        self.backward = backward
+        CustomRule.live[self.label] = self
+
+    def __repr__(self) -> str:
+        return f"@{self.label}"
+
+
+def _no_gradient(b, g, z, inputs, needs, attributes):
+    return [None] * len(inputs)
+
+
+def _abs(b, g, z, inputs, needs, attributes):
+    return [b.mul(g, b.op("sign", inputs[0]))]
+
+
+def _div(b, g, z, inputs, needs, attributes):
+    x, y = inputs
+    return [b.div(g, y) if needs[0] else None,
+            b.neg(b.div(b.mul(g, z), y)) if needs[1] else None]
+
+
+def _pow(b, g, z, inputs, needs, attributes):
+    # As PyTorch: d/dx is 0 where the exponent is 0; d/dy is 0 where x == 0 and y >= 0.
+    x, y = inputs
+    dx = dy = None
+    if needs[0]:
+        dx = b.select(b.eq(y, 0), 0.0, b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0)))))
+    if needs[1]:
+        safe = b.logical_and(b.eq(x, 0), b.op("ge", y, b.constant(0, b.type_of(y).dtype)))
+        dy = b.select(safe, 0.0, b.mul(g, b.mul(z, b.op("log", x))))
+    return [dx, dy]
+
+
+def _maximum_like(select_first: str):
+    # As PyTorch: ties split the gradient evenly between the operands.
+    def rule(b, g, z, inputs, needs, attributes):
+        x, y = inputs
+        tie = b.eq(x, y)
+        half = b.mul(g, 0.5)
+        first = b.op(select_first, x, y)
+        dx = b.select(tie, half, b.select(first, g, 0.0))
+        dy = b.select(tie, half, b.select(first, 0.0, g))
+        return [dx, dy]
+    return rule
+
+
+def _select(b, g, z, inputs, needs, attributes):
+    condition = inputs[0]
+    return [None,
+            b.select(condition, g, 0.0) if needs[1] else None,
+            b.select(condition, 0.0, g) if needs[2] else None]
+
+
+def _cast(b, g, z, inputs, needs, attributes):
+    return [b.cast(g, b.type_of(inputs[0]).dtype)]
+
+
+def _reshape(b, g, z, inputs, needs, attributes):
+    return [b.reshape(g, b.type_of(inputs[0]).shape)]
+
+
+def _transpose(b, g, z, inputs, needs, attributes):
+    permutation = attributes["permutation"]
+    inverse = sorted(range(len(permutation)), key=lambda i: permutation[i])
+    return [b.transpose(g, inverse)]
+
+
+def _slice(b, g, z, inputs, needs, attributes):
+    shape = b.type_of(inputs[0]).shape
+    high = []
+    for size, start, stop, step in zip(shape, attributes["starts"], attributes["stops"],
+                                       attributes["steps"]):
+        count = slice_length(start, stop, step)
+        high.append(size - start - max(0, count - 1) * step - 1 if count else size - start)
+    interior = tuple(step - 1 for step in attributes["steps"])
+    return [b.op("pad", g, low=attributes["starts"], high=high, interior=interior)]
+
+
+def _pad(b, g, z, inputs, needs, attributes):
+    shape = b.type_of(inputs[0]).shape
+    steps = tuple(gap + 1 for gap in attributes["interior"])
+    starts = attributes["low"]
+    stops = tuple(start + max(0, n - 1) * step + (1 if n else 0)
+                  for n, start, step in zip(shape, starts, steps))
+    return [b.op("slice", g, starts=starts, stops=stops, steps=steps)]
+
+
+def _reduce_sum(b, g, z, inputs, needs, attributes):
+    return [b.broadcast_reduced(g, b.type_of(inputs[0]).shape, attributes["axes"])]
+
+
+def _reduce_max(b, g, z, inputs, needs, attributes):
+    # As PyTorch's full max(): the gradient is shared evenly between tied maxima.
+    (x,) = inputs
+    shape, axes = b.type_of(x).shape, attributes["axes"]
+    dtype = b.type_of(x).dtype
+    is_max = b.cast(b.eq(x, b.broadcast_reduced(z, shape, axes)), dtype)
+    count = b.broadcast_reduced(b.reduce_sum(is_max, axes), shape, axes)
+    return [b.div(b.mul(b.broadcast_reduced(g, shape, axes), is_max), count)]
+
+
+def _matmul(b, g, z, inputs, needs, attributes):
+    x, y = inputs
+    return [b.op("matmul", g, b.swap_last_axes(y)) if needs[0] else None,
+            b.op("matmul", b.swap_last_axes(x), g) if needs[1] else None]
+
+
+def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
+    count = attributes["num_outputs"]
+    gradients = attributes["rule"].backward(b, list(cotangents), list(needs[count:]))
+    return [None] * count + list(gradients)
+
+
+def _table() -> dict[str, Callable[..., list]]:
+    table: dict[str, Callable[..., list]] = {
+        name: _no_gradient
+        for name in COMPARE | LOGICAL | {"sign", "logical_not", "constant", "iota", "stop_gradient"}
+    }
+    simple = {
+        "neg": lambda b, g, z, x: [b.neg(g)],
+        "exp": lambda b, g, z, x: [b.mul(g, z)],
+        "log": lambda b, g, z, x: [b.div(g, x)],
+        "sqrt": lambda b, g, z, x: [b.div(g, b.mul(z, 2.0))],
+        "tanh": lambda b, g, z, x: [b.mul(g, b.sub(1.0, b.mul(z, z)))],
+        "sin": lambda b, g, z, x: [b.mul(g, b.op("cos", x))],
+        "cos": lambda b, g, z, x: [b.neg(b.mul(g, b.op("sin", x)))],
+        "add": lambda b, g, z, x, y: [g, g],
+        "sub": lambda b, g, z, x, y: [g, b.neg(g)],
+        "mul": lambda b, g, z, x, y: [b.mul(g, y), b.mul(g, x)],
+        "broadcast": lambda b, g, z, x: [g],
+    }
+    for name, rule in simple.items():
+        table[name] = lambda b, g, z, inputs, needs, attributes, _rule=rule: _rule(b, g, z, *inputs)
+    table.update({
+        "abs": _abs, "div": _div, "pow": _pow,
+        "maximum": _maximum_like("gt"), "minimum": _maximum_like("lt"),
+        "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
+        "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_max,
+        "matmul": _matmul, "custom_vjp": _custom_vjp,
+    })
+    return table
+
+
+VJP_RULES = _table()
+assert set(VJP_RULES) == PRIMITIVES, set(VJP_RULES) ^ PRIMITIVES
+
+MULTIPLE_OUTPUTS = frozenset({"custom_vjp"})
+
+
+def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Sequence[Handle],
+              outputs: Sequence[Handle], cotangents: Sequence[Handle | None],
+              needs: Sequence[bool]) -> list[Handle | None]:
+    """Cotangents of `inputs`, given those of `outputs` (None: zero). Integer and bool operands get
+    None; a cotangent in a broadcast shape is summed back to its operand's shape."""
+    needs = [need and is_float(b.type_of(x).dtype) for need, x in zip(needs, inputs)]
+    if not any(needs) or all(g is None for g in cotangents):
+        return [None] * len(inputs)
+    rule = VJP_RULES[primitive]
+    if primitive in MULTIPLE_OUTPUTS:
+        results = rule(b, cotangents, outputs, list(inputs), needs, attributes)
+    else:
+        results = rule(b, cotangents[0], outputs[0], list(inputs), needs, attributes)
+    gradients: list[Handle | None] = []
+    for need, x, gradient in zip(needs, inputs, results):
+        if not need or gradient is None:
+            gradients.append(None)
+        else:
+            gradients.append(b.sum_to_shape(gradient, b.type_of(x).shape))
+    return gradients
