@@ -1,0 +1,21 @@
+"""A tracing compiler for differentiable programs with PyTorch's API: `import tracer as tr`."""
+from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tracer.errors import (ArgumentError, FunctionBackwardError, GradcheckError, InplaceError,
+                           ShapeMismatchError, TracerError, TracingError)
+from tracer.function import Function, FunctionCtx, autograd_function
+from tracer.gradcheck import gradcheck
+from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
+                           int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
+                           zeros_like)
+from tracer.transforms import grad, value_and_grad
+
+# `trace` ties the tracer to the compiler, so it lives in runtime/; users reach it from here.
+from runtime.trace import TracedFunction, trace  # noqa: E402  (import last: runtime imports tracer)
+
+
+def maximum(x, y):
+    return x.maximum(y) if isinstance(x, Tensor) else Tensor.maximum(tensor(x), y)
+
+
+def minimum(x, y):
+    return x.minimum(y) if isinstance(x, Tensor) else Tensor.minimum(tensor(x), y)

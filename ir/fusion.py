@@ -1,0 +1,245 @@
+"""Fusion: group the instructions of an optimized Function into kernels.
+
+A kernel is one unit of native code. There are three kinds:
+
+- `loop`: one loop nest over the shape of its results. Elementwise ops, layout changes (broadcast,
+  reshape, transpose, slice, pad), sources (constant, iota) and reductions over trailing axes are
+  computed inline, at the index being produced, from the buffers the kernel reads. Several results
+  of the same shape share one loop nest, so common subexpressions are computed once.
+- `accumulate`: a reduction that keeps the operand's last axis (a column sum, the bias gradient):
+  one pass over the operand in memory order adding into the result, so the inner loop is unit-stride.
+- `matmul`: a BLAS call (or a generated loop nest). An operand that is the transpose of the last two
+  axes of a buffer reads that buffer with the transpose flag instead of materializing it.
+
+Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
+results, reductions (unless computed inline into a single same-shape elementwise consumer), values
+that are expensive and read at a broadcast index, and values whose inline expression grew too large.
+Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
+in the backward. Instructions are grouped, never renamed, so the `fused` listing diffs against
+`optimized`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ir.graph import Function, Instruction, Value
+from ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
+from ir.text import format_instruction
+
+LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES
+EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
+# An inline expression larger than this is stored once it has a second user.
+MAX_SHARED_EXPRESSION = 48
+# ... and stored whatever its users once it is this large (bounds code size).
+MAX_EXPRESSION = 400
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One unit of native code: computes `results` (stored to memory) from the buffers `inputs`.
+
+    `instructions` are the instructions it evaluates, in program order (the inline ones and the
+    ones that produce its results)."""
+
+    kind: str  # "loop", "accumulate" or "matmul"
+    results: list[Value]
+    instructions: list[Instruction] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The iteration shape of a loop kernel: the shape of its results."""
+        return self.results[0].shape
+
+
+@dataclass(eq=False)
+class FusedFunction:
+    function: Function
+    kernels: list[Kernel]
+    materialized: set[int]  # ids of values stored in memory (parameters included)
+
+    def is_materialized(self, value: Value) -> bool:
+        return id(value) in self.materialized
+
+
+def matmul_operand(value: Value) -> tuple[Value, bool]:
+    """The buffer a matmul reads for `value`, and whether it reads it transposed."""
+    producer = value.producer
+    if producer is not None and producer.primitive == "transpose":
+        permutation = producer.attributes["permutation"]
+        rank = len(permutation)
+        if rank >= 2 and permutation == (*range(rank - 2), rank - 1, rank - 2):
+            return producer.inputs[0], True
+    return value, False
+
+
+def reduction_is_inner(instruction: Instruction) -> bool:
+    """Whether a reduction's axes include the operand's last axis (so the inner loop reduces)."""
+    operand = instruction.inputs[0]
+    return operand.type.ndim == 0 or operand.type.ndim - 1 in instruction.attributes["axes"]
+
+
+def _choose_materialized(function: Function) -> set[int]:
+    users = function.users()
+    materialized = {id(p) for p in function.parameters}
+    materialized.update(id(v) for v in function.outputs)
+
+    for instruction in function.instructions:
+        (output, *_) = instruction.outputs or [None]
+        if instruction.primitive not in LOOP_FUSIBLE:
+            materialized.update(id(v) for v in instruction.outputs)
+            if instruction.primitive == "matmul":
+                materialized.update(id(matmul_operand(v)[0]) for v in instruction.inputs)
+            else:  # removed before codegen; stays correct if one slips through
+                materialized.update(id(v) for v in instruction.inputs)
+        elif instruction.primitive in REDUCE:
+            readers = users.get(id(output), [])
+            inline = (reduction_is_inner(instruction) and len(readers) == 1
+                      and readers[0].primitive in ELEMENTWISE
+                      and readers[0].outputs[0].shape == output.shape)
+            if not inline:
+                materialized.add(id(output))
+
+    # Bound recomputation: expensive values read at a broadcast index, and large shared expressions.
+    size: dict[int, int] = {}
+    expensive: dict[int, bool] = {}
+    for instruction in function.instructions:
+        for output in instruction.outputs:
+            inline_operands = [v for v in instruction.inputs if id(v) not in materialized]
+            size[id(output)] = 1 + sum(size.get(id(v), 0) for v in inline_operands)
+            expensive[id(output)] = instruction.primitive in EXPENSIVE or any(
+                expensive.get(id(v), False) for v in inline_operands)
+            readers = users.get(id(output), [])
+            if id(output) in materialized:
+                continue
+            broadcast_read = output.type.size > 1 and any(
+                reader.primitive in ELEMENTWISE | {"broadcast"}
+                and reader.outputs[0].type.size > output.type.size for reader in readers)
+            if ((expensive[id(output)] and broadcast_read)
+                    or (size[id(output)] > MAX_SHARED_EXPRESSION and len(readers) > 1)
+                    or size[id(output)] > MAX_EXPRESSION):
+                materialized.add(id(output))
+    return materialized
+
+
+def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -> tuple[
+        set[int], list[Value]]:
+    """The instructions evaluated inline for `roots` (ids) and the buffers they read, in order.
+
+    Values in `own` (results of the same kernel) are computed in the kernel, not read."""
+    instructions: set[int] = set()
+    reads: dict[int, Value] = {}
+    stack = list(roots)
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        is_root = any(value is r for r in roots)
+        if value.producer is None or (id(value) in materialized and not is_root
+                                      and id(value) not in own):
+            reads[id(value)] = value
+            continue
+        instructions.add(id(value.producer))
+        stack.extend(value.producer.inputs)
+    return instructions, list(reads.values())
+
+
+def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> bool:
+    """Whether every path from `root` to a value in `targets` reads it at the root's own index
+    (elementwise ops on equal shapes only), so it can be taken from a register in the same loop."""
+    stack: list[tuple[Value, bool]] = [(root, True)]
+    while stack:
+        value, identity = stack.pop()
+        if id(value) in targets and value is not root:
+            if not identity:
+                return False
+            continue
+        if value.producer is None or (id(value) in materialized and value is not root):
+            continue
+        instruction = value.producer
+        for operand in instruction.inputs:
+            same = (identity and instruction.primitive in ELEMENTWISE
+                    and operand.shape == value.shape)
+            stack.append((operand, same))
+    return True
+
+
+def fuse(function: Function) -> FusedFunction:
+    """Group the instructions of `function` (the `optimized` stage) into kernels."""
+    materialized = _choose_materialized(function)
+    roots: list[Value] = [p for p in function.parameters if id(p) in materialized
+                          and any(p is v for v in function.outputs)]
+    for instruction in function.instructions:
+        roots.extend(v for v in instruction.outputs if id(v) in materialized)
+
+    kernels: list[Kernel] = []
+    producer_kernel: dict[int, int] = {}  # value id -> index of the kernel that stores it
+    for root in roots:
+        producer = root.producer
+        if producer is not None and producer.primitive == "matmul":
+            kind = "matmul"
+        elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
+                producer) and root.type.size > 0:
+            kind = "accumulate"
+        else:
+            kind = "loop"
+        if kind == "matmul":
+            inputs = list({id(v): v for v in map(lambda x: matmul_operand(x)[0],
+                                                  producer.inputs)}.values())
+            kernel = Kernel(kind, [root], [producer], inputs)
+        else:
+            instruction_ids, inputs = _inline_closure([root], materialized, set())
+            kernel = Kernel(kind, [root], [], inputs)
+            kernel.instructions = [i for i in function.instructions if id(i) in instruction_ids]
+        ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
+        target = None
+        if kind == "loop":
+            for index in range(max(ready, 0), len(kernels)):
+                candidate = kernels[index]
+                if candidate.kind != "loop" or candidate.shape != root.shape:
+                    continue
+                own = {id(v) for v in candidate.results}
+                # Reads of the candidate's own results must be at the same index.
+                if ready == index and not _identity_reads(root, materialized, own):
+                    continue
+                if ready > index:
+                    continue
+                target = index
+                break
+        if target is None:
+            kernels.append(kernel)
+            producer_kernel[id(root)] = len(kernels) - 1
+            continue
+        merged = kernels[target]
+        merged.results.append(root)
+        own = {id(v) for v in merged.results}
+        instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
+        merged.instructions = [i for i in function.instructions if id(i) in instruction_ids]
+        merged.inputs = [v for v in inputs if id(v) not in own]
+        producer_kernel[id(root)] = target
+    return FusedFunction(function, kernels, materialized)
+
+
+def format_fused(fused: FusedFunction) -> str:
+    """The `fused` stage: the optimized listing with its instructions grouped into kernels."""
+    function = fused.function
+    parameters = ", ".join(f"%{p.name}: {p.type}" for p in function.parameters)
+    lines = [f"def {function.name}({parameters}):"]
+    for number, kernel in enumerate(fused.kernels):
+        names = ", ".join(f"%{v.name}" for v in kernel.results)
+        types = ", ".join(str(v.type) for v in kernel.results)
+        reads = ", ".join(f"%{v.name}" for v in kernel.inputs)
+        header = f"{kernel.kind}"
+        if kernel.kind != "matmul":
+            header += f"[{','.join(map(str, kernel.shape))}]"
+        lines.append(f"  {names} : {types} = kernel_{number} {header}({reads}) {{")
+        for instruction in kernel.instructions:
+            lines.append("    " + format_instruction(instruction))
+        for result in kernel.results:
+            if result.producer is None:
+                lines.append(f"    copy %{result.name}")
+        lines.append("  }")
+    lines.append("  return " + ", ".join(f"%{v.name}" for v in function.outputs))
+    return "\n".join(lines) + "\n"

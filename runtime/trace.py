@@ -1,0 +1,358 @@
+"""`@trace`: record a Python function once per signature, compile it, and run it.
+
+A call flattens its arguments (Tensors, numpy arrays, Python numbers, and lists/tuples/dicts of
+them), looks the signature up in the cache, and on a miss traces the function with proxy tensors,
+expands its gradients, optimizes it and builds an executable. Running it returns the results and
+writes in-place changes and `.grad` back into the caller's tensors, as eager mode would have.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import os
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import ir
+from ir.types import TensorType, as_dtype
+from runtime.executable import build_executable
+from tracer.context import is_grad_enabled, state
+from tracer.errors import ArgumentError
+from tracer.tensor import Tensor, from_numpy
+from tracer.tracing import Trace, tracing
+
+CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
+STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
+
+
+# Flattening arguments and results ---------------------------------------------------------------
+def _is_runtime_leaf(value) -> bool:
+    return isinstance(value, (Tensor, np.ndarray)) or (
+        isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
+
+
+def flatten(tree, leaves: list, path: str) -> tuple:
+    """Append the runtime leaves of `tree` to `leaves` (with their paths); return its hashable
+    structure, in which static (non-array, non-number) values stand for themselves."""
+    if _is_runtime_leaf(tree):
+        leaves.append((tree, path))
+        return ("leaf",)
+    if isinstance(tree, (list, tuple)):
+        kind = "list" if isinstance(tree, list) else "tuple"
+        return (kind, tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree)))
+    if isinstance(tree, dict):
+        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+    try:
+        hash(tree)
+    except TypeError:
+        raise ArgumentError(f"argument {path} of type {type(tree).__name__} is neither a tensor, a "
+                            f"number nor a hashable static value") from None
+    return ("static", tree)
+
+
+def unflatten(structure: tuple, leaves: Sequence):
+    iterator = iter(leaves)
+
+    def build(node):
+        kind = node[0]
+        if kind == "leaf":
+            return next(iterator)
+        if kind == "static":
+            return node[1]
+        if kind == "dict":
+            return {k: build(v) for k, v in zip(node[1], node[2])}
+        items = [build(item) for item in node[1]]
+        return items if kind == "list" else tuple(items)
+
+    return build(structure)
+
+
+def _leaf_signature(value, position: dict[int, int]) -> tuple:
+    if isinstance(value, Tensor):
+        if value._trace is not None:
+            raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
+                                "function; return tensors from traced functions instead")
+        grad = value.grad
+        grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
+        alias = position.setdefault(id(value), len(position))
+        return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
+    if isinstance(value, np.ndarray):
+        as_dtype(value.dtype)
+        return ("A", value.shape, value.dtype.str, position.setdefault(id(value), len(position)))
+    return ("I",) if isinstance(value, numbers.Integral) else ("F",)
+
+
+# What a compiled signature needs at call time -----------------------------------------------------
+@dataclass
+class Entry:
+    structure: tuple                      # of the results
+    executable: Any
+    result_count: int
+    # (argument leaf index, "data" | "grad", output index) for every value written back.
+    writebacks: list[tuple[int, str, int]]
+    cleared_grads: list[int]              # argument leaves whose .grad the function set to None
+    # Where each parameter comes from: ("leaf" | "number" | "grad" | "captured", index).
+    parameter_sources: list[tuple[str, int]]
+    captured: list[Tensor]
+    captured_types: list[tuple]
+    stages: dict[str, str] = field(default_factory=dict)
+
+
+def _parameter_name(path: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
+
+
+class TracedFunction:
+    """The result of `@trace`: call it like the function; it compiles once per signature."""
+
+    def __init__(self, function: Callable, static_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, function)
+        self.python_function = function
+        self.static_argnums = tuple(static_argnums)
+        self._cache: dict[tuple, Entry] = {}
+        self._hits = self._misses = 0
+        try:
+            self._signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            self._signature = None
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(self._hits, self._misses, len(self._cache))
+
+    def cache_clear(self) -> None:
+        self._cache.clear()
+        self._hits = self._misses = 0
+
+    # Signatures.
+    def _split(self, args, kwargs):
+        """(structure, runtime leaves with paths) of the call's arguments."""
+        names = [f"arg{i}" for i in range(len(args))]
+        if self._signature is not None:
+            parameters = [p for p in self._signature.parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            names[:len(parameters)] = [p.name for p in parameters][:len(args)]
+        leaves: list = []
+        structure = []
+        for i, (name, value) in enumerate(zip(names, args)):
+            if i in self.static_argnums:
+                try:
+                    hash(value)
+                except TypeError:
+                    raise ArgumentError(f"static argument {name} must be hashable") from None
+                structure.append(("static", value))
+            else:
+                structure.append(flatten(value, leaves, name))
+        keyword_structure = tuple((k, flatten(v, leaves, k)) for k, v in sorted(kwargs.items()))
+        return (tuple(structure), keyword_structure), leaves
+
+    def _key(self, args, kwargs):
+        structure, leaves = self._split(args, kwargs)
+        position: dict[int, int] = {}
+        signature = tuple(_leaf_signature(value, position) for value, _ in leaves)
+        return (structure, signature, is_grad_enabled()), leaves
+
+    def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, list]:
+        key, leaves = self._key(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is not None and entry.captured_types != [(t.shape, t.dtype) for t in entry.captured]:
+            entry = None  # a captured tensor changed shape: trace again
+        if entry is None:
+            entry = self._compile(args, kwargs, leaves)
+            self._cache[key] = entry
+            self._misses += count
+        else:
+            self._hits += count
+        return entry, leaves
+
+    # Tracing and compiling.
+    def _compile(self, args, kwargs, leaves) -> Entry:
+        name = getattr(self.python_function, "__name__", "function")
+        trace = Trace(name if name.isidentifier() else "function")
+        proxies: list = []
+        sources: list[tuple[str, int]] = []
+        seen: dict[int, Any] = {}
+        originals: dict[int, tuple] = {}  # leaf index -> (data handle, grad handle) on entry
+        with tracing(trace):
+            for index, (value, path) in enumerate(leaves):
+                if id(value) in seen and not isinstance(value, numbers.Number):
+                    proxies.append(seen[id(value)])
+                    continue
+                proxy = self._proxy(trace, value, _parameter_name(path), index, sources)
+                seen[id(value)] = proxy
+                proxies.append(proxy)
+                originals[index] = (proxy._handle, proxy.grad._handle if proxy.grad is not None
+                                    else None)
+            structure, _ = self._split(args, kwargs)
+            rebuilt = unflatten(("tuple", structure[0]), proxies[:_count(structure[0])])
+            keyword_values = unflatten(("tuple", tuple(s for _, s in structure[1])),
+                                       proxies[_count(structure[0]):])
+            rebuilt_kwargs = {k: v for (k, _), v in zip(structure[1], keyword_values)}
+            result = self.python_function(*rebuilt, **rebuilt_kwargs)
+            result_leaves: list = []
+            result_structure = flatten(result, result_leaves, "result")
+            function = trace.function
+            outputs = [self._result_value(trace, value) for value, _ in result_leaves]
+            writebacks, cleared = [], []
+            for index, (original_data, original_grad) in originals.items():
+                proxy = proxies[index]
+                if not isinstance(proxy, Tensor) or proxy._weak:
+                    continue
+                if proxy._handle is not original_data:
+                    writebacks.append((index, "data", len(outputs)))
+                    outputs.append(proxy._handle)
+                if proxy.grad is None:
+                    if original_grad is not None:
+                        cleared.append(index)
+                elif proxy.grad._handle is not original_grad:
+                    writebacks.append((index, "grad", len(outputs)))
+                    outputs.append(trace.handle_of(proxy.grad))
+            function.outputs = outputs
+            stages = {"traced": ir.format_function(function)}
+            ir.verify(function)
+            ir.expand_gradients(function)
+        ir.verify(function)
+        stages["grad"] = ir.format_function(function)
+        optimized = ir.optimize(function)
+        ir.verify(optimized)
+        stages["optimized"] = ir.format_function(optimized)
+        for _, value in trace.captured:
+            sources.append(("captured", len([s for s in sources if s[0] == "captured"])))
+        entry = Entry(result_structure, build_executable(optimized), len(result_leaves), writebacks,
+                      cleared, sources, [t for t, _ in trace.captured],
+                      [(t.shape, t.dtype) for t, _ in trace.captured], stages)
+        self._dump(entry)
+        return entry
+
+    @staticmethod
+    def _proxy(trace: Trace, value, name: str, index: int, sources: list):
+        if isinstance(value, numbers.Number):
+            dtype = ir.types.int64 if isinstance(value, numbers.Integral) else ir.types.float64
+            handle = trace.parameter(name, TensorType((), dtype))
+            sources.append(("number", index))
+            proxy = Tensor._make(handle, trace, False)
+            proxy._weak = True  # a Python number: it does not widen float32 tensors
+            return proxy
+        array_type = TensorType(value.shape, value.dtype)
+        handle = trace.parameter(name, array_type)
+        sources.append(("leaf", index))
+        requires_grad = isinstance(value, Tensor) and value.requires_grad
+        proxy = Tensor._make(handle, trace, requires_grad, leaf=True)
+        if isinstance(value, Tensor) and value.grad is not None:
+            grad_handle = trace.parameter(f"{name}_grad", TensorType(value.grad.shape, value.grad.dtype))
+            sources.append(("grad", index))
+            proxy.grad = Tensor._make(grad_handle, trace, False)
+        return proxy
+
+    @staticmethod
+    def _result_value(trace: Trace, value):
+        if isinstance(value, Tensor):
+            return trace.handle_of(value)
+        if isinstance(value, np.ndarray):
+            return trace.handle_of(from_numpy(value))
+        raise ArgumentError(f"a traced function returns tensors (or static values), "
+                            f"got a {type(value).__name__}; return it as a tensor")
+
+    def _dump(self, entry: Entry) -> None:
+        folder = os.environ.get("TRACER_DUMP")
+        if not folder:
+            return
+        os.makedirs(folder, exist_ok=True)
+        number = len(self._cache)
+        for stage in STAGES:
+            text = self._stage_text(entry, stage)
+            path = os.path.join(folder, f"{self.python_function.__name__}.{number}.{stage}.txt")
+            with open(path, "w") as file:
+                file.write(text)
+
+    @staticmethod
+    def _stage_text(entry: Entry, stage: str) -> str:
+        if stage in entry.stages:
+            return entry.stages[stage]
+        if stage not in STAGES:
+            raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+        return entry.executable.stage_text(stage)
+
+    # Calling.
+    def ir(self, *args, stage: str = "traced", **kwargs) -> str:
+        """The text of one pipeline stage for the signature of these arguments."""
+        entry, _ = self._lookup(args, kwargs, count=False)
+        return self._stage_text(entry, stage)
+
+    def __call__(self, *args, **kwargs):
+        if state.trace is not None:
+            return self.python_function(*args, **kwargs)  # inside another trace: inline it
+        entry, leaves = self._lookup(args, kwargs, count=True)
+        arrays = []
+        for kind, index in entry.parameter_sources:
+            if kind == "captured":
+                arrays.append(entry.captured[index]._handle)
+                continue
+            value = leaves[index][0]
+            if kind == "grad":
+                arrays.append(value.grad._handle)
+            elif kind == "number":
+                arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
+                                       else np.float64))
+            else:
+                arrays.append(value._handle if isinstance(value, Tensor) else value)
+        for index, kind, _ in entry.writebacks:
+            target = leaves[index][0]
+            if isinstance(target, np.ndarray) and not target.flags.writeable:
+                raise ArgumentError(f"the traced function changes argument {leaves[index][1]} in "
+                                    f"place, but that numpy array is read-only")
+        outputs = entry.executable(arrays)
+        inputs = {id(a) for a in arrays if isinstance(a, np.ndarray)}
+        for index, kind, output in entry.writebacks:
+            target = leaves[index][0]
+            if kind == "data":
+                array = target._handle if isinstance(target, Tensor) else target
+                np.copyto(array, outputs[output])
+                if isinstance(target, Tensor):
+                    target._version += 1
+            elif target.grad is None:
+                target.grad = Tensor._make(_owned(outputs[output], inputs), None, False)
+            else:
+                np.copyto(target.grad._handle, outputs[output])
+                target.grad._version += 1
+        for index in entry.cleared_grads:
+            leaves[index][0].grad = None
+        results = [Tensor._make(_owned(a, inputs), None, False)
+                   for a in outputs[:entry.result_count]]
+        return unflatten(entry.structure, results)
+
+
+def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
+    """`array`, copied if it is (or views) a buffer the caller owns."""
+    if id(array) in inputs or array.base is not None or not array.flags.writeable:
+        return np.array(array, copy=True)
+    return array
+
+
+def _count(structures: tuple) -> int:
+    total = 0
+    for node in structures:
+        kind = node[0]
+        if kind == "leaf":
+            total += 1
+        elif kind in ("list", "tuple"):
+            total += _count(node[1])
+        elif kind == "dict":
+            total += _count(node[2])
+    return total
+
+
+def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = ()):
+    """Compile `function` per signature: `@tr.trace` or `tr.trace(f, static_argnums=(1,))`."""
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if function is None:
+        return lambda f: TracedFunction(f, static_argnums)
+    if isinstance(function, TracedFunction):
+        return function
+    return TracedFunction(function, static_argnums)
+
+

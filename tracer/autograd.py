@@ -1,0 +1,150 @@
+"""Eager-mode autograd: the tape of nodes recorded by operations, and the backward engine.
+
+A Node is one recorded primitive (or custom Function) with the arrays its VJP needs and an edge to
+whatever produced each input: another node's output, or the accumulator of a leaf tensor.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ir.builder import ArrayBuilder
+from ir.primitives import LINEAR
+from ir.vjp import apply_vjp
+from tracer.context import no_grad
+from tracer.errors import InplaceError, TracerError
+
+if TYPE_CHECKING:
+    from tracer.tensor import Tensor
+
+ARRAYS = ArrayBuilder()
+
+
+class LeafAccumulator:
+    """The end of every gradient path into a leaf tensor: adds the gradient into `.grad`."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: "Tensor"):
+        self.tensor = tensor
+
+
+def edge_of(tensor: "Tensor"):
+    """Where a gradient for `tensor` goes: (node, output index), a LeafAccumulator, or None."""
+    if not tensor.requires_grad:
+        return None
+    if tensor._node is not None:
+        return (tensor._node, tensor._output_index)
+    if tensor._accumulator is None:
+        tensor._accumulator = LeafAccumulator(tensor)
+    return tensor._accumulator
+
+
+class Node:
+    """One recorded operation of the eager tape."""
+
+    __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed")
+
+    def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence["Tensor"],
+                 inputs: list[np.ndarray], outputs: list[np.ndarray], name: str | None = None,
+                 edges: list | None = None):
+        self.primitive = primitive
+        self.attributes = attributes
+        self.inputs = inputs
+        self.outputs = outputs
+        self.edges = [edge_of(t) for t in input_tensors] if edges is None else edges
+        # The VJP of a non-linear primitive reads its operands: remember their versions, so that an
+        # in-place change before backward is an error rather than a silently wrong gradient.
+        self.saved = [] if primitive in LINEAR else [
+            (weakref.ref(t), t._version) for t in input_tensors]
+        self.name = name or primitive
+        self.freed = False
+
+    def check_saved(self) -> None:
+        for reference, version in self.saved:
+            tensor = reference()
+            if tensor is not None and tensor._version != version:
+                raise InplaceError(
+                    f"a {tensor.dtype} tensor of shape {list(tensor.shape)} needed to compute the "
+                    f"gradient of {self.name} was changed in place at {tensor._changed_at}; "
+                    f"change a clone of it instead (x = x.clone())")
+
+    def apply(self, cotangents: list[np.ndarray | None]) -> list[np.ndarray | None]:
+        if self.freed:
+            raise TracerError(
+                "backward through a graph a second time, after its saved values were freed; "
+                "pass retain_graph=True to the first backward()")
+        self.check_saved()
+        needs = [edge is not None for edge in self.edges]
+        return apply_vjp(ARRAYS, self.primitive, self.attributes, self.inputs, self.outputs,
+                         cotangents, needs)
+
+
+def _topological_order(roots: list) -> list[Node]:
+    """Nodes reachable from `roots`, each after every node that consumes its outputs."""
+    order: list[Node] = []
+    visited: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(node, False) for node in roots]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        for edge in node.edges:
+            if isinstance(edge, tuple) and id(edge[0]) not in visited:
+                stack.append((edge[0], False))
+    return order[::-1]
+
+
+def run_backward(roots: Sequence[tuple["Tensor", np.ndarray]], retain_graph: bool = False,
+                 inputs: Sequence["Tensor"] | None = None) -> list[np.ndarray | None] | None:
+    """Propagate `roots` (tensor, cotangent) back through the tape.
+
+    Without `inputs`, gradients accumulate into the `.grad` of the leaves reached, as
+    `Tensor.backward` does. With `inputs`, nothing accumulates and their gradients are returned.
+    """
+    cotangents: dict[tuple[int, int], np.ndarray] = {}
+    leaf_gradients: dict[int, tuple["Tensor", np.ndarray]] = {}
+
+    def send(edge, gradient: np.ndarray) -> None:
+        if edge is None or gradient is None:
+            return
+        if isinstance(edge, LeafAccumulator):
+            key = id(edge.tensor)
+            previous = leaf_gradients.get(key)
+            leaf_gradients[key] = (edge.tensor, gradient if previous is None else previous[1] + gradient)
+        else:
+            node, index = edge
+            previous = cotangents.get((id(node), index))
+            cotangents[(id(node), index)] = gradient if previous is None else previous + gradient
+
+    for tensor, gradient in roots:
+        send(edge_of(tensor), gradient)
+    nodes = _topological_order([edge[0] for edge in (edge_of(t) for t, _ in roots)
+                                if isinstance(edge, tuple)])
+    with no_grad():
+        for node in nodes:
+            outgoing = [cotangents.pop((id(node), i), None) for i in range(len(node.outputs))]
+            for edge, gradient in zip(node.edges, node.apply(outgoing)):
+                send(edge, gradient)
+            if not retain_graph:
+                node.inputs = node.outputs = ()
+                node.freed = True
+    if inputs is not None:
+        return [leaf_gradients.get(id(t), (None, None))[1] for t in inputs]
+    for tensor, gradient in leaf_gradients.values():
+        gradient = gradient.astype(tensor.dtype, copy=False)
+        if tensor.grad is None:
+            from tracer.tensor import Tensor
+            tensor.grad = Tensor._make(np.array(gradient, copy=True), None, False)
+        else:
+            np.add(tensor.grad._handle, gradient, out=tensor.grad._handle)
+            tensor.grad._version += 1
+    return None
+

@@ -1,0 +1,58 @@
+"""Errors raised to users, and how they find the user's source line."""
+from __future__ import annotations
+
+import os
+import sys
+
+# Frames from these folders are the project's own: an error names the first frame outside them.
+_PROJECT_FOLDERS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), folder) + os.sep
+    for folder in ("tracer", "ir", "runtime", "codegen"))
+
+
+def user_frame():
+    """The innermost stack frame that belongs to user code, or None."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PROJECT_FOLDERS):
+        frame = frame.f_back
+    return frame
+
+
+def user_line() -> str:
+    """'file.py:12' for the user's line that is running now."""
+    frame = user_frame()
+    if frame is None:
+        return "<unknown>"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+class TracerError(Exception):
+    """Base of every error this project raises about user code."""
+
+    def __init__(self, message: str, line: str | None = None):
+        self.line = user_line() if line is None else line
+        super().__init__(f"{self.line}: {message}")
+
+
+class ShapeMismatchError(TracerError, ValueError):
+    """Operands whose shapes or dtypes do not fit the operation."""
+
+
+class TracingError(TracerError):
+    """Something a traced function may not do: data-dependent control flow, reading values."""
+
+
+class InplaceError(TracerError):
+    """An in-place change that would invalidate a gradient."""
+
+
+class FunctionBackwardError(TracerError):
+    """A custom Function's backward returned something that does not fit its inputs."""
+
+
+class ArgumentError(TracerError, TypeError):
+    """An argument of a type the operation does not accept."""
+
+
+class GradcheckError(TracerError):
+    """gradcheck found an analytic gradient that disagrees with finite differences."""

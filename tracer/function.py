@@ -1,0 +1,322 @@
+"""Custom autograd Functions, PyTorch style (`class F(tr.Function)`) and R torch style
+(`tr.autograd_function(forward=, backward=)`).
+
+`apply` runs the user's forward without recording gradients, then records one `custom_vjp` over its
+outputs whose VJP is the user's backward. Eagerly that VJP runs when backward() reaches it; under
+`@trace` the autodiff pass calls it, tracing the user's backward into ordinary IR at that point.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Callable
+
+from ir.builder import ArrayBuilder, Builder
+from ir.types import is_float
+from ir.vjp import CustomRule
+from tracer.autograd import Node, edge_of
+from tracer.context import is_grad_enabled, no_grad, state
+from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
+from tracer.tensor import Tensor, zeros
+from tracer.tracing import tracing
+
+
+class Named(tuple):
+    """A tuple whose entries can also be read by name: `ctx.needs_input_grad.weight`,
+    `ctx.saved_variables.input` (R torch), as well as `ctx.needs_input_grad[1]` (PyTorch)."""
+
+    def __new__(cls, names: list[str | None], values):
+        result = super().__new__(cls, values)
+        result._names = names
+        return result
+
+    def __getattr__(self, name: str):
+        names = self.__dict__.get("_names", [])
+        if name in names:
+            return self[names.index(name)]
+        raise AttributeError(f"no entry named {name!r}; the names are {[n for n in names if n]}")
+
+
+class FunctionCtx:
+    """The `ctx` of a custom Function: what forward leaves for backward."""
+
+    def __init__(self, function_name: str, argument_names: list[str], needs_input_grad: list[bool]):
+        self._function_name = function_name
+        self._argument_names = argument_names
+        self.needs_input_grad = Named(argument_names, needs_input_grad)
+        self._saved: list[Tensor | None] = []
+        self._saved_names: list[str | None] = []
+        self._saved_versions: list[int] = []
+        self._dirty: list[Tensor] = []
+        self._non_differentiable: list[Tensor] = []
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors, **named_tensors) -> None:
+        """Keep tensors (or None) for backward, by position (PyTorch) or by name (R torch)."""
+        items = [(None, t) for t in tensors] + list(named_tensors.items())
+        for name, t in items:
+            if t is not None and not isinstance(t, Tensor):
+                raise ArgumentError(f"save_for_backward takes tensors or None, got "
+                                    f"{type(t).__name__}; keep other values as ctx attributes")
+        self._saved_names = [name for name, _ in items]
+        self._saved = [t for _, t in items]
+
+    def mark_dirty(self, *tensors: Tensor) -> None:
+        self._dirty = list(tensors)
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        self._non_differentiable = list(tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
+
+    def _describe_saved(self, index: int) -> str:
+        name = self._saved_names[index]
+        tensor = self._saved[index]
+        label = f"'{name}'" if name else f"number {index}"
+        return f"saved tensor {label} (shape {list(tensor.shape)})"
+
+    @property
+    def saved_tensors(self) -> Named:
+        for index, (t, version) in enumerate(zip(self._saved, self._saved_versions)):
+            if t is not None and t._version != version:
+                raise InplaceError(
+                    f"{self._function_name}.backward: {self._describe_saved(index)} was changed "
+                    f"in place at {t._changed_at} after it was saved for backward; change a clone "
+                    f"of it instead, or mark the change with ctx.mark_dirty() in the forward")
+        return Named(self._saved_names, self._saved)
+
+    saved_variables = saved_tensors
+
+
+def _bind(function_name: str, forward: Callable, args, kwargs) -> inspect.BoundArguments:
+    signature = inspect.signature(forward)
+    try:
+        bound = signature.bind(None, *args, **kwargs)
+    except TypeError as error:
+        raise ArgumentError(f"{function_name}.apply: {error}") from None
+    bound.apply_defaults()
+    return bound
+
+
+class _FunctionRule:
+    """Runs the user's backward for one application of a custom Function."""
+
+    def __init__(self, name: str, backward: Callable, ctx: FunctionCtx, arguments: list,
+                 outputs: list[Tensor], differentiable: list[bool], trace):
+        self.name, self.user_backward, self.ctx = name, backward, ctx
+        self.arguments = arguments
+        self.output_types = [(t.shape, t.dtype) for t in outputs]
+        self.differentiable = differentiable
+        self.trace = trace
+
+    def __call__(self, builder: Builder, cotangents: list, needs: list[bool]) -> list:
+        """Cotangents (one per differentiable output) in, one gradient handle per tensor input out."""
+        tensor_positions = [i for i, a in enumerate(self.arguments) if isinstance(a, Tensor)]
+        needs_by_argument = [False] * len(self.arguments)
+        for position, need in zip(tensor_positions, needs):
+            needs_by_argument[position] = need
+        self.ctx.needs_input_grad = Named(self.ctx._argument_names, needs_by_argument)
+        if self.trace is None:
+            return self._run(cotangents, tensor_positions)
+        with tracing(self.trace), self.trace.emitting_into(builder):
+            return self._run(cotangents, tensor_positions)
+
+    def _wrap(self, handle) -> Tensor:
+        return Tensor._make(handle, self.trace, False)
+
+    def _run(self, cotangents: list, tensor_positions: list[int]) -> list:
+        grads_in: list[Tensor | None] = []
+        flowing = iter(cotangents)
+        for (shape, dtype), differentiable in zip(self.output_types, self.differentiable):
+            handle = next(flowing) if differentiable else None
+            if handle is None and self.ctx.materialize_grads:
+                grads_in.append(zeros(*shape, dtype=dtype))
+            else:
+                grads_in.append(None if handle is None else self._wrap(handle))
+        context = self.trace.label(f"{self.name}.backward") if self.trace else _no_label()
+        with no_grad(), context:
+            result = self.user_backward(self.ctx, *grads_in)
+        return self._check(result, tensor_positions)
+
+    def _check(self, result, tensor_positions: list[int]) -> list:
+        where = f"{self.name}.backward"
+        line = _definition_line(self.user_backward)
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        expected = len(self.arguments)
+        # PyTorch accepts extra trailing Nones.
+        while len(results) > expected and results[-1] is None:
+            results.pop()
+        if len(results) != expected:
+            raise FunctionBackwardError(
+                f"{where} returned {len(results)} gradient(s) but forward takes {expected} "
+                f"input(s) ({', '.join(self.ctx._argument_names)}); return one per input, None "
+                f"for inputs that need no gradient", line)
+        handles = []
+        for position, (name, argument, gradient) in enumerate(
+                zip(self.ctx._argument_names, self.arguments, results)):
+            if gradient is None:
+                if position in tensor_positions:
+                    handles.append(None)
+                continue
+            if not isinstance(argument, Tensor):
+                raise FunctionBackwardError(
+                    f"{where} returned a gradient for argument '{name}', which is not a tensor; "
+                    f"return None in its place", line)
+            if not isinstance(gradient, Tensor):
+                raise FunctionBackwardError(
+                    f"{where} returned a {type(gradient).__name__} as the gradient of '{name}'; "
+                    f"return a tensor or None", line)
+            if gradient.shape != argument.shape or gradient.dtype != argument.dtype:
+                raise FunctionBackwardError(
+                    f"{where} returned a gradient for '{name}' of shape {list(gradient.shape)} and "
+                    f"dtype {gradient.dtype}; expected shape {list(argument.shape)} and dtype "
+                    f"{argument.dtype}", line)
+            handles.append(gradient._handle if self.trace else gradient._eager_array("backward"))
+        return handles
+
+
+class _no_label:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _definition_line(function: Callable) -> str:
+    try:
+        code = inspect.unwrap(function).__code__
+    except AttributeError:
+        return "<unknown>"
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs):
+    """`Function.apply`: run `forward` untracked, then record its outputs as one custom_vjp."""
+    bound = _bind(name, forward, args, kwargs)
+    argument_names = list(bound.arguments)[1:]
+    arguments = list(bound.arguments.values())[1:]
+    tensors = [a for a in arguments if isinstance(a, Tensor)]
+    recording = is_grad_enabled() and any(t.requires_grad for t in tensors)
+    ctx = FunctionCtx(name, argument_names,
+                      [recording and isinstance(a, Tensor) and a.requires_grad for a in arguments])
+    trace = state.trace
+    # The gradient goes to the inputs as they were before forward, which may change them in place.
+    handles_before = [t._handle if trace is None else trace.handle_of(t) for t in tensors]
+    edges_before = [edge_of(t) for t in tensors] if trace is None else None
+    labelled = trace.label(f"{name}.forward") if trace else _no_label()
+    with no_grad(), labelled:
+        raw = forward(ctx, *arguments)
+    multiple = isinstance(raw, (tuple, list))
+    outputs = list(raw) if multiple else [raw]
+    for index, output in enumerate(outputs):
+        if output is not None and not isinstance(output, Tensor):
+            raise ArgumentError(f"{name}.forward returned a {type(output).__name__} as output "
+                                f"{index}; return tensors")
+    for dirty in ctx._dirty:
+        if not any(dirty is t for t in tensors):
+            raise ArgumentError(f"{name}.forward: mark_dirty() was given a tensor that is not an "
+                                f"input of the Function")
+    tensor_outputs = [o for o in outputs if isinstance(o, Tensor)]
+    differentiable = [is_float(o.dtype) and not any(o is n for n in ctx._non_differentiable)
+                      for o in tensor_outputs]
+    recorded = [o for o, d in zip(tensor_outputs, differentiable) if d]
+    if not recording or not recorded:
+        results = [_fresh_output(o, tensors, ctx) for o in outputs]
+        _remember_saved(ctx)
+        return tuple(results) if multiple else results[0]
+    rule = CustomRule(name, _FunctionRule(name, backward, ctx, arguments, tensor_outputs,
+                                          differentiable, trace))
+    operands = [o._handle for o in recorded] + handles_before
+    attributes = {"num_outputs": len(recorded), "rule": rule}
+    if trace is None:
+        handles = ArrayBuilder().emit("custom_vjp", operands, attributes)
+        node = Node("custom_vjp", attributes, [], operands, handles, name=f"{name}Backward",
+                    edges=[None] * len(recorded) + edges_before)
+    else:
+        handles = trace.builder.emit("custom_vjp", operands, attributes)
+        node = None
+    new_handles = iter(enumerate(handles))
+    results = []
+    for output in outputs:
+        if isinstance(output, Tensor) and any(output is r for r in recorded):
+            index, handle = next(new_handles)
+            results.append(_recorded_output(output, handle, index, node, trace, ctx))
+        else:
+            results.append(_fresh_output(output, tensors, ctx))
+    _remember_saved(ctx)
+    return tuple(results) if multiple else results[0]
+
+
+def _recorded_output(output: Tensor, handle, index: int, node, trace, ctx) -> Tensor:
+    if any(output is d for d in ctx._dirty):
+        # The input changed in place becomes the output (PyTorch's mark_dirty).
+        if trace is not None:
+            output._handle = handle
+        output._node, output._output_index = node, index
+        output._requires_grad, output._leaf = True, False
+        return output
+    return Tensor._make(handle, trace, True, node, index, leaf=False)
+
+
+def _fresh_output(output, inputs, ctx):
+    if isinstance(output, Tensor) and any(output is t for t in inputs) and not any(
+            output is d for d in ctx._dirty):
+        return output.detach()
+    return output
+
+
+def _remember_saved(ctx: FunctionCtx) -> None:
+    ctx._saved_versions = [t._version if t is not None else 0 for t in ctx._saved]
+
+
+class Function:
+    """Subclass with `@staticmethod forward(ctx, ...)` and `@staticmethod backward(ctx, *grads)`,
+    then call `MyFunction.apply(...)`, as with `torch.autograd.Function`."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("a Function subclass must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("a Function subclass must define backward(ctx, *grad_outputs)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        return apply_function(cls.__name__, cls.forward, cls.backward, args, kwargs)
+
+
+class autograd_function:
+    """R torch's `autograd_function(forward = ..., backward = ...)`: call it like a function.
+
+    `backward(ctx, *grad_outputs)` returns a dict of gradients by argument name (missing: None).
+    """
+
+    def __init__(self, forward: Callable, backward: Callable, name: str | None = None):
+        self.forward = forward
+        self.user_backward = backward
+        self.name = name or getattr(forward, "__name__", "autograd_function")
+        if self.name == "<lambda>":
+            self.name = "autograd_function"
+        self.argument_names = list(inspect.signature(forward).parameters)[1:]
+
+    def _backward(self, ctx, *grad_outputs):
+        result = self.user_backward(ctx, *grad_outputs)
+        if not isinstance(result, dict):
+            raise FunctionBackwardError(
+                f"{self.name}.backward must return a dict of gradients by argument name "
+                f"(e.g. {{'input': grad}}), got {type(result).__name__}",
+                _definition_line(self.user_backward))
+        unknown = set(result) - set(self.argument_names)
+        if unknown:
+            raise FunctionBackwardError(
+                f"{self.name}.backward returned gradients for {sorted(unknown)}, which are not "
+                f"arguments of forward ({', '.join(self.argument_names)})",
+                _definition_line(self.user_backward))
+        return tuple(result.get(name) for name in self.argument_names)
+
+    def __call__(self, *args, **kwargs):
+        return apply_function(self.name, self.forward, self._backward, args, kwargs)
+

@@ -1,0 +1,82 @@
+"""gradcheck: analytic gradients against central finite differences, as torch.autograd.gradcheck."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tracer.errors import ArgumentError, GradcheckError
+from tracer.tensor import Tensor, tensor
+from tracer.transforms import grad
+
+
+def _outputs(result) -> list[Tensor]:
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [r for r in results if isinstance(r, Tensor) and r.dtype.kind == "f"]
+
+
+def gradcheck(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
+              rtol: float = 1e-3) -> bool:
+    """Check the gradient of every float output of `fn(*inputs)` with respect to every input tensor
+    that requires grad. Works for eager functions and for `@tr.trace`d ones (whose gradients are
+    then computed by a traced, compiled backward). Returns True or raises GradcheckError."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    positions = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not positions:
+        raise ArgumentError("gradcheck needs at least one input tensor with requires_grad=True")
+    python_function = getattr(fn, "python_function", fn)
+    arrays = [np.array(x.detach().numpy(), copy=True) if isinstance(x, Tensor) else x for x in inputs]
+
+    def evaluate(values) -> list[np.ndarray]:
+        args = [tensor(v) if isinstance(v, np.ndarray) else v for v in values]
+        return [o.detach().numpy().astype(np.float64) for o in _outputs(fn(*args))]
+
+    def weighted_sum(seeds, *args):
+        outputs = _outputs(python_function(*args))
+        total = None
+        for output, seed in zip(outputs, seeds):
+            term = (output * seed).sum()
+            total = term if total is None else total + term
+        return total
+
+    vjp = grad(weighted_sum, argnums=tuple(p + 1 for p in positions))
+    if fn is not python_function:  # a traced function: check the traced backward too
+        from runtime.trace import trace
+        vjp = trace(vjp)
+    reference = evaluate(arrays)
+    offsets = np.cumsum([0] + [r.size for r in reference])
+
+    def flat_outputs(values) -> np.ndarray:
+        return np.concatenate([r.reshape(-1) for r in evaluate(values)] + [np.zeros(0)])
+
+    for position in positions:
+        array = arrays[position]
+        numeric = np.empty((offsets[-1], array.size))
+        for element in range(array.size):
+            shifted = list(arrays)
+            shifted[position] = array.copy()
+            shifted[position].reshape(-1)[element] += eps
+            plus = flat_outputs(shifted)
+            shifted[position].reshape(-1)[element] -= 2 * eps
+            numeric[:, element] = (plus - flat_outputs(shifted)) / (2 * eps)
+        analytic = np.empty_like(numeric)
+        for row in range(offsets[-1]):
+            seeds = [np.zeros(r.shape, r.dtype) for r in reference]
+            which = int(np.searchsorted(offsets, row, side="right")) - 1
+            seeds[which].reshape(-1)[row - offsets[which]] = 1.0
+            leaves = [tensor(a, requires_grad=i in positions) if isinstance(a, np.ndarray) else a
+                      for i, a in enumerate(arrays)]
+            gradients = vjp([tensor(s) for s in seeds], *leaves)
+            analytic[row] = gradients[positions.index(position)].numpy().reshape(-1)
+        bad = np.abs(analytic - numeric) > atol + rtol * np.abs(numeric)
+        if bad.any():
+            row, element = map(int, np.unravel_index(int(np.argmax(bad)), bad.shape))
+            which = int(np.searchsorted(offsets, row, side="right")) - 1
+            output_element = np.unravel_index(row - offsets[which], reference[which].shape)
+            raise GradcheckError(
+                f"gradcheck: Jacobian mismatch for output {which} element "
+                f"{tuple(map(int, output_element))} with respect to input {position} element "
+                f"{tuple(map(int, np.unravel_index(element, array.shape)))}: analytic "
+                f"{analytic[row, element]!r}, numerical {numeric[row, element]!r} "
+                f"(atol={atol}, rtol={rtol})")
+    return True

@@ -1,0 +1,804 @@
+"""The Tensor: one API over two kinds of handle.
+
+In eager mode a Tensor holds a numpy array and operations run the reference semantics at once,
+recording a tape for backward. Inside `@trace` it holds an `ir.Value` and operations append
+primitives to the trace's graph. Every operation below goes through `apply`, which is the only place
+that knows the difference.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+from collections import namedtuple
+from typing import Any, Sequence
+
+import numpy as np
+
+from ir import types as irtypes
+from ir.builder import normalize_attributes
+from ir.graph import Value
+from ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
+from tracer.autograd import ARRAYS, Node, edge_of, run_backward
+from tracer.context import is_grad_enabled, no_grad, state
+from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
+                           user_line)
+from tracer.tracing import escaped_error
+
+float32, float64, int64, bool = irtypes.float32, irtypes.float64, irtypes.int64, irtypes.bool_
+
+_CATEGORY = {irtypes.bool_: 0, irtypes.int64: 1, irtypes.float32: 2, irtypes.float64: 2}
+_DEFAULT_OF_CATEGORY = {0: irtypes.bool_, 1: irtypes.int64, 2: irtypes.float32}
+_WEAK_OF_CATEGORY = {0: irtypes.bool_, 1: irtypes.int64, 2: irtypes.float64}
+# Primitives whose numpy result can be a view of an operand: eager mode copies it, because every
+# eager tensor owns its buffer (in-place changes never reach another tensor).
+_VIEWING = frozenset({"broadcast", "reshape", "transpose", "slice", "stop_gradient", "custom_vjp",
+                      "iota"})
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+def _python_scalar_category(value) -> int:
+    if isinstance(value, (builtins.bool, np.bool_)):
+        return 0
+    if isinstance(value, numbers.Integral):
+        return 1
+    if isinstance(value, numbers.Real):
+        return 2
+    raise ArgumentError(f"expected a Tensor or a number, got {type(value).__name__}")
+
+
+def _is_scalar(value) -> builtins.bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, Tensor)
+
+
+def result_dtype(*operands) -> np.dtype:
+    """PyTorch's promotion: a Python number (or a weak traced scalar) does not widen a tensor of
+    its own category (float32 * 2.0 stays float32), but lifts one of a lower category."""
+    strong = [o.dtype for o in operands if isinstance(o, Tensor) and not o._weak]
+    weak = [_CATEGORY[o.dtype] if isinstance(o, Tensor) else _python_scalar_category(o)
+            for o in operands if not isinstance(o, Tensor) or o._weak]
+    weak_category = max(weak, default=-1)
+    if not strong:
+        return _WEAK_OF_CATEGORY[weak_category]
+    best = max(strong, key=lambda d: (_CATEGORY[d], d.itemsize))
+    if weak_category > _CATEGORY[best]:
+        return _DEFAULT_OF_CATEGORY[weak_category]
+    return best
+
+
+def _current_handles(tensors: Sequence["Tensor"]):
+    trace = state.trace
+    if trace is None:
+        for t in tensors:
+            if t._trace is not None:
+                raise escaped_error()
+        return None, ARRAYS, [t._handle for t in tensors]
+    return trace, trace.builder, [trace.handle_of(t) for t in tensors]
+
+
+def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Tensor":
+    """Run (eager) or record (traced) one primitive on tensors; the single door to both modes."""
+    trace, builder, handles = _current_handles(inputs)
+    attributes = normalize_attributes(attributes)
+    try:
+        (result,) = builder.emit(primitive, handles, attributes)
+    except ShapeError as error:
+        raise ShapeMismatchError(str(error)) from None
+    differentiable = (primitive not in NON_DIFFERENTIABLE and irtypes.is_float(result.dtype))
+    inputs_require_grad = any(t.requires_grad for t in inputs)
+    requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
+    if trace is not None:
+        if inputs_require_grad and differentiable and not requires_grad:
+            # Recorded under no_grad: the autodiff pass must not differentiate through it.
+            (result,) = builder.emit("stop_gradient", [result], {})
+        return Tensor._make(result, trace, requires_grad)
+    if primitive in _VIEWING and (result.base is not None or not result.flags.writeable):
+        result = result.copy()
+    node = Node(primitive, attributes, inputs, handles, [result]) if requires_grad else None
+    return Tensor._make(result, None, requires_grad, node)
+
+
+def constant(value, dtype) -> "Tensor":
+    return apply("constant", [], value=irtypes.as_dtype(dtype).type(value).item(), dtype=dtype)
+
+
+def as_tensor(value, dtype=None) -> "Tensor":
+    """`value` as a Tensor: Tensors pass through, numbers become (weak) constants."""
+    if isinstance(value, Tensor):
+        return value if dtype is None else value.to(dtype)
+    if _is_scalar(value):
+        result = constant(value, dtype or _WEAK_OF_CATEGORY[_python_scalar_category(value)])
+        result._weak = dtype is None
+        return result
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return tensor(value, dtype=dtype)
+    raise ArgumentError(f"expected a Tensor or a number, got {type(value).__name__}")
+
+
+def promote(*operands) -> list["Tensor"]:
+    dtype = result_dtype(*operands)
+    weak = all(_is_scalar(o) or o._weak for o in operands)
+    results = []
+    for operand in operands:
+        t = as_tensor(operand, dtype) if _is_scalar(operand) else operand.to(dtype)
+        t._weak = weak
+        results.append(t)
+    return results
+
+
+def binary(primitive: str, x, y) -> "Tensor":
+    x, y = promote(x, y)
+    result = apply(primitive, [x, y])
+    result._weak = x._weak and y._weak and result.dtype == x.dtype
+    return result
+
+
+def _to_float(x: "Tensor") -> "Tensor":
+    return x if irtypes.is_float(x.dtype) else x.to(float64 if x._weak else float32)
+
+
+def _float_binary(primitive: str, x, y) -> "Tensor":
+    x, y = promote(x, y)
+    weak = x._weak
+    result = apply(primitive, [_to_float(x), _to_float(y)])
+    result._weak = weak
+    return result
+
+
+def _normalize_dim(dim: int, ndim: int) -> int:
+    limit = builtins.max(ndim, 1)
+    if not -limit <= dim < limit:
+        raise ShapeMismatchError(f"dimension {dim} is out of range for a tensor of {ndim} dimensions")
+    return dim % limit
+
+
+def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({_normalize_dim(d, ndim) for d in dims}))
+
+
+def _shape_arguments(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    for d in shape:
+        if not isinstance(d, (int, np.integer)):
+            raise ArgumentError(f"a shape holds ints, got {type(d).__name__}")
+    return tuple(int(d) for d in shape)
+
+
+def where(condition, x, y) -> "Tensor":
+    """Elementwise `x` where `condition` holds, else `y` (broadcast together)."""
+    condition = as_tensor(condition)
+    if condition.dtype != bool:
+        raise ArgumentError(f"where needs a bool condition, got {condition.dtype}")
+    x, y = promote(x, y)
+    result = apply("select", [condition, x, y])
+    result._weak = x._weak and condition.ndim == 0
+    return result
+
+
+class Tensor:
+    """A tensor with PyTorch's API; see the module docstring for the two modes."""
+
+    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad",
+                 "_version", "_changed_at", "_weak", "_leaf", "_accumulator", "__weakref__")
+    __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
+    __hash__ = object.__hash__
+
+    @classmethod
+    def _make(cls, handle, trace, requires_grad: builtins.bool, node: Node | None = None,
+              output_index: int = 0, leaf: builtins.bool | None = None) -> "Tensor":
+        self = object.__new__(cls)
+        self._handle = handle
+        self._trace = trace
+        self._requires_grad = requires_grad
+        self._node = node
+        self._output_index = output_index
+        self.grad = None
+        self._version = 0
+        self._changed_at = None
+        self._weak = False
+        self._leaf = (not requires_grad) if leaf is None else leaf
+        self._accumulator = None
+        if trace is not None and requires_grad and self._leaf:
+            trace.leaves.append(self)
+        return self
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with tr.tensor(data), tr.from_numpy(a), tr.zeros(...), ...")
+
+    # Properties ---------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._handle.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._handle.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._handle.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[_normalize_dim(dim, self.ndim)]
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def requires_grad(self) -> builtins.bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: builtins.bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> "Tensor":
+        if not self.is_leaf:
+            raise ArgumentError("requires_grad can only be changed on leaf tensors; "
+                                "use .detach() to make a new leaf")
+        if requires_grad and not irtypes.is_float(self.dtype):
+            raise ArgumentError(f"only float tensors can require gradients, this one is {self.dtype}")
+        self._requires_grad = builtins.bool(requires_grad)
+        self._leaf = True
+        if self._trace is not None and requires_grad and self not in self._trace.leaves:
+            self._trace.leaves.append(self)
+        return self
+
+    @property
+    def is_leaf(self) -> builtins.bool:
+        return self._leaf or not self._requires_grad
+
+    @property
+    def grad_fn(self):
+        return self._node
+
+    # Reading values -----------------------------------------------------------------------------
+    def _eager_array(self, what: str) -> np.ndarray:
+        if self._trace is not None:
+            raise TracingError(
+                f"{what} needs the value of a traced tensor, which is only known when the compiled "
+                f"function runs; return the tensor from the traced function and read it outside, "
+                f"or use tr.where(...) instead of Python control flow on its value")
+        return self._handle
+
+    def numpy(self) -> np.ndarray:
+        array = self._eager_array(".numpy()")
+        if self.requires_grad:
+            raise ArgumentError("can't call numpy() on a tensor that requires grad; "
+                                "use tensor.detach().numpy()")
+        return array
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._eager_array("np.asarray(tensor)")
+        return array if dtype is None else array.astype(dtype)
+
+    def item(self):
+        array = self._eager_array(".item()")
+        if array.size != 1:
+            raise ArgumentError(f"item() needs a tensor with one element, this one has {array.size}")
+        return array.reshape(()).item()
+
+    def tolist(self):
+        return self._eager_array(".tolist()").tolist()
+
+    def __bool__(self) -> builtins.bool:
+        return builtins.bool(self._eager_array("bool(tensor) (Python control flow on a tensor)")
+                             .reshape(-1)[0] if self.numel() == 1 else self._ambiguous())
+
+    def _ambiguous(self):
+        raise ArgumentError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+
+    def __float__(self) -> float:
+        self._eager_array("float(tensor)")
+        return float(self.item())
+
+    def __int__(self) -> int:
+        self._eager_array("int(tensor)")
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype != int64:
+            raise ArgumentError("only integer tensors can be used as an index")
+        return int(self)
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise ArgumentError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        suffix = ", requires_grad=True" if self.requires_grad else ""
+        if self._trace is not None:
+            return f"Tensor(traced %{self._handle.name}: {self._handle.type}{suffix})"
+        body = np.array2string(self._handle, separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype}{suffix})"
+
+    # Autograd -----------------------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph: builtins.bool = False) -> None:
+        """Accumulate the gradient of this tensor into the `.grad` of the leaves it depends on."""
+        if not self.requires_grad:
+            raise ArgumentError("backward() on a tensor that does not require grad (no input "
+                                "requires grad, or it was computed under no_grad)")
+        if gradient is None:
+            if self.numel() != 1:
+                raise ArgumentError(f"backward() without a gradient needs a one-element tensor, "
+                                    f"this one has shape {list(self.shape)}; pass gradient=")
+            gradient = ones(*self.shape, dtype=self.dtype)
+        gradient = as_tensor(gradient).to(self.dtype)
+        if gradient.shape != self.shape:
+            raise ShapeMismatchError(f"backward(gradient=...) of shape {list(gradient.shape)} for "
+                                     f"a tensor of shape {list(self.shape)}")
+        if self._trace is not None:
+            from tracer.transforms import traced_backward
+            traced_backward(self, gradient)
+            return
+        run_backward([(self, gradient._eager_array("backward"))], retain_graph=retain_graph)
+
+    def detach(self) -> "Tensor":
+        if self._trace is not None and self.requires_grad:
+            result = self._trace.builder.op("stop_gradient", self._handle)
+            return Tensor._make(result, self._trace, False)
+        trace, _, (handle,) = _current_handles([self])
+        return Tensor._make(handle, trace, False)
+
+    def detach_(self) -> "Tensor":
+        self._requires_grad, self._node, self._leaf = False, None, True
+        return self
+
+    def clone(self) -> "Tensor":
+        # A same-shape reshape: a fresh buffer in eager mode, and the gradient passes unchanged.
+        return apply("reshape", [self], shape=self.shape)
+
+    # In-place machinery ------------------------------------------------------------------------
+    def _assign(self, result: "Tensor", what: str) -> "Tensor":
+        """Make `result` the new value of this tensor, as PyTorch's in-place operations do."""
+        trace = state.trace
+        if trace is not None and self._trace is not trace:
+            raise TracingError(
+                f"{what} changes a tensor in place that is not an argument of the traced function; "
+                f"pass it to the traced function as an argument")
+        if self._trace is not None and trace is None:
+            raise escaped_error()
+        if is_grad_enabled() and self.requires_grad and self.is_leaf:
+            raise InplaceError(
+                f"{what} changes a leaf tensor that requires grad in place; do it inside "
+                f"`with tr.no_grad():` (as in an SGD update) or change a clone")
+        if _CATEGORY[result.dtype] > _CATEGORY[self.dtype]:
+            raise ArgumentError(f"{what}: a {result.dtype} result cannot be written in place into "
+                                f"a {self.dtype} tensor")
+        result = result.to(self.dtype)
+        if result.shape != self.shape:
+            if broadcast_shapes_or_none(result.shape, self.shape) != self.shape:
+                raise ShapeMismatchError(f"{what}: a result of shape {list(result.shape)} cannot be "
+                                         f"written in place into a tensor of shape {list(self.shape)}")
+            result = result.expand(*self.shape)
+        if trace is None:
+            np.copyto(self._handle, result._handle)
+        else:
+            self._handle = result._handle
+        if result.requires_grad:
+            self._node, self._output_index = result._node, result._output_index
+            self._requires_grad, self._leaf = True, False
+        self._version += 1
+        self._changed_at = user_line()
+        return self
+
+    def add_(self, other, alpha=1): return self._assign(self.add(other, alpha=alpha), "add_")
+    def sub_(self, other, alpha=1): return self._assign(self.sub(other, alpha=alpha), "sub_")
+    def mul_(self, other): return self._assign(self * other, "mul_")
+    def div_(self, other): return self._assign(self / other, "div_")
+    def pow_(self, other): return self._assign(self ** other, "pow_")
+    def neg_(self): return self._assign(-self, "neg_")
+    def abs_(self): return self._assign(self.abs(), "abs_")
+    def exp_(self): return self._assign(self.exp(), "exp_")
+    def relu_(self): return self._assign(self.relu(), "relu_")
+    def clamp_(self, min=None, max=None): return self._assign(self.clamp(min, max), "clamp_")
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def fill_(self, value) -> "Tensor":
+        value = value if isinstance(value, Tensor) else constant(value, self.dtype)
+        return self._assign(value.expand(*self.shape), "fill_")
+
+    def copy_(self, source) -> "Tensor":
+        return self._assign(as_tensor(source), "copy_")
+
+    def __setitem__(self, key, value) -> None:
+        from tracer.indexing import setitem
+        self._assign(setitem(self, key, value), "index assignment")
+
+    def __getitem__(self, key) -> "Tensor":
+        from tracer.indexing import getitem
+        return getitem(self, key)
+
+    # Conversions --------------------------------------------------------------------------------
+    def to(self, dtype) -> "Tensor":
+        dtype = irtypes.as_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        result = apply("cast", [self], dtype=dtype)
+        result._weak = self._weak and _CATEGORY[dtype] == _CATEGORY[self.dtype]
+        return result
+
+    def float(self): return self.to(float32)
+    def double(self): return self.to(float64)
+    def long(self): return self.to(int64)
+    def bool(self): return self.to(bool)
+    def type_as(self, other): return self.to(other.dtype)
+
+    # Arithmetic ---------------------------------------------------------------------------------
+    def __add__(self, other): return binary("add", self, other)
+    def __radd__(self, other): return binary("add", other, self)
+    def __sub__(self, other): return binary("sub", self, other)
+    def __rsub__(self, other): return binary("sub", other, self)
+    def __mul__(self, other): return binary("mul", self, other)
+    def __rmul__(self, other): return binary("mul", other, self)
+    def __truediv__(self, other): return _float_binary("div", self, other)
+    def __rtruediv__(self, other): return _float_binary("div", other, self)
+    def __neg__(self): return apply("neg", [self])
+    def __pos__(self): return self
+    def __abs__(self): return self.abs()
+
+    def __pow__(self, exponent):
+        if _is_scalar(exponent) and not irtypes.is_float(self.dtype) and not isinstance(exponent, int):
+            return _float_binary("pow", self, exponent)
+        return binary("pow", self, exponent)
+
+    def __rpow__(self, base):
+        return binary("pow", base, self)
+
+    def __matmul__(self, other): return self.matmul(other)
+    def __rmatmul__(self, other): return as_tensor(other).matmul(self)
+
+    def add(self, other, alpha=1):
+        return self + (other if alpha == 1 else as_tensor(other) * alpha)
+
+    def sub(self, other, alpha=1):
+        return self - (other if alpha == 1 else as_tensor(other) * alpha)
+
+    def mul(self, other): return self * other
+    def div(self, other): return self / other
+    def pow(self, exponent): return self ** exponent
+    def neg(self): return -self
+
+    # Comparisons and logic.
+    def __lt__(self, other): return binary("lt", self, other)
+    def __le__(self, other): return binary("le", self, other)
+    def __gt__(self, other): return binary("gt", self, other)
+    def __ge__(self, other): return binary("ge", self, other)
+    def __eq__(self, other): return binary("eq", self, other)
+    def __ne__(self, other): return binary("ne", self, other)
+    lt, le, gt, ge, eq, ne = __lt__, __le__, __gt__, __ge__, __eq__, __ne__
+
+    def _logical(self, primitive, other):
+        if self.dtype != bool or as_tensor(other).dtype != bool:
+            raise ArgumentError(f"&, | and ~ are defined on bool tensors here, got {self.dtype}")
+        return apply(primitive, [self, as_tensor(other)])
+
+    def __and__(self, other): return self._logical("logical_and", other)
+    def __or__(self, other): return self._logical("logical_or", other)
+    __rand__, __ror__ = __and__, __or__
+
+    def __invert__(self):
+        if self.dtype != bool:
+            raise ArgumentError(f"~ is defined on bool tensors here, got {self.dtype}")
+        return apply("logical_not", [self])
+
+    logical_not = __invert__
+
+    # Elementwise functions.
+    def _unary_float(self, primitive):
+        return apply(primitive, [_to_float(self)])
+
+    def abs(self): return apply("abs", [self])
+    def sign(self): return apply("sign", [self])
+    def exp(self): return self._unary_float("exp")
+    def log(self): return self._unary_float("log")
+    def sqrt(self): return self._unary_float("sqrt")
+    def tanh(self): return self._unary_float("tanh")
+    def sin(self): return self._unary_float("sin")
+    def cos(self): return self._unary_float("cos")
+
+    def sigmoid(self):
+        return 1.0 / (1.0 + (-_to_float(self)).exp())
+
+    def relu(self):
+        return where(self > 0, self, 0)
+
+    def clamp(self, min=None, max=None) -> "Tensor":
+        if min is None and max is None:
+            raise ArgumentError("clamp needs at least one of min= and max=")
+        result = self
+        # As PyTorch: the gradient passes where min <= x <= max, and nan stays nan.
+        if min is not None:
+            result = where(result < min, as_tensor(min).to(result_dtype(self, min)), result)
+        if max is not None:
+            result = where(result > max, as_tensor(max).to(result_dtype(result, max)), result)
+        return result
+
+    clip = clamp
+
+    def maximum(self, other): return binary("maximum", self, other)
+    def minimum(self, other): return binary("minimum", self, other)
+
+    # Reductions ---------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+        x = self.to(int64) if self.dtype == bool else self
+        axes = _normalize_dims(dim, x.ndim)
+        result = apply("reduce_sum", [x], axes=axes) if axes else x
+        return result._keep(axes, self.shape) if keepdim else result
+
+    def _keep(self, axes, shape) -> "Tensor":
+        return self.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+
+    def mean(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+        if not irtypes.is_float(self.dtype):
+            raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() first")
+        axes = _normalize_dims(dim, self.ndim)
+        count = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
+        return self.sum(dim=axes, keepdim=keepdim) / count
+
+    def max(self, dim=None, keepdim: builtins.bool = False):
+        """The maximum; with `dim`, a (values, indices) pair as in PyTorch."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return apply("reduce_max", [self], axes=tuple(range(self.ndim)))
+        axis = _normalize_dim(dim, self.ndim)
+        values = apply("reduce_max", [self], axes=(axis,))
+        kept = values._keep((axis,), self.shape)
+        # The first index holding the maximum: the largest (size - 1 - index) among the ties.
+        size = self.shape[axis]
+        reverse = iota(self.shape, axis) * -1 + (size - 1)
+        candidates = where(self == kept, reverse, -1)
+        indices = (size - 1) - apply("reduce_max", [candidates], axes=(axis,))
+        if keepdim:
+            values, indices = kept, indices._keep((axis,), self.shape)
+        return MaxResult(values, indices)
+
+    def min(self, dim=None, keepdim: builtins.bool = False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if self.dtype == bool:
+            raise ArgumentError("min of a bool tensor; cast it first")
+        result = (-self).max(dim, keepdim)
+        return -result if dim is None else MaxResult(-result.values, result.indices)
+
+    def argmax(self, dim=None, keepdim: builtins.bool = False):
+        if dim is None:
+            return self.reshape(-1).max(0).indices
+        return self.max(dim, keepdim).indices
+
+    def softmax(self, dim: int) -> "Tensor":
+        shifted = self - self.max(dim, keepdim=True).values.detach()
+        exponentials = shifted.exp()
+        return exponentials / exponentials.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim: int) -> "Tensor":
+        shifted = self - self.max(dim, keepdim=True).values.detach()
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    # Layout -------------------------------------------------------------------------------------
+    def reshape(self, *shape) -> "Tensor":
+        shape = list(_shape_arguments(shape))
+        if shape.count(-1) > 1:
+            raise ShapeMismatchError("reshape: only one dimension can be -1")
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+            if known == 0 or self.numel() % known:
+                raise ShapeMismatchError(f"cannot reshape {list(self.shape)} to {shape}")
+            shape[shape.index(-1)] = self.numel() // known
+        if tuple(shape) == self.shape:
+            return self
+        return apply("reshape", [self], shape=tuple(shape))
+
+    view = reshape
+
+    def flatten(self) -> "Tensor":
+        return self.reshape(-1)
+
+    def permute(self, *dims) -> "Tensor":
+        dims = _shape_arguments(dims)
+        if len(dims) != self.ndim:
+            raise ShapeMismatchError(f"permute needs {self.ndim} dimensions, got {list(dims)}")
+        return apply("transpose", [self], permutation=[_normalize_dim(d, self.ndim) for d in dims])
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        order = list(range(self.ndim))
+        a, b = _normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self if a == b else apply("transpose", [self], permutation=order)
+
+    def t(self) -> "Tensor":
+        if self.ndim > 2:
+            raise ShapeMismatchError(f"t() expects a tensor of at most 2 dimensions, got {self.ndim}; "
+                                     f"use transpose(dim0, dim1)")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(*reversed(range(self.ndim)))
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        dim = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
+        if dim is None:
+            raise ShapeMismatchError(f"unsqueeze dimension out of range for {self.ndim} dimensions")
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def squeeze(self, dim=None) -> "Tensor":
+        if dim is None:
+            return self.reshape(tuple(d for d in self.shape if d != 1))
+        axis = _normalize_dim(dim, self.ndim)
+        if self.ndim == 0 or self.shape[axis] != 1:
+            return self
+        return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
+
+    def expand(self, *sizes) -> "Tensor":
+        sizes = _shape_arguments(sizes)
+        if len(sizes) < self.ndim:
+            raise ShapeMismatchError(f"expand: {list(sizes)} has fewer dimensions than "
+                                     f"{list(self.shape)}")
+        lead = len(sizes) - self.ndim
+        shape = tuple(self.shape[i - lead] if d == -1 else d for i, d in enumerate(sizes))
+        if any(d == -1 for d in sizes[:lead]):
+            raise ShapeMismatchError("expand: -1 is not allowed for new leading dimensions")
+        for i, d in enumerate(self.shape):
+            if d != 1 and d != shape[lead + i]:
+                raise ShapeMismatchError(f"expand: cannot expand {list(self.shape)} to {list(shape)}")
+        return self if shape == self.shape else apply("broadcast", [self], shape=shape)
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(*other.shape)
+
+    def matmul(self, other) -> "Tensor":
+        """numpy/PyTorch matmul: 1-D operands are promoted and squeezed, batch dims broadcast."""
+        x, y = promote(self, as_tensor(other))
+        if x.ndim == 0 or y.ndim == 0:
+            raise ShapeMismatchError("matmul does not take 0-d tensors; use *")
+        vector_x, vector_y = x.ndim == 1, y.ndim == 1
+        if vector_x:
+            x = x.unsqueeze(0)
+        if vector_y:
+            y = y.unsqueeze(1)
+        batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
+        x = x.expand(*batch, *x.shape[-2:])
+        y = y.expand(*batch, *y.shape[-2:])
+        if x.shape[-1] != y.shape[-2]:
+            raise ShapeMismatchError(f"matmul: shapes {list(self.shape)} and {list(other.shape)} "
+                                     f"do not line up ({x.shape[-1]} != {y.shape[-2]})")
+        result = apply("matmul", [x, y])
+        if vector_x:
+            result = result.squeeze(-2)
+        if vector_y:
+            result = result.squeeze(-1)
+        return result
+
+    def mm(self, other) -> "Tensor":
+        if self.ndim != 2 or as_tensor(other).ndim != 2:
+            raise ShapeMismatchError(f"mm needs two 2-d tensors, got {self.ndim}-d and "
+                                     f"{as_tensor(other).ndim}-d; use matmul")
+        return self.matmul(other)
+
+
+def broadcast_shapes_or_none(*shapes):
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError:
+        return None
+
+
+# Creation ---------------------------------------------------------------------------------------
+_generator = np.random.default_rng(0)
+
+
+def manual_seed(seed: int) -> None:
+    global _generator
+    _generator = np.random.default_rng(seed)
+
+
+def _leaf(array: np.ndarray, requires_grad: builtins.bool) -> Tensor:
+    if requires_grad and not irtypes.is_float(array.dtype):
+        raise ArgumentError(f"only float tensors can require gradients, got {array.dtype}")
+    return Tensor._make(array, None, builtins.bool(requires_grad), leaf=True)
+
+
+def _default_dtype(data) -> np.dtype:
+    array = np.asarray(data)
+    if array.dtype.kind == "f":
+        return float32 if not isinstance(data, np.ndarray) else irtypes.as_dtype(array.dtype)
+    if array.dtype.kind in "iu":
+        return int64
+    if array.dtype.kind == "b":
+        return bool
+    raise ArgumentError(f"cannot make a tensor from {type(data).__name__} of dtype {array.dtype}")
+
+
+def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, numbers or a numpy array)."""
+    if isinstance(data, Tensor):
+        data = data._eager_array("tr.tensor(tensor)")
+    dtype = irtypes.as_dtype(dtype) if dtype is not None else _default_dtype(data)
+    array = np.array(data, dtype=dtype, copy=True)
+    if state.trace is not None:
+        if requires_grad:
+            raise TracingError("tr.tensor(..., requires_grad=True) inside a traced function; "
+                               "pass it as an argument")
+        return Tensor._make(state.trace.capture(_leaf(array, False)), state.trace, False)
+    return _leaf(array, requires_grad)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with `array` (in-place changes show through both)."""
+    if not isinstance(array, np.ndarray):
+        raise ArgumentError(f"from_numpy needs a numpy array, got {type(array).__name__}")
+    irtypes.as_dtype(array.dtype)
+    return _leaf(array, False)
+
+
+def full(*shape, fill_value, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    shape = _shape_arguments(shape)
+    dtype = irtypes.as_dtype(dtype or (float32 if isinstance(fill_value, float) else
+                                       _WEAK_OF_CATEGORY[_python_scalar_category(fill_value)]))
+    if state.trace is not None:
+        value = constant(fill_value, dtype).expand(*shape) if shape else constant(fill_value, dtype)
+        return Tensor._make(value._handle, state.trace, requires_grad, leaf=True)
+    return _leaf(np.full(shape, fill_value, dtype), requires_grad)
+
+
+def zeros(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*shape, fill_value=0, dtype=dtype, requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*shape, fill_value=1, dtype=dtype, requires_grad=requires_grad)
+
+
+def full_like(x: Tensor, fill_value, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*x.shape, fill_value=fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def zeros_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full_like(x, 0, dtype, requires_grad)
+
+
+def ones_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full_like(x, 1, dtype, requires_grad)
+
+
+def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
+    if state.trace is not None:
+        raise TracingError(f"tr.{kind} inside a traced function would give the same numbers on "
+                           f"every call; make the random tensor outside and pass it as an argument")
+    shape = _shape_arguments(shape)
+    sample = _generator.standard_normal(shape) if kind == "randn" else _generator.random(shape)
+    return _leaf(sample.astype(irtypes.as_dtype(dtype)), requires_grad)
+
+
+def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Standard normal samples from the generator seeded by `tr.manual_seed`."""
+    return _random("randn", shape, dtype, requires_grad)
+
+
+def rand(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Uniform samples in [0, 1) from the generator seeded by `tr.manual_seed`."""
+    return _random("rand", shape, dtype, requires_grad)
+
+
+def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
+    """The index along `dimension`, broadcast to `shape`."""
+    return apply("iota", [], shape=tuple(shape), dimension=dimension, dtype=dtype)
+
+
+def arange(end: int, dtype=int64) -> Tensor:
+    return iota((end,), 0, dtype)

@@ -1,0 +1,92 @@
+"""The recording side of `@trace`: one Trace collects a function's primitives into an ir.Function."""
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from ir.builder import GraphBuilder
+from ir.graph import Function, Value
+from ir.types import TensorType
+from tracer.context import is_grad_enabled, state
+from tracer.errors import TracingError, user_line
+
+if TYPE_CHECKING:
+    from tracer.tensor import Tensor
+
+
+class Trace:
+    """The state of one function being traced."""
+
+    def __init__(self, name: str):
+        self.function = Function(name)
+        self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
+        self.builder = GraphBuilder(self.function, self.location)
+        self.captured: list[tuple["Tensor", Value]] = []
+        self._captured_ids: dict[int, Value] = {}
+        self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
+
+    def location(self) -> str:
+        line = user_line()
+        return f"{line} ({self.labels[-1]})" if self.labels else line
+
+    @contextlib.contextmanager
+    def label(self, text: str):
+        self.labels.append(text)
+        try:
+            yield
+        finally:
+            self.labels.pop()
+
+    @contextlib.contextmanager
+    def emitting_into(self, builder: GraphBuilder):
+        """Record into `builder`'s instruction list (the autodiff pass expanding a directive)."""
+        previous = self.builder
+        self.builder = GraphBuilder(builder.function, self.location, builder.instructions)
+        try:
+            yield
+        finally:
+            self.builder = previous
+
+    def parameter(self, name: str, type: TensorType) -> Value:
+        return self.function.add_parameter(name, type)
+
+    def capture(self, tensor: "Tensor") -> Value:
+        """A tensor from outside the traced function becomes an extra runtime input."""
+        if id(tensor) in self._captured_ids:
+            return self._captured_ids[id(tensor)]
+        if tensor.requires_grad and is_grad_enabled():
+            raise TracingError(
+                f"the traced function uses a tensor of shape {list(tensor.shape)} that requires "
+                f"grad but is not one of its arguments; pass it as an argument so that its "
+                f"gradient can be computed")
+        value = self.parameter(f"captured{len(self.captured)}", TensorType(tensor.shape, tensor.dtype))
+        self.captured.append((tensor, value))
+        self._captured_ids[id(tensor)] = value
+        return value
+
+    def handle_of(self, tensor: "Tensor") -> Value:
+        if tensor._trace is self:
+            return tensor._handle
+        if tensor._trace is not None:
+            raise escaped_error()
+        return self.capture(tensor)
+
+
+def escaped_error() -> TracingError:
+    return TracingError(
+        "this tensor was created inside a traced function that has finished (or another one); "
+        "return it from the traced function instead of keeping it")
+
+
+def current_trace() -> Trace | None:
+    return state.trace
+
+
+@contextlib.contextmanager
+def tracing(trace: Trace):
+    previous = state.trace
+    state.trace = trace
+    try:
+        yield trace
+    finally:
+        state.trace = previous

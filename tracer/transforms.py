@@ -1,0 +1,97 @@
+"""Gradients as functions: `grad` and `value_and_grad`, eager and inside `@trace`, and the traced
+side of `Tensor.backward`."""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+from ir.autodiff import reaches
+from tracer.autograd import run_backward
+from tracer.context import enable_grad, state
+from tracer.errors import ArgumentError
+from tracer.tensor import Tensor, as_tensor, ones, zeros_like
+from tracer.tracing import escaped_error
+
+
+def _traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list:
+    """Record a `gradient` directive; the autodiff pass expands it when the trace is compiled."""
+    trace = output._trace
+    operands = [output._handle, trace.handle_of(seed), *(trace.handle_of(t) for t in wrt)]
+    return trace.builder.emit("gradient", operands, {})
+
+
+def traced_backward(output: Tensor, gradient: Tensor) -> None:
+    """`output.backward(gradient)` inside a trace: accumulate into the `.grad` of traced leaves."""
+    trace = output._trace
+    if state.trace is not trace:
+        raise escaped_error()
+    leaves = list({id(t): t for t in trace.leaves if t.requires_grad}.values())
+    reached = reaches(trace.function.instructions, output._handle, [t._handle for t in leaves])
+    leaves = [t for t, r in zip(leaves, reached) if r]
+    if not leaves:
+        return
+    for leaf, handle in zip(leaves, _traced_gradients(output, gradient, leaves)):
+        gradient_tensor = Tensor._make(handle, trace, False)
+        if leaf.grad is None:
+            leaf.grad = gradient_tensor
+        else:
+            leaf.grad._assign(leaf.grad + gradient_tensor, "gradient accumulation")
+
+
+def _argnums(argnums: int | Sequence[int], count: int) -> tuple[int, ...]:
+    numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in numbers:
+        if not -count <= n < count:
+            raise ArgumentError(f"argnums {n} is out of range for {count} positional arguments")
+    return tuple(n % count for n in numbers)
+
+
+def _value_and_gradients(f: Callable, argnums, has_aux: bool, args, kwargs):
+    numbers = _argnums(argnums, len(args))
+    args = list(args)
+    trace = state.trace
+    leaves = []
+    for n in numbers:
+        x = as_tensor(args[n])
+        if x.dtype.kind != "f":
+            raise ArgumentError(f"grad: argument {n} must be a float tensor, got {x.dtype}")
+        handle = x._handle if trace is None else trace.handle_of(x)
+        leaf = Tensor._make(handle, trace, True, leaf=True)
+        leaves.append(leaf)
+        args[n] = leaf
+    with enable_grad():
+        result = f(*args, **kwargs)
+    output, aux = result if has_aux else (result, None)
+    if not isinstance(output, Tensor) or output.numel() != 1 or output.dtype.kind != "f":
+        raise ArgumentError("grad needs a function that returns a float tensor with one element"
+                            + (" (and an aux value, with has_aux=True)" if has_aux else ""))
+    seed = ones(*output.shape, dtype=output.dtype)
+    if not output.requires_grad:
+        gradients = [zeros_like(x) for x in leaves]
+    elif trace is None:
+        arrays = run_backward([(output, seed._handle)], inputs=leaves)
+        gradients = [zeros_like(x) if a is None else Tensor._make(a, None, False)
+                     for x, a in zip(leaves, arrays)]
+    else:
+        gradients = [Tensor._make(h, trace, False) for h in _traced_gradients(output, seed, leaves)]
+    gradients = gradients[0] if isinstance(argnums, int) else tuple(gradients)
+    value = output.detach()
+    return ((value, aux) if has_aux else value), gradients
+
+
+def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """`f`'s value and its gradient with respect to the arguments `argnums` (as jax.value_and_grad);
+    with has_aux, `f` returns (value, aux) and this returns ((value, aux), gradient)."""
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        return _value_and_gradients(f, argnums, has_aux, args, kwargs)
+    return wrapper
+
+
+def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of scalar-valued `f` with respect to the arguments `argnums` (as jax.grad)."""
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        value, gradients = _value_and_gradients(f, argnums, has_aux, args, kwargs)
+        return (gradients, value[1]) if has_aux else gradients
+    return wrapper
