@@ -48,6 +48,78 @@ def simplify(function: Function) -> Function:
     return function
 
 
+def scalar_constant(value: Value) -> float | int | bool | None:
+    """The number every element of `value` equals, when it is a constant seen through reshapes and
+    broadcasts; else None."""
+    while value.producer is not None and value.producer.primitive in ("reshape", "broadcast"):
+        value = value.producer.inputs[0]
+    if value.producer is not None and value.producer.primitive == "constant":
+        return value.producer.attributes["value"]
+    return None
+
+
+def _rewrite(instruction: Instruction, primitive: str, inputs: list[Value], **attributes) -> None:
+    instruction.primitive, instruction.inputs, instruction.attributes = primitive, inputs, attributes
+
+
+def _algebraic_replacement(instruction: Instruction) -> Value | None:
+    """A value `instruction`'s result equals, or None; may instead rewrite it into a cheaper form."""
+    primitive, inputs, out = instruction.primitive, instruction.inputs, instruction.outputs[0]
+    constants = [scalar_constant(v) for v in inputs]
+
+    def same_type(value: Value) -> Value | None:
+        return value if value.type == out.type else None
+
+    if primitive == "select" and constants[0] is not None:
+        chosen = inputs[1] if constants[0] else inputs[2]
+        if chosen.type == out.type:
+            return chosen
+        _rewrite(instruction, "broadcast", [chosen], shape=out.shape)
+    elif primitive == "mul" and 1 in constants:
+        return same_type(inputs[1 - constants.index(1)])
+    elif primitive in ("add", "sub") and constants[1] == 0:
+        return same_type(inputs[0])
+    elif primitive == "add" and constants[0] == 0:
+        return same_type(inputs[1])
+    elif primitive == "div" and constants[1] == 1:
+        return same_type(inputs[0])
+    elif primitive == "pow" and constants[1] == 1:
+        return same_type(inputs[0])
+    elif primitive == "pow" and constants[1] == 2 and inputs[0].type == out.type:
+        _rewrite(instruction, "mul", [inputs[0], inputs[0]])
+    elif primitive == "neg" and inputs[0].producer is not None and inputs[0].producer.primitive == "neg":
+        return inputs[0].producer.inputs[0]
+    elif primitive in ("reshape", "broadcast") and inputs[0].producer is not None:
+        inner = inputs[0].producer
+        if inner.primitive == "reshape" or (inner.primitive == primitive == "broadcast") or (
+                primitive == "broadcast" and inner.inputs and inner.inputs[0].type.ndim == 0
+                and inner.primitive == "reshape"):
+            # reshape(reshape(x)) and broadcast(broadcast(x)) are one step; so is broadcast of a
+            # reshaped scalar.
+            _rewrite(instruction, primitive, [inner.inputs[0]], **instruction.attributes)
+    elif primitive == "transpose" and inputs[0].producer is not None and \
+            inputs[0].producer.primitive == "transpose":
+        inner = inputs[0].producer
+        first, second = inner.attributes["permutation"], instruction.attributes["permutation"]
+        _rewrite(instruction, "transpose", [inner.inputs[0]],
+                 permutation=tuple(first[p] for p in second))
+    return None
+
+
+def simplify_algebra(function: Function) -> Function:
+    """x*1, x+0, x/1, x**1 -> x; x**2 -> x*x; select on a constant condition -> one branch;
+    chains of reshapes, of broadcasts and of transposes -> one step; -(-x) -> x."""
+    replacements: dict[int, Value] = {}
+    for instruction in function.instructions:
+        instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
+        if len(instruction.outputs) == 1:
+            replacement = _algebraic_replacement(instruction)
+            if replacement is not None:
+                replacements[id(instruction.outputs[0])] = replacement
+    _replace_uses(function, replacements)
+    return function
+
+
 def fold_constants(function: Function) -> Function:
     """Evaluate elementwise instructions on scalar constants at compile time."""
     constants: dict[int, object] = {}
@@ -94,7 +166,7 @@ def dce(function: Function) -> Function:
     return function
 
 
-PIPELINE = (simplify, fold_constants, cse, dce)
+PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce)
 
 
 def optimize(function: Function) -> Function:

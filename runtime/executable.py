@@ -10,6 +10,8 @@ import ir
 
 
 class InterpretedFunction:
+    stages: tuple[str, ...] = ()  # the back-end stages it can print: none
+
     def __init__(self, function: ir.Function):
         self.function = function
 
@@ -17,7 +19,7 @@ class InterpretedFunction:
         return ir.interpret(self.function, arguments)
 
     def stage_text(self, stage: str) -> str:
-        raise NotImplementedError(f"stage {stage!r} needs the compiled back end")
+        raise ValueError(f"stage {stage!r} needs the compiled back end")
 
 
 def build_executable(function: ir.Function):

@@ -262,7 +262,7 @@ class TracedFunction:
             return
         os.makedirs(folder, exist_ok=True)
         number = len(self._cache)
-        for stage in STAGES:
+        for stage in (*entry.stages, *entry.executable.stages):
             text = self._stage_text(entry, stage)
             path = os.path.join(folder, f"{self.python_function.__name__}.{number}.{stage}.txt")
             with open(path, "w") as file:
@@ -274,6 +274,9 @@ class TracedFunction:
             return entry.stages[stage]
         if stage not in STAGES:
             raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+        if stage not in entry.executable.stages:
+            raise ArgumentError(f"stage {stage!r} is not available: this signature runs on the "
+                                f"reference interpreter")
         return entry.executable.stage_text(stage)
 
     # Calling.

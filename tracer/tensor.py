@@ -522,9 +522,9 @@ class Tensor:
         result = self
         # As PyTorch: the gradient passes where min <= x <= max, and nan stays nan.
         if min is not None:
-            result = where(result < min, as_tensor(min).to(result_dtype(self, min)), result)
+            result = where(result < min, as_tensor(min, result_dtype(self, min)), result)
         if max is not None:
-            result = where(result > max, as_tensor(max).to(result_dtype(result, max)), result)
+            result = where(result > max, as_tensor(max, result_dtype(result, max)), result)
         return result
 
     clip = clamp
