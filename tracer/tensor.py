@@ -247,7 +247,7 @@ class Tensor:
             raise ArgumentError(f"only float tensors can require gradients, this one is {self.dtype}")
         self._requires_grad = builtins.bool(requires_grad)
         self._leaf = True
-        if self._trace is not None and requires_grad and self not in self._trace.leaves:
+        if self._trace is not None and requires_grad and not any(t is self for t in self._trace.leaves):
             self._trace.leaves.append(self)
         return self
 
@@ -289,11 +289,11 @@ class Tensor:
         return self._eager_array(".tolist()").tolist()
 
     def __bool__(self) -> builtins.bool:
-        return builtins.bool(self._eager_array("bool(tensor) (Python control flow on a tensor)")
-                             .reshape(-1)[0] if self.numel() == 1 else self._ambiguous())
-
-    def _ambiguous(self):
-        raise ArgumentError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+        array = self._eager_array("bool(tensor) (Python control flow on a tensor)")
+        if array.size != 1:
+            raise ArgumentError(f"the truth value of a tensor with {array.size} elements is "
+                                f"ambiguous; use .any() or .all() on a comparison")
+        return builtins.bool(array.reshape(-1)[0])
 
     def __float__(self) -> float:
         self._eager_array("float(tensor)")
@@ -541,6 +541,12 @@ class Tensor:
 
     def _keep(self, axes, shape) -> "Tensor":
         return self.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+
+    def any(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+        return (self != 0).to(int64).sum(dim, keepdim) > 0
+
+    def all(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+        return (self == 0).to(int64).sum(dim, keepdim) == 0
 
     def mean(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
         if not irtypes.is_float(self.dtype):
