@@ -61,6 +61,11 @@ def _pow(b, g, z, inputs, needs, attributes):
     return [dx, dy]
 
 
+def _mul(b, g, z, inputs, needs, attributes):
+    x, y = inputs
+    return [b.mul(g, y) if needs[0] else None, b.mul(g, x) if needs[1] else None]
+
+
 def _maximum_like(select_first: str):
     # As PyTorch: ties split the gradient evenly between the operands.
     def rule(b, g, z, inputs, needs, attributes):
@@ -156,13 +161,12 @@ def _table() -> dict[str, Callable[..., list]]:
         "cos": lambda b, g, z, x: [b.neg(b.mul(g, b.op("sin", x)))],
         "add": lambda b, g, z, x, y: [g, g],
         "sub": lambda b, g, z, x, y: [g, b.neg(g)],
-        "mul": lambda b, g, z, x, y: [b.mul(g, y), b.mul(g, x)],
         "broadcast": lambda b, g, z, x: [g],
     }
     for name, rule in simple.items():
         table[name] = lambda b, g, z, inputs, needs, attributes, _rule=rule: _rule(b, g, z, *inputs)
     table.update({
-        "abs": _abs, "div": _div, "pow": _pow,
+        "abs": _abs, "mul": _mul, "div": _div, "pow": _pow,
         "maximum": _maximum_like("gt"), "minimum": _maximum_like("lt"),
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_max,

@@ -126,16 +126,16 @@ class _FunctionRule:
         return Tensor._make(handle, self.trace, False)
 
     def _run(self, cotangents: list, tensor_positions: list[int]) -> list:
-        grads_in: list[Tensor | None] = []
-        flowing = iter(cotangents)
-        for (shape, dtype), differentiable in zip(self.output_types, self.differentiable):
-            handle = next(flowing) if differentiable else None
-            if handle is None and self.ctx.materialize_grads:
-                grads_in.append(zeros(*shape, dtype=dtype))
-            else:
-                grads_in.append(None if handle is None else self._wrap(handle))
         context = self.trace.label(f"{self.name}.backward") if self.trace else _no_label()
         with no_grad(), context:
+            grads_in: list[Tensor | None] = []
+            flowing = iter(cotangents)
+            for (shape, dtype), differentiable in zip(self.output_types, self.differentiable):
+                handle = next(flowing) if differentiable else None
+                if handle is None and self.ctx.materialize_grads:
+                    grads_in.append(zeros(*shape, dtype=dtype))
+                else:
+                    grads_in.append(None if handle is None else self._wrap(handle))
             result = self.user_backward(self.ctx, *grads_in)
         return self._check(result, tensor_positions)
 
