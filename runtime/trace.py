@@ -18,11 +18,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import ir
-from ir.types import TensorType, as_dtype
+from ir.types import TensorType
 from runtime.executable import build_executable
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor, from_numpy
+from tracer.tensor import Tensor, as_dtype, from_numpy
 from tracer.tracing import Trace, tracing
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])

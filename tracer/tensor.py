@@ -37,6 +37,14 @@ _VIEWING = frozenset({"broadcast", "reshape", "transpose", "slice", "stop_gradie
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
 
+def as_dtype(dtype) -> np.dtype:
+    """The dtype for `dtype`, or an ArgumentError naming the supported ones."""
+    try:
+        return irtypes.as_dtype(dtype)
+    except TypeError as error:
+        raise ArgumentError(str(error)) from None
+
+
 def _python_scalar_category(value) -> int:
     if isinstance(value, (builtins.bool, np.bool_)):
         return 0
@@ -99,7 +107,7 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
 
 
 def constant(value, dtype) -> "Tensor":
-    return apply("constant", [], value=irtypes.as_dtype(dtype).type(value).item(), dtype=dtype)
+    return apply("constant", [], value=as_dtype(dtype).type(value).item(), dtype=dtype)
 
 
 def as_tensor(value, dtype=None) -> "Tensor":
@@ -424,7 +432,7 @@ class Tensor:
 
     # Conversions --------------------------------------------------------------------------------
     def to(self, dtype) -> "Tensor":
-        dtype = irtypes.as_dtype(dtype)
+        dtype = as_dtype(dtype)
         if dtype == self.dtype:
             return self
         result = apply("cast", [self], dtype=dtype)
@@ -722,7 +730,7 @@ def _leaf(array: np.ndarray, requires_grad: builtins.bool) -> Tensor:
 def _default_dtype(data) -> np.dtype:
     array = np.asarray(data)
     if array.dtype.kind == "f":
-        return float32 if not isinstance(data, np.ndarray) else irtypes.as_dtype(array.dtype)
+        return float32 if not isinstance(data, np.ndarray) else as_dtype(array.dtype)
     if array.dtype.kind in "iu":
         return int64
     if array.dtype.kind == "b":
@@ -734,7 +742,7 @@ def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, numbers or a numpy array)."""
     if isinstance(data, Tensor):
         data = data._eager_array("tr.tensor(tensor)")
-    dtype = irtypes.as_dtype(dtype) if dtype is not None else _default_dtype(data)
+    dtype = as_dtype(dtype) if dtype is not None else _default_dtype(data)
     array = np.array(data, dtype=dtype, copy=True)
     if state.trace is not None:
         if requires_grad:
@@ -748,13 +756,13 @@ def from_numpy(array: np.ndarray) -> Tensor:
     """A tensor sharing memory with `array` (in-place changes show through both)."""
     if not isinstance(array, np.ndarray):
         raise ArgumentError(f"from_numpy needs a numpy array, got {type(array).__name__}")
-    irtypes.as_dtype(array.dtype)
+    as_dtype(array.dtype)
     return _leaf(array, False)
 
 
 def full(*shape, fill_value, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
     shape = _shape_arguments(shape)
-    dtype = irtypes.as_dtype(dtype or (float32 if isinstance(fill_value, float) else
+    dtype = as_dtype(dtype or (float32 if isinstance(fill_value, float) else
                                        _WEAK_OF_CATEGORY[_python_scalar_category(fill_value)]))
     if state.trace is not None:
         value = constant(fill_value, dtype).expand(*shape) if shape else constant(fill_value, dtype)
@@ -788,7 +796,7 @@ def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
                            f"every call; make the random tensor outside and pass it as an argument")
     shape = _shape_arguments(shape)
     sample = _generator.standard_normal(shape) if kind == "randn" else _generator.random(shape)
-    return _leaf(sample.astype(irtypes.as_dtype(dtype)), requires_grad)
+    return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
 
 
 def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
