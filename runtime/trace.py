@@ -114,6 +114,7 @@ class TracedFunction:
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
         self._cache: dict[tuple, Entry] = {}
+        self._quick: dict[tuple, Entry] = {}  # the same entries, for calls _quick_key can key
         self._hits = self._misses = 0
         try:
             self._signature = inspect.signature(function)
@@ -125,6 +126,7 @@ class TracedFunction:
 
     def cache_clear(self) -> None:
         self._cache.clear()
+        self._quick.clear()
         self._hits = self._misses = 0
 
     # Signatures.
@@ -155,17 +157,47 @@ class TracedFunction:
         signature = tuple(_leaf_signature(value, position) for value, _ in leaves)
         return (structure, signature, is_grad_enabled()), leaves
 
+    def _quick_key(self, args, kwargs) -> tuple | None:
+        """The common call -- positional tensors and numbers, none repeated -- keyed without
+        flattening; None sends the call down the general path."""
+        if kwargs or self.static_argnums:
+            return None
+        parts: list = [is_grad_enabled()]
+        tensors = 0
+        for value in args:
+            kind = type(value)
+            if kind is Tensor:
+                grad = value.grad
+                parts.append((value._handle.shape, value._handle.dtype, value._requires_grad,
+                              None if grad is None else (grad._handle.shape, grad._handle.dtype),
+                              value._trace is None))
+                tensors += 1
+            elif kind is float or kind is int:
+                parts.append(kind)
+            else:
+                return None
+        if tensors > 1 and len({id(v) for v in args if type(v) is Tensor}) < tensors:
+            return None
+        return tuple(parts)
+
     def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, list]:
-        key, leaves = self._key(args, kwargs)
-        entry = self._cache.get(key)
-        if entry is not None and entry.captured_types != [(t.shape, t.dtype) for t in entry.captured]:
-            entry = None  # a captured tensor changed shape: trace again
+        quick = self._quick_key(args, kwargs)
+        entry = self._quick.get(quick) if quick is not None else None
+        if entry is not None and not _captured_changed(entry):
+            leaves = [(value, None) for value in args]
+        else:
+            key, leaves = self._key(args, kwargs)
+            entry = self._cache.get(key)
+            if entry is not None and _captured_changed(entry):
+                entry = None  # a tensor the function captured changed shape: trace again
         if entry is None:
             entry = self._compile(args, kwargs, leaves)
             self._cache[key] = entry
             self._misses += count
         else:
             self._hits += count
+        if quick is not None:
+            self._quick[quick] = entry
         return entry, leaves
 
     # Tracing and compiling.
@@ -326,6 +358,11 @@ class TracedFunction:
         results = [Tensor._make(_owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
         return unflatten(entry.structure, results)
+
+
+def _captured_changed(entry: Entry) -> bool:
+    return bool(entry.captured) and entry.captured_types != [(t.shape, t.dtype)
+                                                             for t in entry.captured]
 
 
 def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
