@@ -11,6 +11,7 @@ import functools
 import inspect
 import numbers
 import os
+import weakref
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -20,9 +21,12 @@ import numpy as np
 import ir
 from ir.types import TensorType
 from runtime.executable import build_executable
-from tracer.context import is_grad_enabled, state
+from ir.vjp import CustomRule
+from tracer.autograd import Node, edge_of
+from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor, as_dtype, from_numpy
+from tracer.tensor import Tensor, as_dtype, from_numpy, ones_like
+from tracer.transforms import traced_gradients
 from tracer.tracing import Trace, tracing
 
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
@@ -100,6 +104,10 @@ class Entry:
     captured: list[Tensor]
     captured_types: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
+    # Results through which eager autograd can differentiate the call (a pure function of
+    # arguments that require grad), and the traced forward+backward that does it, made on demand.
+    differentiable: list[int] = field(default_factory=list)
+    backward: "TracedFunction | None" = None
 
 
 def _parameter_name(path: str) -> str:
@@ -256,6 +264,9 @@ class TracedFunction:
         entry = Entry(result_structure, build_executable(optimized), len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
                       [(t.shape, t.dtype) for t, _ in trace.captured], stages)
+        if not writebacks and not cleared:
+            entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
+                                    if isinstance(value, Tensor) and value.requires_grad]
         self._dump(entry)
         return entry
 
@@ -357,7 +368,59 @@ class TracedFunction:
             leaves[index][0].grad = None
         results = [Tensor._make(_owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
+        if entry.differentiable and is_grad_enabled():
+            self._record_backward(entry, args, kwargs, leaves, results)
         return unflatten(entry.structure, results)
+
+    def _record_backward(self, entry: Entry, args, kwargs, leaves, results: list[Tensor]) -> None:
+        """Give the results a node on the eager tape whose backward runs a traced VJP of the
+        function, so `traced(x).sum().backward()` works as with torch.compile."""
+        inputs = list({id(v): v for v, _ in leaves
+                       if isinstance(v, Tensor) and v.requires_grad}.values())
+        outputs = [results[i] for i in entry.differentiable]
+
+        def backward(builder, cotangents, needs):
+            if entry.backward is None:
+                entry.backward = TracedFunction(_vector_jacobian_product(
+                    self.python_function, entry.differentiable))
+            seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
+                     for o, c in zip(outputs, cotangents)]
+            with enable_grad():  # the eager engine runs backward under no_grad
+                gradients = entry.backward(seeds, *args, **kwargs)
+            return [g._handle for g in gradients]
+
+        name = getattr(self.python_function, "__name__", "traced")
+        attributes = {"num_outputs": len(outputs), "rule": CustomRule(name, backward)}
+        handles = [o._handle for o in outputs]
+        node = Node("custom_vjp", attributes, [], handles + [t._handle for t in inputs], handles,
+                    name=f"{name}Backward",
+                    edges=[None] * len(outputs) + [edge_of(t) for t in inputs])
+        # The backward reads the arguments again: changing one in place first is an error.
+        node.saved = [(weakref.ref(v), v._version) for v, _ in leaves if isinstance(v, Tensor)]
+        for index, output in enumerate(outputs):
+            output._node, output._output_index = node, index
+            output._requires_grad, output._leaf = True, False
+
+
+def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> Callable:
+    """`vjp(cotangents, *args, **kwargs)`: the gradient of sum(result_i * cotangent_i) with respect
+    to every argument tensor that requires grad, in the order they are flattened."""
+    def vjp(cotangents, *args, **kwargs):
+        result_leaves: list = []
+        flatten(function(*args, **kwargs), result_leaves, "result")
+        total = None
+        for index, cotangent in zip(differentiable, cotangents):
+            term = (result_leaves[index][0] * cotangent).sum()
+            total = term if total is None else total + term
+        argument_leaves: list = []
+        flatten((args, dict(sorted(kwargs.items()))), argument_leaves, "argument")
+        inputs = list({id(v): v for v, _ in argument_leaves
+                       if isinstance(v, Tensor) and v.requires_grad}.values())
+        seed = ones_like(total)
+        return [Tensor._make(handle, total._trace, False)
+                for handle in traced_gradients(total, seed, inputs)]
+    vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
+    return vjp
 
 
 def _captured_changed(entry: Entry) -> bool:

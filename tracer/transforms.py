@@ -13,7 +13,7 @@ from tracer.tensor import Tensor, as_tensor, ones, zeros_like
 from tracer.tracing import escaped_error
 
 
-def _traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list:
+def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list:
     """Record a `gradient` directive; the autodiff pass expands it when the trace is compiled."""
     trace = output._trace
     operands = [output._handle, trace.handle_of(seed), *(trace.handle_of(t) for t in wrt)]
@@ -30,7 +30,7 @@ def traced_backward(output: Tensor, gradient: Tensor) -> None:
     leaves = [t for t, r in zip(leaves, reached) if r]
     if not leaves:
         return
-    for leaf, handle in zip(leaves, _traced_gradients(output, gradient, leaves)):
+    for leaf, handle in zip(leaves, traced_gradients(output, gradient, leaves)):
         gradient_tensor = Tensor._make(handle, trace, False)
         if leaf.grad is None:
             leaf.grad = gradient_tensor
@@ -73,7 +73,7 @@ def _value_and_gradients(f: Callable, argnums, has_aux: bool, args, kwargs):
         gradients = [zeros_like(x) if a is None else Tensor._make(a, None, False)
                      for x, a in zip(leaves, arrays)]
     else:
-        gradients = [Tensor._make(h, trace, False) for h in _traced_gradients(output, seed, leaves)]
+        gradients = [Tensor._make(h, trace, False) for h in traced_gradients(output, seed, leaves)]
     gradients = gradients[0] if isinstance(argnums, int) else tuple(gradients)
     value = output.detach()
     return ((value, aux) if has_aux else value), gradients
