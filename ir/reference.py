@@ -13,7 +13,7 @@ def _pad(x, low, high, interior):
     shape = tuple(low_ + high_ + n + max(0, n - 1) * gap
                   for n, low_, high_, gap in zip(x.shape, low, high, interior))
     result = np.zeros(shape, x.dtype)
-    region = tuple(slice(low_, low_ + max(0, n - 1) * (gap + 1) + 1, gap + 1)
+    region = tuple(slice(low_, low_ + max(0, n - 1) * (gap + 1) + (1 if n else 0), gap + 1)
                    for n, low_, gap in zip(x.shape, low, interior))
     result[region] = x
     return result
