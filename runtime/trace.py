@@ -139,25 +139,28 @@ class TracedFunction:
 
     # Signatures.
     def _split(self, args, kwargs):
-        """(structure, runtime leaves with paths) of the call's arguments."""
+        """(structure, runtime leaves with paths) of the call's arguments; the structure
+        unflattens to (args, kwargs)."""
         names = [f"arg{i}" for i in range(len(args))]
         if self._signature is not None:
             parameters = [p for p in self._signature.parameters.values()
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             names[:len(parameters)] = [p.name for p in parameters][:len(args)]
         leaves: list = []
-        structure = []
+        positional = []
         for i, (name, value) in enumerate(zip(names, args)):
             if i in self.static_argnums:
                 try:
                     hash(value)
                 except TypeError:
                     raise ArgumentError(f"static argument {name} must be hashable") from None
-                structure.append(("static", value))
+                positional.append(("static", value))
             else:
-                structure.append(flatten(value, leaves, name))
-        keyword_structure = tuple((k, flatten(v, leaves, k)) for k, v in sorted(kwargs.items()))
-        return (tuple(structure), keyword_structure), leaves
+                positional.append(flatten(value, leaves, name))
+        keywords = dict(sorted(kwargs.items()))
+        keyword_structure = ("dict", tuple(keywords),
+                             tuple(flatten(v, leaves, k) for k, v in keywords.items()))
+        return ("tuple", (("tuple", tuple(positional)), keyword_structure)), leaves
 
     def _key(self, args, kwargs):
         structure, leaves = self._split(args, kwargs)
@@ -227,10 +230,7 @@ class TracedFunction:
                 originals[index] = (proxy._handle, proxy.grad._handle if proxy.grad is not None
                                     else None)
             structure, _ = self._split(args, kwargs)
-            rebuilt = unflatten(("tuple", structure[0]), proxies[:_count(structure[0])])
-            keyword_values = unflatten(("tuple", tuple(s for _, s in structure[1])),
-                                       proxies[_count(structure[0]):])
-            rebuilt_kwargs = {k: v for (k, _), v in zip(structure[1], keyword_values)}
+            rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
             result = self.python_function(*rebuilt, **rebuilt_kwargs)
             result_leaves: list = []
             result_structure = flatten(result, result_leaves, "result")
@@ -433,19 +433,6 @@ def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
     if id(array) in inputs or array.base is not None or not array.flags.writeable:
         return np.array(array, copy=True)
     return array
-
-
-def _count(structures: tuple) -> int:
-    total = 0
-    for node in structures:
-        kind = node[0]
-        if kind == "leaf":
-            total += 1
-        elif kind in ("list", "tuple"):
-            total += _count(node[1])
-        elif kind == "dict":
-            total += _count(node[2])
-    return total
 
 
 def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = ()):
