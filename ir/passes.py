@@ -91,7 +91,7 @@ def _algebraic_replacement(instruction: Instruction) -> Value | None:
         return inputs[0].producer.inputs[0]
     elif primitive in ("reshape", "broadcast") and inputs[0].producer is not None:
         inner = inputs[0].producer
-        if inner.primitive == "reshape" or (inner.primitive == primitive == "broadcast") or (
+        if (inner.primitive == primitive == "reshape") or (inner.primitive == primitive == "broadcast") or (
                 primitive == "broadcast" and inner.inputs and inner.inputs[0].type.ndim == 0
                 and inner.primitive == "reshape"):
             # reshape(reshape(x)) and broadcast(broadcast(x)) are one step; so is broadcast of a
