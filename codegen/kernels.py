@@ -1,0 +1,484 @@
+"""Kernel emission: each kernel of a fused function becomes one LLVM function, and the module gets
+one entry point that calls them in order.
+
+A loop kernel is a loop nest over the shape of its results; the body asks for each result "at the
+current index", and `KernelEmitter.evaluate` answers recursively: a buffer is loaded at the index's
+offset, an elementwise op evaluates its operands at the broadcast-adjusted index, a layout op maps
+the index (transpose permutes it, slice scales and shifts it, pad checks it), and a reduction opens
+an inner loop. Results are memoized per (value, index) so a value shared by several results of the
+kernel is computed once. Loop skeletons, kernel functions, matmul and the entry point are Jinja2
+templates in codegen/templates/.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from codegen.lowering import (INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, cast,
+                              double_hex, literal)
+from ir.fusion import FusedFunction, Kernel, matmul_operand
+from ir.graph import Instruction, Value
+from ir.memory import Location, MemoryPlan
+from ir.primitives import ELEMENTWISE
+from ir.types import bool_, float32, float64, int64, is_float
+
+ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+ENVIRONMENT.filters["d"] = double_hex
+LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
+
+GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant"}
+
+Index = tuple  # of LLVM i64 registers (str) and Python ints
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def is_flat(kernel: Kernel) -> bool:
+    """Whether a loop kernel can run as one flat loop over the elements: every value it touches
+    has all the elements of the result (in the same row-major order) or just one."""
+    count = kernel.shape and int(np.prod(kernel.shape))
+    if kernel.kind != "loop" or kernel.shape == ():
+        return False
+    for instruction in kernel.instructions:
+        if instruction.primitive not in FLAT_PRIMITIVES:
+            return False
+        for value in (*instruction.inputs, *instruction.outputs):
+            if value.type.size not in (1, count):
+                return False
+    return all(v.type.size in (1, count) for v in kernel.inputs)
+
+
+class KernelEmitter:
+    """Writes the body of one loop or accumulate kernel."""
+
+    def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
+        self.fused = fused
+        self.kernel = kernel
+        self.buffers = buffers  # value id -> the kernel parameter register holding its buffer
+        self.own = {id(v) for v in kernel.results}
+        self.flat = is_flat(kernel)
+        self.w = Writer()
+        self.memo: list[dict] = [{}]
+
+    # Shapes and index arithmetic (folding Python ints) ---------------------------------------
+
+    def shape_of(self, value: Value) -> tuple[int, ...]:
+        return (value.type.size,) if self.flat else value.shape
+
+    def add(self, a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if a == 0:
+            return b
+        if b == 0:
+            return a
+        return self.w.value(f"add nsw i64 {a}, {b}", "i")
+
+    def mul(self, a, factor: int):
+        if isinstance(a, int):
+            return a * factor
+        if factor == 1:
+            return a
+        if factor == 0:
+            return 0
+        return self.w.value(f"mul nsw i64 {a}, {factor}", "i")
+
+    def linear(self, index: Index, shape: tuple[int, ...]):
+        offset = 0
+        for position, size, stride in zip(index, shape, contiguous_strides(shape)):
+            if size != 1:
+                offset = self.add(offset, self.mul(position, stride))
+        return offset
+
+    @staticmethod
+    def broadcast_index(index: Index, shape: tuple[int, ...], operand_shape: tuple[int, ...]):
+        lead = len(shape) - len(operand_shape)
+        return tuple(0 if size == 1 else index[lead + k] for k, size in enumerate(operand_shape))
+
+    # Memory -----------------------------------------------------------------------------------
+
+    def address(self, buffer: str, dtype: np.dtype, offset) -> str:
+        return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[dtype]}, ptr {buffer}, "
+                            f"i64 {offset}", "p")
+
+    def load(self, value: Value, offset) -> str:
+        pointer = self.address(self.buffers[id(value)], value.dtype, offset)
+        storage = STORAGE_TYPE[value.dtype]
+        loaded = self.w.value(f"load {storage}, ptr {pointer}, align {value.dtype.itemsize}")
+        if value.dtype == bool_:
+            return self.w.value(f"icmp ne i8 {loaded}, 0")
+        return loaded
+
+    def store(self, register: str, dtype: np.dtype, buffer: str, offset) -> None:
+        pointer = self.address(buffer, dtype, offset)
+        if dtype == bool_:
+            register = self.w.value(f"zext i1 {register} to i8")
+        self.w.emit(f"store {STORAGE_TYPE[dtype]} {register}, ptr {pointer}, "
+                    f"align {dtype.itemsize}")
+
+    # Loops ------------------------------------------------------------------------------------
+
+    def open_loop(self, begin, end) -> tuple[str, str]:
+        name = self.w.label("L")
+        counter = f"%{name}.i"
+        self.w.allocas.append(f"{counter}.addr = alloca i64")
+        self.w.raw(LOOPS.loop_open(name, counter, begin, end))
+        return name, counter
+
+    def close_loop(self, loop: tuple[str, str]) -> None:
+        self.w.raw(LOOPS.loop_close(*loop))
+
+    def open_nest(self, shape: tuple[int, ...], split: bool) -> tuple[Index, list]:
+        """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs
+        [%begin, %end) instead of the whole dimension."""
+        index, loops = [], []
+        for size in shape:
+            if size == 1:
+                index.append(0)
+                continue
+            if split and not loops:
+                loop = self.open_loop("%begin", "%end")
+            else:
+                loop = self.open_loop(0, size)
+            loops.append(loop)
+            index.append(loop[1])
+        return tuple(index), loops
+
+    # Evaluation -------------------------------------------------------------------------------
+
+    def evaluate(self, value: Value, index: Index) -> str:
+        key = (id(value), index)
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        result = self._evaluate(value, index)
+        self.memo[-1][key] = result
+        return result
+
+    def _evaluate(self, value: Value, index: Index) -> str:
+        instruction = value.producer
+        if instruction is None or (self.fused.is_materialized(value) and id(value) not in self.own):
+            return self.load(value, self.linear(index, self.shape_of(value)))
+        primitive, attributes = instruction.primitive, instruction.attributes
+        inputs = instruction.inputs
+        lowering = LOWERING[primitive]
+        if lowering.kind == "scalar":
+            shape = self.shape_of(value)
+            operands = [self.evaluate(x, self.broadcast_index(index, shape, self.shape_of(x)))
+                        for x in inputs]
+            if primitive == "pow":
+                special = self.constant_power(inputs, operands, value.dtype)
+                if special is not None:
+                    return special
+            return lowering.emit(self.w, [x.dtype for x in inputs], value.dtype, operands,
+                                 attributes)
+        if lowering.kind == "reduction":
+            return self.reduce_inline(instruction, index)
+        if lowering.kind != "index":
+            raise NotImplementedError(f"{primitive} cannot be computed inside a loop kernel")
+        if primitive == "constant":
+            return literal(attributes["value"], value.dtype)
+        if primitive == "iota":
+            position = index[attributes["dimension"]]
+            if isinstance(position, int):
+                return literal(position, value.dtype)
+            return cast(self.w, int64, value.dtype, position)
+        (x,) = inputs
+        if primitive == "broadcast":
+            return self.evaluate(x, self.broadcast_index(index, self.shape_of(value),
+                                                         self.shape_of(x)))
+        if primitive == "reshape":
+            if self.flat:
+                return self.evaluate(x, index)
+            if x.producer is None or (self.fused.is_materialized(x) and id(x) not in self.own):
+                return self.load(x, self.linear(index, value.shape))
+            return self.evaluate(x, self.reshape_index(index, value.shape, x.shape))
+        if primitive == "transpose":
+            mapped = [0] * len(index)
+            for position, axis in zip(index, attributes["permutation"]):
+                mapped[axis] = position
+            return self.evaluate(x, tuple(mapped))
+        if primitive == "slice":
+            return self.evaluate(x, tuple(
+                self.add(start, self.mul(position, step))
+                for position, start, step in zip(index, attributes["starts"], attributes["steps"])))
+        if primitive == "pad":
+            return self.pad(x, value, index, attributes)
+        raise NotImplementedError(primitive)
+
+    def reshape_index(self, index: Index, shape, operand_shape) -> Index:
+        kept = [(k, d) for k, d in enumerate(shape) if d != 1]
+        operand_kept = [(k, d) for k, d in enumerate(operand_shape) if d != 1]
+        if [d for _, d in kept] == [d for _, d in operand_kept]:
+            mapped = [0] * len(operand_shape)
+            for (k, _), (j, _) in zip(kept, operand_kept):
+                mapped[j] = index[k]
+            return tuple(mapped)
+        flat = self.linear(index, shape)
+        mapped = []
+        for size, stride in zip(operand_shape, contiguous_strides(operand_shape)):
+            if size == 1:
+                mapped.append(0)
+            elif isinstance(flat, int):
+                mapped.append(flat // stride % size)
+            else:
+                quotient = flat if stride == 1 else self.w.value(f"udiv i64 {flat}, {stride}", "i")
+                mapped.append(self.w.value(f"urem i64 {quotient}, {size}", "i"))
+        return tuple(mapped)
+
+    def pad(self, x: Value, value: Value, index: Index, attributes) -> str:
+        zero = literal(0, value.dtype)
+        if x.type.size == 0:
+            return zero
+        mapped, valid = [], None
+        for position, size, out_size, low, gap in zip(index, x.shape, value.shape,
+                                                      attributes["low"], attributes["interior"]):
+            if isinstance(position, int):
+                shifted = position - low
+                if gap:
+                    ok = shifted >= 0 and shifted % (gap + 1) == 0 and shifted // (gap + 1) < size
+                    mapped.append(shifted // (gap + 1) if ok else 0)
+                else:
+                    ok = 0 <= shifted < size
+                    mapped.append(shifted if ok else 0)
+                if not ok:
+                    return zero
+                continue
+            if low == 0 and gap == 0 and out_size == size:
+                mapped.append(position)
+                continue
+            shifted = self.w.value(f"sub i64 {position}, {low}", "i") if low else position
+            if gap:
+                quotient = self.w.value(f"udiv i64 {shifted}, {gap + 1}", "i")
+                remainder = self.w.value(f"urem i64 {shifted}, {gap + 1}", "i")
+                on_grid = self.w.value(f"icmp eq i64 {remainder}, 0")
+                inside = self.w.value(f"icmp ult i64 {quotient}, {size}")
+                ok = self.w.value(f"and i1 {on_grid}, {inside}")
+            else:
+                quotient = shifted
+                ok = self.w.value(f"icmp ult i64 {shifted}, {size}")
+            # Read a clamped (in-bounds) element and discard it outside the operand.
+            mapped.append(self.w.value(f"select i1 {ok}, i64 {quotient}, i64 0", "i"))
+            valid = ok if valid is None else self.w.value(f"and i1 {valid}, {ok}")
+        element = self.evaluate(x, tuple(mapped))
+        if valid is None:
+            return element
+        return self.w.value(f"select i1 {valid}, {LLVM_TYPE[value.dtype]} {element}, "
+                            f"{LLVM_TYPE[value.dtype]} {zero}")
+
+    def constant_power(self, inputs: list[Value], operands: list[str], dtype) -> str | None:
+        """x ** c for a few constant c, as multiplications (exact where pow is exact)."""
+        exponent = inputs[1]
+        while exponent.producer is not None and exponent.producer.primitive in (
+                "broadcast", "reshape"):
+            exponent = exponent.producer.inputs[0]
+        if exponent.producer is None or exponent.producer.primitive != "constant":
+            return None
+        c = exponent.producer.attributes["value"]
+        x, t = operands[0], LLVM_TYPE[dtype]
+        floating = is_float(dtype)
+        multiply = "fmul" if floating else "mul"
+        if c == 1:
+            return x
+        if c == 2:
+            return self.w.value(f"{multiply} {t} {x}, {x}")
+        if c == 3:
+            square = self.w.value(f"{multiply} {t} {x}, {x}")
+            return self.w.value(f"{multiply} {t} {square}, {x}")
+        if floating and c in (-1, -2):
+            base = x if c == -1 else self.w.value(f"fmul {t} {x}, {x}")
+            return self.w.value(f"fdiv {t} {literal(1, dtype)}, {base}")
+        if floating and c == 0.5:
+            # pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf, where sqrt gives -0 and nan.
+            root = self.w.call(t, f"llvm.sqrt.{'f32' if dtype == float32 else 'f64'}", (t, x))
+            positive = self.w.value(f"fadd {t} {root}, 0.0")
+            is_minus_inf = self.w.value(f"fcmp oeq {t} {x}, {literal(-np.inf, dtype)}")
+            return self.w.value(f"select i1 {is_minus_inf}, {t} {literal(np.inf, dtype)}, "
+                                f"{t} {positive}")
+        return None
+
+    # Reductions -------------------------------------------------------------------------------
+
+    @staticmethod
+    def accumulator(primitive: str, dtype) -> tuple[np.dtype, str]:
+        """The accumulator dtype (float32 sums accumulate in float64) and its initial value."""
+        if primitive == "reduce_sum":
+            accumulator = float64 if dtype == float32 else dtype
+            return accumulator, literal(0, accumulator)
+        if is_float(dtype):
+            return dtype, literal(-np.inf, dtype)
+        return dtype, str(INT64_MIN)
+
+    def combine(self, primitive: str, dtype, accumulated: str, element: str) -> str:
+        t = LLVM_TYPE[dtype]
+        if primitive == "reduce_sum":
+            if is_float(dtype):
+                return self.w.value(f"fadd reassoc contract nsz {t} {accumulated}, {element}")
+            return self.w.value(f"add i64 {accumulated}, {element}")
+        if is_float(dtype):
+            suffix = "f32" if dtype == float32 else "f64"
+            return self.w.call(t, f"llvm.maximum.{suffix}", (t, accumulated), (t, element))
+        return self.w.call(t, "llvm.smax.i64", (t, accumulated), (t, element))
+
+    def reduce_inline(self, instruction: Instruction, index: Index) -> str:
+        (x,), primitive = instruction.inputs, instruction.primitive
+        axes = instruction.attributes["axes"]
+        dtype = x.dtype
+        accumulator_dtype, initial = self.accumulator(primitive, dtype)
+        t = LLVM_TYPE[accumulator_dtype]
+        slot = self.w.alloca(t, "acc")
+        self.w.emit(f"store {t} {initial}, ptr {slot}")
+        kept = iter(index)
+        mapped, loops = [], []
+        for axis, size in enumerate(x.shape):
+            if axis not in axes:
+                mapped.append(next(kept))
+            elif size == 1:
+                mapped.append(0)
+            else:
+                loop = self.open_loop(0, size)
+                loops.append(loop)
+                mapped.append(loop[1])
+        self.memo.append({})
+        element = cast(self.w, dtype, accumulator_dtype, self.evaluate(x, tuple(mapped)))
+        accumulated = self.w.value(f"load {t}, ptr {slot}")
+        self.w.emit(f"store {t} {self.combine(primitive, accumulator_dtype, accumulated, element)}, "
+                    f"ptr {slot}")
+        self.memo.pop()
+        for loop in reversed(loops):
+            self.close_loop(loop)
+        return cast(self.w, accumulator_dtype, dtype, self.w.value(f"load {t}, ptr {slot}"))
+
+    # Kernels ----------------------------------------------------------------------------------
+
+    def loop_kernel(self, results: list[str]) -> None:
+        shape = (self.kernel.shape and (int(np.prod(self.kernel.shape)),)) if self.flat \
+            else self.kernel.shape
+        index, loops = self.open_nest(shape, split=True)
+        for value, buffer in zip(self.kernel.results, results):
+            register = self.evaluate(value, index)
+            self.store(register, value.dtype, buffer, self.linear(index, shape))
+        for loop in reversed(loops):
+            self.close_loop(loop)
+
+    def accumulate_kernel(self, results: list[str]) -> None:
+        (result,), (buffer,) = self.kernel.results, results
+        instruction = result.producer
+        (x,), primitive = instruction.inputs, instruction.primitive
+        axes = instruction.attributes["axes"]
+        dtype = result.dtype
+        initial = literal(0, dtype) if primitive == "reduce_sum" else self.accumulator(
+            primitive, dtype)[1]
+        index, loops = self.open_nest((result.type.size,), split=False)
+        self.store(initial, dtype, buffer, index[0])
+        for loop in reversed(loops):
+            self.close_loop(loop)
+        index, loops = self.open_nest(x.shape, split=False)
+        element = self.evaluate(x, index)
+        offset = self.linear(tuple(p for axis, p in enumerate(index) if axis not in axes),
+                             result.shape)
+        pointer = self.address(buffer, dtype, offset)
+        t = LLVM_TYPE[dtype]
+        accumulated = self.w.value(f"load {t}, ptr {pointer}")
+        combined = (self.w.value(f"fadd {t} {accumulated}, {element}") if primitive == "reduce_sum"
+                    and is_float(dtype) else self.combine(primitive, dtype, accumulated, element))
+        self.w.emit(f"store {t} {combined}, ptr {pointer}")
+        for loop in reversed(loops):
+            self.close_loop(loop)
+
+
+@dataclass
+class KernelCode:
+    text: str
+    name: str
+    arguments: list[Value]  # buffers read, in parameter order
+    results: list[Value]  # buffers written
+    extent: int  # the range of the outermost loop: the call passes [0, extent)
+    splittable: bool  # whether disjoint sub-ranges of [0, extent) may run on different threads
+    work: int  # a rough count of element operations, for the threading threshold
+
+
+def split_extent(kernel: Kernel, flat: bool) -> int:
+    if kernel.kind == "matmul":
+        return int(np.prod(kernel.results[0].shape[:-2], dtype=np.int64))
+    shape = (kernel.results[0].type.size,) if flat else kernel.shape
+    return next((size for size in shape if size != 1), 1)
+
+
+def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool) -> KernelCode:
+    results = list(kernel.results)
+    if kernel.kind == "matmul":
+        instruction = kernel.instructions[0]
+        (a, transpose_a), (b, transpose_b) = map(matmul_operand, instruction.inputs)
+        result = kernel.results[0]
+        m, k = instruction.inputs[0].shape[-2:]
+        n = instruction.inputs[1].shape[-1]
+        dtype = result.dtype
+        text = ENVIRONMENT.get_template("matmul.ll.j2").render(
+            name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
+            transpose_a=transpose_a, transpose_b=transpose_b,
+            gemm=GEMM_SYMBOLS.get(dtype) if gemm else None)
+        extent = split_extent(kernel, False)
+        return KernelCode(text, name, [a, b], results, extent, False, extent * m * n * k)
+    arguments = list(kernel.inputs)
+    buffers = {id(v): f"%in{i}" for i, v in enumerate(arguments)}
+    result_registers = [f"%out{i}" for i in range(len(results))]
+    emitter = KernelEmitter(fused, kernel, buffers)
+    if kernel.kind == "loop":
+        emitter.loop_kernel(result_registers)
+    else:
+        emitter.accumulate_kernel(result_registers)
+    text = LOOPS.kernel(name, list(buffers.values()) + result_registers, emitter.w.allocas,
+                        "\n".join(emitter.w.lines))
+    extent = split_extent(kernel, emitter.flat)
+    size = max(kernel.results[0].type.size, 1)
+    if kernel.kind == "accumulate":
+        size = max(kernel.results[0].producer.inputs[0].type.size, 1)
+    work = size * max(1, len(kernel.instructions))
+    return KernelCode(str(text), name, arguments, results, extent, kernel.kind == "loop", work)
+
+
+def location_register(location: Location) -> str:
+    return {"parameter": "%param", "output": "%output", "arena": "%tmp"}[location.kind] + \
+        f".{location.index}"
+
+
+def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
+                    gemm: bool) -> tuple[str, list[KernelCode]]:
+    """The LLVM IR text of the whole function, and a description of each kernel."""
+    function = fused.function
+    codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm)
+             for number, kernel in enumerate(fused.kernels)]
+    slots = [(f"%param.{i}", i) for i in range(len(function.parameters))]
+    slots += [(f"%output.{i}", len(function.parameters) + i) for i in range(len(plan.output_slots))]
+    slots.append(("%arena", len(function.parameters) + len(plan.output_slots)))
+    arena_offsets = sorted({loc.index for loc in plan.locations.values() if loc.kind == "arena"})
+    calls = []
+    for code in codes:
+        pointers = [location_register(plan.read(v)) for v in code.arguments]
+        pointers += [location_register(plan.write(v)) for v in code.results]
+        arguments = "".join(f"ptr {p}, " for p in pointers)
+        calls.append(f"call void @{code.name}({arguments}i64 0, i64 {code.extent})")
+    declarations = []
+    if gemm:
+        for dtype, symbol in GEMM_SYMBOLS.items():
+            t = LLVM_TYPE[dtype]
+            declarations.append(f"declare void @{symbol}(i32, i32, i32, i64, i64, i64, {t}, ptr, "
+                                f"i64, ptr, i64, {t}, ptr, i64) nounwind")
+    text = ENVIRONMENT.get_template("module.ll.j2").render(
+        function_name=function.name, triple=triple, declarations=declarations,
+        kernels=[c.text for c in codes], slots=slots,
+        arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls)
+    return text, codes

@@ -1,0 +1,127 @@
+"""A compiled Function: fused kernels in one LLVM module with one native entry point.
+
+    compiled = compile_function(ir.optimize(function))
+    outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
+
+Everything that does not depend on the argument values is done once, at construction: fusion,
+memory planning, code generation, compilation (or loading object code from the disk cache),
+the output shapes and dtypes and the layout of the pointer array. A call converts the arguments
+to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
+outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from codegen.kernels import KernelCode, generate_module
+from ir.fusion import FusedFunction, format_fused, fuse
+from ir.graph import Function
+from ir.memory import ALIGNMENT, MemoryPlan, plan_memory
+from ir.text import format_function
+from runtime import jit
+from runtime.cache import ObjectCache, cache_directory, cache_key
+
+STAGES = ("fused", "llvm", "asm")
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class CompiledFunction:
+    def __init__(self, function: Function):
+        self.function = function
+        self.fused: FusedFunction = fuse(function)
+        self.plan: MemoryPlan = plan_memory(self.fused)
+        host = jit.host()
+        self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
+                                                     jit.blas_available())
+        self.kernels: list[KernelCode]
+        directory = cache_directory()
+        cache = None
+        if directory is not None:
+            cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
+                                                     host.features))
+        self._jit = jit.JitModule(self.llvm_ir, cache)
+        self._entry = _ENTRY(self._jit.address("tracer_entry"))
+        self._stages: dict[str, str] = {}
+
+        self._parameters = [(p.shape, p.dtype) for p in function.parameters]
+        self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
+        slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
+        seen: set[int] = set()
+        self._returns = []  # (output slot, whether this position must copy an earlier one)
+        for value in function.outputs:
+            self._returns.append((slot_of[id(value)], id(value) in seen))
+            seen.add(id(value))
+        self._slot_count = len(self._parameters) + len(self._outputs) + 1
+        self._arena_size = self.plan.arena_size
+        self._arena, self._arena_address = self._new_arena()
+        self._arena_lock = threading.Lock()
+
+    def _new_arena(self) -> tuple[np.ndarray, int]:
+        storage = np.empty(self._arena_size + ALIGNMENT, np.uint8)
+        address = storage.ctypes.data
+        return storage, address + (-address % ALIGNMENT)
+
+    def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(arguments) != len(self._parameters):
+            raise ValueError(f"{self.function.name} takes {len(self._parameters)} arguments, "
+                             f"got {len(arguments)}")
+        pointers = np.empty(self._slot_count, np.uintp)
+        keep_alive = []
+        for position, (argument, (shape, dtype)) in enumerate(zip(arguments, self._parameters)):
+            array = np.asarray(argument, dtype)
+            if array.shape != shape:
+                raise ValueError(f"argument {position} of {self.function.name} has shape "
+                                 f"{array.shape}, expected {shape}")
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            keep_alive.append(array)
+            pointers[position] = array.ctypes.data
+        outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        base = len(self._parameters)
+        for position, output in enumerate(outputs):
+            pointers[base + position] = output.ctypes.data
+        # One arena, reused by every call; a concurrent call gets a fresh one.
+        if self._arena_lock.acquire(blocking=False):
+            try:
+                pointers[-1] = self._arena_address
+                self._entry(pointers.ctypes.data)
+            finally:
+                self._arena_lock.release()
+        else:
+            arena, pointers[-1] = self._new_arena()
+            self._entry(pointers.ctypes.data)
+        return [outputs[slot].copy() if duplicate else outputs[slot]
+                for slot, duplicate in self._returns]
+
+    def stage_text(self, stage: str) -> str:
+        """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        if stage not in self._stages:
+            if stage == "fused":
+                self._stages[stage] = format_fused(self.fused)
+            elif stage == "llvm":
+                self._stages[stage] = jit.optimized_ir(self.llvm_ir)
+            else:
+                self._stages[stage] = jit.assembly(self.llvm_ir)
+        return self._stages[stage]
+
+
+_compiled: dict[str, CompiledFunction] = {}
+_compiled_lock = threading.Lock()
+
+
+def compile_function(function: Function) -> CompiledFunction:
+    """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text."""
+    key = format_function(function)
+    with _compiled_lock:
+        compiled = _compiled.get(key)
+    if compiled is None:
+        compiled = CompiledFunction(function)
+        with _compiled_lock:
+            compiled = _compiled.setdefault(key, compiled)
+    return compiled

@@ -1,0 +1,160 @@
+"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
+
+Object code goes through `runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`), so a
+module whose object is on disk is neither optimized nor compiled again. BLAS is not linked: JIT code
+calls `tracer_sgemm`/`tracer_dgemm`, registered by name with `llvmlite.binding.add_symbol` to the
+gemm of the OpenBLAS that numpy ships (no raw address ever appears in the IR or in cached objects).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from runtime.cache import ObjectCache
+
+# Counters the tests read: how many modules were compiled to machine code in this process, and how
+# many were loaded from the disk cache instead.
+STATISTICS = {"compiled": 0, "disk_hits": 0}
+_lock = threading.Lock()
+
+
+@functools.cache
+def _initialize() -> None:
+    try:
+        llvm.initialize()
+    except RuntimeError:  # llvmlite >= 0.45 initializes itself and refuses the call
+        pass
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@dataclass(frozen=True)
+class Host:
+    triple: str
+    cpu: str
+    features: str
+
+
+@functools.cache
+def host() -> Host:
+    _initialize()
+    return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
+                .flatten())
+
+
+@functools.cache
+def target_machine() -> llvm.TargetMachine:
+    h = host()
+    target = llvm.Target.from_triple(h.triple)
+    return target.create_target_machine(cpu=h.cpu, features=h.features, opt=3, reloc="default",
+                                        codemodel="jitdefault")
+
+
+# BLAS -------------------------------------------------------------------------------------------
+
+_GEMM_NAMES = {  # our symbol -> candidate exported names (64-bit integer interfaces first)
+    "tracer_sgemm": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
+    "tracer_dgemm": ("scipy_cblas_dgemm64_", "cblas_dgemm64_"),
+}
+
+
+def _blas_libraries() -> list[str]:
+    directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    return sorted(glob.glob(os.path.join(directory, "*openblas*.so*")))
+
+
+@functools.cache
+def blas_available() -> bool:
+    """Find numpy's OpenBLAS and register its 64-bit-int gemm under our names; False if absent
+    (codegen then emits loop nests). TRACER_DISABLE_BLAS=1 forces the fallback."""
+    if os.environ.get("TRACER_DISABLE_BLAS") == "1":
+        return False
+    _initialize()
+    for path in _blas_libraries():
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        addresses = {}
+        for symbol, candidates in _GEMM_NAMES.items():
+            for candidate in candidates:
+                function = getattr(library, candidate, None)
+                if function is not None:
+                    addresses[symbol] = ctypes.cast(function, ctypes.c_void_p).value
+                    break
+        if len(addresses) == len(_GEMM_NAMES):
+            _blas_library.append(library)  # keep it loaded
+            for symbol, address in addresses.items():
+                llvm.add_symbol(symbol, address)
+            return True
+    return False
+
+
+_blas_library: list = []
+
+
+# Compilation ------------------------------------------------------------------------------------
+
+def optimize(module: llvm.ModuleRef) -> None:
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = llvm.create_pass_builder(target_machine(), tuning)
+    builder.getModulePassManager().run(module, builder)
+
+
+def optimized_ir(text: str) -> str:
+    _initialize()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    optimize(module)
+    return str(module)
+
+
+def assembly(text: str) -> str:
+    _initialize()
+    module = llvm.parse_assembly(text)
+    optimize(module)
+    return target_machine().emit_assembly(module)
+
+
+class JitModule:
+    """One compiled LLVM module and the engine that owns its code."""
+
+    def __init__(self, text: str, cache: ObjectCache | None):
+        _initialize()
+        module = llvm.parse_assembly(text)
+        module.verify()
+        cached = cache.load() if cache is not None else None
+        if cached is None:
+            optimize(module)
+        self.engine = llvm.create_mcjit_compiler(module, target_machine())
+
+        def notify(_module, buffer: bytes) -> None:
+            with _lock:
+                STATISTICS["compiled"] += 1
+            if cache is not None:
+                cache.store(buffer)
+
+        def getbuffer(_module):
+            return cached
+
+        self.engine.set_object_cache(notify, getbuffer)
+        self.engine.finalize_object()
+        if cached is not None:
+            with _lock:
+                STATISTICS["disk_hits"] += 1
+        self.module = module
+
+    def address(self, name: str) -> int:
+        address = self.engine.get_function_address(name)
+        if not address:
+            raise RuntimeError(f"JIT module has no function {name}")
+        return address
