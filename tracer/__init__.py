@@ -9,8 +9,14 @@ from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, f
                            zeros_like)
 from tracer.transforms import grad, value_and_grad
 
-# `trace` ties the tracer to the compiler, so it lives in runtime/; users reach it from here.
-from runtime.trace import TracedFunction, trace  # noqa: E402  (import last: runtime imports tracer)
+
+def __getattr__(name: str):
+    # `trace` ties the tracer to the compiler, so it lives in runtime/ (which imports tracer);
+    # users reach it from here, imported on first use.
+    if name in ("trace", "TracedFunction"):
+        import runtime.trace
+        return getattr(runtime.trace, name)
+    raise AttributeError(f"module 'tracer' has no attribute {name!r}")
 
 
 def maximum(x, y):
