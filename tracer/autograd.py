@@ -42,10 +42,30 @@ def edge_of(tensor: "Tensor"):
     return tensor._accumulator
 
 
+def _values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
+    """(which operands, whether the result) the VJP rule of `primitive` (ir/vjp.py) reads when it
+    computes the gradients `needs`."""
+    count = len(needs)
+    if primitive in LINEAR:
+        return [False] * count, False
+    if primitive in ("mul", "matmul"):
+        return [needs[1], needs[0]], False
+    if primitive == "div":
+        return [False, True], needs[1]
+    if primitive == "pow":
+        return [True, True], needs[1]
+    if primitive in ("exp", "sqrt", "tanh"):
+        return [False], True
+    if primitive == "reduce_max":
+        return [True], True
+    return [True] * count, False
+
+
 class Node:
     """One recorded operation of the eager tape."""
 
-    __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed")
+    __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed",
+                 "reads_output")
 
     def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence["Tensor"],
                  inputs: list[np.ndarray], outputs: list[np.ndarray], name: str | None = None,
@@ -55,12 +75,20 @@ class Node:
         self.inputs = inputs
         self.outputs = outputs
         self.edges = [edge_of(t) for t in input_tensors] if edges is None else edges
-        # The VJP of a non-linear primitive reads its operands: remember their versions, so that an
-        # in-place change before backward is an error rather than a silently wrong gradient.
-        self.saved = [] if primitive in LINEAR else [
-            (weakref.ref(t), t._version) for t in input_tensors]
+        # The VJP of a non-linear primitive reads some operands (and maybe its result): remember
+        # their versions, so that an in-place change before backward is an error rather than a
+        # silently wrong gradient -- and only theirs, so that `y.mul_(2)` stays allowed (PyTorch).
+        reads_inputs, self.reads_output = _values_read(
+            primitive, [t.requires_grad for t in input_tensors])
+        self.saved = [(weakref.ref(t), t._version)
+                      for t, read in zip(input_tensors, reads_inputs) if read]
         self.name = name or primitive
         self.freed = False
+
+    def save_outputs(self, tensors: Sequence["Tensor"]) -> None:
+        """Called with the result tensors once they exist: track them if the VJP reads them."""
+        if self.reads_output:
+            self.saved += [(weakref.ref(t), t._version) for t in tensors]
 
     def check_saved(self) -> None:
         for reference, version in self.saved:

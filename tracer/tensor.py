@@ -103,7 +103,10 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
     if primitive in _VIEWING and (result.base is not None or not result.flags.writeable):
         result = result.copy()
     node = Node(primitive, attributes, inputs, handles, [result]) if requires_grad else None
-    return Tensor._make(result, None, requires_grad, node)
+    output = Tensor._make(result, None, requires_grad, node)
+    if node is not None:
+        node.save_outputs([output])
+    return output
 
 
 def constant(value, dtype) -> "Tensor":
