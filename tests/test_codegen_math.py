@@ -1,0 +1,155 @@
+"""The inline transcendental approximations (codegen/templates/math.ll.j2) against numpy, over wide
+ranges including 0, -0, inf, nan, subnormal inputs and subnormal results.
+
+float64 results are checked in ulps against numpy's float64 functions (accurate to < 1 ulp), with
+the bounds documented in the template. float32 results are computed through float64 and rounded
+once, so they are checked against numpy's float64 result rounded to float32: at most 1 ulp.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ir
+from ir.types import TensorType
+from runtime.compiled import CompiledFunction
+
+RNG = np.random.default_rng(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRACER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between a and b (0 where both are nan, huge where one is)."""
+    signed = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}[a.dtype]
+    a_int = a.view(signed).astype(np.int64)
+    b_int = b.view(signed).astype(np.int64)
+    lowest = np.iinfo(signed).min
+    a_int = np.where(a_int < 0, lowest - a_int, a_int)
+    b_int = np.where(b_int < 0, lowest - b_int, b_int)
+    distance = np.abs(a_int - b_int).astype(np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    one_nan = np.isnan(a) ^ np.isnan(b)
+    return np.where(both_nan, 0.0, np.where(one_nan, np.inf, distance))
+
+
+def compile_unary(primitive: str, dtype: str, size: int) -> CompiledFunction:
+    function = ir.Function(primitive)
+    x = function.add_parameter("x", TensorType((size,), dtype))
+    function.outputs = [ir.GraphBuilder(function).op(primitive, x)]
+    return CompiledFunction(function)
+
+
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, -1e-310,
+           2.2250738585072014e-308, 1.0, -1.0, 0.5, -0.5]
+
+
+def sample(low: float, high: float, count: int = 4000) -> np.ndarray:
+    """Values spread over magnitudes (log-spaced) and uniformly over [low, high]."""
+    uniform = RNG.uniform(low, high, count)
+    span = max(abs(low), abs(high))
+    magnitudes = np.logspace(-300, np.log10(span), count)
+    signed = np.concatenate([magnitudes, -magnitudes])
+    signed = signed[(signed >= low) & (signed <= high)]
+    return np.concatenate([uniform, signed, SPECIAL])
+
+
+CASES = {
+    # primitive: (inputs, float64 ulp bound)
+    "exp": (np.concatenate([sample(-800.0, 800.0), RNG.uniform(-745.2, -708.0, 2000),
+                            RNG.uniform(-1.0, 1.0, 2000), [709.78, 709.79, -745.13, -745.14]]), 1),
+    "log": (np.concatenate([sample(-1.0, 1e308), np.abs(sample(0, 1e-300)),
+                            1 + RNG.uniform(-1e-6, 1e-6, 1000), RNG.uniform(0.5, 2.0, 2000)]), 1),
+    "tanh": (np.concatenate([sample(-40.0, 40.0), RNG.uniform(-0.5, 0.5, 4000),
+                             [0.4, -0.4, np.nextafter(0.4, 0), 20.0, 19.0]]), 4),
+    "sin": (np.concatenate([sample(-1e5, 1e5), RNG.uniform(-10, 10, 4000)]), 2),
+    "cos": (np.concatenate([sample(-1e5, 1e5), RNG.uniform(-10, 10, 4000)]), 2),
+    "sqrt": (np.concatenate([sample(-1.0, 1e308), np.abs(sample(0, 1e-300))]), 0),
+}
+REFERENCE = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+             "sqrt": np.sqrt}
+
+
+@pytest.mark.parametrize("primitive", sorted(CASES))
+def test_float64_within_documented_ulps(primitive):
+    inputs, bound = CASES[primitive]
+    (actual,) = compile_unary(primitive, "f64", inputs.size)([inputs])
+    with np.errstate(all="ignore"):
+        expected = REFERENCE[primitive](inputs)
+    distance = ulp_distance(actual, expected)
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= bound, (inputs[worst], actual[worst], expected[worst])
+
+
+@pytest.mark.parametrize("primitive", sorted(CASES))
+def test_float32_faithfully_rounded(primitive):
+    inputs, _ = CASES[primitive]
+    with np.errstate(all="ignore"):
+        inputs = inputs.astype(np.float32)
+        extra = [1e-45, -1e-45, 1e-40, 88.72, 88.73, -103.9, -104.0]
+        if primitive not in ("sin", "cos"):  # documented: accurate for |x| < 2^20 pi/2 only
+            extra.append(3.4e38)
+        inputs = np.concatenate([inputs, np.array(extra, np.float32)])
+        expected = REFERENCE[primitive](inputs.astype(np.float64)).astype(np.float32)
+    (actual,) = compile_unary(primitive, "f32", inputs.size)([inputs])
+    distance = ulp_distance(actual, expected)
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= 1, (inputs[worst], actual[worst], expected[worst])
+
+
+def compile_pow(dtype: str, size: int) -> CompiledFunction:
+    function = ir.Function("pow")
+    x = function.add_parameter("x", TensorType((size,), dtype))
+    y = function.add_parameter("y", TensorType((size,), dtype))
+    function.outputs = [ir.GraphBuilder(function).op("pow", x, y)]
+    return CompiledFunction(function)
+
+
+def pow_inputs() -> tuple[np.ndarray, np.ndarray]:
+    special = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, np.inf, -np.inf,
+                        np.nan, 1e-310, 1e300, -1e300, 2.5, 1e17])
+    grid_x, grid_y = np.meshgrid(special, special)
+    x = np.concatenate([grid_x.ravel(), RNG.uniform(0, 10, 3000), -RNG.integers(1, 10, 1000),
+                        RNG.uniform(-5, 5, 1000)])
+    y = np.concatenate([grid_y.ravel(), RNG.uniform(-20, 20, 3000),
+                        RNG.integers(-8, 9, 1000).astype(np.float64), RNG.uniform(-5, 5, 1000)])
+    return x, y
+
+
+def test_pow_float64_special_cases_and_error_bound():
+    x, y = pow_inputs()
+    (actual,) = compile_pow("f64", x.size)([x, y])
+    with np.errstate(all="ignore"):
+        expected = np.power(x, y)
+        bound = 2 + 2 * np.abs(y * np.log(np.abs(x)))
+    distance = ulp_distance(actual, expected)
+    bound = np.where(np.isfinite(bound), bound, 2)
+    assert np.all(distance <= bound + 1), [(x[i], y[i], actual[i], expected[i])
+                                           for i in np.nonzero(distance > bound + 1)[0][:5]]
+
+
+def test_pow_float32():
+    with np.errstate(over="ignore"):
+        x, y = (v.astype(np.float32) for v in pow_inputs())
+    (actual,) = compile_pow("f32", x.size)([x, y])
+    with np.errstate(all="ignore"):
+        expected = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    distance = ulp_distance(actual, expected)
+    assert np.all(distance <= 1), [(x[i], y[i], actual[i], expected[i])
+                                   for i in np.nonzero(distance > 1)[0][:5]]
+
+
+def test_integer_pow():
+    function = ir.Function("ipow")
+    x = function.add_parameter("x", TensorType((200,), "i64"))
+    y = function.add_parameter("y", TensorType((200,), "i64"))
+    function.outputs = [ir.GraphBuilder(function).op("pow", x, y)]
+    base = RNG.integers(-20, 20, 200)
+    exponent = RNG.integers(0, 30, 200)
+    (actual,) = CompiledFunction(function)([base, exponent])
+    np.testing.assert_array_equal(actual, np.power(base, exponent))
