@@ -1,0 +1,172 @@
+"""The runtime: vectorized inner loops without libm calls, the disk cache across processes (hits,
+corrupt and stale entries), fusion and memory planning."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ir
+from ir.fusion import fuse
+from ir.memory import plan_memory
+from ir.types import TensorType
+from runtime import jit
+from runtime.compiled import CompiledFunction
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBM = ("expf", "exp", "logf", "log", "tanhf", "tanh", "sinf", "sin", "cosf", "cos", "powf", "pow")
+
+
+def gelu_forward_backward(n: int, dtype: str = "f32") -> ir.Function:
+    """y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))) and its derivative times the cotangent g."""
+    f = ir.Function("gelu")
+    x = f.add_parameter("x", TensorType((n,), dtype))
+    g = f.add_parameter("g", TensorType((n,), dtype))
+    b = ir.GraphBuilder(f)
+    c = 0.7978845608028654
+    inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)), c)
+    t = b.op("tanh", inner)
+    y = b.mul(b.mul(x, 0.5), b.add(t, 1.0))
+    d_inner = b.mul(b.add(b.mul(b.mul(x, x), 3 * 0.044715), 1.0), c)
+    dy = b.add(b.mul(b.add(t, 1.0), 0.5), b.mul(b.mul(x, 0.5),
+                                                b.mul(b.sub(1.0, b.mul(t, t)), d_inner)))
+    f.outputs = [y, b.mul(g, dy)]
+    return ir.optimize(f)
+
+
+def test_gelu_inner_loop_is_vectorized_without_libm_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    function = gelu_forward_backward(1 << 16)
+    compiled = CompiledFunction(function)
+    fused = compiled.stage_text("fused")
+    assert fused.count("kernel_") == 1  # forward and backward in one loop nest, tanh computed once
+    llvm_text = compiled.stage_text("llvm")
+    assert "vector.body" in llvm_text  # the loop vectorizer's loop
+    assert re.search(r"fmul[^\n]*<\d+ x (float|double)>", llvm_text), "inner loop is not vectorized"
+    called = set(re.findall(r"call [^@]*@([\w.]+)\(", llvm_text))
+    assert not called & set(LIBM), called
+    assert not any(name.startswith("tracer.") for name in called)  # all inlined
+    x = np.random.default_rng(0).normal(0, 3, 1 << 16).astype(np.float32)
+    g = np.random.default_rng(1).normal(0, 1, 1 << 16).astype(np.float32)
+    # For x < -3, dy ~ (1 + tanh) * (0.5 + x c') cancels: one ulp of tanh (numpy's float32 tanh is
+    # itself up to ~2 ulp off, ours <= 1) moves dy by ~8 |g| ulp(1) ~ 2e-6: compare at that scale.
+    for actual, expected in zip(compiled([x, g]), ir.interpret(function, [x, g])):
+        np.testing.assert_allclose(actual, expected, rtol=2e-6, atol=1e-5)
+
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, {root!r})
+    import ir
+    from runtime import jit
+    from runtime.compiled import CompiledFunction
+    sys.path.insert(0, {tests!r})
+    from test_codegen_runtime import gelu_forward_backward
+    compiled = CompiledFunction(gelu_forward_backward(1000))
+    x = np.linspace(-4, 4, 1000, dtype=np.float32)
+    y, dy = compiled([x, np.ones_like(x)])
+    print(json.dumps(dict(jit.STATISTICS, y=float(y.sum()), dy=float(dy.sum()))))
+""")
+
+
+def run_process(cache: Path) -> dict:
+    environment = dict(os.environ, TRACER_CACHE_DIR=str(cache))
+    environment.pop("TRACER_DISABLE_CACHE", None)
+    script = SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    output = subprocess.run([sys.executable, "-c", script], env=environment, check=True,
+                            capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_second_process_compiles_nothing_and_corrupt_entries_are_recompiled(tmp_path):
+    first = run_process(tmp_path)
+    assert first["compiled"] == 1 and first["disk_hits"] == 0
+    entries = list(tmp_path.glob("*.o"))
+    assert len(entries) == 1
+    second = run_process(tmp_path)
+    assert second["compiled"] == 0 and second["disk_hits"] == 1
+    assert (second["y"], second["dy"]) == (first["y"], first["dy"])
+
+    # a flipped byte in the object code: the checksum no longer matches
+    data = bytearray(entries[0].read_bytes())
+    data[-100] ^= 0xFF
+    entries[0].write_bytes(bytes(data))
+    third = run_process(tmp_path)
+    assert third["compiled"] == 1 and third["disk_hits"] == 0
+    assert (third["y"], third["dy"]) == (first["y"], first["dy"])
+
+    # a truncated entry, and garbage
+    for content in (entries[0].read_bytes()[:200], b"not an object file"):
+        entries[0].write_bytes(content)
+        again = run_process(tmp_path)
+        assert again["compiled"] == 1 and again["disk_hits"] == 0
+        assert again["y"] == first["y"]
+    assert run_process(tmp_path)["compiled"] == 0  # the rewritten entry is good
+
+
+def test_cache_key_covers_host_and_version():
+    from runtime.cache import cache_key
+    base = cache_key("ir", "triple", "cpu", "+avx")
+    assert base != cache_key("ir ", "triple", "cpu", "+avx")
+    assert base != cache_key("ir", "triple", "cpu2", "+avx")
+    assert base != cache_key("ir", "triple", "cpu", "-avx")
+
+
+def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
+    before = dict(jit.STATISTICS)
+    CompiledFunction(gelu_forward_backward(77))
+    assert not list(tmp_path.iterdir())
+    assert jit.STATISTICS["compiled"] == before["compiled"] + 1
+
+
+def test_no_raw_addresses_in_the_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    f = ir.Function("mm")
+    x = f.add_parameter("x", TensorType((4, 4), "f64"))
+    f.outputs = [ir.GraphBuilder(f).op("matmul", x, x)]
+    compiled = CompiledFunction(f)
+    assert "inttoptr" not in compiled.llvm_ir
+    if jit.blas_available():
+        assert "@tracer_dgemm" in compiled.llvm_ir
+
+
+def test_memory_plan_reuses_dead_temporaries():
+    f = ir.Function("chain")
+    x = f.add_parameter("x", TensorType((64, 64), "f64"))
+    b = ir.GraphBuilder(f)
+    value = x
+    for _ in range(6):  # each matmul result is a temporary, dead after the next matmul
+        value = b.op("matmul", b.op("tanh", value), x)
+    f.outputs = [value]
+    fused = fuse(f)
+    plan = plan_memory(fused)
+    one = 64 * 64 * 8
+    assert plan.arena_size <= 2 * one
+    compiled = CompiledFunction(f)
+    argument = np.random.default_rng(2).normal(0, 0.1, (64, 64))
+    np.testing.assert_allclose(compiled([argument])[0], ir.interpret(f, [argument])[0],
+                               rtol=1e-12, atol=1e-15)
+
+
+def test_reentrant_calls_from_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    function = gelu_forward_backward(10_000, "f64")
+    compiled = CompiledFunction(function)
+    rng = np.random.default_rng(3)
+    inputs = [[rng.normal(size=10_000), rng.normal(size=10_000)] for _ in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(compiled, inputs))
+    for arguments, result in zip(inputs, results):
+        for actual, expected in zip(result, ir.interpret(function, arguments)):
+            # dy cancels terms of size up to ~10: compare absolutely at that scale
+            np.testing.assert_allclose(actual, expected, rtol=1e-13, atol=1e-14)
