@@ -104,6 +104,7 @@ class Entry:
     captured: list[Tensor]
     captured_types: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
+    rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
     differentiable: list[int] = field(default_factory=list)
@@ -252,6 +253,10 @@ class TracedFunction:
                     outputs.append(trace.handle_of(proxy.grad))
             function.outputs = outputs
             stages = {"traced": ir.format_function(function)}
+            # The traced text names custom rules (@MyReLU.0) that parse back only while they are
+            # alive; the autodiff pass drops them from the graph, so the entry keeps them.
+            rules = [i.attributes["rule"] for i in function.instructions
+                     if isinstance(i.attributes.get("rule"), ir.CustomRule)]
             ir.verify(function)
             ir.expand_gradients(function)
         ir.verify(function)
@@ -263,7 +268,7 @@ class TracedFunction:
             sources.append(("captured", len([s for s in sources if s[0] == "captured"])))
         entry = Entry(result_structure, build_executable(optimized), len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
-                      [(t.shape, t.dtype) for t, _ in trace.captured], stages)
+                      [(t.shape, t.dtype) for t, _ in trace.captured], stages, rules)
         if not writebacks and not cleared:
             entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
