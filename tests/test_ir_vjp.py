@@ -509,3 +509,47 @@ def test_apply_vjp_skips_non_float_operands_and_missing_cotangents():
     np.testing.assert_array_equal(grads[1], [5.0, 0.0])
     np.testing.assert_array_equal(grads[2], [0.0, 7.0])
     assert ir.apply_vjp(eager, "exp", {}, [a], [np.exp(a)], [None], [True]) == [None]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the directive differentiates with respect to.
+
+def test_gradient_with_respect_to_an_intermediate_value_stops_there():
+    # The values a directive differentiates with respect to are independent variables (as the
+    # arguments of tr.grad(f, argnums=(0, 1))(h, x) are): the graph is cut at each of them.
+    # With h = x * x and y = sin(h): dy/dh = cos(h); x reaches y only through h, so dy/dx = 0;
+    # y itself is a variable, so dy/dy = 1 and nothing flows past it.
+    x = np.array([0.5, -1.25, 2.0])
+    s = np.array([1.0, -2.0, 0.5])
+
+    def run(*which):
+        function = Function("intermediate")
+        p = function.add_parameter("x", TensorType.of(x))
+        b = GraphBuilder(function)
+        h = b.mul(p, p)
+        y = b.op("sin", h)
+        seed = function.add_parameter("seed", y.type)
+        names = {"h": h, "x": p, "y": y}
+        function.outputs = b.emit("gradient", [y, seed, *(names[w] for w in which)], {})
+        ir.expand_gradients(function)
+        roundtrip(function)
+        return ir.interpret(function, [x, s])
+
+    (dx_alone,) = run("x")
+    np.testing.assert_allclose(dx_alone, np.cos(x * x) * s * 2 * x, rtol=1e-15)
+    (dh_alone,) = run("h")
+    np.testing.assert_allclose(dh_alone, np.cos(x * x) * s, rtol=1e-15)
+    dh, dx, dh_again = run("h", "x", "h")
+    np.testing.assert_array_equal(dh, dh_alone)
+    np.testing.assert_array_equal(dh_again, dh_alone)
+    np.testing.assert_array_equal(dx, np.zeros(3))
+    dy, dh = run("y", "h")
+    np.testing.assert_array_equal(dy, s)
+    np.testing.assert_array_equal(dh, np.zeros(3))
+
+
+def test_no_gradient_through_an_integer_cast():
+    x = np.array([1.7, -2.2, 3.9])
+    seed, (gradient,) = check(lambda b, x: b.mul(b.cast(b.cast(x, np.int64), np.float64), x), [x])
+    # d/dx (trunc(x) * x) = trunc(x) away from integers: the truncation itself has no gradient.
+    np.testing.assert_array_equal(gradient, seed * np.trunc(x))
