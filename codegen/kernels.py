@@ -32,6 +32,9 @@ ENVIRONMENT.filters["d"] = double_hex
 LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+# A kernel runs on several threads when it does at least this many element operations per thread
+# (starting and joining a thread costs some tens of microseconds).
+PARALLEL_WORK_PER_THREAD = 1 << 21
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant"}
 
 Index = tuple  # of LLVM i64 registers (str) and Python ints
@@ -455,9 +458,17 @@ def location_register(location: Location) -> str:
         f".{location.index}"
 
 
+def thread_count(code: KernelCode, threads: int) -> int:
+    """How many threads a kernel runs on: 1 unless it is splittable and large enough."""
+    if not code.splittable or threads <= 1:
+        return 1
+    return max(1, min(threads, code.extent, code.work // PARALLEL_WORK_PER_THREAD))
+
+
 def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
-                    gemm: bool) -> tuple[str, list[KernelCode]]:
-    """The LLVM IR text of the whole function, and a description of each kernel."""
+                    gemm: bool, threads: int = 1) -> tuple[str, list[KernelCode]]:
+    """The LLVM IR text of the whole function, and a description of each kernel. Large kernels
+    whose outer loop can be split run on up to `threads` threads."""
     function = fused.function
     codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm)
              for number, kernel in enumerate(fused.kernels)]
@@ -465,13 +476,22 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
     slots += [(f"%output.{i}", len(function.parameters) + i) for i in range(len(plan.output_slots))]
     slots.append(("%arena", len(function.parameters) + len(plan.output_slots)))
     arena_offsets = sorted({loc.index for loc in plan.locations.values() if loc.kind == "arena"})
-    calls = []
+    calls, parallel = [], []
     for code in codes:
         pointers = [location_register(plan.read(v)) for v in code.arguments]
         pointers += [location_register(plan.write(v)) for v in code.results]
         arguments = "".join(f"ptr {p}, " for p in pointers)
-        calls.append(f"call void @{code.name}({arguments}i64 0, i64 {code.extent})")
+        count = thread_count(code, threads)
+        if count > 1:
+            parallel.append(ENVIRONMENT.get_template("parallel.ll.j2").render(
+                name=code.name, buffers=len(pointers), threads=count))
+            calls.append(f"call void @{code.name}.parallel({arguments}i64 {code.extent})")
+        else:
+            calls.append(f"call void @{code.name}({arguments}i64 0, i64 {code.extent})")
     declarations = []
+    if parallel:
+        declarations += ["declare i32 @pthread_create(ptr, ptr, ptr, ptr) nounwind",
+                         "declare i32 @pthread_join(i64, ptr) nounwind"]
     if gemm:
         for dtype, symbol in GEMM_SYMBOLS.items():
             t = LLVM_TYPE[dtype]
@@ -479,6 +499,6 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
                                 f"i64, ptr, i64, {t}, ptr, i64) nounwind")
     text = ENVIRONMENT.get_template("module.ll.j2").render(
         function_name=function.name, triple=triple, declarations=declarations,
-        kernels=[c.text for c in codes], slots=slots,
+        kernels=[c.text for c in codes] + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls)
     return text, codes

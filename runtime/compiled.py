@@ -12,6 +12,7 @@ outputs, fills the pointer array and makes one ctypes call, which releases the G
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Sequence
 
@@ -29,6 +30,18 @@ STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+def thread_setting() -> int:
+    """TRACER_NUM_THREADS, or the number of cores this process may run on. Read at compile time:
+    the thread count is part of the generated code (and so of its cache key)."""
+    configured = os.environ.get("TRACER_NUM_THREADS")
+    if configured:
+        return max(1, int(configured))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 class CompiledFunction:
     def __init__(self, function: Function):
         self.function = function
@@ -36,7 +49,7 @@ class CompiledFunction:
         self.plan: MemoryPlan = plan_memory(self.fused)
         host = jit.host()
         self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                     jit.blas_available())
+                                                     jit.blas_available(), thread_setting())
         self.kernels: list[KernelCode]
         directory = cache_directory()
         cache = None

@@ -170,3 +170,29 @@ def test_reentrant_calls_from_threads():
         for actual, expected in zip(result, ir.interpret(function, arguments)):
             # dy cancels terms of size up to ~10: compare absolutely at that scale
             np.testing.assert_allclose(actual, expected, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("size", [1000, 4097, 65_536 + 3])
+def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
+    from codegen import kernels
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernels, "PARALLEL_WORK_PER_THREAD", 64)  # split even small kernels
+    f = ir.Function("mixed")
+    x = f.add_parameter("x", TensorType((size // 7 + 1, 7), "f32"))
+    b = ir.GraphBuilder(f)
+    t = b.op("tanh", b.op("exp", b.op("sin", x)))
+    rows = b.reduce_sum(b.mul(t, x), (1,))  # an inline reduction per row
+    f.outputs = [t, rows, b.op("transpose", b.mul(x, 3.0), permutation=(1, 0))]
+    argument = np.random.default_rng(4).normal(0, 2, x.shape).astype(np.float32)
+    results = {}
+    for threads in ("1", "2", "5"):
+        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
+        compiled = CompiledFunction(f)
+        if threads != "1":
+            assert "pthread_create" in compiled.llvm_ir
+        results[threads] = compiled([argument])
+    for threads in ("2", "5"):
+        for single, multi in zip(results["1"], results[threads]):
+            assert single.tobytes() == multi.tobytes()
+    for actual, expected in zip(results["1"], ir.interpret(f, [argument])):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
