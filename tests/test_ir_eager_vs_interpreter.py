@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ir
+import ir.passes
 from ir.builder import ArrayBuilder, GraphBuilder
 from ir.graph import Function
 from ir.primitives import ShapeError, broadcast_shapes, infer_types
@@ -213,6 +214,13 @@ def test_eager_matches_interpreter(case):
         assert value.dtype == program.types[index].dtype
         assert value.shape == program.types[index].shape
         assert_same(value, eager[index], program.dtype, exact=True)
+    # Each pass alone keeps the graph well-formed and the results the same.
+    stepwise = function.copy()
+    for optimization in ir.passes.PIPELINE:
+        optimization(stepwise)
+        roundtrip(stepwise)
+        for index, value in zip(outputs, ir.interpret(stepwise, arguments)):
+            assert_same(value, eager[index], program.dtype, exact=False)
     optimized = ir.optimize(function)
     roundtrip(optimized)
     assert len(optimized.instructions) <= len(function.instructions)
