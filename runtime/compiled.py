@@ -43,6 +43,8 @@ def thread_setting() -> int:
 
 
 class CompiledFunction:
+    stages: tuple[str, ...] = STAGES  # the back-end stages `stage_text` prints
+
     def __init__(self, function: Function):
         self.function = function
         self.fused: FusedFunction = fuse(function)
@@ -129,8 +131,9 @@ _compiled_lock = threading.Lock()
 
 
 def compile_function(function: Function) -> CompiledFunction:
-    """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text."""
-    key = format_function(function)
+    """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text
+    (and the settings that change the generated code)."""
+    key = (format_function(function), thread_setting(), cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is None:
