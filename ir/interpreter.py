@@ -15,7 +15,11 @@ def interpret(function: Function, arguments: Sequence[np.ndarray]) -> list[np.nd
                          f"got {len(arguments)}")
     environment: dict[int, np.ndarray] = {}
     for parameter, argument in zip(function.parameters, arguments):
-        environment[id(parameter)] = np.asarray(argument, parameter.dtype)
+        argument = np.asarray(argument)
+        if argument.shape != parameter.shape or argument.dtype != parameter.dtype:
+            raise ValueError(f"argument %{parameter.name} should be {parameter.type}, got "
+                             f"{argument.dtype}{list(argument.shape)}")
+        environment[id(parameter)] = argument
     for instruction in function.instructions:
         inputs = [environment[id(v)] for v in instruction.inputs]
         results = evaluate_primitive(instruction.primitive, inputs, instruction.attributes)

@@ -2,7 +2,7 @@
 
 Every computation in the IR is one of these primitives. Each one has exactly one row in each of the
 tables: `SHAPE_RULES` here, `REFERENCE` in reference.py, `VJP_RULES` in vjp.py and the lowering table
-in codegen. tests/test_tables.py fails when a table misses a primitive.
+in codegen. tests/test_ir_tables.py fails when a table misses a primitive.
 
 Elementwise primitives broadcast their operands the numpy way (trailing dimensions aligned, size-1
 dimensions stretched); their operands have one dtype (the tracer inserts explicit casts).
