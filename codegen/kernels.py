@@ -423,7 +423,7 @@ def split_extent(kernel: Kernel, flat: bool) -> int:
 def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool) -> KernelCode:
     results = list(kernel.results)
     if kernel.kind == "matmul":
-        instruction = kernel.instructions[0]
+        instruction = kernel.instructions[-1]
         (a, transpose_a), (b, transpose_b) = map(matmul_operand, instruction.inputs)
         result = kernel.results[0]
         m, k = instruction.inputs[0].shape[-2:]

@@ -188,7 +188,9 @@ def fuse(function: Function) -> FusedFunction:
         if kind == "matmul":
             inputs = list({id(v): v for v in map(lambda x: matmul_operand(x)[0],
                                                   producer.inputs)}.values())
-            kernel = Kernel(kind, [root], [producer], inputs)
+            # the transposes read through by the gemm flags are shown inside the kernel
+            looked_through = [v.producer for v in producer.inputs if matmul_operand(v)[1]]
+            kernel = Kernel(kind, [root], [*looked_through, producer], inputs)
         else:
             instruction_ids, inputs = _inline_closure([root], materialized, set())
             kernel = Kernel(kind, [root], [], inputs)

@@ -296,7 +296,8 @@ def test_matmul_of_transposed_operands(transpose):
     right = b.swap_last_axes(c) if transpose[1] else c
     f.outputs = [b.op("matmul", left, right)]
     compiled = run_both(f, [random_array(a.shape, "f64"), random_array(c.shape, "f64")], ulps=64)
-    assert "transpose" not in compiled.stage_text("fused").split("matmul")[0] or True
+    fused = compiled.stage_text("fused")
+    assert fused.count("kernel_") == 1  # the transposes are gemm flags, not kernels
 
 
 def test_matmul_fallback_loop(monkeypatch):
