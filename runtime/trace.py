@@ -20,7 +20,7 @@ import numpy as np
 
 import ir
 from ir.types import TensorType
-from runtime.executable import build_executable
+from runtime.compiled import compile_function
 from ir.vjp import CustomRule
 from tracer.autograd import Node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
@@ -266,7 +266,7 @@ class TracedFunction:
         stages["optimized"] = ir.format_function(optimized)
         for _, value in trace.captured:
             sources.append(("captured", len([s for s in sources if s[0] == "captured"])))
-        entry = Entry(result_structure, build_executable(optimized), len(result_leaves), writebacks,
+        entry = Entry(result_structure, compile_function(optimized), len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
                       [(t.shape, t.dtype) for t, _ in trace.captured], stages, rules)
         if not writebacks and not cleared:
