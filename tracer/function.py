@@ -47,6 +47,7 @@ class FunctionCtx:
         self._saved: list[Tensor | None] = []
         self._saved_names: list[str | None] = []
         self._saved_versions: list[int] = []
+        self._saved_aliases: list[tuple[int, Tensor, int]] = []  # (saved index, user's output, version)
         self._dirty: list[Tensor] = []
         self._non_differentiable: list[Tensor] = []
         self.materialize_grads = True
@@ -84,6 +85,12 @@ class FunctionCtx:
                     f"{self._function_name}.backward: {self._describe_saved(index)} was changed "
                     f"in place at {t._changed_at} after it was saved for backward; change a clone "
                     f"of it instead, or mark the change with ctx.mark_dirty() in the forward")
+        for index, output, version in self._saved_aliases:
+            if output._version != version:
+                raise InplaceError(
+                    f"{self._function_name}.backward: {self._describe_saved(index)} is an output "
+                    f"of the Function that was changed in place at {output._changed_at} after it "
+                    f"was returned; change a clone of it instead")
         return Named(self._saved_names, self._saved)
 
     saved_variables = saved_tensors
@@ -245,6 +252,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
             results.append(_recorded_output(output, handle, index, node, trace, ctx))
         else:
             results.append(_fresh_output(output, tensors, ctx))
+    _alias_saved_outputs(ctx, outputs, results)
     _remember_saved(ctx)
     return tuple(results) if multiple else results[0]
 
@@ -265,6 +273,16 @@ def _fresh_output(output, inputs, ctx):
             output is d for d in ctx._dirty):
         return output.detach()
     return output
+
+
+def _alias_saved_outputs(ctx: FunctionCtx, outputs: list, results: list) -> None:
+    """A saved forward output is returned to the user as another Tensor (sharing its buffer in
+    eager mode): an in-place change to that one must also count as a change of the saved value."""
+    ctx._saved_aliases = [
+        (index, result, result._version)
+        for index, saved in enumerate(ctx._saved)
+        for raw, result in zip(outputs, results)
+        if saved is not None and saved is raw and isinstance(result, Tensor) and result is not raw]
 
 
 def _remember_saved(ctx: FunctionCtx) -> None:
