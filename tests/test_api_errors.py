@@ -415,3 +415,41 @@ def test_captured_tensor_requiring_grad():
     with pytest.raises(tr.TracingError) as error:
         tr.trace(lambda x: (x * w).sum())(x)
     check_message(error, here() - 1, "argument")
+
+
+class SavesOutput(tr.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_inplace_change_of_a_saved_output_after_it_was_returned():
+    # PyTorch raises here; reading the changed buffer would give a silently wrong gradient
+    w, b, x = params()
+    y = SavesOutput.apply(w)
+    with tr.no_grad():
+        y.add_(1.0)
+    changed_line = here() - 1
+    state = State(w, b, x)
+    with pytest.raises(tr.InplaceError) as error:
+        y.sum().backward()
+    check_message(error, changed_line, "SavesOutput.backward", "output")
+    state.assert_unchanged()
+
+    def f(w):
+        y = SavesOutput.apply(w)
+        y.mul_(2.0)
+        y.sum().backward()
+
+    for run in (f, tr.trace(f)):
+        with pytest.raises(tr.InplaceError) as error:
+            run(w)
+        check_message(error, def_line(f) + 2, "SavesOutput.backward")
+        state.assert_unchanged()

@@ -490,3 +490,23 @@ def test_nested_trace_inlines():
     outer = tr.trace(lambda x: inner(x) + 1)
     np.testing.assert_array_equal(outer(tr.tensor([1.0])).numpy(), [3.0])
     assert inner.cache_info().misses == 0
+
+
+def test_inplace_under_no_grad_on_non_leaf_keeps_its_gradient_path():
+    # PyTorch (and eager mode here): an in-place change under no_grad leaves y's grad_fn as it was,
+    # so the gradient still flows to w as if the change were not there: w.grad == 3.
+    def f(w):
+        y = w * 3
+        with tr.no_grad():
+            y.add_(1.0)
+        y.sum().backward()
+
+    eager_w = tr.tensor([1.0, 2.0], requires_grad=True)
+    f(eager_w)
+    np.testing.assert_array_equal(eager_w.grad.numpy(), [3.0, 3.0])
+    traced_w = tr.tensor([1.0, 2.0], requires_grad=True)
+    tr.trace(f)(traced_w)
+    assert traced_w.grad is not None, (
+        "BUG: under @trace an in-place change under no_grad rebinds y to a stop_gradient value, so "
+        "y.sum().backward() no longer reaches w (eager and PyTorch give w.grad == 3)")
+    np.testing.assert_array_equal(traced_w.grad.numpy(), [3.0, 3.0])
