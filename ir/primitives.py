@@ -35,7 +35,7 @@ PRIMITIVES = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | GRADIENT_MARKERS | {"matm
 DIRECTIVES = frozenset({"gradient"})
 
 # Primitives through which no gradient flows, whatever their operands.
-NON_DIFFERENTIABLE = COMPARE | LOGICAL | {"sign", "logical_not", "constant", "iota", "stop_gradient"}
+NON_DIFFERENTIABLE = COMPARE | LOGICAL | {"logical_not", "constant", "iota", "stop_gradient"}
 
 # Primitives whose gradient needs none of their operand or result values: an eager in-place change
 # to one of their inputs cannot invalidate a later backward.

@@ -149,10 +149,11 @@ def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
 def _table() -> dict[str, Callable[..., list]]:
     table: dict[str, Callable[..., list]] = {
         name: _no_gradient
-        for name in COMPARE | LOGICAL | {"sign", "logical_not", "constant", "iota", "stop_gradient"}
+        for name in COMPARE | LOGICAL | {"logical_not", "constant", "iota", "stop_gradient"}
     }
     simple = {
         "neg": lambda b, g, z, x: [b.neg(g)],
+        "sign": lambda b, g, z, x: [b.zeros_like(x)],  # zero almost everywhere, as in PyTorch
         "exp": lambda b, g, z, x: [b.mul(g, z)],
         "log": lambda b, g, z, x: [b.div(g, x)],
         "sqrt": lambda b, g, z, x: [b.div(g, b.mul(z, 2.0))],

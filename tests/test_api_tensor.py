@@ -460,15 +460,27 @@ def test_inplace_on_non_leaf_records_gradient():
     np.testing.assert_array_equal(z.grad.numpy(), [0.0, 1.0])
 
 
-@pytest.mark.xfail(strict=True, reason="PyTorch keeps a copy of `self` (original_self) for in-place "
-                   "ops whose backward reads it, so y.mul_(x) on a non-leaf y works there; here the "
-                   "saved buffer is overwritten and backward raises InplaceError instead")
-def test_inplace_mul_of_non_leaf_by_tensor_like_pytorch():
+@pytest.mark.parametrize("traced", [False, True])
+def test_inplace_mul_of_non_leaf_by_tensor_like_pytorch(traced):
+    # PyTorch keeps a copy of `self` (original_self) for in-place ops whose backward reads it.
+    def f(x):
+        y = x * 2
+        y.mul_(x)            # y = 2x * x
+        y.sum().backward()
+
     x = tr.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    y = x * 2
-    y.mul_(x)            # y = 2x * x
-    y.sum().backward()
+    (tr.trace(f) if traced else f)(x)
     np.testing.assert_allclose(x.grad.numpy(), 4 * np.array([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_sign_gradient_is_zeros_not_none(traced):
+    def f(x):
+        x.sign().sum().backward()
+
+    x = tr.tensor([0.5, -1.5], requires_grad=True)
+    (tr.trace(f) if traced else f)(x)
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
 
 
 def test_sign_has_zero_gradient():

@@ -123,8 +123,10 @@ BROADCASTS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
 @pytest.mark.parametrize("primitive", ["add", "sub", "mul", "div", "pow", "maximum", "minimum"])
 def test_binary_arithmetic(primitive, dtype, shapes):
-    if primitive == "div" and dtype == "i64":
-        pytest.skip("div takes floats")
+    if primitive == "div" and dtype == "i64":  # the tracer casts to float first
+        with pytest.raises(ir.ShapeError, match="div needs float operands"):
+            single(primitive, [TensorType(s, dtype) for s in shapes])
+        return
     x, y = (random_array(s, dtype) for s in shapes)
     if primitive == "pow":
         x = np.abs(x) + (1 if dtype == "i64" else 0)
@@ -242,7 +244,9 @@ REDUCTIONS = [((5,), (0,)), ((3, 4), (0,)), ((3, 4), (1,)), ((3, 4), (0, 1)), ((
 def test_reduce(primitive, dtype, case):
     shape, axes = case
     if primitive == "reduce_max" and any(shape[a] == 0 for a in axes):
-        pytest.skip("max over an empty axis is rejected by the shape rule")
+        with pytest.raises(ir.ShapeError, match="empty dimension"):
+            single(primitive, [TensorType(shape, dtype)], axes=axes)
+        return
     function = single(primitive, [TensorType(shape, dtype)], axes=axes)
     run_both(function, [random_array(shape, dtype)])
 

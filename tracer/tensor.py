@@ -18,6 +18,7 @@ from ir import types as irtypes
 from ir.builder import normalize_attributes
 from ir.graph import Value
 from ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
+from ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, edge_of, run_backward
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
@@ -107,6 +108,21 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
     if node is not None:
         node.save_outputs([output])
     return output
+
+
+def _keep_old_value_for(node: Node | None, tensor: "Tensor") -> None:
+    """Before `tensor`'s buffer is overwritten by its own in-place result, give the result's node
+    a copy of the old value if its VJP reads it (PyTorch saves the original of `y` in `y.mul_(x)`)."""
+    if node is None or not any(reference() is tensor for reference, _ in node.saved):
+        return
+    node.inputs = [array.copy() if array is tensor._handle else array for array in node.inputs]
+    node.saved = [(reference, version) for reference, version in node.saved
+                  if reference() is not tensor]
+
+
+# The rule of an in-place change made under no_grad to a tensor on the gradient path: the
+# cotangent passes through unchanged to the value before the change.
+STRAIGHT_THROUGH = CustomRule("no_grad_inplace", lambda builder, cotangents, needs: [cotangents[0]])
 
 
 def constant(value, dtype) -> "Tensor":
@@ -272,6 +288,11 @@ class Tensor:
 
     # Reading values -----------------------------------------------------------------------------
     def _eager_array(self, what: str) -> np.ndarray:
+        if self._trace is not None and self._weak:
+            raise TracingError(
+                f"{what} needs the value of a Python number passed to the traced function, which "
+                f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
+                f"bake it in (one compilation per value)")
         if self._trace is not None:
             raise TracingError(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "
@@ -394,7 +415,13 @@ class Tensor:
                                          f"written in place into a tensor of shape {list(self.shape)}")
             result = result.expand(*self.shape)
         if trace is None:
+            _keep_old_value_for(result._node, self)
             np.copyto(self._handle, result._handle)
+        elif not is_grad_enabled() and self.requires_grad and not self.is_leaf:
+            # Unseen by autograd (as in PyTorch): the new value, the old value's gradient path.
+            (self._handle,) = trace.builder.emit(
+                "custom_vjp", [result._handle, self._handle],
+                {"num_outputs": 1, "rule": STRAIGHT_THROUGH})
         else:
             self._handle = result._handle
         if result.requires_grad:
@@ -733,7 +760,7 @@ def _leaf(array: np.ndarray, requires_grad: builtins.bool) -> Tensor:
 def _default_dtype(data) -> np.dtype:
     array = np.asarray(data)
     if array.dtype.kind == "f":
-        return float32 if not isinstance(data, np.ndarray) else as_dtype(array.dtype)
+        return float32 if not isinstance(data, (np.ndarray, np.generic)) else as_dtype(array.dtype)
     if array.dtype.kind in "iu":
         return int64
     if array.dtype.kind == "b":
