@@ -26,8 +26,9 @@ def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> 
     return active
 
 
-def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Value]) -> list[bool]:
-    """For each of `wrt`, whether a gradient path leads from it to `output`."""
+def gradient_path(instructions: Sequence[Instruction], output: Value,
+                  wrt: Sequence[Value]) -> set[int]:
+    """Ids of the values on some gradient path from `wrt` to `output`."""
     active = active_values(instructions, wrt)
     needed = {id(output)} if id(output) in active else set()
     for instruction in reversed(instructions):
@@ -35,6 +36,12 @@ def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Va
             continue
         if any(id(v) in needed for v in instruction.outputs):
             needed.update(id(x) for x in instruction.inputs if id(x) in active)
+    return needed
+
+
+def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Value]) -> list[bool]:
+    """For each of `wrt`, whether a gradient path leads from it to `output`."""
+    needed = gradient_path(instructions, output, wrt)
     return [id(v) in needed for v in wrt]
 
 

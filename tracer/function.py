@@ -51,6 +51,8 @@ class FunctionCtx:
         self._dirty: list[Tensor] = []
         self._non_differentiable: list[Tensor] = []
         self.materialize_grads = True
+        self._trace = state.trace
+        self._saved_handles: list = []
 
     def save_for_backward(self, *tensors, **named_tensors) -> None:
         """Keep tensors (or None) for backward, by position (PyTorch) or by name (R torch)."""
@@ -77,8 +79,9 @@ class FunctionCtx:
         label = f"'{name}'" if name else f"number {index}"
         return f"saved tensor {label} (shape {list(tensor.shape)})"
 
-    @property
-    def saved_tensors(self) -> Named:
+    def check_saved(self) -> None:
+        """Raise if a saved tensor was changed in place since it was saved (run when a backward
+        that goes through this Function starts, as PyTorch does)."""
         for index, (t, version) in enumerate(zip(self._saved, self._saved_versions)):
             if t is not None and t._version != version:
                 raise InplaceError(
@@ -91,7 +94,16 @@ class FunctionCtx:
                     f"{self._function_name}.backward: {self._describe_saved(index)} is an output "
                     f"of the Function that was changed in place at {output._changed_at} after it "
                     f"was returned; change a clone of it instead")
-        return Named(self._saved_names, self._saved)
+
+    @property
+    def saved_tensors(self) -> Named:
+        if self._trace is None:
+            self.check_saved()
+            return Named(self._saved_names, self._saved)
+        # Traced, the backward is traced later, by the autodiff pass: it reads the values as they
+        # were saved (check_saved ran when .backward() was called).
+        return Named(self._saved_names, [None if h is None else Tensor._make(h, self._trace, False)
+                                         for h in self._saved_handles])
 
     saved_variables = saved_tensors
 
@@ -243,6 +255,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
                     edges=[None] * len(recorded) + edges_before)
     else:
         handles = trace.builder.emit("custom_vjp", operands, attributes)
+        trace.custom_calls.append((ctx, handles))
         node = None
     new_handles = iter(enumerate(handles))
     results = []
@@ -287,6 +300,8 @@ def _alias_saved_outputs(ctx: FunctionCtx, outputs: list, results: list) -> None
 
 def _remember_saved(ctx: FunctionCtx) -> None:
     ctx._saved_versions = [t._version if t is not None else 0 for t in ctx._saved]
+    ctx._saved_handles = [None if t is None else t._handle if ctx._trace is None or t._trace is
+                          ctx._trace else ctx._trace.handle_of(t) for t in ctx._saved]
 
 
 class Function:

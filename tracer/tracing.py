@@ -24,6 +24,8 @@ class Trace:
         self.captured: list[tuple["Tensor", Value]] = []
         self._captured_ids: dict[int, Value] = {}
         self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
+        # (ctx, output values) of every custom Function applied, for the checks of a backward.
+        self.custom_calls: list[tuple] = []
 
     def location(self) -> str:
         line = user_line()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from ir.autodiff import reaches
+from ir.autodiff import gradient_path, reaches
 from tracer.autograd import run_backward
 from tracer.context import enable_grad, state
 from tracer.errors import ArgumentError
@@ -16,7 +16,13 @@ from tracer.tracing import escaped_error
 def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list:
     """Record a `gradient` directive; the autodiff pass expands it when the trace is compiled."""
     trace = output._trace
-    operands = [output._handle, trace.handle_of(seed), *(trace.handle_of(t) for t in wrt)]
+    wrt_values = [trace.handle_of(t) for t in wrt]
+    # As eager backward would now: a saved tensor of a Function on the path must be unchanged.
+    path = gradient_path(trace.function.instructions, output._handle, wrt_values)
+    for ctx, values in trace.custom_calls:
+        if any(id(v) in path for v in values):
+            ctx.check_saved()
+    operands = [output._handle, trace.handle_of(seed), *wrt_values]
     return trace.builder.emit("gradient", operands, {})
 
 
