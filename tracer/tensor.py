@@ -209,7 +209,7 @@ def where(condition, x, y) -> "Tensor":
 class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
-    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad",
+    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
                  "_version", "_changed_at", "_weak", "_leaf", "_accumulator", "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
     __hash__ = object.__hash__
@@ -229,6 +229,7 @@ class Tensor:
         self._weak = False
         self._leaf = (not requires_grad) if leaf is None else leaf
         self._accumulator = None
+        self._base = None  # the tensor whose `.data` this is: in-place changes go through to it
         if trace is not None and requires_grad and self._leaf:
             trace.leaves.append(self)
         return self
@@ -376,6 +377,21 @@ class Tensor:
             return
         run_backward([(self, gradient._eager_array("backward"))], retain_graph=retain_graph)
 
+    @property
+    def data(self) -> "Tensor":
+        """The same values outside autograd; in-place changes to it change this tensor (as
+        `w.data -= lr * w.grad` in older PyTorch code)."""
+        trace, _, (handle,) = _current_handles([self])
+        alias = Tensor._make(handle, trace, False)
+        alias._base = self
+        return alias
+
+    @data.setter
+    def data(self, value) -> None:
+        if isinstance(value, Tensor) and value._base is self:
+            return  # `w.data -= x` assigns back the alias it changed in place
+        self.data.copy_(value)
+
     def detach(self) -> "Tensor":
         if self._trace is not None and self.requires_grad:
             result = self._trace.builder.op("stop_gradient", self._handle)
@@ -414,6 +430,8 @@ class Tensor:
                 raise ShapeMismatchError(f"{what}: a result of shape {list(result.shape)} cannot be "
                                          f"written in place into a tensor of shape {list(self.shape)}")
             result = result.expand(*self.shape)
+        if self._base is not None:
+            self._base._assign_data(result, what)
         if trace is None:
             _keep_old_value_for(result._node, self)
             np.copyto(self._handle, result._handle)
@@ -430,6 +448,23 @@ class Tensor:
         self._version += 1
         self._changed_at = user_line()
         return self
+
+    def _assign_data(self, result: "Tensor", what: str) -> None:
+        """An in-place change made through `.data`: unseen by autograd."""
+        if state.trace is None:
+            self._version += 1  # the shared buffer is written by the alias
+        else:
+            value = result.to(self.dtype).expand(*self.shape)._handle
+            if self.requires_grad:
+                (value,) = state.trace.builder.emit("stop_gradient", [value], {})
+            self._handle = value
+            self._version += 1
+        self._changed_at = user_line()
+
+    def __iadd__(self, other): return self.add_(other)
+    def __isub__(self, other): return self.sub_(other)
+    def __imul__(self, other): return self.mul_(other)
+    def __itruediv__(self, other): return self.div_(other)
 
     def add_(self, other, alpha=1): return self._assign(self.add(other, alpha=alpha), "add_")
     def sub_(self, other, alpha=1): return self._assign(self.sub(other, alpha=alpha), "sub_")
