@@ -3,11 +3,14 @@ from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabl
 from tracer.errors import (ArgumentError, FunctionBackwardError, GradcheckError, InplaceError,
                            ShapeMismatchError, TracerError, TracingError)
 from tracer.function import Function, FunctionCtx, autograd_function
+from tracer.functional import FUNCTIONS, cat, stack
 from tracer.gradcheck import gradcheck
 from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
                            int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
                            zeros_like)
 from tracer.transforms import grad, value_and_grad
+
+globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
 
 
 def __getattr__(name: str):
@@ -17,11 +20,3 @@ def __getattr__(name: str):
         import runtime.trace
         return getattr(runtime.trace, name)
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")
-
-
-def maximum(x, y):
-    return x.maximum(y) if isinstance(x, Tensor) else Tensor.maximum(tensor(x), y)
-
-
-def minimum(x, y):
-    return x.minimum(y) if isinstance(x, Tensor) else Tensor.minimum(tensor(x), y)
