@@ -420,8 +420,20 @@ def split_extent(kernel: Kernel, flat: bool) -> int:
     return next((size for size in shape if size != 1), 1)
 
 
-def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool) -> KernelCode:
+def shared_buffers(kernel: Kernel, plan: MemoryPlan | None) -> dict[int, int]:
+    """result position -> input position, for the results written into the buffer an input is read
+    from (an in-place update): the kernel gets one pointer for both, so `noalias` stays true."""
+    if plan is None:
+        return {}
+    reads = {plan.read(v): i for i, v in enumerate(kernel.inputs)}
+    return {j: reads[plan.write(v)] for j, v in enumerate(kernel.results)
+            if plan.write(v) in reads}
+
+
+def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
+                plan: MemoryPlan | None = None) -> KernelCode:
     results = list(kernel.results)
+    shared = shared_buffers(kernel, plan)
     if kernel.kind == "matmul":
         instruction = kernel.instructions[-1]
         (a, transpose_a), (b, transpose_b) = map(matmul_operand, instruction.inputs)
@@ -437,13 +449,16 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool) -> 
         return KernelCode(text, name, [a, b], results, extent, False, extent * m * n * k)
     arguments = list(kernel.inputs)
     buffers = {id(v): f"%in{i}" for i, v in enumerate(arguments)}
-    result_registers = [f"%out{i}" for i in range(len(results))]
+    result_registers = [f"%in{shared[j]}" if j in shared else f"%out{j}"
+                        for j in range(len(results))]
     emitter = KernelEmitter(fused, kernel, buffers)
     if kernel.kind == "loop":
         emitter.loop_kernel(result_registers)
     else:
         emitter.accumulate_kernel(result_registers)
-    text = LOOPS.kernel(name, list(buffers.values()) + result_registers, emitter.w.allocas,
+    own_registers = [r for j, r in enumerate(result_registers) if j not in shared]
+    results = [v for j, v in enumerate(results) if j not in shared]
+    text = LOOPS.kernel(name, list(buffers.values()) + own_registers, emitter.w.allocas,
                         "\n".join(emitter.w.lines))
     extent = split_extent(kernel, emitter.flat)
     size = max(kernel.results[0].type.size, 1)
@@ -470,7 +485,7 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
     """The LLVM IR text of the whole function, and a description of each kernel. Large kernels
     whose outer loop can be split run on up to `threads` threads."""
     function = fused.function
-    codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm)
+    codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm, plan)
              for number, kernel in enumerate(fused.kernels)]
     slots = [(f"%param.{i}", i) for i in range(len(function.parameters))]
     slots += [(f"%output.{i}", len(function.parameters) + i) for i in range(len(plan.output_slots))]

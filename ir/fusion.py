@@ -35,6 +35,19 @@ MAX_EXPRESSION = 400
 
 
 @dataclass(eq=False)
+class MatmulUpdate:
+    """result = rest + alpha * matmul(a, b), where `rest` is the result's expression with the
+    matmul's value replaced by zero and alpha the product of the 0-d `factors` (and `sign`): the
+    kernel stores `rest` into the result, then one gemm adds alpha * a @ b to it (beta = 1), so the
+    matmul's value is never stored."""
+
+    matmul: Instruction
+    factors: list[Value]
+    sign: int
+    rest_is: Value | None  # the parameter `rest` is equal to, if it is just one (no loop needed)
+
+
+@dataclass(eq=False)
 class Kernel:
     """One unit of native code: computes `results` (stored to memory) from the buffers `inputs`.
 
@@ -45,6 +58,7 @@ class Kernel:
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
+    update: "MatmulUpdate | None" = None  # a matmul kernel that accumulates into its result
 
     @property
     def shape(self) -> tuple[int, ...]:

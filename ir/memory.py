@@ -1,7 +1,9 @@
 """Memory planning: where every stored value lives when a fused function runs.
 
 Parameters are read where the caller passed them. Each distinct function output gets its own fresh
-buffer (allocated by the runtime per call). Every other stored value is a temporary placed in one
+buffer (allocated by the runtime per call), unless the caller asked for it to be written into a
+parameter's buffer (`write_into={output index: parameter index}`, the in-place update of a
+parameter) and that is safe: see `in_place_conflict`. Every other stored value is a temporary placed in one
 arena whose size is fixed at compile time: a temporary reuses the block of one that is dead. A
 kernel never writes a block that one of its inputs occupies (kernel pointers are `noalias`).
 """
@@ -9,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.fusion import FusedFunction
+from ir.fusion import FusedFunction, Kernel, matmul_operand
 from ir.graph import Value
+from ir.primitives import ELEMENTWISE
 
 ALIGNMENT = 64
 
@@ -30,6 +33,10 @@ class MemoryPlan:
     result_locations: dict[int, Location] = field(default_factory=dict)  # value id -> where written
     output_slots: list[Value] = field(default_factory=list)  # the value stored in each output slot
     arena_size: int = 0
+    # output index -> parameter index: outputs written into the parameter's buffer (no slot)
+    in_place: dict[int, int] = field(default_factory=dict)
+    # output index -> why a requested in-place write was refused
+    refused: dict[int, str] = field(default_factory=dict)
 
     def read(self, value: Value) -> Location:
         return self.locations[id(value)]
@@ -42,11 +49,85 @@ def _aligned(size: int) -> int:
     return max(ALIGNMENT, -(-size // ALIGNMENT) * ALIGNMENT)
 
 
-def plan_memory(fused: FusedFunction) -> MemoryPlan:
+def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bool:
+    """Whether `kernel` reads `parameter` only at the index it is writing (elementwise ops on equal
+    shapes from a result of a loop kernel down to the parameter), or not at all."""
+    if not any(v is parameter for v in kernel.inputs):
+        return True
+    if kernel.kind == "matmul":
+        update = kernel.update
+        if update is None or any(matmul_operand(v)[0] is parameter
+                                 for v in update.matmul.inputs):
+            return False  # a gemm operand in the buffer the gemm writes
+        roots, stop = kernel.results, {id(update.matmul.outputs[0])}
+    elif kernel.kind == "loop":
+        roots, stop = kernel.results, set()
+    else:  # an accumulate kernel writes its result before it has read all of its operand
+        return False
+    own = {id(v) for v in kernel.results}
+    for root in roots:
+        if root is parameter:
+            continue  # a copy of the parameter: read at the index it writes
+        stack: list[tuple[Value, bool]] = [(root, True)]
+        while stack:
+            value, identity = stack.pop()
+            if value is parameter:
+                if not identity:
+                    return False
+                continue
+            if (value.producer is None or id(value) in stop
+                    or (fused.is_materialized(value) and id(value) not in own)):
+                continue
+            instruction = value.producer
+            for operand in instruction.inputs:
+                stack.append((operand, identity and instruction.primitive in ELEMENTWISE
+                              and operand.shape == value.shape))
+    return True
+
+
+def in_place_conflict(fused: FusedFunction, output_index: int, parameter_index: int,
+                      write_into: dict[int, int]) -> str | None:
+    """Why output `output_index` cannot be written into the buffer of parameter `parameter_index`
+    (None if it can): the value must be computed by a kernel (not a parameter), have exactly the
+    parameter's type, appear once among the outputs, be the only output requested for that
+    parameter, and its kernel must be the last to read the parameter and read it only at the index
+    it writes (so every element is read before it is overwritten)."""
+    function = fused.function
+    if not 0 <= output_index < len(function.outputs):
+        return "no such output"
+    if not 0 <= parameter_index < len(function.parameters):
+        return "no such parameter"
+    value, parameter = function.outputs[output_index], function.parameters[parameter_index]
+    if value.producer is None:
+        return "the output is a parameter"
+    if value.type != parameter.type:
+        return f"type {value.type} differs from the parameter's {parameter.type}"
+    if sum(v is value for v in function.outputs) != 1:
+        return "the value is also another output"
+    if list(write_into.values()).count(parameter_index) != 1:
+        return "two outputs are to be written into the same parameter"
+    number = next(n for n, k in enumerate(fused.kernels) if any(v is value for v in k.results))
+    if any(any(v is parameter for v in k.inputs) for k in fused.kernels[number + 1:]):
+        return "a later kernel reads the parameter"
+    if not _identity_only(fused.kernels[number], fused, parameter):
+        return "the kernel reads the parameter at another index than it writes"
+    return None
+
+
+def plan_memory(fused: FusedFunction, write_into: dict[int, int] | None = None) -> MemoryPlan:
     function = fused.function
     plan = MemoryPlan()
     for index, parameter in enumerate(function.parameters):
         plan.locations[id(parameter)] = Location("parameter", index)
+    for output_index, parameter_index in sorted((write_into or {}).items()):
+        reason = in_place_conflict(fused, output_index, parameter_index, write_into)
+        if reason is not None:
+            plan.refused[output_index] = reason
+            continue
+        value = function.outputs[output_index]
+        plan.in_place[output_index] = parameter_index
+        plan.result_locations[id(value)] = plan.locations[id(value)] = Location(
+            "parameter", parameter_index)
     for value in function.outputs:
         if id(value) not in plan.result_locations:
             plan.result_locations[id(value)] = Location("output", len(plan.output_slots))

@@ -43,12 +43,21 @@ def thread_setting() -> int:
 
 
 class CompiledFunction:
+    """`write_into={output index: parameter index}` asks for outputs to be written directly into
+    the buffers of parameters (an in-place update); `in_place` holds the pairs the memory planner
+    found safe. For those, a call writes into the argument array itself when it can -- an ndarray
+    of exactly the parameter's dtype, C-contiguous, writeable and sharing no memory with another
+    argument -- and returns that same array object as the output; otherwise it runs on a private
+    copy of the argument and returns the copy, which the caller copies back. So the caller writes
+    back with `if output is not target: np.copyto(target, output)`."""
+
     stages: tuple[str, ...] = STAGES  # the back-end stages `stage_text` prints
 
-    def __init__(self, function: Function):
+    def __init__(self, function: Function, write_into: dict[int, int] | None = None):
         self.function = function
         self.fused: FusedFunction = fuse(function)
-        self.plan: MemoryPlan = plan_memory(self.fused)
+        self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+        self.in_place: dict[int, int] = dict(self.plan.in_place)
         host = jit.host()
         self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
                                                      jit.blas_available(), thread_setting())
@@ -66,10 +75,16 @@ class CompiledFunction:
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
         seen: set[int] = set()
-        self._returns = []  # (output slot, whether this position must copy an earlier one)
-        for value in function.outputs:
+        # (output slot, whether this position must copy an earlier one); in-place outputs are
+        # (-1 - parameter index, False)
+        self._returns = []
+        for position, value in enumerate(function.outputs):
+            if position in self.in_place:
+                self._returns.append((-1 - self.in_place[position], False))
+                continue
             self._returns.append((slot_of[id(value)], id(value) in seen))
             seen.add(id(value))
+        self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         self._arena_size = self.plan.arena_size
         self._arena, self._arena_address = self._new_arena()
@@ -95,6 +110,15 @@ class CompiledFunction:
                 array = np.ascontiguousarray(array)
             keep_alive.append(array)
             pointers[position] = array.ctypes.data
+        # decided on the arrays as passed, before any is replaced, so that two targets sharing
+        # memory both run on copies (and are copied back in the caller's order)
+        private = [position for position in self._targets
+                   if keep_alive[position] is not arguments[position]
+                   or not keep_alive[position].flags.writeable
+                   or _overlaps(position, keep_alive, pointers)]
+        for position in private:  # written on a private copy, which the caller copies back
+            array = keep_alive[position] = np.array(keep_alive[position], copy=True)
+            pointers[position] = array.ctypes.data
         outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
         base = len(self._parameters)
         for position, output in enumerate(outputs):
@@ -109,8 +133,8 @@ class CompiledFunction:
         else:
             arena, pointers[-1] = self._new_arena()
             self._entry(pointers.ctypes.data)
-        return [outputs[slot].copy() if duplicate else outputs[slot]
-                for slot, duplicate in self._returns]
+        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
+                else outputs[slot] for slot, duplicate in self._returns]
 
     def stage_text(self, stage: str) -> str:
         """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
@@ -130,14 +154,31 @@ _compiled: dict[str, CompiledFunction] = {}
 _compiled_lock = threading.Lock()
 
 
-def compile_function(function: Function) -> CompiledFunction:
+def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> bool:
+    """Whether the (contiguous) buffer of arrays[position] shares a byte with another one's."""
+    size = arrays[position].nbytes
+    if size == 0:
+        return False
+    start = int(pointers[position])
+    for other, array in enumerate(arrays):
+        if other != position and array.nbytes:
+            begin = int(pointers[other])
+            if start < begin + array.nbytes and begin < start + size:
+                return True
+    return False
+
+
+def compile_function(function: Function,
+                     write_into: dict[int, int] | None = None) -> CompiledFunction:
     """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text
     (and the settings that change the generated code)."""
-    key = (format_function(function), thread_setting(), cache_directory())
+    write_into = dict(write_into or {})
+    key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
+           cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is None:
-        compiled = CompiledFunction(function)
+        compiled = CompiledFunction(function, write_into)
         with _compiled_lock:
             compiled = _compiled.setdefault(key, compiled)
     return compiled

@@ -266,7 +266,13 @@ class TracedFunction:
         stages["optimized"] = ir.format_function(optimized)
         for _, value in trace.captured:
             sources.append(("captured", len([s for s in sources if s[0] == "captured"])))
-        entry = Entry(result_structure, compile_function(optimized), len(result_leaves), writebacks,
+        # Updated data and .grad are written straight into the argument's buffer where that is safe.
+        parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
+        write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
+                      for index, kind, output in writebacks
+                      if ("leaf" if kind == "data" else "grad", index) in parameter_of}
+        entry = Entry(result_structure, compile_function(optimized, write_into=write_into),
+                      len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
                       [(t.shape, t.dtype) for t, _ in trace.captured], stages, rules)
         if not writebacks and not cleared:
@@ -359,15 +365,18 @@ class TracedFunction:
         inputs = {id(a) for a in arrays if isinstance(a, np.ndarray)}
         for index, kind, output in entry.writebacks:
             target = leaves[index][0]
+            # an output written in place is the argument array itself: nothing to copy
             if kind == "data":
                 array = target._handle if isinstance(target, Tensor) else target
-                np.copyto(array, outputs[output])
+                if outputs[output] is not array:
+                    np.copyto(array, outputs[output])
                 if isinstance(target, Tensor):
                     target._version += 1
             elif target.grad is None:
                 target.grad = Tensor._make(_owned(outputs[output], inputs), None, False)
             else:
-                np.copyto(target.grad._handle, outputs[output])
+                if outputs[output] is not target.grad._handle:
+                    np.copyto(target.grad._handle, outputs[output])
                 target.grad._version += 1
         for index in entry.cleared_grads:
             leaves[index][0].grad = None

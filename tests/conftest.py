@@ -52,10 +52,12 @@ class CheckedFunction:
     def __init__(self, compiled):
         self.compiled = compiled
         self.stages = compiled.stages
+        self.in_place = compiled.in_place
 
     def __call__(self, arguments):
+        # copies: the compiled call may write outputs into the argument arrays (in place)
         expected = ir.interpret(self.compiled.function,
-                                [np.asarray(a, p.dtype) for a, p in
+                                [np.array(a, p.dtype, copy=True) for a, p in
                                  zip(arguments, self.compiled.function.parameters)])
         actual = self.compiled(arguments)
         for index, (a, e) in enumerate(zip(actual, expected)):
@@ -71,5 +73,6 @@ def check_every_compiled_stage(monkeypatch):
     monkeypatch.setattr(runtime.trace.TracedFunction, "_compile", _checked_compile)
     compile_function = runtime.trace.compile_function
     monkeypatch.setattr(runtime.trace, "compile_function",
-                        lambda function: CheckedFunction(compile_function(function)))
+                        lambda function, **options: CheckedFunction(
+                            compile_function(function, **options)))
     yield
