@@ -74,6 +74,7 @@ class KernelEmitter:
         self.flat = is_flat(kernel)
         self.w = Writer()
         self.memo: list[dict] = [{}]
+        self.zeros: set[int] = set()  # values taken as 0 (the product a matmul update adds later)
 
     # Shapes and index arithmetic (folding Python ints) ---------------------------------------
 
@@ -171,6 +172,8 @@ class KernelEmitter:
         return result
 
     def _evaluate(self, value: Value, index: Index) -> str:
+        if id(value) in self.zeros:
+            return literal(0, value.dtype)
         instruction = value.producer
         if instruction is None or (self.fused.is_materialized(value) and id(value) not in self.own):
             return self.load(value, self.linear(index, self.shape_of(value)))
@@ -366,10 +369,10 @@ class KernelEmitter:
 
     # Kernels ----------------------------------------------------------------------------------
 
-    def loop_kernel(self, results: list[str]) -> None:
+    def loop_kernel(self, results: list[str], split: bool = True) -> None:
         shape = (self.kernel.shape and (int(np.prod(self.kernel.shape)),)) if self.flat \
             else self.kernel.shape
-        index, loops = self.open_nest(shape, split=True)
+        index, loops = self.open_nest(shape, split=split)
         for value, buffer in zip(self.kernel.results, results):
             register = self.evaluate(value, index)
             self.store(register, value.dtype, buffer, self.linear(index, shape))
@@ -434,6 +437,8 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
                 plan: MemoryPlan | None = None) -> KernelCode:
     results = list(kernel.results)
     shared = shared_buffers(kernel, plan)
+    if kernel.update is not None:
+        return emit_matmul_update(fused, kernel, name, gemm, plan, shared)
     if kernel.kind == "matmul":
         instruction = kernel.instructions[-1]
         (a, transpose_a), (b, transpose_b) = map(matmul_operand, instruction.inputs)
@@ -444,7 +449,7 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
         text = ENVIRONMENT.get_template("matmul.ll.j2").render(
             name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
             transpose_a=transpose_a, transpose_b=transpose_b,
-            gemm=GEMM_SYMBOLS.get(dtype) if gemm else None)
+            gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=False)
         extent = split_extent(kernel, False)
         return KernelCode(text, name, [a, b], results, extent, False, extent * m * n * k)
     arguments = list(kernel.inputs)
@@ -466,6 +471,53 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
         size = max(kernel.results[0].producer.inputs[0].type.size, 1)
     work = size * max(1, len(kernel.instructions))
     return KernelCode(str(text), name, arguments, results, extent, kernel.kind == "loop", work)
+
+
+def emit_matmul_update(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
+                       plan: MemoryPlan | None, shared: dict[int, int]) -> KernelCode:
+    """result = rest + alpha * a @ b: a loop stores `rest` (the result's expression with the
+    product taken as 0) into the result's buffer -- skipped when rest is the parameter whose buffer
+    the result is written into -- then the gemm adds alpha * a @ b (beta = 1)."""
+    update = kernel.update
+    (result,) = kernel.results
+    product = update.matmul.outputs[0]
+    (a, transpose_a), (b, transpose_b) = map(matmul_operand, update.matmul.inputs)
+    m, k = update.matmul.inputs[0].shape[-2:]
+    n = update.matmul.inputs[1].shape[-1]
+    dtype = result.dtype
+    arguments = list(kernel.inputs)
+    buffers = {id(v): f"%in{i}" for i, v in enumerate(arguments)}
+    output = f"%in{shared[0]}" if 0 in shared else "%out0"
+    skipped = {id(update.matmul), *(id(v.producer) for v in update.matmul.inputs
+                                    if matmul_operand(v)[1])}
+    instructions = [i for i in kernel.instructions if id(i) not in skipped]
+    read = {id(x) for i in instructions for x in i.inputs}
+    rest = Kernel("loop", [result], instructions, [v for v in arguments if id(v) in read])
+    emitter = KernelEmitter(fused, rest, buffers)
+    emitter.zeros.add(id(product))
+    alpha = literal(1, dtype)
+    for factor in update.factors:  # evaluated first: they dominate the loop and the gemm
+        value = emitter.evaluate(factor, ())
+        alpha = value if alpha == literal(1, dtype) else emitter.w.value(
+            f"fmul {LLVM_TYPE[dtype]} {alpha}, {value}")
+    if update.sign < 0:
+        alpha = emitter.w.value(f"fneg {LLVM_TYPE[dtype]} {alpha}")
+    in_place_rest = (update.rest_is is not None and plan is not None
+                     and plan.write(result) == plan.read(update.rest_is))
+    if not in_place_rest:
+        emitter.loop_kernel([output], split=False)
+    extent = split_extent(kernel, False)
+    emitter.w.emit(f"call void @{name}.gemm(ptr {buffers[id(a)]}, ptr {buffers[id(b)]}, "
+                   f"ptr {output}, {LLVM_TYPE[dtype]} {alpha}, i64 %begin, i64 %end)")
+    registers = list(buffers.values()) + ([] if 0 in shared else [output])
+    text = str(LOOPS.kernel(name, registers, emitter.w.allocas, "\n".join(emitter.w.lines)))
+    text += "\n\n" + ENVIRONMENT.get_template("matmul.ll.j2").render(
+        name=f"{name}.gemm", type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
+        transpose_a=transpose_a, transpose_b=transpose_b,
+        gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=True)
+    results = [] if 0 in shared else [result]
+    return KernelCode(text, name, arguments, results, extent, False,
+                      extent * m * n * k + result.type.size)
 
 
 def location_register(location: Location) -> str:

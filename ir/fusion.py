@@ -9,7 +9,11 @@ A kernel is one unit of native code. There are three kinds:
 - `accumulate`: a reduction that keeps the operand's last axis (a column sum, the bias gradient):
   one pass over the operand in memory order adding into the result, so the inner loop is unit-stride.
 - `matmul`: a BLAS call (or a generated loop nest). An operand that is the transpose of the last two
-  axes of a buffer reads that buffer with the transpose flag instead of materializing it.
+  axes of a buffer reads that buffer with the transpose flag instead of materializing it. A value
+  that is a linear function of a matmul only it reads -- `w - lr * (x^T @ g)`, the SGD update of a
+  gradient that is used for nothing else -- is one matmul kernel too: the rest of the expression
+  (`w`) is stored into the result, then the gemm adds alpha * x^T @ g to it (beta = 1, alpha =
+  -lr read at run time), so the gradient never reaches memory (`MatmulUpdate`).
 
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
 results, reductions (unless computed inline into a single same-shape elementwise consumer), values
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from ir.graph import Function, Instruction, Value
 from ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 from ir.text import format_instruction
+from ir.types import FLOAT_DTYPES
 
 LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES
 EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
@@ -180,9 +185,80 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
     return True
 
 
-def fuse(function: Function) -> FusedFunction:
-    """Group the instructions of `function` (the `optimized` stage) into kernels."""
+def _matmul_update(value: Value, users: dict[int, list[Instruction]], materialized: set[int],
+                   outputs: set[int]) -> MatmulUpdate | None:
+    """`value` as rest + alpha * matmul(a, b) (see MatmulUpdate), if it is one: a chain of add, sub,
+    neg and multiplications by 0-d values of the value's shape and float dtype down to a matmul
+    whose result, like every value between, has no other reader and is no output."""
+    def descend(v: Value, top: bool):
+        instruction = v.producer
+        if instruction is None or v.dtype not in FLOAT_DTYPES:
+            return None
+        if not top:
+            if len(users.get(id(v), [])) != 1 or id(v) in outputs:
+                return None
+            if instruction.primitive == "matmul":
+                return instruction, [], 1, True
+            if id(v) in materialized:
+                return None
+        primitive, inputs = instruction.primitive, instruction.inputs
+        if primitive == "neg":
+            found = descend(inputs[0], False) if inputs[0].shape == v.shape else None
+            return found and (found[0], found[1], -found[2], found[3])
+        if primitive == "mul":
+            for k in (0, 1):
+                scalar, operand = inputs[1 - k], inputs[k]
+                if scalar.type.ndim == 0 and operand.shape == v.shape and operand is not scalar:
+                    found = descend(operand, False)
+                    if found:
+                        return found[0], [*found[1], scalar], found[2], found[3]
+            return None
+        if primitive in ("add", "sub"):
+            for k in (0, 1):
+                if inputs[k].shape != v.shape or inputs[0] is inputs[1]:
+                    continue
+                found = descend(inputs[k], False)
+                if found:
+                    sign = -found[2] if primitive == "sub" and k == 1 else found[2]
+                    return found[0], found[1], sign, False
+        return None
+
+    if value.producer is None or value.producer.primitive not in ("add", "sub", "mul", "neg"):
+        return None
+    found = descend(value, True)
+    if found is None:
+        return None
+    matmul, factors, sign, _ = found
+    rest_is = None
+    instruction = value.producer
+    if instruction.primitive in ("add", "sub"):
+        # rest is exactly a parameter when the other operand is one, taken with sign +1, and the
+        # chain below adds nothing else
+        k = 0 if descend(instruction.inputs[1], False) else 1
+        other = instruction.inputs[k]
+        below = descend(instruction.inputs[1 - k], False)
+        if (other.producer is None and other.type == value.type and below and below[3]
+                and (instruction.primitive == "add" or k == 0)):
+            rest_is = other
+    return MatmulUpdate(matmul, factors, sign, rest_is)
+
+
+def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
+    """Group the instructions of `function` (the `optimized` stage) into kernels. With
+    `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
+    would add the product onto the result one term at a time, rounding differently from the
+    unfused expression), linear functions of a matmul become MatmulUpdate kernels."""
     materialized = _choose_materialized(function)
+    users = function.users()
+    outputs = {id(v) for v in function.outputs}
+    updates: dict[int, MatmulUpdate] = {}
+    for instruction in function.instructions if matmul_updates else ():
+        for value in instruction.outputs:
+            if id(value) in materialized:
+                update = _matmul_update(value, users, materialized, outputs)
+                if update is not None:
+                    updates[id(value)] = update
+                    materialized.discard(id(update.matmul.outputs[0]))
     roots: list[Value] = [p for p in function.parameters if id(p) in materialized
                           and any(p is v for v in function.outputs)]
     for instruction in function.instructions:
@@ -192,6 +268,19 @@ def fuse(function: Function) -> FusedFunction:
     producer_kernel: dict[int, int] = {}  # value id -> index of the kernel that stores it
     for root in roots:
         producer = root.producer
+        if id(root) in updates:
+            update = updates[id(root)]
+            product = update.matmul.outputs[0]
+            instruction_ids, reads = _inline_closure([root], materialized | {id(product)}, set())
+            looked_through = [v.producer for v in update.matmul.inputs if matmul_operand(v)[1]]
+            instruction_ids |= {id(i) for i in looked_through} | {id(update.matmul)}
+            buffers = [matmul_operand(v)[0] for v in update.matmul.inputs]
+            inputs = list({id(v): v for v in [*reads, *buffers] if v is not product}.values())
+            kernel = Kernel("matmul", [root], [i for i in function.instructions
+                                                 if id(i) in instruction_ids], inputs, update)
+            kernels.append(kernel)
+            producer_kernel[id(root)] = len(kernels) - 1
+            continue
         if producer is not None and producer.primitive == "matmul":
             kind = "matmul"
         elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
@@ -248,6 +337,10 @@ def format_fused(fused: FusedFunction) -> str:
         types = ", ".join(str(v.type) for v in kernel.results)
         reads = ", ".join(f"%{v.name}" for v in kernel.inputs)
         header = f"{kernel.kind}"
+        if kernel.update is not None:
+            update = kernel.update
+            alpha = "*".join(f"%{v.name}" for v in update.factors) or "1"
+            header += f" accumulate(alpha={'-' if update.sign < 0 else ''}{alpha}, beta=1)"
         if kernel.kind != "matmul":
             header += f"[{','.join(map(str, kernel.shape))}]"
         lines.append(f"  {names} : {types} = kernel_{number} {header}({reads}) {{")

@@ -55,12 +55,13 @@ class CompiledFunction:
 
     def __init__(self, function: Function, write_into: dict[int, int] | None = None):
         self.function = function
-        self.fused: FusedFunction = fuse(function)
+        blas = jit.blas_available()
+        self.fused: FusedFunction = fuse(function, matmul_updates=blas)
         self.plan: MemoryPlan = plan_memory(self.fused, write_into)
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         host = jit.host()
         self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                     jit.blas_available(), thread_setting())
+                                                     blas, thread_setting())
         self.kernels: list[KernelCode]
         directory = cache_directory()
         cache = None
@@ -174,7 +175,7 @@ def compile_function(function: Function,
     (and the settings that change the generated code)."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           cache_directory())
+           jit.blas_available(), cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is None:

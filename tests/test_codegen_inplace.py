@@ -154,3 +154,114 @@ def test_traced_in_place_on_numpy_arguments(dtype):
     c = np.arange(6, dtype=dtype).reshape(2, 3)
     bump(c, c[:])
     assert np.array_equal(c, np.arange(6).reshape(2, 3) * 3)
+
+
+# The update fused into the gemm ------------------------------------------------------------------
+
+needs_blas = pytest.mark.skipif(not jit.blas_available(), reason="no BLAS gemm found")
+
+
+def linear_update(variant: str, dtype="f64") -> ir.Function:
+    f = ir.Function("linear_update")
+    w = f.add_parameter("w", TensorType((7, 5), dtype))
+    x = f.add_parameter("x", TensorType((3, 7), dtype))
+    g = f.add_parameter("g", TensorType((3, 5), dtype))
+    lr = f.add_parameter("lr", TensorType((), "f64"))
+    b = ir.GraphBuilder(f)
+    s = b.op("cast", lr, dtype=ir.types.as_dtype(dtype))
+    m = b.op("matmul", b.swap_last_axes(x), g)
+    new = {"sub_left": lambda: b.sub(w, b.mul(s, m)),
+           "sub_right": lambda: b.sub(w, b.mul(m, s)),
+           "add": lambda: b.add(b.mul(s, m), w),
+           "neg": lambda: b.add(w, b.op("neg", b.mul(s, b.mul(m, s)))),
+           "plain": lambda: b.sub(w, m),
+           "with_grad": lambda: b.sub(w, b.mul(s, b.add(w, m))),
+           }[variant]()
+    f.outputs = [new]
+    return ir.optimize(f)
+
+
+@needs_blas
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("variant", ["sub_left", "sub_right", "add", "neg", "plain", "with_grad"])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_update_fused_into_the_gemm(variant, dtype, in_place):
+    function = linear_update(variant, dtype)
+    compiled = CompiledFunction(function, write_into={0: 0} if in_place else None)
+    fused = compiled.stage_text("fused")
+    assert fused.count("kernel_") == 1 and "accumulate(" in fused and "beta=1" in fused
+    assert compiled.plan.arena_size == 0  # the product is never stored
+    assert compiled.in_place == ({0: 0} if in_place else {})
+    arguments = arrays_for(function, seed=5)
+    arguments[3] = np.array(0.25)
+    w = arguments[0]
+    expected = ir.interpret(function, [a.copy() for a in arguments])[0]
+    (actual,) = compiled(arguments)
+    assert (actual is w) == in_place
+    rtol = 2e-5 if dtype == "f32" else 1e-12
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale)
+
+
+@needs_blas
+def test_seed_step_updates_with_one_gemm_and_no_gradient_buffer():
+    x, y, w1, w2 = make_data()
+    traced = tr.trace(step)
+    traced(x, y, w1, w2, 1e-6)  # first call: no .grad yet (w1 - lr * x^T g)
+    fused = traced.ir(x, y, w1, w2, 1e-6, stage="fused")  # later calls: w1 - lr * (w1.grad + ...)
+    assert fused.count("matmul accumulate(alpha=-%17, beta=1)") == 2, fused
+    # no kernel stores the weight gradients: the matmuls that compute them are inside the updates
+    assert all("f32[1000,100]" not in line or "accumulate" in line or "broadcast" in line
+               or "loop[1000,100]()" in line
+               for line in fused.splitlines() if " = kernel_" in line), fused
+    entry = traced._cache[next(reversed(traced._cache))]
+    compiled = getattr(entry.executable, "compiled", entry.executable)  # conftest wraps it
+    assert compiled.plan.arena_size < 1000 * 100 * 4  # no gradient-sized temporary
+    assert len(compiled.in_place) == 4
+    llvm = compiled.llvm_ir
+    # beta = 1.0 in the two update gemms
+    assert llvm.count(", float 0x3FF0000000000000, ptr %pc") == 2
+    before = (w1._handle, w1.grad._handle)
+    loss = traced(x, y, w1, w2, 1e-6)
+    assert (w1._handle, w1.grad._handle) == before and np.isfinite(loss.item())
+    # the first-call signature (no .grad): the update is the gemm alone, into w1 in place
+    first = traced._cache[next(iter(traced._cache))].executable
+    first = getattr(first, "compiled", first)
+    assert first.in_place and all("%L" not in code.text.split(".gemm")[0]
+                                  for code in first.kernels if ".gemm" in code.text)
+
+
+def test_seed_step_without_blas(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    x, y, w1, w2 = make_data(N=16, D_in=40, H=12, D_out=3)
+    reference = [t.detach().clone().requires_grad_() for t in (w1, w2)]
+    traced = tr.trace(step)
+    for _ in range(3):
+        traced(x, y, w1, w2, 1e-4)
+        step(x, y, *reference, 1e-4)
+    fused = traced.ir(x, y, w1, w2, 1e-4, stage="fused")
+    assert "accumulate(" not in fused and "tracer_sgemm" not in traced.ir(
+        x, y, w1, w2, 1e-4, stage="llvm")
+    np.testing.assert_allclose(w1.detach().numpy(), reference[0].detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(w2.detach().numpy(), reference[1].detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
+    """The matmul template's accumulate mode without a gemm (not chosen by the runtime today:
+    it rounds term by term), in float64 against the interpreter."""
+    import runtime.compiled
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    monkeypatch.setattr(runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    function = linear_update("with_grad", "f64")
+    compiled = CompiledFunction(function, write_into={0: 0})
+    assert "accumulate(" in compiled.stage_text("fused") and "tracer_dgemm" not in \
+        compiled.llvm_ir
+    arguments = arrays_for(function, seed=9)
+    expected = ir.interpret(function, [a.copy() for a in arguments])[0]
+    (actual,) = compiled(arguments)
+    assert actual is arguments[0]
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
