@@ -1,6 +1,6 @@
 """Benchmarks of the compiled kernels against numpy (and PyTorch when it is installed).
 
-    python benchmarks/run.py [--quick]
+    python benchmarks/run.py [--quick] [--overhead]
 
 Each case is an IR function (what `@trace` hands to the back end) run three ways: compiled
 (`runtime.compiled.CompiledFunction`), the same computation written directly in numpy, and the
@@ -109,7 +109,11 @@ def torch_version(case: str, arrays):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--overhead", action="store_true", help="only the per-call overhead")
     options = parser.parse_args()
+    if options.overhead:
+        print_traced_overhead()
+        return
     repeats = 5 if options.quick else 30
     rng = np.random.default_rng(0)
     cases = []
@@ -143,6 +147,36 @@ def main() -> None:
     arrays = [np.ones(4, np.float32), np.ones(4, np.float32)]
     overhead = median_time(lambda: tiny(arrays), 2000)
     print(f"per-call overhead (n=4 GELU fwd+bwd): {overhead * 1e6:.2f} us")
+    print_traced_overhead()
+
+
+def print_traced_overhead(calls: int = 20000) -> None:
+    """Per-call time of a tiny traced function, of its CompiledFunction, and of the bare native
+    entry (ctypes call with a prepared pointer array): what Python adds on top of the kernels."""
+    import timeit
+
+    import tracer as tr
+
+    @tr.trace
+    def f(x, w, lr):
+        return (x * w).sum() * lr
+
+    x, w = tr.tensor(np.ones(4, np.float32)), tr.tensor(np.ones(4, np.float32))
+    f(x, w, 0.1)
+    compiled = next(iter(f._cache.values())).executable
+    arrays = [x._handle, w._handle, np.array(0.1)]
+    outputs = [np.empty(shape, dtype) for shape, dtype in compiled._outputs]
+    pointers = np.array([a.ctypes.data for a in arrays + outputs] + [compiled._arena_address],
+                        np.uintp)
+    address = pointers.ctypes.data
+
+    def per_call(call) -> float:
+        return min(timeit.repeat(call, number=calls, repeat=5)) / calls
+
+    print(f"per-call time of @trace f(x, w, lr) = (x*w).sum()*lr on 4 elements: "
+          f"traced {per_call(lambda: f(x, w, 0.1)) * 1e6:.2f} us, "
+          f"CompiledFunction {per_call(lambda: compiled(arrays)) * 1e6:.2f} us, "
+          f"bare ctypes entry {per_call(lambda: compiled._entry(address)) * 1e6:.2f} us")
 
 
 if __name__ == "__main__":

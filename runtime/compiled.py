@@ -12,6 +12,7 @@ outputs, fills the pointer array and makes one ctypes call, which releases the G
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import Sequence
@@ -42,6 +43,29 @@ def thread_setting() -> int:
         return os.cpu_count() or 1
 
 
+@functools.cache
+def array_layout() -> tuple[int, int] | None:
+    """Byte offsets of `data` and `flags` in numpy's PyArrayObject (its public struct: PyObject_HEAD,
+    then data, nd, dimensions, strides, base, descr, flags), verified on sample arrays; None (the
+    fast entry is not built) if anything does not match."""
+    data = object.__basicsize__
+    flags = data + 6 * ctypes.sizeof(ctypes.c_void_p)
+    try:
+        base = np.arange(24.0).reshape(4, 6)
+        samples = [base, base.T, base[1:, ::2], np.zeros(3, np.float32),
+                   np.lib.stride_tricks.as_strided(base, writeable=False)]
+        for array in samples:
+            if ctypes.c_void_p.from_address(id(array) + data).value != array.ctypes.data:
+                return None
+            bits = ctypes.c_int.from_address(id(array) + flags).value
+            if (bool(bits & 0x1) != array.flags.c_contiguous
+                    or bool(bits & 0x400) != array.flags.writeable):
+                return None
+    except (ValueError, OverflowError):
+        return None
+    return data, flags
+
+
 class CompiledFunction:
     """`write_into={output index: parameter index}` asks for outputs to be written directly into
     the buffers of parameters (an in-place update); `in_place` holds the pairs the memory planner
@@ -60,8 +84,9 @@ class CompiledFunction:
         self.plan: MemoryPlan = plan_memory(self.fused, write_into)
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         host = jit.host()
+        layout = array_layout()
         self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                     blas, thread_setting())
+                                                     blas, thread_setting(), layout)
         self.kernels: list[KernelCode]
         directory = cache_directory()
         cache = None
@@ -70,6 +95,12 @@ class CompiledFunction:
                                                      host.features))
         self._jit = jit.JitModule(self.llvm_ir, cache)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
+        self._fast = None
+        if layout is not None:
+            objects = len(function.parameters) + len(self.plan.output_slots)
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * objects,
+                                         ctypes.c_void_p)
+            self._fast = prototype(self._jit.address("tracer_fast"))
         self._stages: dict[str, str] = {}
 
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
@@ -97,6 +128,31 @@ class CompiledFunction:
         return storage, address + (-address % ALIGNMENT)
 
     def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run on `arguments`; the fast path hands the arrays themselves to the native code, which
+        reads their data pointers and checks their flags (falling back here if it refuses)."""
+        fast = self._fast
+        if fast is not None and len(arguments) == len(self._parameters):
+            for argument, (shape, dtype) in zip(arguments, self._parameters):
+                if (type(argument) is not np.ndarray or argument.shape != shape
+                        or (argument.dtype is not dtype and argument.dtype != dtype)):
+                    break
+            else:
+                outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+                if self._arena_lock.acquire(blocking=False):
+                    try:
+                        status = fast(*arguments, *outputs, self._arena_address)
+                    finally:
+                        self._arena_lock.release()
+                else:
+                    arena, address = self._new_arena()
+                    status = fast(*arguments, *outputs, address)
+                if status == 0:
+                    return [arguments[-1 - slot] if slot < 0 else outputs[slot].copy()
+                            if duplicate else outputs[slot] for slot, duplicate in self._returns]
+        return self._call(arguments)
+
+    def _call(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The general path: converts, copies and checks everything in Python."""
         if len(arguments) != len(self._parameters):
             raise ValueError(f"{self.function.name} takes {len(self._parameters)} arguments, "
                              f"got {len(arguments)}")

@@ -342,29 +342,39 @@ class TracedFunction:
     def __call__(self, *args, **kwargs):
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
-        entry, leaves = self._lookup(args, kwargs, count=True)
+        # The common call (positional tensors and numbers whose signature was seen) goes straight
+        # to the entry: the leaves are the arguments themselves, with no paths (as in _lookup).
+        quick = self._quick_key(args, kwargs)
+        entry = self._quick.get(quick) if quick is not None else None
+        if entry is not None and not _captured_changed(entry):
+            self._hits += 1
+            values, leaves = args, None
+        else:
+            entry, leaves = self._lookup(args, kwargs, count=True)
+            values = [value for value, _ in leaves]
         arrays = []
         for kind, index in entry.parameter_sources:
-            if kind == "captured":
-                arrays.append(entry.captured[index]._handle)
-                continue
-            value = leaves[index][0]
-            if kind == "grad":
-                arrays.append(value.grad._handle)
+            if kind == "leaf":
+                value = values[index]
+                arrays.append(value._handle if isinstance(value, Tensor) else value)
+            elif kind == "grad":
+                arrays.append(values[index].grad._handle)
             elif kind == "number":
+                value = values[index]
                 arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                        else np.float64))
             else:
-                arrays.append(value._handle if isinstance(value, Tensor) else value)
+                arrays.append(entry.captured[index]._handle)
         for index, kind, _ in entry.writebacks:
-            target = leaves[index][0]
+            target = values[index]
             if isinstance(target, np.ndarray) and not target.flags.writeable:
-                raise ArgumentError(f"the traced function changes argument {leaves[index][1]} in "
+                path = None if leaves is None else leaves[index][1]
+                raise ArgumentError(f"the traced function changes argument {path} in "
                                     f"place, but that numpy array is read-only")
         outputs = entry.executable(arrays)
-        inputs = {id(a) for a in arrays if isinstance(a, np.ndarray)}
+        inputs = {id(a) for a in arrays}
         for index, kind, output in entry.writebacks:
-            target = leaves[index][0]
+            target = values[index]
             # an output written in place is the argument array itself: nothing to copy
             if kind == "data":
                 array = target._handle if isinstance(target, Tensor) else target
@@ -379,11 +389,15 @@ class TracedFunction:
                     np.copyto(target.grad._handle, outputs[output])
                 target.grad._version += 1
         for index in entry.cleared_grads:
-            leaves[index][0].grad = None
+            values[index].grad = None
         results = [Tensor._make(_owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
         if entry.differentiable and is_grad_enabled():
+            if leaves is None:
+                leaves = [(value, None) for value in values]
             self._record_backward(entry, args, kwargs, leaves, results)
+        if entry.structure == ("leaf",):
+            return results[0]
         return unflatten(entry.structure, results)
 
     def _record_backward(self, entry: Entry, args, kwargs, leaves, results: list[Tensor]) -> None:

@@ -28,7 +28,7 @@ def update_function(dtype="f32", shape=(6, 5)) -> ir.Function:
 
 def arrays_for(function: ir.Function, seed=0):
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=p.shape) * 10).astype(p.dtype) for p in function.parameters]
+    return [np.asarray((rng.normal(size=p.shape) * 10).astype(p.dtype)) for p in function.parameters]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
@@ -265,3 +265,38 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
     (actual,) = compiled(arguments)
     assert actual is arguments[0]
     np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+# The fast call path --------------------------------------------------------------------------------
+
+def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
+    from runtime.compiled import array_layout
+    if array_layout() is None:
+        pytest.skip("numpy's array struct layout not recognized: general path only")
+    function = update_function("f32")
+    compiled = CompiledFunction(function, write_into={1: 0, 2: 1})
+    general = []
+    original = CompiledFunction._call
+    monkeypatch.setattr(CompiledFunction, "_call",
+                        lambda self, arguments: general.append(1) or original(self, arguments))
+    arguments = arrays_for(function)
+    expected = ir.interpret(function, [a.copy() for a in arguments])
+    outputs = compiled(arguments)
+    assert not general and outputs[1] is arguments[0]
+    np.testing.assert_allclose(outputs[1], expected[1], rtol=1e-6)
+    # refused by the native checks: not C-contiguous, read-only target, overlapping target
+    cases = [np.asfortranarray(arrays_for(function)[0]),
+             np.lib.stride_tricks.as_strided(arrays_for(function)[0], writeable=False)]
+    for case in cases:
+        arguments = arrays_for(function)
+        arguments[0] = case
+        expected = ir.interpret(function, [np.array(a) for a in arguments])
+        outputs = compiled(arguments)
+        assert outputs[1] is not case
+        np.testing.assert_allclose(outputs[1], expected[1], rtol=1e-6)
+    shared = arrays_for(function)
+    shared[1] = shared[0]
+    expected = ir.interpret(function, [np.array(a) for a in shared])
+    outputs = compiled(shared)
+    np.testing.assert_allclose(outputs[1], expected[1], rtol=1e-6)
+    assert len(general) == 3
