@@ -108,8 +108,10 @@ def test_promotion_rules():
     assert (i + f64).dtype == tr.float64
     assert (f32 < 2).dtype == tr.bool
     assert (f64 * 3).dtype == tr.float64
-    # A 0-d tensor is a tensor (not weak): same category keeps the larger dtype as in this project
-    assert (f32 * tr.tensor(2.0, dtype=tr.float64)).dtype == tr.float64
+    # As PyTorch: a 0-d tensor decides only when it is of a higher category
+    assert (f32 * tr.tensor(2.0, dtype=tr.float64)).dtype == tr.float32
+    assert (tr.tensor([1, 2]) * tr.tensor(2.0, dtype=tr.float64)).dtype == tr.float64
+    assert (tr.tensor(1.0) * tr.tensor(2.0, dtype=tr.float64)).dtype == tr.float64
 
 
 def test_promotion_under_trace_matches_eager():

@@ -63,13 +63,22 @@ def _is_scalar(value) -> builtins.bool:
 def result_dtype(*operands) -> np.dtype:
     """PyTorch's promotion: a Python number (or a weak traced scalar) does not widen a tensor of
     its own category (float32 * 2.0 stays float32), but lifts one of a lower category."""
-    strong = [o.dtype for o in operands if isinstance(o, Tensor) and not o._weak]
+    tensors = [o for o in operands if isinstance(o, Tensor) and not o._weak]
     weak = [_CATEGORY[o.dtype] if isinstance(o, Tensor) else _python_scalar_category(o)
             for o in operands if not isinstance(o, Tensor) or o._weak]
     weak_category = max(weak, default=-1)
-    if not strong:
+
+    def widest(dtypes):
+        return max(dtypes, key=lambda d: (_CATEGORY[d], d.itemsize), default=None)
+
+    # As PyTorch: tensors with dimensions decide; a 0-d tensor only when it is of a higher
+    # category, and a Python number only when it is of a higher category than both.
+    best = widest([t.dtype for t in tensors if t.ndim])
+    scalar_best = widest([t.dtype for t in tensors if not t.ndim])
+    if best is None or (scalar_best is not None and _CATEGORY[scalar_best] > _CATEGORY[best]):
+        best = scalar_best
+    if best is None:
         return _WEAK_OF_CATEGORY[weak_category]
-    best = max(strong, key=lambda d: (_CATEGORY[d], d.itemsize))
     if weak_category > _CATEGORY[best]:
         return _DEFAULT_OF_CATEGORY[weak_category]
     return best
@@ -179,19 +188,31 @@ def _normalize_dim(dim: int, ndim: int) -> int:
     return dim % limit
 
 
+def _as_dim(dim) -> int:
+    if isinstance(dim, (builtins.bool, np.bool_)) or not isinstance(dim, numbers.Integral):
+        raise ArgumentError(f"a dimension is an int, got {type(dim).__name__}")
+    return int(dim)
+
+
 def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
+    """Sorted non-negative dimensions; a 0-d tensor's only dimension (0 or -1) reduces nothing."""
     if dim is None:
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({_normalize_dim(d, ndim) for d in dims}))
+    dims = [dim] if not isinstance(dim, (tuple, list)) else list(dim)
+    normalized = [_normalize_dim(_as_dim(d), ndim) for d in dims]
+    if len(set(normalized)) != len(normalized):
+        raise ArgumentError(f"dimension list {list(dims)} names a dimension twice")
+    return tuple(sorted(normalized)) if ndim else ()
 
 
 def _shape_arguments(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     for d in shape:
-        if not isinstance(d, (int, np.integer)):
+        if not isinstance(d, (int, np.integer)) or isinstance(d, builtins.bool):
             raise ArgumentError(f"a shape holds ints, got {type(d).__name__}")
+        if d < -1:
+            raise ArgumentError(f"invalid shape dimension {d}")
     return tuple(int(d) for d in shape)
 
 
@@ -201,8 +222,11 @@ def where(condition, x, y) -> "Tensor":
     if condition.dtype != bool:
         raise ArgumentError(f"where needs a bool condition, got {condition.dtype}")
     x, y = promote(x, y)
+    if x._weak and condition.ndim:  # Python numbers on both sides: a tensor of the default dtype
+        dtype = _DEFAULT_OF_CATEGORY[_CATEGORY[x.dtype]]
+        x, y = x.to(dtype), y.to(dtype)
     result = apply("select", [condition, x, y])
-    result._weak = x._weak and condition.ndim == 0
+    result._weak = x._weak
     return result
 
 
@@ -268,6 +292,8 @@ class Tensor:
         self.requires_grad_(flag)
 
     def requires_grad_(self, requires_grad: builtins.bool = True) -> "Tensor":
+        if not self.is_leaf and requires_grad:
+            return self  # already requires grad (as PyTorch)
         if not self.is_leaf:
             raise ArgumentError("requires_grad can only be changed on leaf tensors; "
                                 "use .detach() to make a new leaf")
@@ -524,6 +550,10 @@ class Tensor:
     def __abs__(self): return self.abs()
 
     def __pow__(self, exponent):
+        if (isinstance(exponent, numbers.Integral) and exponent < 0
+                and not irtypes.is_float(self.dtype)):
+            raise ArgumentError("integers to negative integer powers are not allowed; use a float "
+                                "tensor or exponent")
         if _is_scalar(exponent) and not irtypes.is_float(self.dtype) and not isinstance(exponent, int):
             return _float_binary("pow", self, exponent)
         return binary("pow", self, exponent)
@@ -587,7 +617,8 @@ class Tensor:
         return 1.0 / (1.0 + (-_to_float(self)).exp())
 
     def relu(self):
-        return where(self > 0, self, 0)
+        # nan stays nan and the gradient at 0 is 0, as in PyTorch
+        return where(self <= 0, 0, self)
 
     def clamp(self, min=None, max=None) -> "Tensor":
         if min is None and max is None:
@@ -634,16 +665,23 @@ class Tensor:
             return self.maximum(dim)
         if dim is None:
             return apply("reduce_max", [self], axes=tuple(range(self.ndim)))
-        axis = _normalize_dim(dim, self.ndim)
-        values = apply("reduce_max", [self], axes=(axis,))
-        kept = values._keep((axis,), self.shape)
-        # The first index holding the maximum: the largest (size - 1 - index) among the ties.
+        axis = _normalize_dim(_as_dim(dim), self.ndim)
+        if self.ndim == 0:
+            return MaxResult(self, zeros((), dtype=int64))
+        kept = apply("reduce_max", [self], axes=(axis,))._keep((axis,), self.shape)
+        hit = self == kept
+        if irtypes.is_float(self.dtype):
+            hit = hit | (self != self)  # a nan is the maximum, as in PyTorch
+        # The first index holding the maximum: the largest (size - 1 - index) among the hits.
         size = self.shape[axis]
-        reverse = iota(self.shape, axis) * -1 + (size - 1)
-        candidates = where(self == kept, reverse, -1)
-        indices = (size - 1) - apply("reduce_max", [candidates], axes=(axis,))
+        position = iota(self.shape, axis)
+        candidates = where(hit, position * -1 + (size - 1), -1)
+        indices = (size - 1) - apply("reduce_max", [candidates], axes=(axis,)).detach()
+        # The value at that index, so that (as in PyTorch) its gradient goes there alone.
+        chosen = position == indices._keep((axis,), self.shape)
+        values = where(chosen, self, 0).sum(axis)
         if keepdim:
-            values, indices = kept, indices._keep((axis,), self.shape)
+            values, indices = values._keep((axis,), self.shape), indices._keep((axis,), self.shape)
         return MaxResult(values, indices)
 
     def min(self, dim=None, keepdim: builtins.bool = False):
@@ -879,5 +917,8 @@ def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
     return apply("iota", [], shape=tuple(shape), dimension=dimension, dtype=dtype)
 
 
-def arange(end: int, dtype=int64) -> Tensor:
-    return iota((end,), 0, dtype)
+def arange(end, dtype=None) -> Tensor:
+    """0, 1, ..., below `end` (int64, or float32 for a float `end`)."""
+    if dtype is None:
+        dtype = float32 if isinstance(end, float) else int64
+    return iota((int(np.ceil(end)),), 0, dtype)
