@@ -60,3 +60,26 @@ def test_augmented_assignment_on_a_leaf_that_requires_grad_is_an_error():
     with pytest.raises(tr.InplaceError, match="test_api_data.py"):
         w += 1
     np.testing.assert_array_equal(w.detach().numpy(), [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_in_place_change_through_detach_reaches_the_original(traced):
+    def f(x):
+        y = x.detach()
+        y.add_(1)
+        return x * 1
+
+    x = tr.tensor([1.0, 2.0])
+    result = (tr.trace(f) if traced else f)(x)
+    np.testing.assert_array_equal(result.numpy(), [2.0, 3.0])
+    np.testing.assert_array_equal(x.numpy(), [2.0, 3.0])
+
+
+def test_detach_cuts_the_gradient_when_traced():
+    def f(w):
+        loss = (w.detach() * 2 * w).sum()  # d/dw = 2 * w (the detached factor is a constant)
+        loss.backward()
+
+    w = tr.tensor([1.0, 3.0], requires_grad=True)
+    tr.trace(f)(w)
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 6.0])

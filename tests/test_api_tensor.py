@@ -308,12 +308,24 @@ def test_expand_as():
     check(lambda x, y: x.expand_as(y), lambda x, y: np.broadcast_to(x, y.shape), arr(3), arr(2, 3))
 
 
-def test_layout_results_do_not_alias_eager():
-    # eager tensors own their buffers: changing a reshape/expand/t result leaves the source alone
+@pytest.mark.parametrize("traced", [False, True])
+def test_in_place_change_of_a_view_result_is_refused(traced):
+    # PyTorch's views share storage; here they are copies, so the change would be silently lost:
+    # it is refused instead, and a clone() of the result can be changed freely.
+    def f(x):
+        for make_view in (lambda: x.reshape(6), lambda: x.t(), lambda: x.view(3, 2),
+                          lambda: x[0], lambda: x[:, 1:], lambda: x.unsqueeze(0),
+                          lambda: x.expand(2, 2, 3), lambda: x.T, lambda: x[...]):
+            with pytest.raises(tr.InplaceError, match="clone"):
+                make_view().fill_(-1.0)
+            copy = make_view().clone()
+            copy.fill_(-1.0)
+        return x.sum(0, keepdim=True).add_(1)  # results of computations are not views
+
     x = tr.tensor(np.arange(6.0).reshape(2, 3))
-    for view in (x.reshape(6), x.t(), x.view(3, 2), x[0], x[:, 1:]):
-        view.fill_(-1.0)
+    result = (tr.trace(f) if traced else f)(x)
     np.testing.assert_array_equal(x.numpy(), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(result.numpy(), [[4.0, 6.0, 8.0]])
 
 
 # Indexing ----------------------------------------------------------------------------------------

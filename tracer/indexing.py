@@ -5,6 +5,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.tensor import Tensor, apply, as_tensor, full, where
 
@@ -27,6 +29,9 @@ def _normalize_key(key) -> tuple:
                 "indexing with a tensor or list of indices has a data-dependent result here; "
                 "use ints, slices, None and ..., or a boolean mask in an assignment "
                 "(x[mask] = value), or tr.where(mask, x, 0)")
+        if isinstance(entry, (bool, np.bool_)):
+            raise ArgumentError("indexing with a Python bool (x[True]) is not supported; use None "
+                                "to add a dimension")
         if not (entry is None or entry is Ellipsis or isinstance(entry, (slice, numbers.Integral))):
             raise ArgumentError(f"cannot index with {type(entry).__name__}")
     return key
@@ -52,7 +57,10 @@ def _region(shape: tuple[int, ...], key) -> _Region:
             continue
         size = shape[dim]
         if isinstance(entry, slice):
-            start, stop, step = entry.indices(size)
+            try:
+                start, stop, step = entry.indices(size)
+            except (TypeError, ValueError) as error:
+                raise ArgumentError(f"bad slice {entry}: {error}") from None
             if step < 0:
                 raise ArgumentError("negative slice steps are not supported; use a positive step")
             stop = max(stop, start)
@@ -78,7 +86,11 @@ def getitem(x: Tensor, key) -> Tensor:
                    in zip(region.starts, region.stops, region.steps, x.shape))
     box = x if full_box else apply("slice", [x], starts=region.starts, stops=region.stops,
                                    steps=region.steps)
-    return box.reshape(tuple(region.result_shape))
+    result = box.reshape(tuple(region.result_shape))
+    if result is x:
+        result = apply("reshape", [x], shape=x.shape)  # x[...] is a new tensor, as in PyTorch
+    result._view_of = "indexing"
+    return result
 
 
 def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:

@@ -8,6 +8,7 @@ that knows the difference.
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 from collections import namedtuple
 from typing import Any, Sequence
@@ -230,10 +231,29 @@ def where(condition, x, y) -> "Tensor":
     return result
 
 
+def _view_operation(method):
+    """Mark what a PyTorch view operation returns: here it is a copy, so an in-place change to it
+    is refused (it could not reach the tensor it came from) instead of silently lost."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if result is not self:
+            result._view_of = f"{method.__name__}()"
+        return result
+    return wrapper
+
+
+def _fresh(tensor: "Tensor") -> "Tensor":
+    """A result computed by this module that merely used a view operation on the way."""
+    tensor._view_of = None
+    return tensor
+
+
 class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
     __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
+                 "_view_of",
                  "_version", "_changed_at", "_weak", "_leaf", "_accumulator", "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
     __hash__ = object.__hash__
@@ -253,7 +273,8 @@ class Tensor:
         self._weak = False
         self._leaf = (not requires_grad) if leaf is None else leaf
         self._accumulator = None
-        self._base = None  # the tensor whose `.data` this is: in-place changes go through to it
+        self._base = None  # the tensor this detaches: in-place changes go through to it
+        self._view_of = None  # the view operation (a copy here) this tensor is the result of
         if trace is not None and requires_grad and self._leaf:
             trace.leaves.append(self)
         return self
@@ -405,25 +426,25 @@ class Tensor:
 
     @property
     def data(self) -> "Tensor":
-        """The same values outside autograd; in-place changes to it change this tensor (as
-        `w.data -= lr * w.grad` in older PyTorch code)."""
-        trace, _, (handle,) = _current_handles([self])
-        alias = Tensor._make(handle, trace, False)
-        alias._base = self
-        return alias
+        """The same values outside autograd (as `detach()`): `w.data -= lr * w.grad` in older
+        PyTorch code changes `w`."""
+        return self.detach()
 
     @data.setter
     def data(self, value) -> None:
         if isinstance(value, Tensor) and value._base is self:
             return  # `w.data -= x` assigns back the alias it changed in place
-        self.data.copy_(value)
+        self.detach().copy_(value)
 
     def detach(self) -> "Tensor":
-        if self._trace is not None and self.requires_grad:
-            result = self._trace.builder.op("stop_gradient", self._handle)
-            return Tensor._make(result, self._trace, False)
-        trace, _, (handle,) = _current_handles([self])
-        return Tensor._make(handle, trace, False)
+        """The same values, cut from the gradient; in-place changes to it change this tensor too,
+        as they do in PyTorch, whose detach() shares storage."""
+        trace, builder, (handle,) = _current_handles([self])
+        if trace is not None and self.requires_grad:
+            (handle,) = builder.emit("stop_gradient", [handle], {})
+        alias = Tensor._make(handle, trace, False)
+        alias._base = self
+        return alias
 
     def detach_(self) -> "Tensor":
         self._requires_grad, self._node, self._leaf = False, None, True
@@ -447,6 +468,13 @@ class Tensor:
             raise InplaceError(
                 f"{what} changes a leaf tensor that requires grad in place; do it inside "
                 f"`with tr.no_grad():` (as in an SGD update) or change a clone")
+        if self._view_of is not None:
+            raise InplaceError(
+                f"{what} changes the result of {self._view_of} in place; here that result is a "
+                f"copy, not a view, so the change would not reach the tensor it came from. Assign "
+                f"into that tensor instead (x[0] = x[0] + 1), or clone() the result first")
+        if trace is None and self._trace is None and not self._handle.flags.writeable:
+            raise ArgumentError(f"{what} changes in place a tensor whose numpy buffer is read-only")
         if _CATEGORY[result.dtype] > _CATEGORY[self.dtype]:
             raise ArgumentError(f"{what}: a {result.dtype} result cannot be written in place into "
                                 f"a {self.dtype} tensor")
@@ -644,7 +672,7 @@ class Tensor:
         return result._keep(axes, self.shape) if keepdim else result
 
     def _keep(self, axes, shape) -> "Tensor":
-        return self.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+        return _fresh(self.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape))))
 
     def any(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
         return (self != 0).to(int64).sum(dim, keepdim) > 0
@@ -707,6 +735,7 @@ class Tensor:
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     # Layout -------------------------------------------------------------------------------------
+    @_view_operation
     def reshape(self, *shape) -> "Tensor":
         shape = list(_shape_arguments(shape))
         if shape.count(-1) > 1:
@@ -722,21 +751,25 @@ class Tensor:
 
     view = reshape
 
+    @_view_operation
     def flatten(self) -> "Tensor":
         return self.reshape(-1)
 
+    @_view_operation
     def permute(self, *dims) -> "Tensor":
         dims = _shape_arguments(dims)
         if len(dims) != self.ndim:
             raise ShapeMismatchError(f"permute needs {self.ndim} dimensions, got {list(dims)}")
         return apply("transpose", [self], permutation=[_normalize_dim(d, self.ndim) for d in dims])
 
+    @_view_operation
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         order = list(range(self.ndim))
         a, b = _normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)
         order[a], order[b] = order[b], order[a]
         return self if a == b else apply("transpose", [self], permutation=order)
 
+    @_view_operation
     def t(self) -> "Tensor":
         if self.ndim > 2:
             raise ShapeMismatchError(f"t() expects a tensor of at most 2 dimensions, got {self.ndim}; "
@@ -744,15 +777,18 @@ class Tensor:
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
+    @_view_operation
     def T(self) -> "Tensor":
         return self.permute(*reversed(range(self.ndim)))
 
+    @_view_operation
     def unsqueeze(self, dim: int) -> "Tensor":
         dim = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
         if dim is None:
             raise ShapeMismatchError(f"unsqueeze dimension out of range for {self.ndim} dimensions")
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
+    @_view_operation
     def squeeze(self, dim=None) -> "Tensor":
         if dim is None:
             return self.reshape(tuple(d for d in self.shape if d != 1))
@@ -761,6 +797,7 @@ class Tensor:
             return self
         return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
 
+    @_view_operation
     def expand(self, *sizes) -> "Tensor":
         sizes = _shape_arguments(sizes)
         if len(sizes) < self.ndim:
@@ -775,6 +812,7 @@ class Tensor:
                 raise ShapeMismatchError(f"expand: cannot expand {list(self.shape)} to {list(shape)}")
         return self if shape == self.shape else apply("broadcast", [self], shape=shape)
 
+    @_view_operation
     def expand_as(self, other: "Tensor") -> "Tensor":
         return self.expand(*other.shape)
 
@@ -799,7 +837,7 @@ class Tensor:
             result = result.squeeze(-2)
         if vector_y:
             result = result.squeeze(-1)
-        return result
+        return _fresh(result)
 
     def mm(self, other) -> "Tensor":
         if self.ndim != 2 or as_tensor(other).ndim != 2:
@@ -845,8 +883,11 @@ def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (nested lists, numbers or a numpy array)."""
     if isinstance(data, Tensor):
         data = data._eager_array("tr.tensor(tensor)")
-    dtype = as_dtype(dtype) if dtype is not None else _default_dtype(data)
-    array = np.array(data, dtype=dtype, copy=True)
+    try:
+        dtype = as_dtype(dtype) if dtype is not None else _default_dtype(data)
+        array = np.array(data, dtype=dtype, copy=True)
+    except (ValueError, TypeError) as error:
+        raise ArgumentError(f"cannot make a tensor of {type(data).__name__}: {error}") from None
     if state.trace is not None:
         if requires_grad:
             raise TracingError("tr.tensor(..., requires_grad=True) inside a traced function; "
