@@ -55,7 +55,7 @@ def flatten(tree, leaves: list, path: str) -> tuple:
     except TypeError:
         raise ArgumentError(f"argument {path} of type {type(tree).__name__} is neither a tensor, a "
                             f"number nor a hashable static value") from None
-    return ("static", tree)
+    return ("static", tree, type(tree))
 
 
 def unflatten(structure: tuple, leaves: Sequence):
@@ -104,6 +104,10 @@ class Entry:
     captured: list[Tensor]
     captured_types: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
+    leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
+    # (read the current value, the value when traced) of what the function reads from its
+    # globals and closure: a tensor, array or number there that changes means tracing again.
+    guards: list[tuple[Callable[[], Any], Any]] = field(default_factory=list)
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
@@ -149,13 +153,14 @@ class TracedFunction:
             names[:len(parameters)] = [p.name for p in parameters][:len(args)]
         leaves: list = []
         positional = []
+        static = {i + len(args) if i < 0 else i for i in self.static_argnums}
         for i, (name, value) in enumerate(zip(names, args)):
-            if i in self.static_argnums:
+            if i in static:
                 try:
                     hash(value)
                 except TypeError:
                     raise ArgumentError(f"static argument {name} must be hashable") from None
-                positional.append(("static", value))
+                positional.append(("static", value, type(value)))
             else:
                 positional.append(flatten(value, leaves, name))
         keywords = dict(sorted(kwargs.items()))
@@ -220,6 +225,7 @@ class TracedFunction:
         sources: list[tuple[str, int]] = []
         seen: dict[int, Any] = {}
         originals: dict[int, tuple] = {}  # leaf index -> (data handle, grad handle) on entry
+        guards = scope_guards(self.python_function)
         with tracing(trace):
             for index, (value, path) in enumerate(leaves):
                 if id(value) in seen and not isinstance(value, numbers.Number):
@@ -228,6 +234,8 @@ class TracedFunction:
                 proxy = self._proxy(trace, value, _parameter_name(path), index, sources)
                 seen[id(value)] = proxy
                 proxies.append(proxy)
+                if isinstance(value, Tensor):
+                    trace.arguments[id(value)] = proxy  # also read through a global name
                 originals[index] = (proxy._handle, proxy.grad._handle if proxy.grad is not None
                                     else None)
             structure, _ = self._split(args, kwargs)
@@ -274,10 +282,12 @@ class TracedFunction:
         entry = Entry(result_structure, compile_function(optimized, write_into=write_into),
                       len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
-                      [(t.shape, t.dtype) for t, _ in trace.captured], stages, rules)
+                      _captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
         if not writebacks and not cleared:
             entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
+        entry.guards = guards
+        entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
         self._dump(entry)
         return entry
 
@@ -365,12 +375,7 @@ class TracedFunction:
                                        else np.float64))
             else:
                 arrays.append(entry.captured[index]._handle)
-        for index, kind, _ in entry.writebacks:
-            target = values[index]
-            if isinstance(target, np.ndarray) and not target.flags.writeable:
-                path = None if leaves is None else leaves[index][1]
-                raise ArgumentError(f"the traced function changes argument {path} in "
-                                    f"place, but that numpy array is read-only")
+        _check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
         for index, kind, output in entry.writebacks:
@@ -406,6 +411,8 @@ class TracedFunction:
         inputs = list({id(v): v for v, _ in leaves
                        if isinstance(v, Tensor) and v.requires_grad}.values())
         outputs = [results[i] for i in entry.differentiable]
+        # The backward runs the function again: on the arguments as they are now.
+        args, kwargs = _copy_arrays((args, kwargs))
 
         def backward(builder, cotangents, needs):
             if entry.backward is None:
@@ -430,6 +437,40 @@ class TracedFunction:
             output._requires_grad, output._leaf = True, False
 
 
+def _check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
+    """Before running: every buffer the call writes back into is writeable and shares no memory
+    with another argument (the traced function treated them as separate values)."""
+    for index, kind, _ in entry.writebacks:
+        value = values[index]
+        if kind == "grad" and value.grad is None:
+            continue  # a new .grad array is made
+        target = value.grad._handle if kind == "grad" else (
+            value._handle if isinstance(value, Tensor) else value)
+        name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
+        if not target.flags.writeable:
+            raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
+                                f"buffer is read-only")
+        # An array that owns its memory (no base) cannot overlap another: the cheap common case.
+        if all(a.base is None for a in arrays):
+            continue
+        for other in arrays:
+            if other is not target and np.may_share_memory(target, other):
+                raise ArgumentError(
+                    f"the traced function changes {name} in place, and it shares memory with "
+                    f"another argument; pass separate tensors (e.g. a .clone())")
+
+
+def _copy_arrays(tree):
+    """`tree` with its numpy arrays copied (Tensors, with their version counters, are kept)."""
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_copy_arrays(item) for item in tree)
+    if isinstance(tree, dict):
+        return {key: _copy_arrays(value) for key, value in tree.items()}
+    return tree
+
+
 def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> Callable:
     """`vjp(cotangents, *args, **kwargs)`: the gradient of sum(result_i * cotangent_i) with respect
     to every argument tensor that requires grad, in the order they are flattened."""
@@ -451,9 +492,46 @@ def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> C
     return vjp
 
 
+def _captured_types(tensors: Sequence[Tensor]) -> list[tuple]:
+    return [(t.shape, t.dtype, t.requires_grad) for t in tensors]
+
+
+def _is_guarded(value) -> bool:
+    return isinstance(value, (Tensor, np.ndarray, numbers.Number))
+
+
+def _same(current, traced) -> bool:
+    if isinstance(traced, (Tensor, np.ndarray)):
+        return current is traced
+    return type(current) is type(traced) and (current == traced or current != current)
+
+
+def scope_guards(function: Callable) -> list[tuple[Callable[[], Any], Any]]:
+    """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
+    from its closure (not those of the functions it calls)."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return []
+    guards = []
+    namespace = getattr(function, "__globals__", {})
+    for name in code.co_names:
+        if _is_guarded(namespace.get(name)):
+            guards.append((lambda name=name: namespace.get(name), namespace[name]))
+    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not bound yet
+            continue
+        if _is_guarded(value):
+            guards.append((lambda cell=cell: cell.cell_contents, value))
+    return guards
+
+
 def _captured_changed(entry: Entry) -> bool:
-    return bool(entry.captured) and entry.captured_types != [(t.shape, t.dtype)
-                                                             for t in entry.captured]
+    """Whether what the entry was traced with outside its arguments has changed since."""
+    if entry.captured and entry.captured_types != _captured_types(entry.captured):
+        return True
+    return any(not _same(read(), traced) for read, traced in entry.guards)
 
 
 def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:

@@ -458,6 +458,9 @@ class Tensor:
     def _assign(self, result: "Tensor", what: str) -> "Tensor":
         """Make `result` the new value of this tensor, as PyTorch's in-place operations do."""
         trace = state.trace
+        if trace is not None and self._trace is None and id(self) in trace.arguments:
+            trace.arguments[id(self)]._assign(result, what)  # an argument reached by its name
+            return self
         if trace is not None and self._trace is not trace:
             raise TracingError(
                 f"{what} changes a tensor in place that is not an argument of the traced function; "

@@ -24,6 +24,9 @@ class Trace:
         self.captured: list[tuple["Tensor", Value]] = []
         self._captured_ids: dict[int, Value] = {}
         self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
+        # The proxies of the argument tensors, by id of the caller's tensor: the function may also
+        # reach an argument through a global name.
+        self.arguments: dict[int, "Tensor"] = {}
         # (ctx, output values) of every custom Function applied, for the checks of a backward.
         self.custom_calls: list[tuple] = []
 
@@ -71,6 +74,8 @@ class Trace:
             return tensor._handle
         if tensor._trace is not None:
             raise escaped_error()
+        if id(tensor) in self.arguments:
+            return self.arguments[id(tensor)]._handle
         return self.capture(tensor)
 
 
