@@ -533,3 +533,42 @@ def test_trailing_none_gradients_accepted_like_pytorch():
 
     assert_same(eager_and_traced(lambda x: [Extra.apply(x).sum().backward(), x * 1][1], arr(2)),
                 [[2.0, 2.0]])
+
+
+class WithNoneOutput(tr.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2, None
+
+    @staticmethod
+    def backward(ctx, grad, grad_of_none):
+        assert grad_of_none is None  # as in PyTorch: None for an output that is not a tensor
+        return grad * 2
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_forward_returning_none_gets_none_in_backward(traced):
+    def step(x):
+        doubled, nothing = WithNoneOutput.apply(x)
+        assert nothing is None
+        doubled.sum().backward()
+
+    x = tr.ones(3, requires_grad=True)
+    (tr.trace(step) if traced else step)(x)
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_r_style_arguments_named_like_tuple_methods():
+    scale = tr.autograd_function(
+        forward=lambda ctx, count, index: (ctx.save_for_backward(index=index), count * 3)[1],
+        backward=lambda ctx, grad: {"count": grad * 3 if ctx.needs_input_grad.count else None})
+    x = tr.ones(2, requires_grad=True)
+    index = tr.tensor([5.0, 6.0])
+    scale(x, index).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+def test_nested_grad_is_a_clear_error():
+    inner = tr.grad(lambda w: (w ** 3).sum())
+    with pytest.raises(tr.ArgumentError, match="higher-order"):
+        tr.grad(lambda w: inner(w).sum())(tr.tensor([1.0, 2.0], dtype=tr.float64))

@@ -8,6 +8,7 @@ import threading
 class _State(threading.local):
     grad_enabled = True
     trace = None  # the tracer.tracing.Trace being recorded, or None for eager mode
+    differentiating = False  # inside a function that tr.grad / tr.value_and_grad differentiates
 
 
 state = _State()

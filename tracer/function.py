@@ -21,20 +21,40 @@ from tracer.tensor import Tensor, zeros
 from tracer.tracing import tracing
 
 
-class Named(tuple):
-    """A tuple whose entries can also be read by name: `ctx.needs_input_grad.weight`,
-    `ctx.saved_variables.input` (R torch), as well as `ctx.needs_input_grad[1]` (PyTorch)."""
+class Named:
+    """A sequence whose entries can also be read by name: `ctx.needs_input_grad.weight`,
+    `ctx.saved_variables.input` (R torch), as well as `ctx.needs_input_grad[1]` and
+    `a, b = ctx.saved_tensors` (PyTorch). Not a tuple, so that arguments named like tuple
+    methods (`count`, `index`) read their entries."""
 
-    def __new__(cls, names: list[str | None], values):
-        result = super().__new__(cls, values)
-        result._names = names
-        return result
+    __slots__ = ("_names", "_values")
+
+    def __init__(self, names: list[str | None], values):
+        self._names = list(names)
+        self._values = tuple(values)
 
     def __getattr__(self, name: str):
-        names = self.__dict__.get("_names", [])
+        names = object.__getattribute__(self, "_names")
         if name in names:
-            return self[names.index(name)]
+            return self._values[names.index(name)]
         raise AttributeError(f"no entry named {name!r}; the names are {[n for n in names if n]}")
+
+    def __getitem__(self, index):
+        return self._values[index]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __eq__(self, other) -> bool:
+        return tuple(self._values) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self._values)
 
 
 class FunctionCtx:
@@ -122,11 +142,13 @@ class _FunctionRule:
     """Runs the user's backward for one application of a custom Function."""
 
     def __init__(self, name: str, backward: Callable, ctx: FunctionCtx, arguments: list,
-                 outputs: list[Tensor], differentiable: list[bool], trace):
+                 outputs: list, differentiable: list[bool], trace):
         self.name, self.user_backward, self.ctx = name, backward, ctx
         self.arguments = arguments
-        self.output_types = [(t.shape, t.dtype) for t in outputs]
-        self.differentiable = differentiable
+        # Per forward output: None for a non-tensor, else (shape, dtype, differentiable).
+        flags = iter(differentiable)
+        self.outputs = [(o.shape, o.dtype, next(flags)) if isinstance(o, Tensor) else None
+                        for o in outputs]
         self.trace = trace
 
     def __call__(self, builder: Builder, cotangents: list, needs: list[bool]) -> list:
@@ -149,7 +171,11 @@ class _FunctionRule:
         with no_grad(), context:
             grads_in: list[Tensor | None] = []
             flowing = iter(cotangents)
-            for (shape, dtype), differentiable in zip(self.output_types, self.differentiable):
+            for output in self.outputs:
+                if output is None:  # not a tensor: None, as in PyTorch
+                    grads_in.append(None)
+                    continue
+                shape, dtype, differentiable = output
                 handle = next(flowing) if differentiable else None
                 if handle is None and self.ctx.materialize_grads:
                     grads_in.append(zeros(*shape, dtype=dtype))
@@ -245,7 +271,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
         results = [_fresh_output(o, tensors, ctx) for o in outputs]
         _remember_saved(ctx)
         return tuple(results) if multiple else results[0]
-    rule = CustomRule(name, _FunctionRule(name, backward, ctx, arguments, tensor_outputs,
+    rule = CustomRule(name, _FunctionRule(name, backward, ctx, arguments, outputs,
                                           differentiable, trace))
     operands = [o._handle for o in recorded] + handles_before
     attributes = {"num_outputs": len(recorded), "rule": rule}

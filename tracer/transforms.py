@@ -53,6 +53,18 @@ def _argnums(argnums: int | Sequence[int], count: int) -> tuple[int, ...]:
 
 
 def _value_and_gradients(f: Callable, argnums, has_aux: bool, args, kwargs):
+    if state.differentiating:
+        raise ArgumentError("tr.grad inside a function that tr.grad differentiates (a higher-order "
+                            "derivative) is not supported: the inner gradient would be taken as "
+                            "a constant")
+    state.differentiating = True
+    try:
+        return _differentiate(f, argnums, has_aux, args, kwargs)
+    finally:
+        state.differentiating = False
+
+
+def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     numbers = _argnums(argnums, len(args))
     args = list(args)
     trace = state.trace
