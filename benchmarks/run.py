@@ -1,6 +1,6 @@
 """Benchmarks of the compiled kernels against numpy (and PyTorch when it is installed).
 
-    python benchmarks/run.py [--quick] [--overhead]
+    python benchmarks/run.py [--quick] [--overhead] [--compile]
 
 Each case is an IR function (what `@trace` hands to the back end) run three ways: compiled
 (`runtime.compiled.CompiledFunction`), the same computation written directly in numpy, and the
@@ -110,9 +110,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--overhead", action="store_true", help="only the per-call overhead")
+    parser.add_argument("--compile", action="store_true",
+                        help="only the compile time against graph size")
     options = parser.parse_args()
     if options.overhead:
         print_traced_overhead()
+        return
+    if options.compile:
+        print_compile_times([100, 300, 1000] if options.quick else [100, 300, 1000, 3000])
         return
     repeats = 5 if options.quick else 30
     rng = np.random.default_rng(0)
@@ -148,6 +153,33 @@ def main() -> None:
     overhead = median_time(lambda: tiny(arrays), 2000)
     print(f"per-call overhead (n=4 GELU fwd+bwd): {overhead * 1e6:.2f} us")
     print_traced_overhead()
+    print_compile_times([100, 300, 1000])
+
+
+def chain_function(length: int, size: int = 1000) -> ir.Function:
+    """x = tanh(x) * 1.01 + 0.1, `length` times: 3 * length elementwise ops."""
+    f = ir.Function("chain")
+    x = f.add_parameter("x", TensorType((size,), "f32"))
+    b = ir.GraphBuilder(f)
+    for _ in range(length):
+        x = b.add(b.mul(b.op("tanh", x), 1.01), 0.1)
+    f.outputs = [x]
+    return f
+
+
+def print_compile_times(lengths: list[int]) -> None:
+    """Compile time (optimize + fuse + codegen + LLVM, no disk cache) of a chain of elementwise
+    ops against its length: it should grow linearly."""
+    import os
+
+    os.environ["TRACER_DISABLE_CACHE"] = "1"
+    for length in lengths:
+        function = chain_function(length)
+        start = time.perf_counter()
+        compiled = CompiledFunction(ir.optimize(function))
+        seconds = time.perf_counter() - start
+        print(f"compile time, chain of {3 * length} elementwise ops: {seconds:.2f}s "
+              f"({seconds / (3 * length) * 1e3:.2f} ms/op, {len(compiled.fused.kernels)} kernels)")
 
 
 def print_traced_overhead(calls: int = 20000) -> None:

@@ -19,11 +19,14 @@ Which values live in memory ("materialized") is decided first: function outputs,
 results, reductions (unless computed inline into a single same-shape elementwise consumer), values
 that are expensive and read at a broadcast index, and values whose inline expression grew too large.
 Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
-in the backward. Instructions are grouped, never renamed, so the `fused` listing diffs against
+in the backward. A loop kernel takes further results only while its code stays under a size bound
+(MAX_KERNEL_COST), so a long chain of elementwise ops becomes several loop nests and compile time
+stays linear in the size of the graph. Instructions are grouped, never renamed, so the `fused` listing diffs against
 `optimized`.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from ir.graph import Function, Instruction, Value
@@ -37,6 +40,22 @@ EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}
 MAX_SHARED_EXPRESSION = 48
 # ... and stored whatever its users once it is this large (bounds code size).
 MAX_EXPRESSION = 400
+# Rough size in LLVM instructions of one element of a primitive computed inline (the
+# transcendentals are inline polynomial code, templates/math.ll.j2); others count 1.
+CODE_COST = {"exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80, "pow": 150, "sqrt": 2,
+             "div": 2, "reduce_sum": 8, "reduce_max": 8}
+# Bounds on code size, in CODE_COST units, that keep compile time linear in the graph's size
+# (LLVM's optimizer is superlinear in the size of one loop body): an inline expression this large
+# is stored (MAX_EXPRESSION_COST), and a loop kernel whose results' expressions add up to more
+# than MAX_KERNEL_COST gets no further results (the next one opens a new kernel). Values that
+# cross a kernel boundary go through memory, one store and one load per element, which is cheap
+# next to this much arithmetic.
+MAX_EXPRESSION_COST = 1500
+MAX_KERNEL_COST = 3000
+
+
+def code_cost(instruction: Instruction) -> int:
+    return CODE_COST.get(instruction.primitive, 1)
 
 
 @dataclass(eq=False)
@@ -121,11 +140,14 @@ def _choose_materialized(function: Function) -> set[int]:
 
     # Bound recomputation: expensive values read at a broadcast index, and large shared expressions.
     size: dict[int, int] = {}
+    cost: dict[int, int] = {}
     expensive: dict[int, bool] = {}
     for instruction in function.instructions:
         for output in instruction.outputs:
             inline_operands = [v for v in instruction.inputs if id(v) not in materialized]
             size[id(output)] = 1 + sum(size.get(id(v), 0) for v in inline_operands)
+            cost[id(output)] = code_cost(instruction) + sum(cost.get(id(v), 0)
+                                                            for v in inline_operands)
             expensive[id(output)] = instruction.primitive in EXPENSIVE or any(
                 expensive.get(id(v), False) for v in inline_operands)
             readers = users.get(id(output), [])
@@ -136,9 +158,61 @@ def _choose_materialized(function: Function) -> set[int]:
                 and reader.outputs[0].type.size > output.type.size for reader in readers)
             if ((expensive[id(output)] and broadcast_read)
                     or (size[id(output)] > MAX_SHARED_EXPRESSION and len(readers) > 1)
-                    or size[id(output)] > MAX_EXPRESSION):
+                    or size[id(output)] > MAX_EXPRESSION
+                    or cost[id(output)] > MAX_EXPRESSION_COST):
                 materialized.add(id(output))
     return materialized
+
+
+class _Closure:
+    """What a loop or accumulate kernel evaluates, grown one result at a time: the instructions
+    computed inline (ids), the buffers read (in order of discovery) and the code cost. Each value
+    is visited once per kernel, so building a kernel is linear in its size."""
+
+    def __init__(self) -> None:
+        self.instructions: set[int] = set()
+        self.reads: dict[int, Value] = {}
+        self.seen: set[int] = set()
+        self.cost = 0
+
+    def add(self, root: Value, materialized: set[int], own: set[int]) -> None:
+        """Add what `root` needs. Values in `own` (results of the kernel, `root` among them) are
+        computed in the kernel, not read."""
+        stack = [root]
+        while stack:
+            value = stack.pop()
+            if id(value) in self.seen:
+                continue
+            self.seen.add(id(value))
+            if value.producer is None or (id(value) in materialized and value is not root
+                                          and id(value) not in own):
+                self.reads[id(value)] = value
+                continue
+            self.instructions.add(id(value.producer))
+            self.cost += code_cost(value.producer)
+            stack.extend(value.producer.inputs)
+
+
+class _Closure:
+    """What a loop kernel evaluates, grown one result at a time to track its code cost: each value
+    is visited once per kernel, so growing a kernel is linear in its size."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.cost = 0
+
+    def add(self, root: Value, materialized: set[int], own: set[int]) -> None:
+        """Add what `root` (in `own`, the ids of the kernel's results) needs."""
+        stack = [root]
+        while stack:
+            value = stack.pop()
+            if id(value) in self.seen:
+                continue
+            self.seen.add(id(value))
+            if value.producer is None or (id(value) in materialized and id(value) not in own):
+                continue
+            self.cost += code_cost(value.producer)
+            stack.extend(value.producer.inputs)
 
 
 def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -> tuple[
@@ -150,14 +224,13 @@ def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -
     reads: dict[int, Value] = {}
     stack = list(roots)
     seen: set[int] = set()
+    computed = own | {id(r) for r in roots}
     while stack:
         value = stack.pop()
         if id(value) in seen:
             continue
         seen.add(id(value))
-        is_root = any(value is r for r in roots)
-        if value.producer is None or (id(value) in materialized and not is_root
-                                      and id(value) not in own):
+        if value.producer is None or (id(value) in materialized and id(value) not in computed):
             reads[id(value)] = value
             continue
         instructions.add(id(value.producer))
@@ -169,8 +242,12 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
     """Whether every path from `root` to a value in `targets` reads it at the root's own index
     (elementwise ops on equal shapes only), so it can be taken from a register in the same loop."""
     stack: list[tuple[Value, bool]] = [(root, True)]
+    visited: set[tuple[int, bool]] = set()
     while stack:
         value, identity = stack.pop()
+        if (id(value), identity) in visited:
+            continue
+        visited.add((id(value), identity))
         if id(value) in targets and value is not root:
             if not identity:
                 return False
@@ -264,10 +341,20 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     for instruction in function.instructions:
         roots.extend(v for v in instruction.outputs if id(v) in materialized)
 
+    position = {id(i): n for n, i in enumerate(function.instructions)}
+
+    def in_order(instruction_ids: set[int]) -> list[Instruction]:
+        return [function.instructions[n] for n in sorted(position[i] for i in instruction_ids)]
+
     kernels: list[Kernel] = []
     producer_kernel: dict[int, int] = {}  # value id -> index of the kernel that stores it
+    owns: list[set[int]] = []  # per kernel: ids of its results
+    costs: list[int] = []  # per kernel: code cost of what it evaluates (CODE_COST units)
+    closures: dict[int, _Closure] = {}  # kernel index -> what it evaluates, for merged loop kernels
+    loops_by_shape: dict[tuple[int, ...], list[int]] = {}  # loop kernel indices, ascending
     for root in roots:
         producer = root.producer
+        cost = 0
         if id(root) in updates:
             update = updates[id(root)]
             product = update.matmul.outputs[0]
@@ -276,9 +363,10 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             instruction_ids |= {id(i) for i in looked_through} | {id(update.matmul)}
             buffers = [matmul_operand(v)[0] for v in update.matmul.inputs]
             inputs = list({id(v): v for v in [*reads, *buffers] if v is not product}.values())
-            kernel = Kernel("matmul", [root], [i for i in function.instructions
-                                                 if id(i) in instruction_ids], inputs, update)
+            kernel = Kernel("matmul", [root], in_order(instruction_ids), inputs, update)
             kernels.append(kernel)
+            owns.append({id(root)})
+            costs.append(0)
             producer_kernel[id(root)] = len(kernels) - 1
             continue
         if producer is not None and producer.primitive == "matmul":
@@ -296,34 +384,44 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             kernel = Kernel(kind, [root], [*looked_through, producer], inputs)
         else:
             instruction_ids, inputs = _inline_closure([root], materialized, set())
-            kernel = Kernel(kind, [root], [], inputs)
-            kernel.instructions = [i for i in function.instructions if id(i) in instruction_ids]
+            kernel = Kernel(kind, [root], in_order(instruction_ids), inputs)
+            cost = sum(code_cost(i) for i in kernel.instructions)
         ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
         target = None
         if kind == "loop":
-            for index in range(max(ready, 0), len(kernels)):
-                candidate = kernels[index]
-                if candidate.kind != "loop" or candidate.shape != root.shape:
-                    continue
-                own = {id(v) for v in candidate.results}
+            candidates = loops_by_shape.get(root.shape, [])
+            for index in candidates[bisect.bisect_left(candidates, max(ready, 0)):]:
+                if costs[index] + cost > MAX_KERNEL_COST:
+                    continue  # keeps each loop body small enough to compile fast
                 # Reads of the candidate's own results must be at the same index.
-                if ready == index and not _identity_reads(root, materialized, own):
-                    continue
-                if ready > index:
+                if ready == index and not _identity_reads(root, materialized, owns[index]):
                     continue
                 target = index
                 break
         if target is None:
             kernels.append(kernel)
+            owns.append({id(root)})
+            costs.append(cost)
             producer_kernel[id(root)] = len(kernels) - 1
+            if kind == "loop":
+                loops_by_shape.setdefault(root.shape, []).append(len(kernels) - 1)
             continue
         merged = kernels[target]
         merged.results.append(root)
-        own = {id(v) for v in merged.results}
-        instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
-        merged.instructions = [i for i in function.instructions if id(i) in instruction_ids]
-        merged.inputs = [v for v in inputs if id(v) not in own or v.producer is None]
+        owns[target].add(id(root))
+        if target not in closures:
+            closures[target] = _Closure()
+            for result in merged.results[:-1]:
+                closures[target].add(result, materialized, owns[target])
+        closures[target].add(root, materialized, owns[target])
+        costs[target] = closures[target].cost
         producer_kernel[id(root)] = target
+    # The instructions and buffers of merged kernels, computed once each (as if from scratch).
+    for index in closures:
+        merged, own = kernels[index], owns[index]
+        instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
+        merged.instructions = in_order(instruction_ids)
+        merged.inputs = [v for v in inputs if id(v) not in own or v.producer is None]
     return FusedFunction(function, kernels, materialized)
 
 

@@ -1,6 +1,9 @@
 """The SSA graph: values defined once, instructions in order, functions with parameters and outputs."""
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -92,3 +95,28 @@ class Function:
             result.instructions.append(new)
         result.outputs = [mapping[id(v)] for v in self.outputs]
         return result
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0  # how many gc_paused blocks are running (in any thread)
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Run a block with Python's cyclic garbage collector off (as it was before once every such
+    block has ended). Passes over large graphs allocate many objects that all stay alive, so each
+    automatic collection walks the whole graph for nothing: compile time becomes superlinear."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()

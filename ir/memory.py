@@ -69,8 +69,12 @@ def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bo
         if root is parameter:
             continue  # a copy of the parameter: read at the index it writes
         stack: list[tuple[Value, bool]] = [(root, True)]
+        visited: set[tuple[int, bool]] = set()
         while stack:
             value, identity = stack.pop()
+            if (id(value), identity) in visited:
+                continue
+            visited.add((id(value), identity))
             if value is parameter:
                 if not identity:
                     return False

@@ -4,7 +4,7 @@ Each pass rewrites the function it is given in place and returns it; `optimize` 
 """
 from __future__ import annotations
 
-from ir.graph import Function, Instruction, Value
+from ir.graph import Function, Instruction, Value, gc_paused
 from ir.primitives import ELEMENTWISE
 from ir.reference import evaluate_primitive
 from ir.text import format_attribute
@@ -169,14 +169,20 @@ def dce(function: Function) -> Function:
 PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce)
 
 
+def _fingerprint(function: Function) -> tuple:
+    """What the passes can change: they rewrite instructions in place (primitive, operands) and
+    drop some, never create any, so equal fingerprints mean an unchanged function."""
+    return (tuple((id(i), i.primitive, *map(id, i.inputs)) for i in function.instructions),
+            tuple(map(id, function.outputs)))
+
+
 def optimize(function: Function) -> Function:
     """The `optimized` stage: the passes above on a copy of `function`, until nothing changes."""
-    from ir.text import format_function
-
-    result = function.copy()
-    previous = None
-    while (text := format_function(result)) != previous:
-        previous = text
-        for optimization in PIPELINE:
-            optimization(result)
-    return result
+    with gc_paused():
+        result = function.copy()
+        previous = None
+        while (fingerprint := _fingerprint(result)) != previous:
+            previous = fingerprint
+            for optimization in PIPELINE:
+                optimization(result)
+        return result

@@ -4,6 +4,7 @@ The IR knows four element types, each one numpy dtype; a tensor type is a shape 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __str__(self) -> str:
         return f"{SHORT_NAMES[self.dtype]}[{','.join(str(d) for d in self.shape)}]"

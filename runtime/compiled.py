@@ -21,7 +21,7 @@ import numpy as np
 
 from codegen.kernels import KernelCode, generate_module
 from ir.fusion import FusedFunction, format_fused, fuse
-from ir.graph import Function
+from ir.graph import Function, gc_paused
 from ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from ir.text import format_function
 from runtime import jit
@@ -80,13 +80,14 @@ class CompiledFunction:
     def __init__(self, function: Function, write_into: dict[int, int] | None = None):
         self.function = function
         blas = jit.blas_available()
-        self.fused: FusedFunction = fuse(function, matmul_updates=blas)
-        self.plan: MemoryPlan = plan_memory(self.fused, write_into)
-        self.in_place: dict[int, int] = dict(self.plan.in_place)
         host = jit.host()
         layout = array_layout()
-        self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                     blas, thread_setting(), layout)
+        with gc_paused():  # see ir.graph.gc_paused
+            self.fused: FusedFunction = fuse(function, matmul_updates=blas)
+            self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+            self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
+                                                         blas, thread_setting(), layout)
+        self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
         directory = cache_directory()
         cache = None

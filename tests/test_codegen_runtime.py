@@ -196,3 +196,35 @@ def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
             assert single.tobytes() == multi.tobytes()
     for actual, expected in zip(results["1"], ir.interpret(f, [argument])):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_path):
+    """A chain of 300 elementwise ops (100 of them tanh, inline polynomial code): fusion bounds the
+    code of each loop kernel (LLVM's optimizer is superlinear in the size of one loop body) and
+    the kernels are not inlined back into one function, so compile time grows linearly with the
+    graph (measured by `benchmarks/run.py --compile`, not asserted here); the result equals the
+    interpreter's."""
+    from ir.fusion import MAX_EXPRESSION_COST, MAX_KERNEL_COST, code_cost
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    f = ir.Function("chain")
+    x = f.add_parameter("x", TensorType((257,), "f32"))
+    y = f.add_parameter("y", TensorType((257,), "f32"))
+    b = ir.GraphBuilder(f)
+    for k in range(100):
+        x = b.add(b.mul(b.op("tanh", x), 0.5), b.mul(y, (k % 7 - 3) / 4))
+    f.outputs = [x]
+    function = ir.optimize(f)
+    assert len(function.instructions) >= 300
+    compiled = CompiledFunction(function)
+    kernels = compiled.fused.kernels
+    assert len(kernels) > 1
+    for kernel in kernels:
+        assert sum(map(code_cost, kernel.instructions)) <= MAX_KERNEL_COST + MAX_EXPRESSION_COST
+    assert re.search(r"attributes #2 = \{[^}]*noinline", compiled.llvm_ir)
+    rng = np.random.default_rng(0)
+    arguments = [rng.normal(0, 3, 257).astype(np.float32) for _ in range(2)]
+    (actual,), (expected,) = compiled(arguments), ir.interpret(function, arguments)
+    # Each step halves the error carried in and adds at most ~2 ulp (tanh here <= 1 ulp, numpy's
+    # float32 tanh ~1 ulp, then the rounding of mul and add): a few ulp of the largest value.
+    np.testing.assert_allclose(actual, expected, rtol=0,
+                               atol=4 * np.spacing(np.abs(expected).max()))
