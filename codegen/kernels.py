@@ -17,8 +17,8 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from codegen.lowering import (INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, cast,
-                              double_hex, literal)
+from codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer,
+                              cast, double_hex, literal)
 from ir.fusion import FusedFunction, Kernel, matmul_operand
 from ir.graph import Instruction, Value
 from ir.memory import Location, MemoryPlan
@@ -324,8 +324,8 @@ class KernelEmitter:
             accumulator = float64 if dtype == float32 else dtype
             return accumulator, literal(0, accumulator)
         if is_float(dtype):
-            return dtype, literal(-np.inf, dtype)
-        return dtype, str(INT64_MIN)
+            return dtype, literal(-np.inf if primitive == "reduce_max" else np.inf, dtype)
+        return dtype, str(INT64_MIN if primitive == "reduce_max" else INT64_MAX)
 
     def combine(self, primitive: str, dtype, accumulated: str, element: str) -> str:
         t = LLVM_TYPE[dtype]
@@ -333,10 +333,12 @@ class KernelEmitter:
             if is_float(dtype):
                 return self.w.value(f"fadd reassoc contract nsz {t} {accumulated}, {element}")
             return self.w.value(f"add i64 {accumulated}, {element}")
+        # llvm.maximum/minimum propagate nan, as numpy's max/min do
+        name = "maximum" if primitive == "reduce_max" else "minimum"
         if is_float(dtype):
             suffix = "f32" if dtype == float32 else "f64"
-            return self.w.call(t, f"llvm.maximum.{suffix}", (t, accumulated), (t, element))
-        return self.w.call(t, "llvm.smax.i64", (t, accumulated), (t, element))
+            return self.w.call(t, f"llvm.{name}.{suffix}", (t, accumulated), (t, element))
+        return self.w.call(t, f"llvm.s{name[:3]}.i64", (t, accumulated), (t, element))
 
     def reduce_inline(self, instruction: Instruction, index: Index) -> str:
         (x,), primitive = instruction.inputs, instruction.primitive

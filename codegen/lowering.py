@@ -29,6 +29,7 @@ LLVM_TYPE = {float32: "float", float64: "double", int64: "i64", bool_: "i1"}
 STORAGE_TYPE = {float32: "float", float64: "double", int64: "i64", bool_: "i8"}
 SUFFIX = {float32: "f32", float64: "f64"}
 INT64_MIN = -(2 ** 63)
+INT64_MAX = 2 ** 63 - 1
 
 
 def double_hex(value: float) -> str:

@@ -43,7 +43,8 @@ MAX_EXPRESSION = 400
 # Rough size in LLVM instructions of one element of a primitive computed inline (the
 # transcendentals are inline polynomial code, templates/math.ll.j2); others count 1.
 CODE_COST = {"exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80, "pow": 150, "sqrt": 2,
-             "div": 2, "reduce_sum": 8, "reduce_max": 8}
+             "div": 2, "reduce_sum": 8, "reduce_max": 8,
+             "reduce_min": 8}
 # Bounds on code size, in CODE_COST units, that keep compile time linear in the graph's size
 # (LLVM's optimizer is superlinear in the size of one loop body): an inline expression this large
 # is stored (MAX_EXPRESSION_COST), and a loop kernel whose results' expressions add up to more

@@ -23,7 +23,7 @@ LOGICAL = frozenset({"logical_and", "logical_or"})
 BINARY = BINARY_ARITHMETIC | COMPARE | LOGICAL
 ELEMENTWISE = UNARY | BINARY | {"select", "cast"}
 LAYOUT = frozenset({"broadcast", "reshape", "transpose", "slice", "pad"})
-REDUCE = frozenset({"reduce_sum", "reduce_max"})
+REDUCE = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 SOURCES = frozenset({"constant", "iota"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
@@ -151,8 +151,9 @@ def _reduce(primitive: str, x: TensorType, axes: tuple[int, ...]) -> list[Tensor
     _check_axes(x, axes)
     if x.dtype == bool_:
         raise ShapeError(f"{primitive} does not take bool operands; cast first")
-    if primitive == "reduce_max" and any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"cannot take the max over an empty dimension of {list(x.shape)}")
+    if primitive in ("reduce_max", "reduce_min") and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"cannot take the {primitive[-3:]} over an empty dimension of "
+                         f"{list(x.shape)}")
     shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     return [TensorType(shape, x.dtype)]
 

@@ -53,7 +53,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "slice": lambda x, starts, stops, steps: x[tuple(map(slice, starts, stops, steps))],
     "pad": _pad,
     "reduce_sum": lambda x, axes: np.sum(x, axis=axes, dtype=x.dtype),
-    "reduce_max": lambda x, axes: np.max(x, axis=axes),
+    "reduce_max": lambda x, axes: np.max(x, axis=axes),  # nan propagates
+    "reduce_min": lambda x, axes: np.min(x, axis=axes),  # nan propagates
     "matmul": np.matmul,
     "constant": lambda value, dtype: np.array(value, dtype),
     "iota": _iota,

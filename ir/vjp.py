@@ -124,8 +124,9 @@ def _reduce_sum(b, g, z, inputs, needs, attributes):
     return [b.broadcast_reduced(g, b.type_of(inputs[0]).shape, attributes["axes"])]
 
 
-def _reduce_max(b, g, z, inputs, needs, attributes):
-    # As PyTorch's full max(): the gradient is shared evenly between tied maxima.
+def _reduce_extremum(b, g, z, inputs, needs, attributes):
+    # reduce_max and reduce_min, as PyTorch's full max() and min(): the gradient is shared evenly
+    # between the elements equal to the result (tied maxima or minima).
     (x,) = inputs
     shape, axes = b.type_of(x).shape, attributes["axes"]
     dtype = b.type_of(x).dtype
@@ -170,7 +171,8 @@ def _table() -> dict[str, Callable[..., list]]:
         "abs": _abs, "mul": _mul, "div": _div, "pow": _pow,
         "maximum": _maximum_like("gt"), "minimum": _maximum_like("lt"),
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
-        "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_max,
+        "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
+        "reduce_min": _reduce_extremum,
         "matmul": _matmul, "custom_vjp": _custom_vjp,
     })
     return table

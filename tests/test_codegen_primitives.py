@@ -176,7 +176,7 @@ def test_nan_semantics():
     y = f.add_parameter("y", TensorType((6,), "f64"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("maximum", x, y), b.op("minimum", x, y), b.op("sign", x),
-                 b.op("reduce_max", x, axes=(0,))]
+                 b.op("reduce_max", x, axes=(0,)), b.op("reduce_min", x, axes=(0,))]
     values = np.array([np.nan, 1.0, -np.inf, 0.0, np.inf, -2.0])
     run_both(f, [values, values[::-1].copy()])
 
@@ -239,16 +239,54 @@ REDUCTIONS = [((5,), (0,)), ((3, 4), (0,)), ((3, 4), (1,)), ((3, 4), (0, 1)), ((
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
-@pytest.mark.parametrize("primitive", ["reduce_sum", "reduce_max"])
+@pytest.mark.parametrize("primitive", ["reduce_sum", "reduce_max", "reduce_min"])
 @pytest.mark.parametrize("case", REDUCTIONS, ids=str)
 def test_reduce(primitive, dtype, case):
     shape, axes = case
-    if primitive == "reduce_max" and any(shape[a] == 0 for a in axes):
+    if primitive != "reduce_sum" and any(shape[a] == 0 for a in axes):
         with pytest.raises(ir.ShapeError, match="empty dimension"):
             single(primitive, [TensorType(shape, dtype)], axes=axes)
         return
     function = single(primitive, [TensorType(shape, dtype)], axes=axes)
     run_both(function, [random_array(shape, dtype)])
+
+
+@pytest.mark.parametrize("primitive", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("axes", [(0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)], ids=str)
+def test_reduce_max_min_int64_extremes(primitive, axes):
+    # INT64_MIN and INT64_MAX are ordinary values (the accumulators start at them), exactly.
+    x = RNG.integers(-5, 6, size=(3, 4, 5))
+    x[0, 1, 2], x[2, 3, 4], x[1, 0, 0] = -2 ** 63, 2 ** 63 - 1, -2 ** 63
+    x[2, 2, :] = 2 ** 63 - 1  # a whole row of INT64_MAX: its min is INT64_MAX
+    x[0, 0, :] = -2 ** 63  # and a row of INT64_MIN: its max is INT64_MIN
+    run_both(single(primitive, [TensorType(x.shape, "i64")], axes=axes), [x])
+    for reduction in (max, min):  # also inline, feeding an elementwise consumer
+        f = ir.Function("inline")
+        p = f.add_parameter("x", TensorType(x.shape, "i64"))
+        b = ir.GraphBuilder(f)
+        r = b.op(primitive, p, axes=axes)
+        f.outputs = [b.op("neg", b.op("maximum" if reduction is max else "minimum", r, r))]
+        run_both(f, [x])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("primitive", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("axes", [(0,), (1,), (0, 1)], ids=str)
+def test_reduce_max_min_nan_and_inf(primitive, dtype, axes):
+    # as numpy: a nan anywhere in the reduced elements gives nan; +-inf are ordinary values
+    x = random_array((6, 7), dtype)
+    x[0, 3] = np.nan
+    x[1, :] = np.inf
+    x[2, :] = -np.inf
+    x[3, 2], x[3, 5] = np.inf, -np.inf
+    x[4, 6] = np.nan
+    x[4, 0] = np.inf
+    x[5, :] = np.nan
+    run_both(single(primitive, [TensorType(x.shape, dtype)], axes=axes), [x])
+    (expected,) = ir.interpret(ir.optimize(single(primitive, [TensorType(x.shape, dtype)],
+                                                  axes=axes)), [x])
+    np.testing.assert_array_equal(expected, (np.max if primitive == "reduce_max" else np.min)(
+        x, axis=axes))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -65,7 +65,8 @@ def programs(draw, dtype="f64"):
             axes = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1)))))
             empty = any(shape[a] == 0 for a in axes)
             primitive = "reduce_sum" if empty else draw(st.sampled_from(["reduce_sum",
-                                                                         "reduce_max"]))
+                                                                         "reduce_max",
+                                                                         "reduce_min"]))
             result = b.op(primitive, x, axes=axes)
         elif step == "transpose" and len(shape) > 1:
             result = b.op("transpose", x, permutation=draw(st.permutations(range(len(shape)))))

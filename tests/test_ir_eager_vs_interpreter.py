@@ -80,7 +80,7 @@ class Program:
     def step(self) -> None:
         kind = self.draw(st.sampled_from(
             ["unary", "binary", "binary", "select", "cast", "constant", "broadcast", "reshape",
-             "transpose", "slice", "pad", "reduce_sum", "reduce_max", "matmul", "iota",
+             "transpose", "slice", "pad", "reduce_sum", "reduce_max", "reduce_min", "matmul", "iota",
              "stop_gradient"]), label="kind")
         x = self.pick(self.floats())
         t = self.types[x]
@@ -127,10 +127,10 @@ class Program:
         elif kind == "reduce_sum":
             axes = self.draw(st.sets(st.integers(0, max(0, t.ndim - 1)))) if t.ndim else set()
             self.add("reduce_sum", [x], axes=tuple(sorted(axes)))
-        elif kind == "reduce_max":
+        elif kind in ("reduce_max", "reduce_min"):
             nonempty = [i for i, d in enumerate(t.shape) if d > 0]
             axes = self.draw(st.sets(st.sampled_from(nonempty))) if nonempty else set()
-            self.add("reduce_max", [x], axes=tuple(sorted(axes)))
+            self.add(kind, [x], axes=tuple(sorted(axes)))
         elif kind == "matmul" and t.ndim >= 2:
             swapped = self.add("transpose", [x],
                                permutation=(*range(t.ndim - 2), t.ndim - 1, t.ndim - 2))

@@ -321,6 +321,23 @@ def test_reduce_max(shape, axes):
     check(lambda b, x: b.op("reduce_max", x, axes=axes), [distinct(rng, shape)], seed_rng=rng)
 
 
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=str)
+def test_reduce_min(shape, axes):
+    rng = rng_for("reduce_min", shape, axes)
+    check(lambda b, x: b.op("reduce_min", x, axes=axes), [distinct(rng, shape)], seed_rng=rng)
+
+
+def test_reduce_min_ties_share_the_gradient():
+    x = np.array([[1.0, -3.0, -3.0], [2.0, 2.0, 2.0], [0.0, 5.0, 7.0]])
+    _, (value, gradient) = graph_gradients(lambda b, x: b.op("reduce_min", x, axes=(1,)), [x],
+                                           np.array([6.0, 9.0, 1.0]))
+    np.testing.assert_array_equal(value, [-3.0, 2.0, 0.0])
+    np.testing.assert_array_equal(gradient, [[0.0, 3.0, 3.0], [3.0, 3.0, 3.0], [1.0, 0.0, 0.0]])
+    _, (value, gradient) = graph_gradients(lambda b, x: b.op("reduce_min", x, axes=(0, 1)), [x],
+                                           np.array(8.0))
+    np.testing.assert_array_equal(gradient, [[0.0, 4.0, 4.0], [0.0] * 3, [0.0] * 3])
+
+
 def test_reduce_max_ties_share_the_gradient():
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
     _, (_, gradient) = graph_gradients(lambda b, x: b.op("reduce_max", x, axes=(1,)), [x],
@@ -474,6 +491,7 @@ EAGER_CASES = [
     ("pad", [normal], {"low": (1, 0), "high": (0, 2), "interior": (1, 2)}, [(3, 2)]),
     ("reduce_sum", [normal], {"axes": (0, 2)}, [(2, 3, 4)]),
     ("reduce_max", [distinct], {"axes": (1,)}, [(2, 3, 4)]),
+    ("reduce_min", [distinct], {"axes": (0, 2)}, [(2, 3, 4)]),
     ("matmul", [normal, normal], {}, [(2, 2, 3), (2, 3, 4)]),
 ]
 
