@@ -129,13 +129,14 @@ def _abs(w: Writer, in_dtypes, out_dtype, operands, attributes) -> str:
 
 
 def _sign(w: Writer, in_dtypes, out_dtype, operands, attributes) -> str:
-    # -1, 0 or 1; a float nan (or zero) is returned as it is, as numpy does.
+    # -1, 0 or 1, as PyTorch (the reference): nan and -0.0 give +0.0 (ordered comparisons are
+    # false for nan).
     (x,), dtype = operands, in_dtypes[0]
     t = LLVM_TYPE[dtype]
     if is_float(dtype):
         positive = w.value(f"fcmp ogt {t} {x}, 0.0")
         negative = w.value(f"fcmp olt {t} {x}, 0.0")
-        one, minus_one, rest = literal(1, dtype), literal(-1, dtype), x
+        one, minus_one, rest = literal(1, dtype), literal(-1, dtype), literal(0, dtype)
     else:
         positive = w.value(f"icmp sgt i64 {x}, 0")
         negative = w.value(f"icmp slt i64 {x}, 0")

@@ -27,7 +27,10 @@ def _iota(shape, dimension, dtype):
 
 
 def _sign(x):
-    # numpy's sign of nan is nan, as in PyTorch.
+    # As PyTorch: -1, 0 or 1, computed as (x > 0) - (x < 0). So sign(nan) is 0 (numpy's np.sign
+    # gives nan) and sign(-0.0) is +0.0 (np.sign gives -0.0).
+    if x.dtype.kind == "f":
+        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     return np.sign(x)
 
 

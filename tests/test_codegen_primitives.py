@@ -170,6 +170,34 @@ def test_cast(source, target):
     run_both(single("cast", [TensorType((3, 5), source)], dtype=ir.types.as_dtype(target)), [x])
 
 
+SIGN_CASES = [np.nan, -np.nan, -0.0, 0.0, -2.0, 3.5, np.inf, -np.inf, 1e-45, -1e-300, 5e-324]
+# torch.sign of SIGN_CASES in float32 and float64 (PyTorch 2.x): nan -> 0, -0.0 -> +0.0; in
+# float32 -1e-300 and 5e-324 round to zero
+SIGN_TORCH = {"f32": [0.0, 0.0, 0.0, 0.0, -1.0, 1.0, 1.0, -1.0, 1.0, 0.0, 0.0],
+              "f64": [0.0, 0.0, 0.0, 0.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0]}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sign_matches_pytorch_bit_for_bit(dtype):
+    expected = np.array(SIGN_TORCH[dtype], ir.types.as_dtype(dtype))
+    dtype = ir.types.as_dtype(dtype)
+    x = np.array(SIGN_CASES, dtype)  # every zero is +0.0
+    function = ir.optimize(single("sign", [TensorType(x.shape, dtype)]))
+    (interpreted,) = ir.interpret(function, [x])
+    (compiled,) = CompiledFunction(function)([x])
+    assert interpreted.tobytes() == expected.tobytes()
+    assert compiled.tobytes() == expected.tobytes()
+    torch = pytest.importorskip("torch")
+    assert torch.sign(torch.from_numpy(x)).numpy().tobytes() == expected.tobytes()
+
+
+def test_sign_int64_extremes():
+    x = np.array([-2 ** 63, -5, -1, 0, 1, 7, 2 ** 63 - 1])
+    function = ir.optimize(single("sign", [TensorType(x.shape, "i64")]))
+    for result in (ir.interpret(function, [x])[0], CompiledFunction(function)([x])[0]):
+        np.testing.assert_array_equal(result, [-1, -1, -1, 0, 1, 1, 1])
+
+
 def test_nan_semantics():
     f = ir.Function("nan")
     x = f.add_parameter("x", TensorType((6,), "f64"))
