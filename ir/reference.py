@@ -34,6 +34,22 @@ def _sign(x):
     return np.sign(x)
 
 
+def _pow(x, y):
+    """numpy's power, except for integers to negative powers (numpy raises ValueError), which
+    follow PyTorch's integer pow with a tensor exponent: x ** -n is 1 for x == 1, -1 or 1 for
+    x == -1 by the parity of n, and 0 for every other x (0 included). Overflow wraps (mod 2**64)."""
+    if x.dtype.kind != "i":
+        return np.power(x, y)
+    negative = y < 0
+    if not np.any(negative):
+        return np.power(x, y)
+    x, y, negative = np.broadcast_arrays(x, y, negative)
+    result = np.power(x, np.where(negative, 0, y))
+    odd = (y & 1) != 0
+    reciprocal = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0))
+    return np.where(negative, reciprocal, result).astype(x.dtype)
+
+
 def _maximum(x, y):
     return np.maximum(x, y)  # propagates nan, as torch.maximum does
 
@@ -43,7 +59,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "neg": np.negative, "abs": np.abs, "sign": _sign, "exp": np.exp, "log": np.log,
     "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
     "logical_not": np.logical_not,
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": _pow,
     "maximum": _maximum, "minimum": np.minimum,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal,

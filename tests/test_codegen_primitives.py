@@ -170,6 +170,73 @@ def test_cast(source, target):
     run_both(single("cast", [TensorType((3, 5), source)], dtype=ir.types.as_dtype(target)), [x])
 
 
+POW_BASES = [-2 ** 63, -3, -2, -1, 0, 1, 2, 3, 2 ** 62, 2 ** 63 - 1]
+# torch.tensor(POW_BASES) ** torch.full((10,), exponent) (PyTorch 2.x): negative exponents give 0
+# except for bases 1 and -1; positive ones wrap mod 2**64, as numpy's power does.
+POW_TORCH = {
+    -3: [0, 0, 0, -1, 0, 1, 0, 0, 0, 0],
+    -2: [0, 0, 0, 1, 0, 1, 0, 0, 0, 0],
+    -1: [0, 0, 0, -1, 0, 1, 0, 0, 0, 0],
+    -2 ** 63: [0, 0, 0, 1, 0, 1, 0, 0, 0, 0],
+    0: [1] * 10,
+    2: [0, 9, 4, 1, 0, 1, 4, 9, 0, 1],
+    63: [0, 3237885987332494933, -2 ** 63, -1, 0, 1, -2 ** 63, -3237885987332494933, 0,
+         2 ** 63 - 1],
+    64: [0, 8733086111712066817, 0, 1, 0, 1, 0, 8733086111712066817, 0, 1],
+}
+
+
+@pytest.mark.parametrize("exponent", sorted(POW_TORCH))
+def test_int64_pow_matches_pytorch(exponent):
+    x = np.array(POW_BASES)
+    y = np.full_like(x, exponent)
+    expected = np.array(POW_TORCH[exponent])
+    function = ir.optimize(single("pow", [TensorType(x.shape, "i64")] * 2))
+    (interpreted,) = ir.interpret(function, [x, y])
+    np.testing.assert_array_equal(interpreted, expected)
+    np.testing.assert_array_equal(CompiledFunction(function)([x, y])[0], expected)
+    # a constant exponent (the lowering has special cases for some) and a broadcast one
+    f = ir.Function("pow_constant")
+    p = f.add_parameter("x", TensorType(x.shape, "i64"))
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.pow(p, exponent), b.pow(p, b.full((1,), exponent, "i64"))]
+    function = ir.optimize(f)
+    for result in (*ir.interpret(function, [x]), *CompiledFunction(function)([x])):
+        np.testing.assert_array_equal(result, expected)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(
+        (torch.from_numpy(x) ** torch.from_numpy(y)).numpy(), expected)
+
+
+def test_int64_pow_negative_exponents_mixed_with_positive():
+    # one array of exponents of both signs, broadcast against the bases; 0-d operands too
+    x = np.arange(-4, 5).reshape(9, 1)
+    y = np.arange(-5, 6).reshape(1, 11)
+    function = ir.optimize(single("pow", [TensorType(x.shape, "i64"), TensorType(y.shape, "i64")]))
+    (interpreted,) = ir.interpret(function, [x, y])
+    for i, base in enumerate(range(-4, 5)):
+        for j, exponent in enumerate(range(-5, 6)):
+            if exponent >= 0:
+                expected = base ** exponent
+            else:
+                expected = 1 if base == 1 else (-1) ** exponent if base == -1 else 0
+            assert interpreted[i, j] == expected, (base, exponent)
+    run_both(function, [x, y])
+    scalar = ir.optimize(single("pow", [TensorType((), "i64")] * 2))
+    for base, exponent, expected in [(2, -1, 0), (-1, -3, -1), (-1, -4, 1), (0, -2, 0), (5, 0, 1)]:
+        arguments = [np.array(base), np.array(exponent)]
+        assert ir.interpret(scalar, arguments)[0] == expected
+        assert CompiledFunction(scalar)(arguments)[0] == expected
+    # folded at compile time through the same reference
+    f = ir.Function("folded")
+    p = f.add_parameter("x", TensorType((), "i64"))
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.add(p, b.pow(b.constant(-1, "i64"), b.constant(-3, "i64")))]
+    function = ir.optimize(f)
+    assert all(i.primitive != "pow" for i in function.instructions)
+    assert CompiledFunction(function)([np.array(10)])[0] == 9
+
+
 SIGN_CASES = [np.nan, -np.nan, -0.0, 0.0, -2.0, 3.5, np.inf, -np.inf, 1e-45, -1e-300, 5e-324]
 # torch.sign of SIGN_CASES in float32 and float64 (PyTorch 2.x): nan -> 0, -0.0 -> +0.0; in
 # float32 -1e-300 and 5e-324 round to zero
