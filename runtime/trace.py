@@ -47,7 +47,10 @@ def flatten(tree, leaves: list, path: str) -> tuple:
         return ("leaf",)
     if isinstance(tree, (list, tuple)):
         kind = "list" if isinstance(tree, list) else "tuple"
-        return (kind, tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree)))
+        items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
+        if hasattr(tree, "_fields"):  # a named tuple comes back as one
+            return (kind, items, type(tree))
+        return (kind, items)
     if isinstance(tree, dict):
         return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
     try:
@@ -70,6 +73,8 @@ def unflatten(structure: tuple, leaves: Sequence):
         if kind == "dict":
             return {k: build(v) for k, v in zip(node[1], node[2])}
         items = [build(item) for item in node[1]]
+        if len(node) == 3:
+            return node[2](*items)
         return items if kind == "list" else tuple(items)
 
     return build(structure)

@@ -722,3 +722,20 @@ def test_inplace_scalar_ops_on_non_leaf_allowed_like_pytorch():
     y.div_(4.0)
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.5, 1.5])
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_min_and_max_with_extreme_integers_and_nan(traced):
+    def f(i, x):
+        return i.min(), i.min(1), x.max(1), x.min(1), x.argmax()
+
+    i = tr.tensor([[-2 ** 63, 5], [3, 2 ** 63 - 1]])
+    x = tr.tensor([[1.0, float("nan"), 0.5], [0.0, -1.0, -1.0]])
+    smallest, row_min, row_max, row_min_x, position = (tr.trace(f) if traced else f)(i, x)
+    assert smallest.item() == -2 ** 63
+    np.testing.assert_array_equal(row_min.values.numpy(), [-2 ** 63, 3])
+    np.testing.assert_array_equal(row_min.indices.numpy(), [0, 0])
+    np.testing.assert_array_equal(row_max.values.numpy(), [np.nan, 0.0])  # nan is the extremum
+    np.testing.assert_array_equal(row_max.indices.numpy(), [1, 0])
+    np.testing.assert_array_equal(row_min_x.indices.numpy(), [1, 1])  # the first of the ties
+    assert position.item() == 1

@@ -691,19 +691,29 @@ class Tensor:
         return self.sum(dim=axes, keepdim=keepdim) / count
 
     def max(self, dim=None, keepdim: builtins.bool = False):
-        """The maximum; with `dim`, a (values, indices) pair as in PyTorch."""
+        """The maximum; with `dim`, a (values, indices) pair as in PyTorch; with a tensor,
+        the elementwise maximum."""
         if isinstance(dim, Tensor):
             return self.maximum(dim)
+        return self._extremum("reduce_max", dim, keepdim)
+
+    def min(self, dim=None, keepdim: builtins.bool = False):
+        """The minimum; with `dim`, a (values, indices) pair as in PyTorch."""
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        return self._extremum("reduce_min", dim, keepdim)
+
+    def _extremum(self, reduction: str, dim, keepdim: builtins.bool):
         if dim is None:
-            return apply("reduce_max", [self], axes=tuple(range(self.ndim)))
+            return apply(reduction, [self], axes=tuple(range(self.ndim)))
         axis = _normalize_dim(_as_dim(dim), self.ndim)
         if self.ndim == 0:
             return MaxResult(self, zeros((), dtype=int64))
-        kept = apply("reduce_max", [self], axes=(axis,))._keep((axis,), self.shape)
+        kept = apply(reduction, [self], axes=(axis,))._keep((axis,), self.shape)
         hit = self == kept
         if irtypes.is_float(self.dtype):
-            hit = hit | (self != self)  # a nan is the maximum, as in PyTorch
-        # The first index holding the maximum: the largest (size - 1 - index) among the hits.
+            hit = hit | (self != self)  # a nan is the extremum, as in PyTorch
+        # The first index holding it: the largest (size - 1 - index) among the hits.
         size = self.shape[axis]
         position = iota(self.shape, axis)
         candidates = where(hit, position * -1 + (size - 1), -1)
@@ -714,14 +724,6 @@ class Tensor:
         if keepdim:
             values, indices = values._keep((axis,), self.shape), indices._keep((axis,), self.shape)
         return MaxResult(values, indices)
-
-    def min(self, dim=None, keepdim: builtins.bool = False):
-        if isinstance(dim, Tensor):
-            return self.minimum(dim)
-        if self.dtype == bool:
-            raise ArgumentError("min of a bool tensor; cast it first")
-        result = (-self).max(dim, keepdim)
-        return -result if dim is None else MaxResult(-result.values, result.indices)
 
     def argmax(self, dim=None, keepdim: builtins.bool = False):
         if dim is None:
