@@ -472,6 +472,68 @@ def test_outputs_that_are_parameters_or_repeated():
     assert out[3].shape == () and out[3] == 1.5
 
 
+@pytest.mark.parametrize("transpose", [(False, False), (True, False), (False, True)], ids=str)
+@pytest.mark.parametrize("shapes", [((7, 1000), (1000, 300)), ((2, 5, 64), (2, 64, 3))], ids=str)
+def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monkeypatch):
+    """Without BLAS, float32 matmul sums in float64 and rounds each element once (the row is done
+    in blocks of 256 columns, so n = 300 crosses a block): at least as accurate as numpy's sgemm,
+    against the exact (float64) product."""
+    import runtime.compiled
+    from runtime import jit
+    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    a_shape, b_shape = shapes
+    swap = lambda shape: (*shape[:-2], shape[-1], shape[-2])  # noqa: E731
+    stored = [swap(s) if t else s for s, t in zip(shapes, transpose)]
+    f = ir.Function("mm")
+    pa, pb = (f.add_parameter(n, TensorType(s, "f32")) for n, s in zip("ab", stored))
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.op("matmul", *(b.swap_last_axes(p) if t else p
+                                  for p, t in zip((pa, pb), transpose)))]
+    function = ir.optimize(f)
+    compiled = runtime.compiled.CompiledFunction(function)
+    assert "tracer_sgemm" not in compiled.llvm_ir
+    rng = np.random.default_rng(11)  # not RNG: later tests' data stays as it was
+    x, y = (rng.normal(0, 1, s).astype(np.float32) for s in stored)
+    (actual,) = compiled([x, y])
+    left, right = (np.swapaxes(v, -1, -2) if t else v for v, t in zip((x, y), transpose))
+    exact = np.matmul(left.astype(np.float64), right.astype(np.float64))
+    single_precision = np.matmul(left, right)
+    # each element rounded once from a float64 sum (error ~k 2^-53 of the magnitudes)
+    magnitude = np.matmul(np.abs(left).astype(np.float64), np.abs(right).astype(np.float64))
+    assert np.all(np.abs(actual - exact) <= 0.5 * np.spacing(np.abs(exact).astype(np.float32))
+                  + 1e-12 * magnitude)
+    assert np.abs(actual - exact).max() <= np.abs(single_precision - exact).max()
+
+
+def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
+    """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
+    the runtime does not choose without BLAS today, against the exact update rounded once."""
+    import runtime.compiled
+    from runtime import jit
+    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    monkeypatch.setattr(runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    f = ir.Function("update")
+    w = f.add_parameter("w", TensorType((300, 4), "f32"))
+    x = f.add_parameter("x", TensorType((50, 300), "f32"))
+    g = f.add_parameter("g", TensorType((50, 4), "f32"))
+    lr = f.add_parameter("lr", TensorType((), "f32"))
+    b = ir.GraphBuilder(f)
+    product = b.op("matmul", b.swap_last_axes(x), g)
+    f.outputs = [b.sub(w, b.mul(lr, product))]
+    function = ir.optimize(f)
+    compiled = runtime.compiled.CompiledFunction(function)
+    assert "accumulate(" in compiled.stage_text("fused")
+    assert "tracer_sgemm" not in compiled.llvm_ir
+    rng = np.random.default_rng(12)
+    arguments = [rng.normal(0, 1, p.shape).astype(np.float32) for p in function.parameters]
+    arguments[3] = np.array(0.25, np.float32)
+    (actual,) = compiled([a.copy() for a in arguments])
+    w64, x64, g64 = (a.astype(np.float64) for a in arguments[:3])
+    exact = w64 - 0.25 * (x64.T @ g64)
+    assert np.all(np.abs(actual - exact) <= 0.5 * np.spacing(np.abs(exact).astype(np.float32))
+                  + 1e-12 * (np.abs(w64) + 0.25 * np.abs(x64.T) @ np.abs(g64)))
+
+
 def test_two_layer_net_step():
     f = ir.Function("step")
     x = f.add_parameter("x", TensorType((8, 4), "f32"))
