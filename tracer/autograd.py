@@ -56,7 +56,7 @@ def _values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
         return [True, True], needs[1]
     if primitive in ("exp", "sqrt", "tanh"):
         return [False], True
-    if primitive == "reduce_max":
+    if primitive in ("reduce_max", "reduce_min"):
         return [True], True
     return [True] * count, False
 
