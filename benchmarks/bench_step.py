@@ -9,26 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import tracer as tr  # noqa: E402
+from run import median_time  # noqa: E402  (benchmarks/run.py, beside this file)
 from two_layer_net import step  # noqa: E402
-
-
-def median_seconds(run, repeats: int) -> float:
-    run()  # warm up (and compile)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def make_arrays(sizes, seed: int = 0):
@@ -121,7 +110,7 @@ def main() -> None:
                "tracer eager": tracer_runner(arrays, traced=False),
                "numpy by hand": numpy_runner(arrays)}
     runners.update(torch_runners(arrays, options.torch_compile))
-    results = {name: median_seconds(run, options.repeats) for name, run in runners.items()}
+    results = {name: median_time(run, options.repeats) for name, run in runners.items()}
     reference = results["tracer @trace"]
     print(f"seed step, sizes N, D_in, H, D_out = {tuple(options.sizes)}; median of "
           f"{options.repeats} steps")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ir.graph import Function, Instruction, Value
 from ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
@@ -239,9 +240,11 @@ def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -
     return instructions, list(reads.values())
 
 
-def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> bool:
-    """Whether every path from `root` to a value in `targets` reads it at the root's own index
-    (elementwise ops on equal shapes only), so it can be taken from a register in the same loop."""
+def reads_at_own_index(root: Value, targets: set[int],
+                       is_boundary: Callable[[Value], bool]) -> bool:
+    """Whether every path from `root` down to a value in `targets` reads it at the root's own
+    index (elementwise ops on equal shapes only). The walk stops at values without a producer and
+    at values (other than the root) for which `is_boundary` holds."""
     stack: list[tuple[Value, bool]] = [(root, True)]
     visited: set[tuple[int, bool]] = set()
     while stack:
@@ -253,7 +256,7 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
             if not identity:
                 return False
             continue
-        if value.producer is None or (id(value) in materialized and value is not root):
+        if value.producer is None or (value is not root and is_boundary(value)):
             continue
         instruction = value.producer
         for operand in instruction.inputs:
@@ -261,6 +264,12 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
                     and operand.shape == value.shape)
             stack.append((operand, same))
     return True
+
+
+def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> bool:
+    """Whether `root` reads the values in `targets` only at its own index within its loop, so they
+    can be taken from a register."""
+    return reads_at_own_index(root, targets, lambda value: id(value) in materialized)
 
 
 def _matmul_update(value: Value, users: dict[int, list[Instruction]], materialized: set[int],

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.fusion import FusedFunction, Kernel, matmul_operand
+from ir.fusion import FusedFunction, Kernel, matmul_operand, reads_at_own_index
 from ir.graph import Value
-from ir.primitives import ELEMENTWISE
 
 ALIGNMENT = 64
 
@@ -65,28 +64,13 @@ def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bo
     else:  # an accumulate kernel writes its result before it has read all of its operand
         return False
     own = {id(v) for v in kernel.results}
-    for root in roots:
-        if root is parameter:
-            continue  # a copy of the parameter: read at the index it writes
-        stack: list[tuple[Value, bool]] = [(root, True)]
-        visited: set[tuple[int, bool]] = set()
-        while stack:
-            value, identity = stack.pop()
-            if (id(value), identity) in visited:
-                continue
-            visited.add((id(value), identity))
-            if value is parameter:
-                if not identity:
-                    return False
-                continue
-            if (value.producer is None or id(value) in stop
-                    or (fused.is_materialized(value) and id(value) not in own)):
-                continue
-            instruction = value.producer
-            for operand in instruction.inputs:
-                stack.append((operand, identity and instruction.primitive in ELEMENTWISE
-                              and operand.shape == value.shape))
-    return True
+
+    def is_boundary(value: Value) -> bool:
+        return id(value) in stop or (fused.is_materialized(value) and id(value) not in own)
+
+    # A root that is the parameter itself is a copy of it: read at the index it writes.
+    return all(root is parameter or reads_at_own_index(root, {id(parameter)}, is_boundary)
+               for root in roots)
 
 
 def in_place_conflict(fused: FusedFunction, output_index: int, parameter_index: int,
