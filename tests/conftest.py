@@ -46,6 +46,20 @@ def assert_matches_interpreter(actual: np.ndarray, expected: np.ndarray, what: s
                                atol=relative * scale, err_msg=what)
 
 
+def in_float64(function: ir.Function) -> ir.Function:
+    """A copy of `function` computing in float64 wherever it computes in float32: a closer
+    approximation of the exact result than either float32 evaluation."""
+    result = function.copy()
+    wide = ir.TensorType
+    for value in result.values():
+        if value.dtype == np.float32:
+            value.type = wide(value.shape, np.float64)
+    for instruction in result.instructions:
+        if instruction.attributes.get("dtype") == np.float32:
+            instruction.attributes["dtype"] = np.dtype(np.float64)
+    return result
+
+
 class CheckedFunction:
     """A CompiledFunction whose every call is checked against the interpreter."""
 
@@ -56,12 +70,26 @@ class CheckedFunction:
 
     def __call__(self, arguments):
         # copies: the compiled call may write outputs into the argument arrays (in place)
-        expected = ir.interpret(self.compiled.function,
-                                [np.array(a, p.dtype, copy=True) for a, p in
-                                 zip(arguments, self.compiled.function.parameters)])
+        inputs = [np.array(a, p.dtype, copy=True)
+                  for a, p in zip(arguments, self.compiled.function.parameters)]
+        expected = ir.interpret(self.compiled.function, inputs)
         actual = self.compiled(arguments)
         for index, (a, e) in enumerate(zip(actual, expected)):
-            assert_matches_interpreter(a, e, f"output {index} of {self.compiled.function.name}")
+            what = f"output {index} of {self.compiled.function.name}"
+            try:
+                assert_matches_interpreter(a, e, what)
+            except AssertionError:
+                if e.dtype != np.float32:
+                    raise
+                # The interpreter's float32 (numpy's sgemm and sums) is not exact either: accept
+                # a compiled result at least as close to a float64 evaluation as the interpreter.
+                exact = ir.interpret(in_float64(self.compiled.function),
+                                     [x.astype(np.float64) if x.dtype == np.float32 else x
+                                      for x in inputs])[index]
+                scale = max(1.0, float(np.abs(e[np.isfinite(e)]).max(initial=0.0)))
+                within = np.isclose(a, e, rtol=2e-5, atol=2e-5 * scale)
+                closer = np.abs(a - exact) <= np.abs(e - exact) * (1 + 1e-6)
+                assert (within | closer).all(), what
         return actual
 
     def stage_text(self, stage):
