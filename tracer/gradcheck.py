@@ -41,9 +41,9 @@ def gradcheck(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
 
     vjp = grad(weighted_sum, argnums=tuple(p + 1 for p in positions))
     if fn is not python_function:  # a traced function: check the traced backward too
-        from runtime.trace import trace
-        # fn's static arguments stay static (shifted by one: the vjp takes the seeds first)
-        vjp = trace(vjp, static_argnums=tuple(n + 1 for n in getattr(fn, "static_argnums", ())))
+        # traced the same way (tracer/ does not import runtime/); fn's static arguments stay
+        # static, shifted by one: the vjp takes the seeds first
+        vjp = type(fn)(vjp, static_argnums=tuple(n + 1 for n in getattr(fn, "static_argnums", ())))
     reference = evaluate(arrays)
     offsets = np.cumsum([0] + [r.size for r in reference])
 
