@@ -22,6 +22,7 @@ from codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE
 from ir.fusion import FusedFunction, Kernel, matmul_operand
 from ir.graph import Instruction, Value
 from ir.memory import Location, MemoryPlan
+from ir.passes import scalar_constant
 from ir.primitives import ELEMENTWISE
 from ir.types import bool_, float32, float64, int64, is_float
 
@@ -286,13 +287,9 @@ class KernelEmitter:
 
     def constant_power(self, inputs: list[Value], operands: list[str], dtype) -> str | None:
         """x ** c for a few constant c, as multiplications (exact where pow is exact)."""
-        exponent = inputs[1]
-        while exponent.producer is not None and exponent.producer.primitive in (
-                "broadcast", "reshape"):
-            exponent = exponent.producer.inputs[0]
-        if exponent.producer is None or exponent.producer.primitive != "constant":
+        c = scalar_constant(inputs[1])
+        if c is None:
             return None
-        c = exponent.producer.attributes["value"]
         x, t = operands[0], LLVM_TYPE[dtype]
         floating = is_float(dtype)
         multiply = "fmul" if floating else "mul"

@@ -167,35 +167,6 @@ def _choose_materialized(function: Function) -> set[int]:
 
 
 class _Closure:
-    """What a loop or accumulate kernel evaluates, grown one result at a time: the instructions
-    computed inline (ids), the buffers read (in order of discovery) and the code cost. Each value
-    is visited once per kernel, so building a kernel is linear in its size."""
-
-    def __init__(self) -> None:
-        self.instructions: set[int] = set()
-        self.reads: dict[int, Value] = {}
-        self.seen: set[int] = set()
-        self.cost = 0
-
-    def add(self, root: Value, materialized: set[int], own: set[int]) -> None:
-        """Add what `root` needs. Values in `own` (results of the kernel, `root` among them) are
-        computed in the kernel, not read."""
-        stack = [root]
-        while stack:
-            value = stack.pop()
-            if id(value) in self.seen:
-                continue
-            self.seen.add(id(value))
-            if value.producer is None or (id(value) in materialized and value is not root
-                                          and id(value) not in own):
-                self.reads[id(value)] = value
-                continue
-            self.instructions.add(id(value.producer))
-            self.cost += code_cost(value.producer)
-            stack.extend(value.producer.inputs)
-
-
-class _Closure:
     """What a loop kernel evaluates, grown one result at a time to track its code cost: each value
     is visited once per kernel, so growing a kernel is linear in its size."""
 
@@ -431,7 +402,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
         merged, own = kernels[index], owns[index]
         instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
         merged.instructions = in_order(instruction_ids)
-        merged.inputs = [v for v in inputs if id(v) not in own or v.producer is None]
+        merged.inputs = inputs
     return FusedFunction(function, kernels, materialized)
 
 

@@ -87,13 +87,14 @@ def _algebraic_replacement(instruction: Instruction) -> Value | None:
         return same_type(inputs[0])
     elif primitive == "pow" and constants[1] == 2 and inputs[0].type == out.type:
         _rewrite(instruction, "mul", [inputs[0], inputs[0]])
-    elif primitive == "neg" and inputs[0].producer is not None and inputs[0].producer.primitive == "neg":
+    elif (primitive == "neg" and inputs[0].producer is not None
+          and inputs[0].producer.primitive == "neg"):
         return inputs[0].producer.inputs[0]
     elif primitive in ("reshape", "broadcast") and inputs[0].producer is not None:
         inner = inputs[0].producer
-        if (inner.primitive == primitive == "reshape") or (inner.primitive == primitive == "broadcast") or (
-                primitive == "broadcast" and inner.inputs and inner.inputs[0].type.ndim == 0
-                and inner.primitive == "reshape"):
+        if inner.primitive == primitive or (
+                primitive == "broadcast" and inner.primitive == "reshape"
+                and inner.inputs[0].type.ndim == 0):
             # reshape(reshape(x)) and broadcast(broadcast(x)) are one step; so is broadcast of a
             # reshaped scalar.
             _rewrite(instruction, primitive, [inner.inputs[0]], **instruction.attributes)

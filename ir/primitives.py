@@ -39,7 +39,7 @@ NON_DIFFERENTIABLE = COMPARE | LOGICAL | {"logical_not", "constant", "iota", "st
 
 # Primitives whose gradient needs none of their operand or result values: an eager in-place change
 # to one of their inputs cannot invalidate a later backward.
-LINEAR = frozenset({"add", "sub", "neg", "cast", "select", "stop_gradient", "custom_vjp"}) | LAYOUT | {
+LINEAR = frozenset({"add", "sub", "neg", "cast", "stop_gradient", "custom_vjp"}) | LAYOUT | {
     "reduce_sum", "constant", "iota"}
 
 

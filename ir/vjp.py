@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from ir.builder import Builder, Handle
-from ir.primitives import COMPARE, LOGICAL, PRIMITIVES, slice_length
+from ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, slice_length
 from ir.types import is_float
 
 
@@ -148,10 +148,7 @@ def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
 
 
 def _table() -> dict[str, Callable[..., list]]:
-    table: dict[str, Callable[..., list]] = {
-        name: _no_gradient
-        for name in COMPARE | LOGICAL | {"logical_not", "constant", "iota", "stop_gradient"}
-    }
+    table: dict[str, Callable[..., list]] = dict.fromkeys(NON_DIFFERENTIABLE, _no_gradient)
     simple = {
         "neg": lambda b, g, z, x: [b.neg(g)],
         "sign": lambda b, g, z, x: [b.zeros_like(x)],  # zero almost everywhere, as in PyTorch

@@ -277,8 +277,7 @@ class TracedFunction:
         optimized = ir.optimize(function)
         ir.verify(optimized)
         stages["optimized"] = ir.format_function(optimized)
-        for _, value in trace.captured:
-            sources.append(("captured", len([s for s in sources if s[0] == "captured"])))
+        sources += [("captured", index) for index in range(len(trace.captured))]
         # Updated data and .grad are written straight into the argument's buffer where that is safe.
         parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
         write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
@@ -343,9 +342,6 @@ class TracedFunction:
             return entry.stages[stage]
         if stage not in STAGES:
             raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-        if stage not in entry.executable.stages:
-            raise ArgumentError(f"stage {stage!r} is not available: this signature runs on the "
-                                f"reference interpreter")
         return entry.executable.stage_text(stage)
 
     # Calling.

@@ -453,3 +453,15 @@ def test_inplace_change_of_a_saved_output_after_it_was_returned():
             run(w)
         check_message(error, def_line(f) + 2, "SavesOutput.backward")
         state.assert_unchanged()
+
+
+def test_in_place_change_of_a_where_condition_before_backward():
+    # the gradient of where(m, x, 0) goes where m holds: changing m first is an error, as in
+    # PyTorch, not a silently wrong gradient
+    x = tr.tensor([1.0, -1.0, 2.0], requires_grad=True)
+    mask = x.detach() > 0
+    y = tr.where(mask, x, 0.0)
+    mask.fill_(False)
+    with pytest.raises(tr.InplaceError, match="test_api_errors.py"):
+        y.sum().backward()
+    assert x.grad is None

@@ -106,7 +106,7 @@ def test_refused_when_unsafe():
     # the same value written back to two parameters, or also returned: not in place
     g = ir.Function("twice")
     x = g.add_parameter("x", TensorType((3,), "f64"))
-    y = g.add_parameter("y", TensorType((3,), "f64"))
+    g.add_parameter("y", TensorType((3,), "f64"))  # the second target
     doubled = ir.GraphBuilder(g).mul(x, 2.0)
     g.outputs = [doubled, doubled]
     assert CompiledFunction(g, write_into={0: 0, 1: 1}).in_place == {}

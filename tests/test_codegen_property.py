@@ -3,7 +3,6 @@ transposes, slices, pads, reshapes, matmul) over random shapes including 0 and 1
 interpreted, on C-contiguous and non-contiguous inputs, agree."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest

@@ -48,6 +48,8 @@ def _values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
     count = len(needs)
     if primitive in LINEAR:
         return [False] * count, False
+    if primitive == "select":  # the condition says where the gradient goes
+        return [True, False, False], False
     if primitive in ("mul", "matmul"):
         return [needs[1], needs[0]], False
     if primitive == "div":

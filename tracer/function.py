@@ -7,6 +7,7 @@ outputs whose VJP is the user's backward. Eagerly that VJP runs when backward() 
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from typing import Callable
@@ -167,7 +168,7 @@ class _FunctionRule:
         return Tensor._make(handle, self.trace, False)
 
     def _run(self, cotangents: list, tensor_positions: list[int]) -> list:
-        context = self.trace.label(f"{self.name}.backward") if self.trace else _no_label()
+        context = self.trace.label(f"{self.name}.backward") if self.trace else contextlib.nullcontext()
         with no_grad(), context:
             grads_in: list[Tensor | None] = []
             flowing = iter(cotangents)
@@ -221,14 +222,6 @@ class _FunctionRule:
         return handles
 
 
-class _no_label:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _definition_line(function: Callable) -> str:
     try:
         code = inspect.unwrap(function).__code__
@@ -250,7 +243,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     # The gradient goes to the inputs as they were before forward, which may change them in place.
     handles_before = [t._handle if trace is None else trace.handle_of(t) for t in tensors]
     edges_before = [edge_of(t) for t in tensors] if trace is None else None
-    labelled = trace.label(f"{name}.forward") if trace else _no_label()
+    labelled = trace.label(f"{name}.forward") if trace else contextlib.nullcontext()
     with no_grad(), labelled:
         raw = forward(ctx, *arguments)
     multiple = isinstance(raw, (tuple, list))

@@ -17,11 +17,10 @@ import numpy as np
 
 from ir import types as irtypes
 from ir.builder import normalize_attributes
-from ir.graph import Value
 from ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
 from ir.vjp import CustomRule
-from tracer.autograd import ARRAYS, Node, edge_of, run_backward
-from tracer.context import is_grad_enabled, no_grad, state
+from tracer.autograd import ARRAYS, Node, run_backward
+from tracer.context import is_grad_enabled, state
 from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
                            user_line)
 from tracer.tracing import escaped_error
@@ -730,13 +729,16 @@ class Tensor:
             return self.reshape(-1).max(0).indices
         return self.max(dim, keepdim).indices
 
+    def _shifted_down(self, dim: int) -> "Tensor":
+        """self minus its maximum along `dim`: the same softmax, and exp cannot overflow."""
+        return self - self.max(dim, keepdim=True).values.detach()
+
     def softmax(self, dim: int) -> "Tensor":
-        shifted = self - self.max(dim, keepdim=True).values.detach()
-        exponentials = shifted.exp()
+        exponentials = self._shifted_down(dim).exp()
         return exponentials / exponentials.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: int) -> "Tensor":
-        shifted = self - self.max(dim, keepdim=True).values.detach()
+        shifted = self._shifted_down(dim)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     # Layout -------------------------------------------------------------------------------------
@@ -835,7 +837,8 @@ class Tensor:
         x = x.expand(*batch, *x.shape[-2:])
         y = y.expand(*batch, *y.shape[-2:])
         if x.shape[-1] != y.shape[-2]:
-            raise ShapeMismatchError(f"matmul: shapes {list(self.shape)} and {list(other.shape)} "
+            raise ShapeMismatchError(f"matmul: shapes {list(self.shape)} and "
+                                     f"{list(as_tensor(other).shape)} "
                                      f"do not line up ({x.shape[-1]} != {y.shape[-2]})")
         result = apply("matmul", [x, y])
         if vector_x:

@@ -85,10 +85,6 @@ def escaped_error() -> TracingError:
         "return it from the traced function instead of keeping it")
 
 
-def current_trace() -> Trace | None:
-    return state.trace
-
-
 @contextlib.contextmanager
 def tracing(trace: Trace):
     previous = state.trace
