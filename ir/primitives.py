@@ -134,6 +134,24 @@ def padded_length(size: int, low: int, high: int, interior: int) -> int:
     return low + high + size + max(0, size - 1) * interior
 
 
+def slice_as_pad(shape, starts, stops, steps) -> dict[str, tuple[int, ...]]:
+    """The pad attributes that put a slice of an array of `shape` back where it came from."""
+    high = []
+    for size, start, stop, step in zip(shape, starts, stops, steps):
+        count = slice_length(start, stop, step)
+        high.append(size - start - (count - 1) * step - 1 if count else size - start)
+    return {"low": tuple(starts), "high": tuple(high),
+            "interior": tuple(step - 1 for step in steps)}
+
+
+def pad_as_slice(shape, low, interior) -> dict[str, tuple[int, ...]]:
+    """The slice attributes that take an array of `shape` back out of its padding."""
+    steps = tuple(gap + 1 for gap in interior)
+    stops = tuple(start + max(0, n - 1) * step + (1 if n else 0)
+                  for n, start, step in zip(shape, low, steps))
+    return {"starts": tuple(low), "stops": stops, "steps": steps}
+
+
 def _pad(x: TensorType, low, high, interior) -> list[TensorType]:
     if not len(low) == len(high) == len(interior) == x.ndim:
         raise ShapeError(f"pad needs one low, high and interior per dimension of {list(x.shape)}")

@@ -6,16 +6,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ir.primitives import pad_as_slice, padded_length
 from ir.types import as_dtype
 
 
 def _pad(x, low, high, interior):
-    shape = tuple(low_ + high_ + n + max(0, n - 1) * gap
-                  for n, low_, high_, gap in zip(x.shape, low, high, interior))
-    result = np.zeros(shape, x.dtype)
-    region = tuple(slice(low_, low_ + max(0, n - 1) * (gap + 1) + (1 if n else 0), gap + 1)
-                   for n, low_, gap in zip(x.shape, low, interior))
-    result[region] = x
+    result = np.zeros(tuple(map(padded_length, x.shape, low, high, interior)), x.dtype)
+    region = pad_as_slice(x.shape, low, interior)
+    result[tuple(map(slice, region["starts"], region["stops"], region["steps"]))] = x
     return result
 
 

@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from ir.builder import Builder, Handle
-from ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, slice_length
+from ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, pad_as_slice, slice_as_pad
 from ir.types import is_float
 
 
@@ -101,23 +101,13 @@ def _transpose(b, g, z, inputs, needs, attributes):
 
 
 def _slice(b, g, z, inputs, needs, attributes):
-    shape = b.type_of(inputs[0]).shape
-    high = []
-    for size, start, stop, step in zip(shape, attributes["starts"], attributes["stops"],
-                                       attributes["steps"]):
-        count = slice_length(start, stop, step)
-        high.append(size - start - max(0, count - 1) * step - 1 if count else size - start)
-    interior = tuple(step - 1 for step in attributes["steps"])
-    return [b.op("pad", g, low=attributes["starts"], high=high, interior=interior)]
+    return [b.op("pad", g, **slice_as_pad(b.type_of(inputs[0]).shape, attributes["starts"],
+                                          attributes["stops"], attributes["steps"]))]
 
 
 def _pad(b, g, z, inputs, needs, attributes):
-    shape = b.type_of(inputs[0]).shape
-    steps = tuple(gap + 1 for gap in attributes["interior"])
-    starts = attributes["low"]
-    stops = tuple(start + max(0, n - 1) * step + (1 if n else 0)
-                  for n, start, step in zip(shape, starts, steps))
-    return [b.op("slice", g, starts=starts, stops=stops, steps=steps)]
+    return [b.op("slice", g, **pad_as_slice(b.type_of(inputs[0]).shape, attributes["low"],
+                                            attributes["interior"]))]
 
 
 def _reduce_sum(b, g, z, inputs, needs, attributes):

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir.primitives import slice_as_pad, slice_length
+
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.tensor import Tensor, apply, as_tensor, full, where
 
@@ -64,7 +66,7 @@ def _region(shape: tuple[int, ...], key) -> _Region:
             if step < 0:
                 raise ArgumentError("negative slice steps are not supported; use a positive step")
             stop = max(stop, start)
-            count = len(range(start, stop, step))
+            count = slice_length(start, stop, step)
             region.result_shape.append(count)
         else:
             index = int(entry)
@@ -120,10 +122,7 @@ def setitem(x: Tensor, key, value) -> Tensor:
                                  f"index selecting shape {region.result_shape}") from None
     if 0 in region.box_shape:
         return x
-    high = [size - start - (count - 1) * step - 1 for size, start, step, count
-            in zip(x.shape, region.starts, region.steps, region.box_shape)]
-    interior = [step - 1 for step in region.steps]
-    padding = dict(low=region.starts, high=high, interior=interior)
+    padding = slice_as_pad(x.shape, region.starts, region.stops, region.steps)
     placed = apply("pad", [value], **padding)
     inside = apply("pad", [full(*region.box_shape, fill_value=True)], **padding)
     return where(inside, placed, x)
