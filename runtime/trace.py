@@ -22,7 +22,7 @@ import ir
 from ir.types import TensorType
 from runtime.compiled import compile_function
 from ir.vjp import CustomRule
-from tracer.autograd import Node, edge_of
+from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.tensor import Tensor, as_dtype, from_numpy, ones_like
@@ -426,11 +426,8 @@ class TracedFunction:
             return [g._handle for g in gradients]
 
         name = getattr(self.python_function, "__name__", "traced")
-        attributes = {"num_outputs": len(outputs), "rule": CustomRule(name, backward)}
-        handles = [o._handle for o in outputs]
-        node = Node("custom_vjp", attributes, [], handles + [t._handle for t in inputs], handles,
-                    name=f"{name}Backward",
-                    edges=[None] * len(outputs) + [edge_of(t) for t in inputs])
+        node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
+                           [t._handle for t in inputs], [edge_of(t) for t in inputs])
         # The backward reads the arguments again: changing one in place first is an error.
         node.saved = [(weakref.ref(v), v._version) for v, _ in leaves if isinstance(v, Tensor)]
         for index, output in enumerate(outputs):

@@ -112,6 +112,15 @@ class Node:
                          cotangents, needs)
 
 
+def custom_node(name: str, rule, outputs: list[np.ndarray], inputs: list[np.ndarray],
+                input_edges: list) -> Node:
+    """The tape node of a `custom_vjp` over `outputs` whose gradient `rule` (an ir.CustomRule)
+    computes for `inputs`, which send their gradients along `input_edges`."""
+    attributes = {"num_outputs": len(outputs), "rule": rule}
+    return Node("custom_vjp", attributes, [], list(outputs) + list(inputs), list(outputs),
+                name=f"{name}Backward", edges=[None] * len(outputs) + list(input_edges))
+
+
 def _topological_order(roots: list) -> list[Node]:
     """Nodes reachable from `roots`, each after every node that consumes its outputs."""
     order: list[Node] = []

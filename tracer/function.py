@@ -12,10 +12,10 @@ import inspect
 import os
 from typing import Callable
 
-from ir.builder import ArrayBuilder, Builder
+from ir.builder import Builder
 from ir.types import is_float
 from ir.vjp import CustomRule
-from tracer.autograd import Node, edge_of
+from tracer.autograd import custom_node, edge_of
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
 from tracer.tensor import Tensor, zeros
@@ -266,14 +266,13 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
         return tuple(results) if multiple else results[0]
     rule = CustomRule(name, _FunctionRule(name, backward, ctx, arguments, outputs,
                                           differentiable, trace))
-    operands = [o._handle for o in recorded] + handles_before
-    attributes = {"num_outputs": len(recorded), "rule": rule}
     if trace is None:
-        handles = ArrayBuilder().emit("custom_vjp", operands, attributes)
-        node = Node("custom_vjp", attributes, [], operands, handles, name=f"{name}Backward",
-                    edges=[None] * len(recorded) + edges_before)
+        handles = [o._handle for o in recorded]  # custom_vjp is the identity on them
+        node = custom_node(name, rule, handles, handles_before, edges_before)
     else:
-        handles = trace.builder.emit("custom_vjp", operands, attributes)
+        attributes = {"num_outputs": len(recorded), "rule": rule}
+        handles = trace.builder.emit("custom_vjp", [o._handle for o in recorded] + handles_before,
+                                     attributes)
         trace.custom_calls.append((ctx, handles))
         node = None
     new_handles = iter(enumerate(handles))
