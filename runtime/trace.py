@@ -202,16 +202,18 @@ class TracedFunction:
             return None
         return tuple(parts)
 
-    def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, list]:
+    def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, Sequence, list | None]:
+        """The entry for this call, the values of its argument leaves, and the leaves with their
+        paths (None for the common call, whose leaves are the positional arguments themselves)."""
         quick = self._quick_key(args, kwargs)
         entry = self._quick.get(quick) if quick is not None else None
         if entry is not None and not _captured_changed(entry):
-            leaves = [(value, None) for value in args]
-        else:
-            key, leaves = self._key(args, kwargs)
-            entry = self._cache.get(key)
-            if entry is not None and _captured_changed(entry):
-                entry = None  # a tensor the function captured changed shape: trace again
+            self._hits += count
+            return entry, args, None
+        key, leaves = self._key(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is not None and _captured_changed(entry):
+            entry = None  # what the function read outside its arguments changed: trace again
         if entry is None:
             entry = self._compile(args, kwargs, leaves)
             self._cache[key] = entry
@@ -220,7 +222,7 @@ class TracedFunction:
             self._hits += count
         if quick is not None:
             self._quick[quick] = entry
-        return entry, leaves
+        return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
     def _compile(self, args, kwargs, leaves) -> Entry:
@@ -347,22 +349,13 @@ class TracedFunction:
     # Calling.
     def ir(self, *args, stage: str = "traced", **kwargs) -> str:
         """The text of one pipeline stage for the signature of these arguments."""
-        entry, _ = self._lookup(args, kwargs, count=False)
+        entry, _, _ = self._lookup(args, kwargs, count=False)
         return self._stage_text(entry, stage)
 
     def __call__(self, *args, **kwargs):
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
-        # The common call (positional tensors and numbers whose signature was seen) goes straight
-        # to the entry: the leaves are the arguments themselves, with no paths (as in _lookup).
-        quick = self._quick_key(args, kwargs)
-        entry = self._quick.get(quick) if quick is not None else None
-        if entry is not None and not _captured_changed(entry):
-            self._hits += 1
-            values, leaves = args, None
-        else:
-            entry, leaves = self._lookup(args, kwargs, count=True)
-            values = [value for value, _ in leaves]
+        entry, values, leaves = self._lookup(args, kwargs, count=True)
         arrays = []
         for kind, index in entry.parameter_sources:
             if kind == "leaf":
