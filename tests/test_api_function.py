@@ -303,20 +303,8 @@ def test_both_outputs_used_sum_their_gradients():
     assert tr.gradcheck(tr.trace(F.apply), (tr.tensor(a, requires_grad=True),))
 
 
-# plain attributes, non-tensor arguments ----------------------------------------------------------
-class KillHead(tr.Function):
-    @staticmethod
-    def forward(ctx, input, n):
-        ctx.n = n
-        result = input.clone()
-        result[:, 0:ctx.n] = 0
-        return result
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        result = grad_output.clone()
-        result[:, 0:ctx.n] = 0
-        return result, None
+# plain attributes, non-tensor arguments: the seed's KillHead ---------------------------------------
+from course_functions import KillHead  # noqa: E402  (examples/, on the path through conftest)
 
 
 @pytest.mark.parametrize("n", [0, 2, 5])
