@@ -29,6 +29,18 @@ def _checked_compile(self, *args, **kwargs):
     return entry
 
 
+def roundtrip(function: ir.Function) -> ir.Function:
+    """The graph verifies, prints, parses back equal (and printing that gives the same text) and
+    the parsed graph verifies; returns it."""
+    ir.verify(function)
+    text = ir.format_function(function)
+    parsed = ir.parse_function(text)
+    assert ir.same_function(function, parsed), text
+    assert ir.format_function(parsed) == text
+    ir.verify(parsed)
+    return parsed
+
+
 def assert_matches_interpreter(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
     """Compiled and interpreted results agree to the rounding of their dtype: float32 results may
     differ by a few ulp per operation and sums may add in another order, so the bound is relative

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ir
+from conftest import roundtrip
 import ir.passes
 from ir.builder import ArrayBuilder, GraphBuilder
 from ir.graph import Function
@@ -23,15 +24,6 @@ SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[Healt
 UNARY = ["neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
 COMPARE = ["lt", "le", "gt", "ge", "eq", "ne"]
-
-
-def roundtrip(function: Function) -> None:
-    ir.verify(function)
-    text = ir.format_function(function)
-    parsed = ir.parse_function(text)
-    assert ir.same_function(function, parsed), text
-    assert ir.format_function(parsed) == text
-    ir.verify(parsed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,22 +7,13 @@ import numpy as np
 import pytest
 
 import ir
+from conftest import roundtrip
 from ir.builder import GraphBuilder
 from ir.graph import Function, Instruction, Value
 from ir.text import ParseError
 from ir.types import TensorType
 from ir.verify import VerificationError
 from ir.vjp import CustomRule
-
-
-def roundtrip(function: Function) -> Function:
-    ir.verify(function)
-    text = ir.format_function(function)
-    parsed = ir.parse_function(text)
-    assert ir.same_function(function, parsed), text
-    assert ir.format_function(parsed) == text
-    ir.verify(parsed)
-    return parsed
 
 
 def step_function() -> Function:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ir
+from conftest import roundtrip
 from ir.builder import ArrayBuilder, GraphBuilder
 from ir.graph import Function
 from ir.reference import evaluate_primitive
@@ -23,16 +24,6 @@ from ir.vjp import CustomRule
 EPS = 1e-6
 RTOL = 1e-6
 ATOL = 1e-8
-
-
-def roundtrip(function: Function) -> None:
-    """The graph prints, parses back equal and verifies."""
-    ir.verify(function)
-    text = ir.format_function(function)
-    parsed = ir.parse_function(text)
-    assert ir.same_function(function, parsed), text
-    assert ir.format_function(parsed) == text
-    ir.verify(parsed)
 
 
 def build(body, arrays, name="f"):
