@@ -5,10 +5,14 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-slow bench clean
 
-$(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# A regular (not editable) install, so that only the name `tracer` is importable from the venv
+# (ir/, codegen/ and runtime/ install as its subpackages); it is redone whenever a source changes.
+SOURCES := $(shell find tracer ir codegen runtime -name '*.py' -o -name '*.j2')
+
+$(BIN)/.installed: pyproject.toml $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet '.[test]'
 	touch $@
 
 demo: $(BIN)/.installed

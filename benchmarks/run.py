@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick] [--overhead] [--compile]
 
 Each case is an IR function (what `@trace` hands to the back end) run three ways: compiled
-(`runtime.compiled.CompiledFunction`), the same computation written directly in numpy, and the
+(`tracer.runtime.compiled.CompiledFunction`), the same computation written directly in numpy, and the
 IR interpreter (numpy through the reference semantics). Reports medians over repeated runs and the
 ratio numpy / compiled.
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ir  # noqa: E402
-from ir.types import TensorType  # noqa: E402
-from runtime.compiled import CompiledFunction  # noqa: E402
+from tracer import ir  # noqa: E402
+from tracer.ir.types import TensorType  # noqa: E402
+from tracer.runtime.compiled import CompiledFunction  # noqa: E402
 
 C = 0.7978845608028654
 

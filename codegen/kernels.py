@@ -17,14 +17,14 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer,
+from tracer.codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer,
                               cast, double_hex, literal)
-from ir.fusion import FusedFunction, Kernel, matmul_operand
-from ir.graph import Instruction, Value
-from ir.memory import Location, MemoryPlan
-from ir.passes import scalar_constant
-from ir.primitives import ELEMENTWISE
-from ir.types import bool_, float32, float64, int64, is_float
+from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
+from tracer.ir.graph import Instruction, Value
+from tracer.ir.memory import Location, MemoryPlan
+from tracer.ir.passes import scalar_constant
+from tracer.ir.primitives import ELEMENTWISE
+from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

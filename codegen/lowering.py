@@ -20,9 +20,9 @@ from typing import Callable
 
 import numpy as np
 
-from ir.primitives import (BINARY, COMPARE, ELEMENTWISE, GRADIENT_MARKERS, LAYOUT, PRIMITIVES,
+from tracer.ir.primitives import (BINARY, COMPARE, ELEMENTWISE, GRADIENT_MARKERS, LAYOUT, PRIMITIVES,
                            REDUCE, SOURCES)
-from ir.types import bool_, float32, float64, int64, is_float
+from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 # Register types; bool is i1 in registers and one byte (numpy's layout) in memory.
 LLVM_TYPE = {float32: "float", float64: "double", int64: "i64", bool_: "i1"}

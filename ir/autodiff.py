@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ir.builder import GraphBuilder
-from ir.graph import Function, Instruction, Value
-from ir.primitives import NON_DIFFERENTIABLE
-from ir.types import is_float
-from ir.vjp import apply_vjp
+from tracer.ir.builder import GraphBuilder
+from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.primitives import NON_DIFFERENTIABLE
+from tracer.ir.types import is_float
+from tracer.ir.vjp import apply_vjp
 
 
 def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> set[int]:

@@ -10,10 +10,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ir.graph import Function, Instruction, Value
-from ir.primitives import infer_types
-from ir.reference import evaluate_primitive
-from ir.types import TensorType, as_dtype
+from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.primitives import infer_types
+from tracer.ir.reference import evaluate_primitive
+from tracer.ir.types import TensorType, as_dtype
 
 Handle = Any
 

@@ -30,10 +30,10 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ir.graph import Function, Instruction, Value
-from ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
-from ir.text import format_instruction
-from ir.types import FLOAT_DTYPES
+from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
+from tracer.ir.text import format_instruction
+from tracer.ir.types import FLOAT_DTYPES
 
 LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES
 EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE

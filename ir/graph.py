@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ir.types import TensorType
+from tracer.ir.types import TensorType
 
 
 @dataclass(eq=False)

@@ -5,8 +5,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ir.graph import Function
-from ir.reference import evaluate_primitive
+from tracer.ir.graph import Function
+from tracer.ir.reference import evaluate_primitive
 
 
 def interpret(function: Function, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:

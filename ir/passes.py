@@ -4,10 +4,10 @@ Each pass rewrites the function it is given in place and returns it; `optimize` 
 """
 from __future__ import annotations
 
-from ir.graph import Function, Instruction, Value, gc_paused
-from ir.primitives import ELEMENTWISE
-from ir.reference import evaluate_primitive
-from ir.text import format_attribute
+from tracer.ir.graph import Function, Instruction, Value, gc_paused
+from tracer.ir.primitives import ELEMENTWISE
+from tracer.ir.reference import evaluate_primitive
+from tracer.ir.text import format_attribute
 
 
 def _replace_uses(function: Function, replacements: dict[int, Value]) -> None:

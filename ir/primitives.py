@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ir.types import TensorType, as_dtype, bool_, is_float
+from tracer.ir.types import TensorType, as_dtype, bool_, is_float
 
 UNARY_FLOAT = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos"})
 UNARY = UNARY_FLOAT | {"neg", "abs", "sign", "logical_not"}

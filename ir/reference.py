@@ -6,8 +6,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ir.primitives import pad_as_slice, padded_length
-from ir.types import as_dtype
+from tracer.ir.primitives import pad_as_slice, padded_length
+from tracer.ir.types import as_dtype
 
 
 def _pad(x, low, high, interior):

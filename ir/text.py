@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ir.graph import Function, Instruction, Value
-from ir.types import BY_SHORT_NAME, SHORT_NAMES, TensorType
-from ir.vjp import CustomRule
+from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.types import BY_SHORT_NAME, SHORT_NAMES, TensorType
+from tracer.ir.vjp import CustomRule
 
 COMMENT_COLUMN = 52
 

@@ -1,9 +1,9 @@
 """The IR verifier: every value defined once before use, and every type re-derived by the shape rules."""
 from __future__ import annotations
 
-from ir.graph import Function
-from ir.primitives import ShapeError, infer_types
-from ir.text import format_instruction
+from tracer.ir.graph import Function
+from tracer.ir.primitives import ShapeError, infer_types
+from tracer.ir.text import format_instruction
 
 
 class VerificationError(ValueError):

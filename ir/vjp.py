@@ -11,9 +11,9 @@ import itertools
 import weakref
 from typing import Any, Callable, Sequence
 
-from ir.builder import Builder, Handle
-from ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, pad_as_slice, slice_as_pad
-from ir.types import is_float
+from tracer.ir.builder import Builder, Handle
+from tracer.ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, pad_as_slice, slice_as_pad
+from tracer.ir.types import is_float
 
 
 class CustomRule:

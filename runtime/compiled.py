@@ -19,13 +19,13 @@ from typing import Sequence
 
 import numpy as np
 
-from codegen.kernels import KernelCode, generate_module
-from ir.fusion import FusedFunction, format_fused, fuse
-from ir.graph import Function, gc_paused
-from ir.memory import ALIGNMENT, MemoryPlan, plan_memory
-from ir.text import format_function
-from runtime import jit
-from runtime.cache import ObjectCache, cache_directory, cache_key
+from tracer.codegen.kernels import KernelCode, generate_module
+from tracer.ir.fusion import FusedFunction, format_fused, fuse
+from tracer.ir.graph import Function, gc_paused
+from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
+from tracer.ir.text import format_function
+from tracer.runtime import jit
+from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -1,6 +1,6 @@
 """llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
 
-Object code goes through `runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`), so a
+Object code goes through `tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`), so a
 module whose object is on disk is neither optimized nor compiled again. BLAS is not linked: JIT code
 calls `tracer_sgemm`/`tracer_dgemm`, registered by name with `llvmlite.binding.add_symbol` to the
 gemm of the OpenBLAS that numpy ships (no raw address ever appears in the IR or in cached objects).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import numpy as np
 
-from runtime.cache import ObjectCache
+from tracer.runtime.cache import ObjectCache
 
 # Counters the tests read: how many modules were compiled to machine code in this process, and how
 # many were loaded from the disk cache instead.

@@ -18,10 +18,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-import ir
-from ir.types import TensorType
-from runtime.compiled import compile_function
-from ir.vjp import CustomRule
+from tracer import ir
+from tracer.ir.types import TensorType
+from tracer.runtime.compiled import compile_function
+from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.errors import ArgumentError

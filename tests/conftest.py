@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-import ir
-import runtime.trace
+from tracer import ir
+import tracer.runtime.trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-_compile = runtime.trace.TracedFunction._compile
+_compile = tracer.runtime.trace.TracedFunction._compile
 
 
 def _checked_compile(self, *args, **kwargs):
@@ -110,9 +110,9 @@ class CheckedFunction:
 
 @pytest.fixture(autouse=True)
 def check_every_compiled_stage(monkeypatch):
-    monkeypatch.setattr(runtime.trace.TracedFunction, "_compile", _checked_compile)
-    compile_function = runtime.trace.compile_function
-    monkeypatch.setattr(runtime.trace, "compile_function",
+    monkeypatch.setattr(tracer.runtime.trace.TracedFunction, "_compile", _checked_compile)
+    compile_function = tracer.runtime.trace.compile_function
+    monkeypatch.setattr(tracer.runtime.trace, "compile_function",
                         lambda function, **options: CheckedFunction(
                             compile_function(function, **options)))
     yield

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-import ir
+from tracer import ir
 import tracer as tr
 
 

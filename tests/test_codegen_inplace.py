@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ir
+from tracer import ir
 import tracer as tr
-from ir.types import TensorType
-from runtime import jit
-from runtime.compiled import CompiledFunction
+from tracer.ir.types import TensorType
+from tracer.runtime import jit
+from tracer.runtime.compiled import CompiledFunction
 from two_layer_net import make_data, step
 
 
@@ -254,10 +254,10 @@ def test_seed_step_without_blas(monkeypatch, tmp_path):
 def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
     """The matmul template's accumulate mode without a gemm (not chosen by the runtime today:
     it rounds term by term), in float64 against the interpreter."""
-    import runtime.compiled
+    import tracer.runtime.compiled
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit, "blas_available", lambda: False)
-    monkeypatch.setattr(runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    monkeypatch.setattr(tracer.runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     function = linear_update("with_grad", "f64")
     compiled = CompiledFunction(function, write_into={0: 0})
     assert "accumulate(" in compiled.stage_text("fused") and "tracer_dgemm" not in \
@@ -272,7 +272,7 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
 # The fast call path --------------------------------------------------------------------------------
 
 def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
-    from runtime.compiled import array_layout
+    from tracer.runtime.compiled import array_layout
     if array_layout() is None:
         pytest.skip("numpy's array struct layout not recognized: general path only")
     function = update_function("f32")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ir
-from ir.types import TensorType
-from runtime.compiled import CompiledFunction
+from tracer import ir
+from tracer.ir.types import TensorType
+from tracer.runtime.compiled import CompiledFunction
 
 RNG = np.random.default_rng(1)
 

@@ -13,11 +13,11 @@ import itertools
 import numpy as np
 import pytest
 
-import ir
-from codegen.lowering import LOWERING
-from ir.primitives import GRADIENT_MARKERS, PRIMITIVES
-from ir.types import TensorType
-from runtime.compiled import CompiledFunction, compile_function
+from tracer import ir
+from tracer.codegen.lowering import LOWERING
+from tracer.ir.primitives import GRADIENT_MARKERS, PRIMITIVES
+from tracer.ir.types import TensorType
+from tracer.runtime.compiled import CompiledFunction, compile_function
 
 RNG = np.random.default_rng(0)
 FLOATS = ("f32", "f64")
@@ -446,7 +446,7 @@ def test_matmul_of_transposed_operands(transpose):
 
 
 def test_matmul_fallback_loop(monkeypatch):
-    from codegen import kernels
+    from tracer.codegen import kernels
     f = single("matmul", [TensorType((3, 4), "f32"), TensorType((4, 5), "f32")])
     f = ir.optimize(f)
     fused = __import__("ir.fusion", fromlist=["fuse"]).fuse(f)
@@ -486,8 +486,8 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     """Without BLAS, float32 matmul sums in float64 and rounds each element once (the row is done
     in blocks of 256 columns, so n = 300 crosses a block): at least as accurate as numpy's sgemm,
     against the exact (float64) product."""
-    import runtime.compiled
-    from runtime import jit
+    import tracer.runtime.compiled
+    from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
     a_shape, b_shape = shapes
     swap = lambda shape: (*shape[:-2], shape[-1], shape[-2])  # noqa: E731
@@ -498,7 +498,7 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     f.outputs = [b.op("matmul", *(b.swap_last_axes(p) if t else p
                                   for p, t in zip((pa, pb), transpose)))]
     function = ir.optimize(f)
-    compiled = runtime.compiled.CompiledFunction(function)
+    compiled = tracer.runtime.compiled.CompiledFunction(function)
     assert "tracer_sgemm" not in compiled.llvm_ir
     rng = np.random.default_rng(11)  # not RNG: later tests' data stays as it was
     x, y = (rng.normal(0, 1, s).astype(np.float32) for s in stored)
@@ -516,10 +516,10 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
 def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
     the runtime does not choose without BLAS today, against the exact update rounded once."""
-    import runtime.compiled
-    from runtime import jit
+    import tracer.runtime.compiled
+    from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
-    monkeypatch.setattr(runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    monkeypatch.setattr(tracer.runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     f = ir.Function("update")
     w = f.add_parameter("w", TensorType((300, 4), "f32"))
     x = f.add_parameter("x", TensorType((50, 300), "f32"))
@@ -529,7 +529,7 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     product = b.op("matmul", b.swap_last_axes(x), g)
     f.outputs = [b.sub(w, b.mul(lr, product))]
     function = ir.optimize(f)
-    compiled = runtime.compiled.CompiledFunction(function)
+    compiled = tracer.runtime.compiled.CompiledFunction(function)
     assert "accumulate(" in compiled.stage_text("fused")
     assert "tracer_sgemm" not in compiled.llvm_ir
     rng = np.random.default_rng(12)

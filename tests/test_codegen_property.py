@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ir
-from ir.primitives import broadcast_shapes, ShapeError
-from ir.types import TensorType
-from runtime.compiled import CompiledFunction
+from tracer import ir
+from tracer.ir.primitives import broadcast_shapes, ShapeError
+from tracer.ir.types import TensorType
+from tracer.runtime.compiled import CompiledFunction
 
 UNARY = ["neg", "abs", "tanh", "sin", "cos", "exp", "sign", "sqrt_abs"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "select_gt"]

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ir
-from ir.fusion import fuse
-from ir.memory import plan_memory
-from ir.types import TensorType
-from runtime import jit
-from runtime.compiled import CompiledFunction
+from tracer import ir
+from tracer.ir.fusion import fuse
+from tracer.ir.memory import plan_memory
+from tracer.ir.types import TensorType
+from tracer.runtime import jit
+from tracer.runtime.compiled import CompiledFunction
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBM = ("expf", "exp", "logf", "log", "tanhf", "tanh", "sinf", "sin", "cosf", "cos", "powf", "pow")
@@ -65,9 +65,9 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     sys.path.insert(0, {root!r})
-    import ir
-    from runtime import jit
-    from runtime.compiled import CompiledFunction
+    from tracer import ir
+    from tracer.runtime import jit
+    from tracer.runtime.compiled import CompiledFunction
     sys.path.insert(0, {tests!r})
     from test_codegen_runtime import gelu_forward_backward
     compiled = CompiledFunction(gelu_forward_backward(1000))
@@ -113,7 +113,7 @@ def test_second_process_compiles_nothing_and_corrupt_entries_are_recompiled(tmp_
 
 
 def test_cache_key_covers_host_and_version():
-    from runtime.cache import cache_key
+    from tracer.runtime.cache import cache_key
     base = cache_key("ir", "triple", "cpu", "+avx")
     assert base != cache_key("ir ", "triple", "cpu", "+avx")
     assert base != cache_key("ir", "triple", "cpu2", "+avx")
@@ -174,7 +174,7 @@ def test_reentrant_calls_from_threads():
 
 @pytest.mark.parametrize("size", [1000, 4097, 65_536 + 3])
 def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
-    from codegen import kernels
+    from tracer.codegen import kernels
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(kernels, "PARALLEL_WORK_PER_THREAD", 64)  # split even small kernels
     f = ir.Function("mixed")
@@ -204,7 +204,7 @@ def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_p
     the kernels are not inlined back into one function, so compile time grows linearly with the
     graph (measured by `benchmarks/run.py --compile`, not asserted here); the result equals the
     interpreter's."""
-    from ir.fusion import MAX_EXPRESSION_COST, MAX_KERNEL_COST, code_cost
+    from tracer.ir.fusion import MAX_EXPRESSION_COST, MAX_KERNEL_COST, code_cost
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     f = ir.Function("chain")
     x = f.add_parameter("x", TensorType((257,), "f32"))

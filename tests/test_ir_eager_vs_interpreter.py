@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ir
+from tracer import ir
 from conftest import roundtrip
-import ir.passes
-from ir.builder import ArrayBuilder, GraphBuilder
-from ir.graph import Function
-from ir.primitives import ShapeError, broadcast_shapes, infer_types
-from ir.types import TensorType, float32, float64, int64, is_float
+import tracer.ir.passes
+from tracer.ir.builder import ArrayBuilder, GraphBuilder
+from tracer.ir.graph import Function
+from tracer.ir.primitives import ShapeError, broadcast_shapes, infer_types
+from tracer.ir.types import TensorType, float32, float64, int64, is_float
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -50,7 +50,7 @@ class Program:
         return self.data.draw(strategy, label=label)
 
     def add(self, primitive, operands, **attributes) -> int | None:
-        from ir.builder import normalize_attributes
+        from tracer.ir.builder import normalize_attributes
         attributes = normalize_attributes(attributes)
         try:
             (out_type,) = infer_types(primitive, [self.types[i] for i in operands], attributes)

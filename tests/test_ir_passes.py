@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ir
-from ir import passes
-from ir.builder import GraphBuilder
-from ir.graph import Function
-from ir.types import TensorType
-from ir.vjp import CustomRule
+from tracer import ir
+from tracer.ir import passes
+from tracer.ir.builder import GraphBuilder
+from tracer.ir.graph import Function
+from tracer.ir.types import TensorType
+from tracer.ir.vjp import CustomRule
 
 
 def roundtrip(function: Function) -> None:

@@ -4,11 +4,11 @@ Adding a primitive without filling a table, or leaving a stale row behind, fails
 """
 import pytest
 
-import ir
-from ir import primitives
-from ir.primitives import ARITY, DIRECTIVES, PRIMITIVES
-from ir.reference import REFERENCE
-from ir.vjp import VJP_RULES
+from tracer import ir
+from tracer.ir import primitives
+from tracer.ir.primitives import ARITY, DIRECTIVES, PRIMITIVES
+from tracer.ir.reference import REFERENCE
+from tracer.ir.vjp import VJP_RULES
 
 TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RULES": VJP_RULES}
 

@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-import ir
+from tracer import ir
 from conftest import roundtrip
-from ir.builder import GraphBuilder
-from ir.graph import Function, Instruction, Value
-from ir.text import ParseError
-from ir.types import TensorType
-from ir.verify import VerificationError
-from ir.vjp import CustomRule
+from tracer.ir.builder import GraphBuilder
+from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.text import ParseError
+from tracer.ir.types import TensorType
+from tracer.ir.verify import VerificationError
+from tracer.ir.vjp import CustomRule
 
 
 def step_function() -> Function:

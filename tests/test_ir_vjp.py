@@ -13,13 +13,13 @@ import zlib
 import numpy as np
 import pytest
 
-import ir
+from tracer import ir
 from conftest import roundtrip
-from ir.builder import ArrayBuilder, GraphBuilder
-from ir.graph import Function
-from ir.reference import evaluate_primitive
-from ir.types import TensorType, float32, float64, is_float
-from ir.vjp import CustomRule
+from tracer.ir.builder import ArrayBuilder, GraphBuilder
+from tracer.ir.graph import Function
+from tracer.ir.reference import evaluate_primitive
+from tracer.ir.types import TensorType, float32, float64, is_float
+from tracer.ir.vjp import CustomRule
 
 EPS = 1e-6
 RTOL = 1e-6

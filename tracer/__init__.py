@@ -1,4 +1,16 @@
-"""A tracing compiler for differentiable programs with PyTorch's API: `import tracer as tr`."""
+"""A tracing compiler for differentiable programs with PyTorch's API: `import tracer as tr`.
+
+Only the name `tracer` is installed: the folders `ir/`, `codegen/` and `runtime/` beside this one
+in the repository are its subpackages `tracer.ir`, `tracer.codegen` and `tracer.runtime`
+(pyproject.toml maps them). From a checkout on PYTHONPATH, where they are not inside this folder,
+the repository root joins the package path so that the same names resolve.
+"""
+import os as _os
+
+_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
+        _os.path.join(_ROOT, "ir", "__init__.py")):
+    __path__.append(_ROOT)
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, FunctionBackwardError, GradcheckError, InplaceError,
                            ShapeMismatchError, TracerError, TracingError)
@@ -17,6 +29,6 @@ def __getattr__(name: str):
     # `trace` ties the tracer to the compiler, so it lives in runtime/ (which imports tracer);
     # users reach it from here, imported on first use.
     if name in ("trace", "TracedFunction"):
-        import runtime.trace
-        return getattr(runtime.trace, name)
+        from tracer.runtime import trace as traced
+        return getattr(traced, name)
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")

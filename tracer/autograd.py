@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ir.builder import ArrayBuilder
-from ir.primitives import LINEAR
-from ir.vjp import apply_vjp
+from tracer.ir.builder import ArrayBuilder
+from tracer.ir.primitives import LINEAR
+from tracer.ir.vjp import apply_vjp
 from tracer.context import no_grad
 from tracer.errors import InplaceError, TracerError
 

@@ -12,9 +12,9 @@ import inspect
 import os
 from typing import Callable
 
-from ir.builder import Builder
-from ir.types import is_float
-from ir.vjp import CustomRule
+from tracer.ir.builder import Builder
+from tracer.ir.types import is_float
+from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.primitives import slice_as_pad, slice_length
+from tracer.ir.primitives import slice_as_pad, slice_length
 
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.tensor import Tensor, apply, as_tensor, full, where

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ir import types as irtypes
-from ir.builder import normalize_attributes
-from ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
-from ir.vjp import CustomRule
+from tracer.ir import types as irtypes
+from tracer.ir.builder import normalize_attributes
+from tracer.ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
+from tracer.ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, run_backward
 from tracer.context import is_grad_enabled, state
 from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from ir.builder import GraphBuilder
-from ir.graph import Function, Value
-from ir.types import TensorType
+from tracer.ir.builder import GraphBuilder
+from tracer.ir.graph import Function, Value
+from tracer.ir.types import TensorType
 from tracer.context import is_grad_enabled, state
 from tracer.errors import TracingError, user_line
 

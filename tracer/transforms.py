@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from ir.autodiff import gradient_path, reaches
+from tracer.ir.autodiff import gradient_path, reaches
 from tracer.autograd import run_backward
 from tracer.context import enable_grad, state
 from tracer.errors import ArgumentError
