@@ -372,8 +372,10 @@ class KernelEmitter:
         shape = (self.kernel.shape and (int(np.prod(self.kernel.shape)),)) if self.flat \
             else self.kernel.shape
         index, loops = self.open_nest(shape, split=split)
-        for value, buffer in zip(self.kernel.results, results):
-            register = self.evaluate(value, index)
+        # Every result is computed before any is stored: a result written in place into an
+        # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
+        registers = [self.evaluate(value, index) for value in self.kernel.results]
+        for value, register, buffer in zip(self.kernel.results, registers, results):
             self.store(register, value.dtype, buffer, self.linear(index, shape))
         for loop in reversed(loops):
             self.close_loop(loop)

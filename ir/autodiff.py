@@ -68,9 +68,24 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
     return [cotangents.get(id(v)) for v in wrt]
 
 
+def trace_directive(function: Function, directive: Instruction) -> list[Value | None]:
+    """Trace now the backward instructions of `directive`, the `gradient` instruction just
+    recorded last in `function`, and keep them for `expand_gradients`; return the gradients,
+    None where none flows (PyTorch then leaves `.grad` None). Tracing them when the user calls
+    `.backward()` runs each custom backward once, and shows whether it returns None."""
+    output, seed, *wrt = directive.inputs
+    emitted: list[Instruction] = []
+    # Named in a scratch function, renamed when spliced in: the traced stage stays densely named.
+    builder = GraphBuilder(Function(function.name), instructions=emitted)
+    gradients = backward(builder, function.instructions[:-1], output, seed, wrt)
+    function.expansions[id(directive)] = (emitted, gradients)
+    return gradients
+
+
 def expand_gradients(function: Function) -> Function:
     """The `grad` stage: replace every `gradient` directive of `function` (in place) by the
-    instructions that compute it. A gradient that turns out to be absent is zeros."""
+    instructions that compute it (traced when it was recorded, or now for a function that was
+    parsed from text). A gradient that turns out to be absent is zeros."""
     index = 0
     while index < len(function.instructions):
         directive = function.instructions[index]
@@ -78,9 +93,15 @@ def expand_gradients(function: Function) -> Function:
             index += 1
             continue
         output, seed, *wrt = directive.inputs
-        emitted: list[Instruction] = []
+        emitted, results = function.expansions.pop(id(directive), (None, None))
+        if emitted is not None:
+            for value in (v for instruction in emitted for v in instruction.outputs):
+                value.name = function.new_name()
+        else:
+            emitted = []
+            builder = GraphBuilder(function, instructions=emitted)
+            results = backward(builder, function.instructions[:index], output, seed, wrt)
         builder = GraphBuilder(function, instructions=emitted)
-        results = backward(builder, function.instructions[:index], output, seed, wrt)
         builder.location = lambda: directive.location
         results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]
         function.instructions[index:index + 1] = emitted

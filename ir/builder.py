@@ -59,8 +59,11 @@ class Builder:
 
     # Elementwise. A Python number operand becomes a constant of the other operand's dtype.
     def _scalar_operands(self, *operands):
-        dtype = next(self.type_of(o).dtype for o in operands if not isinstance(o, (int, float, bool)))
-        return [self.constant(o, dtype) if isinstance(o, (int, float, bool)) else o for o in operands]
+        # Exactly Python's types: a numpy scalar (np.float64 is a float) is a handle gone 0-d.
+        def literal(o) -> bool:
+            return type(o) in (int, float, bool)
+        dtype = next(self.type_of(o).dtype for o in operands if not literal(o))
+        return [self.constant(o, dtype) if literal(o) else o for o in operands]
 
     def binary(self, primitive: str, x, y) -> Handle:
         return self.op(primitive, *self._scalar_operands(x, y))

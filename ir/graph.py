@@ -48,6 +48,10 @@ class Function:
     instructions: list[Instruction] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     _counter: int = 0
+    # Backward instructions already traced for a `gradient` directive (by id of the directive):
+    # the autodiff pass splices them in (see ir/autodiff.py). Not part of the printed graph.
+    expansions: dict[int, tuple[list[Instruction], list[Value | None]]] = field(
+        default_factory=dict, repr=False)
 
     def new_name(self) -> str:
         taken = {v.name for v in self.parameters}

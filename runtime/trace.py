@@ -416,7 +416,7 @@ class TracedFunction:
                      for o, c in zip(outputs, cotangents)]
             with enable_grad():  # the eager engine runs backward under no_grad
                 gradients = entry.backward(seeds, *args, **kwargs)
-            return [g._handle for g in gradients]
+            return [None if g is None else g._handle for g in gradients]
 
         name = getattr(self.python_function, "__name__", "traced")
         node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
@@ -477,7 +477,8 @@ def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> C
         inputs = list({id(v): v for v, _ in argument_leaves
                        if isinstance(v, Tensor) and v.requires_grad}.values())
         seed = ones_like(total)
-        return [Tensor._make(handle, total._trace, False)
+        # None (a static result) where no gradient flows: eager autograd leaves that .grad None.
+        return [None if handle is None else Tensor._make(handle, total._trace, False)
                 for handle in traced_gradients(total, seed, inputs)]
     vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
     return vjp

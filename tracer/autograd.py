@@ -42,7 +42,7 @@ def edge_of(tensor: "Tensor"):
     return tensor._accumulator
 
 
-def _values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
+def values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
     """(which operands, whether the result) the VJP rule of `primitive` (ir/vjp.py) reads when it
     computes the gradients `needs`."""
     count = len(needs)
@@ -80,7 +80,7 @@ class Node:
         # The VJP of a non-linear primitive reads some operands (and maybe its result): remember
         # their versions, so that an in-place change before backward is an error rather than a
         # silently wrong gradient -- and only theirs, so that `y.mul_(2)` stays allowed (PyTorch).
-        reads_inputs, self.reads_output = _values_read(
+        reads_inputs, self.reads_output = values_read(
             primitive, [t.requires_grad for t in input_tensors])
         self.saved = [(weakref.ref(t), t._version)
                       for t, read in zip(input_tensors, reads_inputs) if read]
@@ -152,16 +152,20 @@ def run_backward(roots: Sequence[tuple["Tensor", np.ndarray]], retain_graph: boo
     leaf_gradients: dict[int, tuple["Tensor", np.ndarray]] = {}
 
     def send(edge, gradient: np.ndarray) -> None:
+        # Sums go through the builder: numpy's `+` of two 0-d arrays is a numpy scalar, which a
+        # VJP rule would take for a Python number.
         if edge is None or gradient is None:
             return
         if isinstance(edge, LeafAccumulator):
             key = id(edge.tensor)
             previous = leaf_gradients.get(key)
-            leaf_gradients[key] = (edge.tensor, gradient if previous is None else previous[1] + gradient)
+            leaf_gradients[key] = (edge.tensor, gradient if previous is None
+                                   else ARRAYS.add(previous[1], gradient))
         else:
             node, index = edge
             previous = cotangents.get((id(node), index))
-            cotangents[(id(node), index)] = gradient if previous is None else previous + gradient
+            cotangents[(id(node), index)] = (gradient if previous is None
+                                             else ARRAYS.add(previous, gradient))
 
     for tensor, gradient in roots:
         send(edge_of(tensor), gradient)

@@ -132,6 +132,11 @@ def _keep_old_value_for(node: Node | None, tensor: "Tensor") -> None:
 # The rule of an in-place change made under no_grad to a tensor on the gradient path: the
 # cotangent passes through unchanged to the value before the change.
 STRAIGHT_THROUGH = CustomRule("no_grad_inplace", lambda builder, cotangents, needs: [cotangents[0]])
+# The rule of an overwrite (fill_, zero_, copy_) recorded by autograd, operands (source, old value):
+# the gradient goes to the source and zeros to the old value, so a tensor whose path was cut gets a
+# zero gradient, not None (PyTorch's FillBackward and CopyBackwards).
+OVERWRITE = CustomRule("inplace_overwrite", lambda builder, cotangents, needs: [
+    cotangents[0], builder.zeros_like(cotangents[0])])
 
 
 def constant(value, dtype) -> "Tensor":
@@ -227,6 +232,21 @@ def where(condition, x, y) -> "Tensor":
         x, y = x.to(dtype), y.to(dtype)
     result = apply("select", [condition, x, y])
     result._weak = x._weak
+    return result
+
+
+def _scaled(other, alpha):
+    """`other * alpha` for add/sub; `alpha` may be a traced Python number (a runtime input), whose
+    value is unknown while tracing, so only a literal 1 is skipped."""
+    if isinstance(alpha, numbers.Number) and not isinstance(alpha, Tensor) and alpha == 1:
+        return other
+    return as_tensor(other) * alpha
+
+
+def _same_weakness(result: "Tensor", operand: "Tensor") -> "Tensor":
+    """-s and abs(s) of a Python number passed to a traced function are Python numbers in eager
+    mode: they stay weak (they do not widen a float32 tensor)."""
+    result._weak = operand._weak
     return result
 
 
@@ -454,11 +474,12 @@ class Tensor:
         return apply("reshape", [self], shape=self.shape)
 
     # In-place machinery ------------------------------------------------------------------------
-    def _assign(self, result: "Tensor", what: str) -> "Tensor":
-        """Make `result` the new value of this tensor, as PyTorch's in-place operations do."""
+    def _assign(self, result: "Tensor", what: str, overwrites: builtins.bool = False) -> "Tensor":
+        """Make `result` the new value of this tensor, as PyTorch's in-place operations do;
+        `overwrites`: the result does not depend on the old value (fill_, copy_)."""
         trace = state.trace
         if trace is not None and self._trace is None and id(self) in trace.arguments:
-            trace.arguments[id(self)]._assign(result, what)  # an argument reached by its name
+            trace.arguments[id(self)]._assign(result, what, overwrites)  # reached by its name
             return self
         if trace is not None and self._trace is not trace:
             raise TracingError(
@@ -486,6 +507,8 @@ class Tensor:
                 raise ShapeMismatchError(f"{what}: a result of shape {list(result.shape)} cannot be "
                                          f"written in place into a tensor of shape {list(self.shape)}")
             result = result.expand(*self.shape)
+        if overwrites and is_grad_enabled() and (self.requires_grad or result.requires_grad):
+            result = apply("custom_vjp", [result, result, self], num_outputs=1, rule=OVERWRITE)
         if self._base is not None:
             self._base._assign_data(result, what)
         if trace is None:
@@ -493,11 +516,12 @@ class Tensor:
             np.copyto(self._handle, result._handle)
         elif not is_grad_enabled() and self.requires_grad and not self.is_leaf:
             # Unseen by autograd (as in PyTorch): the new value, the old value's gradient path.
-            (self._handle,) = trace.builder.emit(
+            (value,) = trace.builder.emit(
                 "custom_vjp", [result._handle, self._handle],
                 {"num_outputs": 1, "rule": STRAIGHT_THROUGH})
+            trace.rebind(self, value, result._handle)
         else:
-            self._handle = result._handle
+            trace.rebind(self, result._handle, result._handle)
         if result.requires_grad:
             self._node, self._output_index = result._node, result._output_index
             self._requires_grad, self._leaf = True, False
@@ -538,10 +562,10 @@ class Tensor:
 
     def fill_(self, value) -> "Tensor":
         value = value if isinstance(value, Tensor) else constant(value, self.dtype)
-        return self._assign(value.expand(*self.shape), "fill_")
+        return self._assign(value.expand(*self.shape), "fill_", overwrites=True)
 
     def copy_(self, source) -> "Tensor":
-        return self._assign(as_tensor(source), "copy_")
+        return self._assign(as_tensor(source), "copy_", overwrites=True)
 
     def __setitem__(self, key, value) -> None:
         from tracer.indexing import setitem
@@ -575,7 +599,7 @@ class Tensor:
     def __rmul__(self, other): return binary("mul", other, self)
     def __truediv__(self, other): return _float_binary("div", self, other)
     def __rtruediv__(self, other): return _float_binary("div", other, self)
-    def __neg__(self): return apply("neg", [self])
+    def __neg__(self): return _same_weakness(apply("neg", [self]), self)
     def __pos__(self): return self
     def __abs__(self): return self.abs()
 
@@ -595,10 +619,10 @@ class Tensor:
     def __rmatmul__(self, other): return as_tensor(other).matmul(self)
 
     def add(self, other, alpha=1):
-        return self + (other if alpha == 1 else as_tensor(other) * alpha)
+        return self + _scaled(other, alpha)
 
     def sub(self, other, alpha=1):
-        return self - (other if alpha == 1 else as_tensor(other) * alpha)
+        return self - _scaled(other, alpha)
 
     def mul(self, other): return self * other
     def div(self, other): return self / other
@@ -634,7 +658,7 @@ class Tensor:
     def _unary_float(self, primitive):
         return apply(primitive, [_to_float(self)])
 
-    def abs(self): return apply("abs", [self])
+    def abs(self): return _same_weakness(apply("abs", [self]), self)
     def sign(self): return apply("sign", [self])
     def exp(self): return self._unary_float("exp")
     def log(self): return self._unary_float("log")

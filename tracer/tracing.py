@@ -5,7 +5,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function, Value
+from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.types import TensorType
 from tracer.context import is_grad_enabled, state
 from tracer.errors import TracingError, user_line
@@ -29,6 +29,12 @@ class Trace:
         self.arguments: dict[int, "Tensor"] = {}
         # (ctx, output values) of every custom Function applied, for the checks of a backward.
         self.custom_calls: list[tuple] = []
+        # An in-place change rebinds a tensor to a new value. The old values it leaves behind: by
+        # id, where they were overwritten and the instruction of the change itself, which may
+        # still read them (eager mode's version counters, as values); and every value a leaf has
+        # held, whose gradients all go to the leaf (PyTorch's accumulator outlives the change).
+        self.overwritten: dict[int, tuple[str, Instruction | None]] = {}
+        self._leaf_history: dict[int, list[Value]] = {}
 
     def location(self) -> str:
         line = user_line()
@@ -68,6 +74,20 @@ class Trace:
         self.captured.append((tensor, value))
         self._captured_ids[id(tensor)] = value
         return value
+
+    def rebind(self, tensor: "Tensor", value: Value, changing: Value) -> None:
+        """`tensor` now holds `value`, computed in place from its old value by the instruction
+        that produced `changing`."""
+        old = tensor._handle
+        self.overwritten[id(old)] = (user_line(), changing.producer)
+        if tensor.is_leaf and tensor.requires_grad:
+            self._leaf_history.setdefault(id(tensor), []).append(old)
+        tensor._handle = value
+
+    def leaf_values(self, tensor: "Tensor") -> list[Value]:
+        """The values `tensor` has held while it was a leaf, the current one last."""
+        tensor = self.arguments.get(id(tensor), tensor)
+        return self._leaf_history.get(id(tensor), []) + [self.handle_of(tensor)]
 
     def handle_of(self, tensor: "Tensor") -> Value:
         if tensor._trace is self:
