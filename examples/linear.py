@@ -6,13 +6,6 @@ returning a list of gradients by name; PyTorch writes the same thing as a Functi
 import tracer as tr
 
 # R torch style: named saves, ctx.saved_variables.<name>, ctx.needs_input_grad.<name>, a dict back.
-linear = tr.autograd_function(
-    forward=lambda ctx, input, weight, bias=None: _linear_forward(ctx, input, weight, bias),
-    backward=lambda ctx, grad_output: _linear_backward(ctx, grad_output),
-    name="linear",
-)
-
-
 def _linear_forward(ctx, input, weight, bias=None):
     ctx.save_for_backward(input=input, weight=weight, bias=bias)
     output = input.mm(weight.t())
@@ -31,6 +24,9 @@ def _linear_backward(ctx, grad_output):
     if s.bias is not None and ctx.needs_input_grad.bias:
         grads["bias"] = grad_output.sum(dim=0)
     return grads
+
+
+linear = tr.autograd_function(forward=_linear_forward, backward=_linear_backward, name="linear")
 
 
 # PyTorch style: the same function as a Function subclass.

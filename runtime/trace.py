@@ -441,14 +441,17 @@ def _check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")
-        # An array that owns its memory (no base) cannot overlap another: the cheap common case.
-        if all(a.base is None for a in arrays):
+        # Arrays that own their memory (no base) and are distinct objects cannot overlap: the
+        # cheap common case. (`w.grad = w.detach()` makes one array both w and its .grad.)
+        if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
             continue
-        for other in arrays:
-            if other is not target and np.may_share_memory(target, other):
+        source = ("leaf" if kind == "data" else "grad", index)
+        own = entry.parameter_sources.index(source) if source in entry.parameter_sources else -1
+        for position, other in enumerate(arrays):
+            if position != own and (other is target or np.may_share_memory(target, other)):
                 raise ArgumentError(
                     f"the traced function changes {name} in place, and it shares memory with "
-                    f"another argument; pass separate tensors (e.g. a .clone())")
+                    f"another argument or .grad; pass separate tensors (e.g. a .clone())")
 
 
 def _copy_arrays(tree):

@@ -75,13 +75,15 @@ class FunctionCtx:
         self._trace = state.trace
         self._saved_handles: list = []
 
-    def save_for_backward(self, *tensors, **named_tensors) -> None:
-        """Keep tensors (or None) for backward, by position (PyTorch) or by name (R torch)."""
-        items = [(None, t) for t in tensors] + list(named_tensors.items())
-        for name, t in items:
+    def save_for_backward(self, *tensors, **named_values) -> None:
+        """Keep tensors (or None) for backward by position (PyTorch), or any values by name
+        (R torch, whose `ctx$save_for_backward(constant = constant)` saves a number)."""
+        for t in tensors:
             if t is not None and not isinstance(t, Tensor):
                 raise ArgumentError(f"save_for_backward takes tensors or None, got "
-                                    f"{type(t).__name__}; keep other values as ctx attributes")
+                                    f"{type(t).__name__}; keep other values as ctx attributes, "
+                                    f"or save them by name (ctx.save_for_backward(n=n))")
+        items = [(None, t) for t in tensors] + list(named_values.items())
         self._saved_names = [name for name, _ in items]
         self._saved = [t for _, t in items]
 
@@ -104,7 +106,7 @@ class FunctionCtx:
         """Raise if a saved tensor was changed in place since it was saved (run when a backward
         that goes through this Function starts, as PyTorch does)."""
         for index, (t, version) in enumerate(zip(self._saved, self._saved_versions)):
-            if t is not None and t._version != version:
+            if isinstance(t, Tensor) and t._version != version:
                 raise InplaceError(
                     f"{self._function_name}.backward: {self._describe_saved(index)} was changed "
                     f"in place at {t._changed_at} after it was saved for backward; change a clone "
@@ -123,8 +125,9 @@ class FunctionCtx:
             return Named(self._saved_names, self._saved)
         # Traced, the backward is traced later, by the autodiff pass: it reads the values as they
         # were saved (check_saved ran when .backward() was called).
-        return Named(self._saved_names, [None if h is None else Tensor._make(h, self._trace, False)
-                                         for h in self._saved_handles])
+        return Named(self._saved_names, [
+            Tensor._make(h, self._trace, False) if isinstance(saved, Tensor) else saved
+            for saved, h in zip(self._saved, self._saved_handles)])
 
     saved_variables = saved_tensors
 
@@ -317,9 +320,11 @@ def _alias_saved_outputs(ctx: FunctionCtx, outputs: list, results: list) -> None
 
 
 def _remember_saved(ctx: FunctionCtx) -> None:
-    ctx._saved_versions = [t._version if t is not None else 0 for t in ctx._saved]
-    ctx._saved_handles = [None if t is None else t._handle if ctx._trace is None or t._trace is
-                          ctx._trace else ctx._trace.handle_of(t) for t in ctx._saved]
+    # Saved by name, a value may be anything (a number): only tensors have versions and handles.
+    ctx._saved_versions = [t._version if isinstance(t, Tensor) else 0 for t in ctx._saved]
+    ctx._saved_handles = [None if not isinstance(t, Tensor) else t._handle if ctx._trace is None
+                          or t._trace is ctx._trace else ctx._trace.handle_of(t)
+                          for t in ctx._saved]
 
 
 class Function:

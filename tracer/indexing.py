@@ -101,7 +101,7 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
             f"a boolean mask of shape {list(mask.shape)} cannot index a tensor of shape "
             f"{list(x.shape)}; its shape must match the leading dimensions")
     mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
-    value = as_tensor(value)
+    value = as_tensor(value, accept_data=True)
     if value.ndim > 0 and value.shape != x.shape:
         raise ShapeMismatchError(
             "x[mask] = value takes a scalar (or a tensor of x's own shape) here; the number of "
@@ -114,7 +114,7 @@ def setitem(x: Tensor, key, value) -> Tensor:
     if isinstance(key, Tensor) and key.dtype.kind == "b":
         return _mask_assignment(x, key, value)
     region = _region(x.shape, key)
-    value = as_tensor(value).to(x.dtype)
+    value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
         value = value.expand(*region.result_shape).reshape(tuple(region.box_shape))
     except ShapeMismatchError:

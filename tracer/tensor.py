@@ -143,16 +143,21 @@ def constant(value, dtype) -> "Tensor":
     return apply("constant", [], value=as_dtype(dtype).type(value).item(), dtype=dtype)
 
 
-def as_tensor(value, dtype=None) -> "Tensor":
-    """`value` as a Tensor: Tensors pass through, numbers become (weak) constants."""
+def as_tensor(value, dtype=None, accept_data: builtins.bool = False) -> "Tensor":
+    """`value` as a Tensor: Tensors pass through, numbers become (weak) constants. Lists and
+    arrays only where PyTorch takes them too (`accept_data`: `x[0] = [1, 2]`); an operand of an
+    operation must be a Tensor, as in PyTorch."""
     if isinstance(value, Tensor):
         return value if dtype is None else value.to(dtype)
     if _is_scalar(value):
         result = constant(value, dtype or _WEAK_OF_CATEGORY[_python_scalar_category(value)])
         result._weak = dtype is None
         return result
-    if isinstance(value, (np.ndarray, list, tuple)):
+    if accept_data and isinstance(value, (np.ndarray, list, tuple)):
         return tensor(value, dtype=dtype)
+    if isinstance(value, (np.ndarray, list, tuple)):
+        raise ArgumentError(f"expected a Tensor or a number, got a {type(value).__name__}; wrap "
+                            f"it in tr.tensor(...)")
     raise ArgumentError(f"expected a Tensor or a number, got {type(value).__name__}")
 
 
@@ -233,6 +238,14 @@ def where(condition, x, y) -> "Tensor":
     result = apply("select", [condition, x, y])
     result._weak = x._weak
     return result
+
+
+def _tensor_operand(value, method: str) -> "Tensor":
+    """A method that reads only an operand's shape or dtype still takes only a Tensor (PyTorch)."""
+    if not isinstance(value, Tensor):
+        raise ArgumentError(f"{method}() takes a Tensor, got a {type(value).__name__}; wrap it in "
+                            f"tr.tensor(...)")
+    return value
 
 
 def _scaled(other, alpha):
@@ -588,7 +601,7 @@ class Tensor:
     def double(self): return self.to(float64)
     def long(self): return self.to(int64)
     def bool(self): return self.to(bool)
-    def type_as(self, other): return self.to(other.dtype)
+    def type_as(self, other): return self.to(_tensor_operand(other, "type_as").dtype)
 
     # Arithmetic ---------------------------------------------------------------------------------
     def __add__(self, other): return binary("add", self, other)
@@ -845,7 +858,7 @@ class Tensor:
 
     @_view_operation
     def expand_as(self, other: "Tensor") -> "Tensor":
-        return self.expand(*other.shape)
+        return self.expand(*_tensor_operand(other, "expand_as").shape)
 
     def matmul(self, other) -> "Tensor":
         """numpy/PyTorch matmul: 1-D operands are promoted and squeezed, batch dims broadcast."""

@@ -107,7 +107,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     trace = state.trace
     leaves = []
     for n in numbers:
-        x = as_tensor(args[n])
+        x = as_tensor(args[n], accept_data=True)
         if x.dtype.kind != "f":
             raise ArgumentError(f"grad: argument {n} must be a float tensor, got {x.dtype}")
         handle = x._handle if trace is None else trace.handle_of(x)
