@@ -25,6 +25,7 @@ from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.errors import ArgumentError
+from tracer.interop import foreign_to_numpy, is_foreign_array
 from tracer.tensor import Tensor, as_dtype, from_numpy, ones_like
 from tracer.transforms import traced_gradients
 from tracer.tracing import Trace, tracing
@@ -53,6 +54,9 @@ def flatten(tree, leaves: list, path: str) -> tuple:
         return (kind, items)
     if isinstance(tree, dict):
         return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+    if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
+        leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
+        return ("leaf",)
     try:
         hash(tree)
     except TypeError:

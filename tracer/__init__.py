@@ -17,6 +17,7 @@ from tracer.errors import (ArgumentError, FunctionBackwardError, GradcheckError,
 from tracer.function import Function, FunctionCtx, autograd_function
 from tracer.functional import FUNCTIONS, cat, stack
 from tracer.gradcheck import gradcheck
+from tracer.interop import from_dlpack
 from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
                            int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
                            zeros_like)
