@@ -170,3 +170,13 @@ def test_report_opens_in_headless_chromium(tmp_path):
     page = Page()
     page.feed(run.stdout)  # the DOM as the browser built it
     assert page.sections["signature"] and "kernel_0" in page.sections["kernel-graph"][0]
+
+
+def test_graphviz_svg_when_dot_is_installed(tmp_path):
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz dot is not installed (the page then shows the graph as a table)")
+    step = tr.trace(training_step)
+    step(tr.randn(8, 4), tr.randn(4, 3, requires_grad=True), 0.1)
+    text = open(step.report(tmp_path / "step.html"), encoding="utf-8").read()
+    svg = text[text.index("<svg"):text.index("</svg>")]
+    assert "kernel_0" in svg and "%x" in svg
