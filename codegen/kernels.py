@@ -591,9 +591,11 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
 
 def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
                     gemm: bool, threads: int = 1,
-                    layout: tuple[int, int] | None = None) -> tuple[str, list[KernelCode]]:
+                    layout: tuple[int, int] | None = None,
+                    profile: bool = False) -> tuple[str, list[KernelCode]]:
     """The LLVM IR text of the whole function, and a description of each kernel. Large kernels
-    whose outer loop can be split run on up to `threads` threads."""
+    whose outer loop can be split run on up to `threads` threads. With `profile`, the entry
+    counts each kernel's calls and nanoseconds in the global @tracer_profile."""
     function = fused.function
     codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm, plan)
              for number, kernel in enumerate(fused.kernels)]
@@ -628,5 +630,5 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
         function_name=function.name, triple=triple, declarations=declarations,
         kernels=[c.text for c in codes] + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
-        fast_entry=fast)
+        fast_entry=fast, profile=profile)
     return text, codes

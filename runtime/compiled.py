@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import threading
-from typing import Sequence
+import time
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -29,6 +31,20 @@ from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+LOG = logging.getLogger("tracer.cache")
+
+
+class KernelTime(NamedTuple):
+    """What TRACER_PROFILE=1 measured for one kernel, over every call since compilation."""
+    kernel: str
+    calls: int
+    seconds: float
+
+
+def profile_setting() -> bool:
+    """TRACER_PROFILE=1: time every kernel. Read at compile time, like the thread count: the
+    timing calls are part of the generated code (and so of its cache keys)."""
+    return os.environ.get("TRACER_PROFILE", "") not in ("", "0")
 
 
 def thread_setting() -> int:
@@ -82,11 +98,18 @@ class CompiledFunction:
         blas = jit.blas_available()
         host = jit.host()
         layout = array_layout()
+        self.profiling = profile_setting()
+        self.timings: dict[str, float] = {}  # seconds per back-end stage
+        started = time.perf_counter()
         with gc_paused():  # see ir.graph.gc_paused
             self.fused: FusedFunction = fuse(function, matmul_updates=blas)
+            self.timings["fuse"] = time.perf_counter() - started
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+            self.timings["memory"] = time.perf_counter() - started - sum(self.timings.values())
             self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                         blas, thread_setting(), layout)
+                                                         blas, thread_setting(), layout,
+                                                         self.profiling)
+            self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
         directory = cache_directory()
@@ -95,7 +118,12 @@ class CompiledFunction:
             cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
                                                      host.features))
         self._jit = jit.JitModule(self.llvm_ir, cache)
+        self.timings["llvm"] = time.perf_counter() - started - sum(self.timings.values())
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
+        self._counters = None
+        if self.profiling:
+            self._counters = (ctypes.c_int64 * (2 * len(self.kernels))).from_address(
+                self._jit.global_address("tracer_profile"))
         self._fast = None
         if layout is not None:
             objects = len(function.parameters) + len(self.plan.output_slots)
@@ -194,6 +222,15 @@ class CompiledFunction:
         return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
                 else outputs[slot] for slot, duplicate in self._returns]
 
+    def kernel_times(self) -> list[KernelTime]:
+        """Calls and total run time of each kernel so far; empty unless compiled with
+        TRACER_PROFILE=1."""
+        if self._counters is None:
+            return []
+        counts = list(self._counters)
+        return [KernelTime(code.name, counts[2 * i], counts[2 * i + 1] * 1e-9)
+                for i, code in enumerate(self.kernels)]
+
     def stage_text(self, stage: str) -> str:
         """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
         if stage not in STAGES:
@@ -232,10 +269,13 @@ def compile_function(function: Function,
     (and the settings that change the generated code)."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           jit.blas_available(), cache_directory())
+           jit.blas_available(), cache_directory(), profile_setting())
     with _compiled_lock:
         compiled = _compiled.get(key)
-    if compiled is None:
+    if compiled is not None:
+        LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
+                  function.name)
+    else:
         compiled = CompiledFunction(function, write_into)
         with _compiled_lock:
             compiled = _compiled.setdefault(key, compiled)

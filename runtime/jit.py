@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from tracer.runtime.cache import ObjectCache
 # many were loaded from the disk cache instead.
 STATISTICS = {"compiled": 0, "disk_hits": 0}
 _lock = threading.Lock()
+LOG = logging.getLogger("tracer.cache")
 
 
 @functools.cache
@@ -157,10 +159,21 @@ class JitModule:
         if cached is not None:
             with _lock:
                 STATISTICS["disk_hits"] += 1
+            LOG.debug("disk cache hit: %s", cache.path)
+        elif cache is not None:
+            LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
+        else:
+            LOG.debug("disk cache off: compiled to machine code")
         self.module = module
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)
         if not address:
             raise RuntimeError(f"JIT module has no function {name}")
+        return address
+
+    def global_address(self, name: str) -> int:
+        address = self.engine.get_global_value_address(name)
+        if not address:
+            raise RuntimeError(f"JIT module has no global {name}")
         return address

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import numbers
 import os
+import time
 import weakref
 from collections import namedtuple
 from dataclasses import dataclass, field
@@ -21,14 +23,19 @@ import numpy as np
 from tracer import ir
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import compile_function
+from tracer.runtime.check_grads import check_custom_backwards
+from tracer.runtime.report import write_report, write_report_to
+from tracer.runtime.signature import rebound_reason, recompile_reason
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.errors import ArgumentError
+from tracer.interop import foreign_to_numpy, is_foreign_array
 from tracer.tensor import Tensor, as_dtype, from_numpy, ones_like
 from tracer.transforms import traced_gradients
 from tracer.tracing import Trace, tracing
 
+LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
 STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
 
@@ -53,6 +60,9 @@ def flatten(tree, leaves: list, path: str) -> tuple:
         return (kind, items)
     if isinstance(tree, dict):
         return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+    if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
+        leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
+        return ("leaf",)
     try:
         hash(tree)
     except TypeError:
@@ -110,14 +120,16 @@ class Entry:
     captured_types: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
     leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
-    # (read the current value, the value when traced) of what the function reads from its
+    # (name, read the current value, the value when traced) of what the function reads from its
     # globals and closure: a tensor, array or number there that changes means tracing again.
-    guards: list[tuple[Callable[[], Any], Any]] = field(default_factory=list)
+    guards: list[tuple[str, Callable[[], Any], Any]] = field(default_factory=list)
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
     differentiable: list[int] = field(default_factory=list)
     backward: "TracedFunction | None" = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
+    reason: str = ""  # why this signature compiled (see runtime/signature.py)
 
 
 def _parameter_name(path: str) -> str:
@@ -127,13 +139,16 @@ def _parameter_name(path: str) -> str:
 class TracedFunction:
     """The result of `@trace`: call it like the function; it compiles once per signature."""
 
-    def __init__(self, function: Callable, static_argnums: Sequence[int] = ()):
+    def __init__(self, function: Callable, static_argnums: Sequence[int] = (),
+                 check_grads: bool = False):
         functools.update_wrapper(self, function)
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
         self._cache: dict[tuple, Entry] = {}
         self._quick: dict[tuple, Entry] = {}  # the same entries, for calls _quick_key can key
         self._hits = self._misses = 0
+        self._name = getattr(function, "__name__", "function")
+        self.check_grads = check_grads
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -212,10 +227,18 @@ class TracedFunction:
             return entry, args, None
         key, leaves = self._key(args, kwargs)
         entry = self._cache.get(key)
+        reason = ""
         if entry is not None and _captured_changed(entry):
-            entry = None  # what the function read outside its arguments changed: trace again
+            # what the function read outside its arguments changed: trace again
+            reason = rebound_reason(entry.guards, _same, entry.captured_types !=
+                                    _captured_types(entry.captured))
+            entry = None
         if entry is None:
+            reason = reason or recompile_reason(key, self._cache, [path for _, path in leaves])
+            LOG.info("%s: compiling (%s)", self._name, reason)
             entry = self._compile(args, kwargs, leaves)
+            entry.reason = reason
+            self._log_compiled(entry)
             self._cache[key] = entry
             self._misses += count
         else:
@@ -226,7 +249,9 @@ class TracedFunction:
 
     # Tracing and compiling.
     def _compile(self, args, kwargs, leaves) -> Entry:
-        name = getattr(self.python_function, "__name__", "function")
+        started = time.perf_counter()
+        timings = {}
+        name = self._name
         trace = Trace(name if name.isidentifier() else "function")
         proxies: list = []
         sources: list[tuple[str, int]] = []
@@ -268,6 +293,9 @@ class TracedFunction:
                     outputs.append(trace.handle_of(proxy.grad))
             function.outputs = outputs
             stages = {"traced": ir.format_function(function)}
+            timings["trace"] = time.perf_counter() - started
+            # the autodiff pass rewrites the graph: the check evaluates the traced one
+            unexpanded = function.copy() if self.check_grads else None
             # The traced text names custom rules (@MyReLU.0) that parse back only while they are
             # alive; the autodiff pass drops them from the graph, so the entry keeps them.
             rules = [i.attributes["rule"] for i in function.instructions
@@ -276,16 +304,24 @@ class TracedFunction:
             ir.expand_gradients(function)
         ir.verify(function)
         stages["grad"] = ir.format_function(function)
+        timings["grad"] = time.perf_counter() - started - sum(timings.values())
         optimized = ir.optimize(function)
         ir.verify(optimized)
         stages["optimized"] = ir.format_function(optimized)
+        timings["optimize"] = time.perf_counter() - started - sum(timings.values())
         sources += [("captured", index) for index in range(len(trace.captured))]
+        if unexpanded is not None:
+            check_custom_backwards(unexpanded, parameter_arrays(
+                sources, [value for value, _ in leaves], [t for t, _ in trace.captured]))
+            timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
         # Updated data and .grad are written straight into the argument's buffer where that is safe.
         parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
         write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
                       for index, kind, output in writebacks
                       if ("leaf" if kind == "data" else "grad", index) in parameter_of}
-        entry = Entry(result_structure, compile_function(optimized, write_into=write_into),
+        executable = compile_function(optimized, write_into=write_into)
+        timings["backend"] = time.perf_counter() - started - sum(timings.values())
+        entry = Entry(result_structure, executable,
                       len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
                       _captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
@@ -294,8 +330,24 @@ class TracedFunction:
                                     if isinstance(value, Tensor) and value.requires_grad]
         entry.guards = guards
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
+        entry.timings = timings
         self._dump(entry)
         return entry
+
+    def _log_compiled(self, entry: Entry) -> None:
+        def times(timings: dict[str, float]) -> str:
+            return ", ".join(f"{stage} {1e3 * seconds:.1f} ms" for stage, seconds in timings.items())
+        LOG.info("%s: compiled in %.1f ms (%s; backend: %s)", self._name,
+                 1e3 * sum(entry.timings.values()), times(entry.timings),
+                 times(entry.executable.timings))
+        folder = os.environ.get("TRACER_REPORT")
+        if folder:
+            write_report_to(self, folder)
+
+    def report(self, path: str) -> str:
+        """Write the HTML compile report of every signature compiled so far to `path`; returns
+        the path (see runtime/report.py)."""
+        return write_report(self, path)
 
     @staticmethod
     def _proxy(trace: Trace, value, name: str, index: int, sources: list):
@@ -356,19 +408,7 @@ class TracedFunction:
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
-        arrays = []
-        for kind, index in entry.parameter_sources:
-            if kind == "leaf":
-                value = values[index]
-                arrays.append(value._handle if isinstance(value, Tensor) else value)
-            elif kind == "grad":
-                arrays.append(values[index].grad._handle)
-            elif kind == "number":
-                value = values[index]
-                arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
-                                       else np.float64))
-            else:
-                arrays.append(entry.captured[index]._handle)
+        arrays = parameter_arrays(entry.parameter_sources, values, entry.captured)
         _check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
@@ -426,6 +466,25 @@ class TracedFunction:
         for index, output in enumerate(outputs):
             output._node, output._output_index = node, index
             output._requires_grad, output._leaf = True, False
+
+
+def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
+                     captured: Sequence[Tensor]) -> list[np.ndarray]:
+    """The arrays a call passes to the compiled code, one per parameter (see Entry)."""
+    arrays = []
+    for kind, index in sources:
+        if kind == "leaf":
+            value = values[index]
+            arrays.append(value._handle if isinstance(value, Tensor) else value)
+        elif kind == "grad":
+            arrays.append(values[index].grad._handle)
+        elif kind == "number":
+            value = values[index]
+            arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
+                                   else np.float64))
+        else:
+            arrays.append(captured[index]._handle)
+    return arrays
 
 
 def _check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
@@ -501,7 +560,7 @@ def _same(current, traced) -> bool:
     return type(current) is type(traced) and (current == traced or current != current)
 
 
-def scope_guards(function: Callable) -> list[tuple[Callable[[], Any], Any]]:
+def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]:
     """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
     from its closure (not those of the functions it calls)."""
     code = getattr(function, "__code__", None)
@@ -511,14 +570,14 @@ def scope_guards(function: Callable) -> list[tuple[Callable[[], Any], Any]]:
     namespace = getattr(function, "__globals__", {})
     for name in code.co_names:
         if _is_guarded(namespace.get(name)):
-            guards.append((lambda name=name: namespace.get(name), namespace[name]))
+            guards.append((name, lambda name=name: namespace.get(name), namespace[name]))
     for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not bound yet
             continue
         if _is_guarded(value):
-            guards.append((lambda cell=cell: cell.cell_contents, value))
+            guards.append((name, lambda cell=cell: cell.cell_contents, value))
     return guards
 
 
@@ -526,7 +585,7 @@ def _captured_changed(entry: Entry) -> bool:
     """Whether what the entry was traced with outside its arguments has changed since."""
     if entry.captured and entry.captured_types != _captured_types(entry.captured):
         return True
-    return any(not _same(read(), traced) for read, traced in entry.guards)
+    return any(not _same(read(), traced) for _, read, traced in entry.guards)
 
 
 def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
@@ -536,14 +595,19 @@ def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
     return array
 
 
-def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = ()):
-    """Compile `function` per signature: `@tr.trace` or `tr.trace(f, static_argnums=(1,))`."""
+def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = (),
+          check_grads: bool = False):
+    """Compile `function` per signature: `@tr.trace` or `tr.trace(f, static_argnums=(1,))`.
+    `check_grads=True` checks every custom Function's backward against finite differences of
+    its forward when a signature compiles (see runtime/check_grads.py)."""
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     if function is None:
-        return lambda f: TracedFunction(f, static_argnums)
-    if isinstance(function, TracedFunction):
+        return lambda f: TracedFunction(f, static_argnums, check_grads)
+    if isinstance(function, TracedFunction) and not check_grads:
         return function
-    return TracedFunction(function, static_argnums)
+    if isinstance(function, TracedFunction):
+        function = function.python_function
+    return TracedFunction(function, static_argnums, check_grads)
 
 

@@ -107,6 +107,9 @@ class CheckedFunction:
     def stage_text(self, stage):
         return self.compiled.stage_text(stage)
 
+    def __getattr__(self, name):  # what the compile report reads: fused, timings, kernel_times...
+        return getattr(self.compiled, name)
+
 
 @pytest.fixture(autouse=True)
 def check_every_compiled_stage(monkeypatch):

@@ -17,12 +17,15 @@ from tracer.errors import (ArgumentError, FunctionBackwardError, GradcheckError,
 from tracer.function import Function, FunctionCtx, autograd_function
 from tracer.functional import FUNCTIONS, cat, stack
 from tracer.gradcheck import gradcheck
+from tracer.interop import from_dlpack
+from tracer.logs import configure_from_environment as _configure_logging
 from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
                            int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
                            zeros_like)
 from tracer.transforms import grad, value_and_grad
 
 globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
+_configure_logging()
 
 
 def __getattr__(name: str):

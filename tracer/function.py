@@ -145,9 +145,10 @@ def _bind(function_name: str, forward: Callable, args, kwargs) -> inspect.BoundA
 class _FunctionRule:
     """Runs the user's backward for one application of a custom Function."""
 
-    def __init__(self, name: str, backward: Callable, ctx: FunctionCtx, arguments: list,
-                 outputs: list, differentiable: list[bool], trace):
+    def __init__(self, name: str, forward: Callable, backward: Callable, ctx: FunctionCtx,
+                 arguments: list, outputs: list, differentiable: list[bool], trace):
         self.name, self.user_backward, self.ctx = name, backward, ctx
+        self.forward = forward  # for tr.trace(check_grads=True), which runs it again eagerly
         self.arguments = arguments
         # Per forward output: None for a non-tensor, else (shape, dtype, differentiable).
         flags = iter(differentiable)
@@ -267,7 +268,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
         results = [_fresh_output(o, tensors, ctx) for o in outputs]
         _remember_saved(ctx)
         return tuple(results) if multiple else results[0]
-    rule = CustomRule(name, _FunctionRule(name, backward, ctx, arguments, outputs,
+    rule = CustomRule(name, _FunctionRule(name, forward, backward, ctx, arguments, outputs,
                                           differentiable, trace))
     if trace is None:
         handles = [o._handle for o in recorded]  # custom_vjp is the identity on them

@@ -1,7 +1,7 @@
 """gradcheck: analytic gradients against central finite differences, as torch.autograd.gradcheck."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -15,11 +15,34 @@ def _outputs(result) -> list[Tensor]:
     return [r for r in results if isinstance(r, Tensor) and r.dtype.kind == "f"]
 
 
+class Mismatch(NamedTuple):
+    """The first Jacobian entry where analytic and numerical gradients disagree."""
+    output: int
+    output_element: tuple[int, ...]
+    input: int                # position in the inputs
+    element: tuple[int, ...]  # of that input
+    analytic: float
+    numerical: float
+
+
 def gradcheck(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
               rtol: float = 1e-3) -> bool:
     """Check the gradient of every float output of `fn(*inputs)` with respect to every input tensor
     that requires grad. Works for eager functions and for `@tr.trace`d ones (whose gradients are
     then computed by a traced, compiled backward). Returns True or raises GradcheckError."""
+    mismatch = first_mismatch(fn, inputs, eps, atol, rtol)
+    if mismatch is not None:
+        raise GradcheckError(
+            f"gradcheck: Jacobian mismatch for output {mismatch.output} element "
+            f"{mismatch.output_element} with respect to input {mismatch.input} element "
+            f"{mismatch.element}: analytic {mismatch.analytic!r}, numerical "
+            f"{mismatch.numerical!r} (atol={atol}, rtol={rtol})")
+    return True
+
+
+def first_mismatch(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
+                   rtol: float = 1e-3) -> Mismatch | None:
+    """gradcheck's comparison: the first disagreeing Jacobian entry, or None."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     positions = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
     if not positions:
@@ -74,10 +97,7 @@ def gradcheck(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
             row, element = map(int, np.unravel_index(int(np.argmax(bad)), bad.shape))
             which = int(np.searchsorted(offsets, row, side="right")) - 1
             output_element = np.unravel_index(row - offsets[which], reference[which].shape)
-            raise GradcheckError(
-                f"gradcheck: Jacobian mismatch for output {which} element "
-                f"{tuple(map(int, output_element))} with respect to input {position} element "
-                f"{tuple(map(int, np.unravel_index(element, array.shape)))}: analytic "
-                f"{analytic[row, element]!r}, numerical {numeric[row, element]!r} "
-                f"(atol={atol}, rtol={rtol})")
-    return True
+            return Mismatch(which, tuple(map(int, output_element)), position,
+                            tuple(map(int, np.unravel_index(element, array.shape))),
+                            float(analytic[row, element]), float(numeric[row, element]))
+    return None

@@ -388,8 +388,27 @@ class Tensor:
         return array
 
     def __array__(self, dtype=None, copy=None):
+        """numpy's protocol: the tensor's own buffer unless `copy=True` or another dtype is asked
+        for (which copies, so `copy=False` then raises ValueError, as numpy requires)."""
         array = self._eager_array("np.asarray(tensor)")
-        return array if dtype is None else array.astype(dtype)
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            if copy is False:
+                raise ValueError(f"np.asarray(tensor, dtype={np.dtype(dtype)}, copy=False) would "
+                                 f"need a copy: the tensor is {array.dtype}")
+            return array.astype(dtype)
+        return array.copy() if copy else array
+
+    def __dlpack__(self, **options):
+        """DLPack export (`torch.from_dlpack(t)`, `np.from_dlpack(t)`): shares the buffer. The
+        options (stream, max_version, dl_device, copy) are numpy's, which does the export."""
+        array = self._eager_array("__dlpack__")
+        if self.requires_grad:
+            raise ArgumentError("can't export a tensor that requires grad through DLPack; "
+                                "use tensor.detach()")
+        return array.__dlpack__(**options)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._eager_array("__dlpack_device__").__dlpack_device__()
 
     def item(self):
         array = self._eager_array(".item()")

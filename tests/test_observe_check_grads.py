@@ -1,0 +1,80 @@
+"""tr.trace(f, check_grads=True): custom backwards checked against finite differences of their
+forwards when a signature compiles."""
+import numpy as np
+import pytest
+
+import tracer as tr
+
+
+class Cube(tr.Function):
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        Cube.calls += 1
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return scale * x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * ctx.scale * x ** 2 * grad, None
+
+
+class WrongCube(Cube):
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        wrong = 3 * ctx.scale * x ** 2 * grad
+        wrong[1, 2] = 0.0  # one element of the gradient dropped
+        return wrong, None
+
+
+def loss_of(function):
+    def loss(x, w):
+        total = function.apply(x.mm(w), 0.5).sum()
+        total.backward()
+        return total
+    return loss
+
+
+def test_correct_backward_passes_and_is_checked_once_per_signature():
+    step = tr.trace(loss_of(Cube), check_grads=True)
+    x, w = tr.randn(2, 3), tr.randn(3, 4, requires_grad=True)
+    Cube.calls = 0
+    step(x, w)
+    checked = Cube.calls
+    # the trace runs forward once; the check runs it for every perturbed element and more
+    assert checked > 2 * 2 * 4
+    w.grad = None
+    step(x, w)
+    assert Cube.calls == checked  # the same signature: neither traced nor checked again
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().T @ (1.5 * (x.numpy() @ w.detach().numpy()) ** 2),
+                               rtol=1e-5)
+
+
+def test_wrong_backward_is_named_with_input_and_element():
+    step = tr.trace(loss_of(WrongCube), check_grads=True)
+    with pytest.raises(tr.GradcheckError) as error:
+        step(tr.randn(2, 3), tr.randn(3, 4, requires_grad=True))
+    message = str(error.value)
+    assert "WrongCube.backward" in message and "input 'x' element (1, 2)" in message
+    assert error.value.line.startswith("test_observe_check_grads.py:")
+    # without the option the same wrong backward compiles and runs
+    tr.trace(loss_of(WrongCube))(tr.randn(2, 3), tr.randn(3, 4, requires_grad=True))
+
+
+def test_r_style_function_and_an_input_computed_from_a_gradient():
+    square = tr.autograd_function(
+        forward=lambda ctx, input: (ctx.save_for_backward(input=input), input * input)[1],
+        backward=lambda ctx, grad: {"input": 3 * ctx.saved_variables.input * grad})  # wrong: 3x
+
+    def step(w):
+        (w * w).sum().backward()
+        # its input exists only after autodiff: checked on random values
+        return square(w.grad * w)
+
+    with pytest.raises(tr.GradcheckError, match=r"input 'input' element \(0,\)") as error:
+        tr.trace(step, check_grads=True)(tr.ones(3, requires_grad=True))
+    assert "numerically" in str(error.value)
