@@ -8,6 +8,9 @@ memory planning, code generation, compilation (or loading object code from the d
 the output shapes and dtypes and the layout of the pointer array. A call converts the arguments
 to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
 outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
+
+With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
+a call whose native code caught an access outside a buffer raises `tr.BoundsError`.
 """
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ import ctypes
 import functools
 import os
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from tracer.codegen.bounds import RECORD_BYTES, arena_overflow
 from tracer.codegen.kernels import KernelCode, generate_module
 from tracer.ir.fusion import FusedFunction, format_fused, fuse
 from tracer.ir.graph import Function, gc_paused
@@ -26,6 +30,7 @@ from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
+from tracer.errors import BoundsError
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -41,6 +46,12 @@ def thread_setting() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def bounds_setting() -> bool:
+    """TRACER_CHECK_BOUNDS=1: generate bounds-checked code. Read at compile time, like the thread
+    count, and part of both cache keys."""
+    return os.environ.get("TRACER_CHECK_BOUNDS") == "1"
 
 
 @functools.cache
@@ -82,18 +93,24 @@ class CompiledFunction:
         blas = jit.blas_available()
         host = jit.host()
         layout = array_layout()
+        checked = bounds_setting()
         with gc_paused():  # see ir.graph.gc_paused
             self.fused: FusedFunction = fuse(function, matmul_updates=blas)
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
-            self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                         blas, thread_setting(), layout)
+            # The kernels check offsets relative to each buffer's pointer; that the temporaries
+            # lie inside the arena is a fact of the plan, checked here once.
+            overflow = arena_overflow(self.fused, self.plan) if checked else None
+            if overflow is not None:
+                raise BoundsError(f"compiling {function.name}: {overflow}")
+            self.llvm_ir, self.kernels, self._sites = generate_module(
+                self.fused, self.plan, host.triple, blas, thread_setting(), layout, checked)
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
         directory = cache_directory()
         cache = None
         if directory is not None:
             cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
-                                                     host.features))
+                                                     host.features, checked))
         self._jit = jit.JitModule(self.llvm_ir, cache)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._fast = None
@@ -119,7 +136,8 @@ class CompiledFunction:
             seen.add(id(value))
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
-        self._arena_size = self.plan.arena_size
+        # checked code keeps its error record after the temporaries
+        self._arena_size = self.plan.arena_size + (RECORD_BYTES if checked else 0)
         self._arena, self._arena_address = self._new_arena()
         self._arena_lock = threading.Lock()
 
@@ -139,15 +157,7 @@ class CompiledFunction:
                     break
             else:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-                if self._arena_lock.acquire(blocking=False):
-                    try:
-                        status = fast(*arguments, *outputs, self._arena_address)
-                    finally:
-                        self._arena_lock.release()
-                else:
-                    arena, address = self._new_arena()
-                    status = fast(*arguments, *outputs, address)
-                if status == 0:
+                if self._run(lambda address: fast(*arguments, *outputs, address)) == 0:
                     return [arguments[-1 - slot] if slot < 0 else outputs[slot].copy()
                             if duplicate else outputs[slot] for slot, duplicate in self._returns]
         return self._call(arguments)
@@ -181,18 +191,41 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
-        # One arena, reused by every call; a concurrent call gets a fresh one.
+
+        def run(address: int) -> int:
+            pointers[-1] = address
+            self._entry(pointers.ctypes.data)
+            return 0
+
+        self._run(run)
+        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
+                else outputs[slot] for slot, duplicate in self._returns]
+
+    def _run(self, native: Callable[[int], int]) -> int:
+        """`native(arena address)` on the one arena every call reuses, or on a fresh one while
+        another call holds it; returns its status (0: the entry ran). In the bounds-checked mode,
+        raises the BoundsError the entry recorded in the arena (read before the arena is free)."""
         if self._arena_lock.acquire(blocking=False):
             try:
-                pointers[-1] = self._arena_address
-                self._entry(pointers.ctypes.data)
+                status = native(self._arena_address)
+                failure = self._bounds_failure(self._arena_address) if status == 0 else None
             finally:
                 self._arena_lock.release()
         else:
-            arena, pointers[-1] = self._new_arena()
-            self._entry(pointers.ctypes.data)
-        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
+            arena, address = self._new_arena()  # kept alive until the call has returned
+            status = native(address)
+            failure = self._bounds_failure(address) if status == 0 else None
+        if failure is not None:
+            message, line = failure
+            raise BoundsError(message, line or None)
+        return status
+
+    def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
+        """The message and user line of the failed check the error record holds, if any."""
+        if self._sites is None:
+            return None
+        code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
+        return None if code == 0 else self._sites.message(code - 1, offset)
 
     def stage_text(self, stage: str) -> str:
         """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
@@ -232,7 +265,7 @@ def compile_function(function: Function,
     (and the settings that change the generated code)."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           jit.blas_available(), cache_directory())
+           jit.blas_available(), cache_directory(), bounds_setting())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is None:
