@@ -102,7 +102,8 @@ class CompiledFunction:
             overflow = arena_overflow(self.fused, self.plan) if checked else None
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
-            self.llvm_ir, self.kernels, self._sites = generate_module(
+            # sites: the checked accesses (codegen.bounds.Sites), None unless bounds-checked
+            self.llvm_ir, self.kernels, self.sites = generate_module(
                 self.fused, self.plan, host.triple, blas, thread_setting(), layout, checked)
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
@@ -222,10 +223,10 @@ class CompiledFunction:
 
     def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
         """The message and user line of the failed check the error record holds, if any."""
-        if self._sites is None:
+        if self.sites is None:
             return None
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
-        return None if code == 0 else self._sites.message(code - 1, offset)
+        return None if code == 0 else self.sites.message(code - 1, offset)
 
     def stage_text(self, stage: str) -> str:
         """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
