@@ -1,6 +1,6 @@
 """Benchmarks of the compiled kernels against numpy (and PyTorch when it is installed).
 
-    python benchmarks/run.py [--quick] [--overhead] [--compile]
+    python benchmarks/run.py [--quick] [--overhead] [--compile] [--bounds]
 
 Each case is an IR function (what `@trace` hands to the back end) run three ways: compiled
 (`tracer.runtime.compiled.CompiledFunction`), the same computation written directly in numpy, and the
@@ -10,6 +10,7 @@ ratio numpy / compiled.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -112,7 +113,12 @@ def main() -> None:
     parser.add_argument("--overhead", action="store_true", help="only the per-call overhead")
     parser.add_argument("--compile", action="store_true",
                         help="only the compile time against graph size")
+    parser.add_argument("--bounds", action="store_true",
+                        help="only the cost of TRACER_CHECK_BOUNDS=1 (GELU on 1M floats)")
     options = parser.parse_args()
+    if options.bounds:
+        print_bounds_cost(5 if options.quick else 100)
+        return
     if options.overhead:
         print_traced_overhead()
         return
@@ -154,6 +160,30 @@ def main() -> None:
     print(f"per-call overhead (n=4 GELU fwd+bwd): {overhead * 1e6:.2f} us")
     print_traced_overhead()
     print_compile_times([100, 300, 1000])
+
+
+def print_bounds_cost(repeats: int) -> None:
+    """GELU forward+backward on 1M floats, unchecked and bounds-checked (TRACER_CHECK_BOUNDS=1),
+    on one thread and on the default number: medians, interleaved so that machine noise hits
+    both alike, and their ratio."""
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(0, 2, n).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)]
+    function = gelu_function(n)
+    for threads in ("1", ""):
+        variants = {}
+        for checked in ("0", "1"):
+            os.environ.update(TRACER_CHECK_BOUNDS=checked, TRACER_NUM_THREADS=threads)
+            variants[checked] = CompiledFunction(function)
+        times = {checked: [] for checked in variants}
+        for _ in range(repeats):
+            for checked, compiled in variants.items():
+                times[checked].append(median_time(lambda: compiled(arrays), 1))
+        plain, checked = (statistics.median(times[c]) for c in ("0", "1"))
+        print(f"GELU fwd+bwd n={n}, threads={threads or 'default'}: unchecked "
+              f"{plain * 1e3:.3f} ms, checked {checked * 1e3:.3f} ms, ratio {checked / plain:.2f}")
+    os.environ.pop("TRACER_CHECK_BOUNDS")
+    os.environ.pop("TRACER_NUM_THREADS")
 
 
 def chain_function(length: int, size: int = 1000) -> ir.Function:

@@ -8,6 +8,11 @@ the index (transpose permutes it, slice scales and shifts it, pad checks it), an
 an inner loop. Results are memoized per (value, index) so a value shared by several results of the
 kernel is computed once. Loop skeletons, kernel functions, matmul and the entry point are Jinja2
 templates in codegen/templates/.
+
+In the bounds-checked mode (`sites` given, TRACER_CHECK_BOUNDS=1) every kernel takes the error
+record `%bounds` as its first pointer, every buffer access goes through `KernelEmitter.address`,
+which puts the `check` of templates/bounds.ll.j2 before it, and the entry stops after a kernel
+that failed one (codegen/bounds.py).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer,
                               cast, double_hex, literal)
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
@@ -31,8 +37,11 @@ ENVIRONMENT = jinja2.Environment(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 ENVIRONMENT.filters["d"] = double_hex
 LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
+BOUNDS = ENVIRONMENT.get_template("bounds.ll.j2").module
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+# The float32 matmul fallback sums a row of C in float64 this many columns at a time.
+MATMUL_BLOCK = 256
 # A kernel runs on several threads when it does at least this many element operations per thread
 # (starting and joining a thread costs some tens of microseconds).
 PARALLEL_WORK_PER_THREAD = 1 << 21
@@ -47,6 +56,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= size
     return tuple(reversed(strides))
+
+
+def line_of(value: Value) -> str:
+    """The user's line that computed `value` ("" for a parameter)."""
+    return "" if value.producer is None else value.producer.location
 
 
 def is_flat(kernel: Kernel) -> bool:
@@ -67,10 +81,15 @@ def is_flat(kernel: Kernel) -> bool:
 class KernelEmitter:
     """Writes the body of one loop or accumulate kernel."""
 
-    def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
+    def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str], name: str,
+                 sites: Sites | None):
         self.fused = fused
         self.kernel = kernel
         self.buffers = buffers  # value id -> the kernel parameter register holding its buffer
+        self.name = name
+        self.sites = sites  # the checked accesses of the module, in the bounds-checked mode
+        # the user's line of the instruction being computed, which a checked access names
+        self.location = line_of(kernel.results[0])
         self.own = {id(v) for v in kernel.results}
         self.flat = is_flat(kernel)
         self.w = Writer()
@@ -114,20 +133,26 @@ class KernelEmitter:
 
     # Memory -----------------------------------------------------------------------------------
 
-    def address(self, buffer: str, dtype: np.dtype, offset) -> str:
-        return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[dtype]}, ptr {buffer}, "
+    def address(self, buffer: str, value: Value, offset, access: str) -> str:
+        """A pointer to element `offset` of the buffer `value` lives in: every load and store
+        comes here, so in the bounds-checked mode this is where its check is emitted."""
+        if self.sites is not None:
+            site = self.sites.add(self.name, value, access, self.location)
+            self.w.raw(str(BOUNDS.check(self.w.label("bounds"), site, offset, value.type.size)))
+        return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[value.dtype]}, ptr {buffer}, "
                             f"i64 {offset}", "p")
 
     def load(self, value: Value, offset) -> str:
-        pointer = self.address(self.buffers[id(value)], value.dtype, offset)
+        pointer = self.address(self.buffers[id(value)], value, offset, "read")
         storage = STORAGE_TYPE[value.dtype]
         loaded = self.w.value(f"load {storage}, ptr {pointer}, align {value.dtype.itemsize}")
         if value.dtype == bool_:
             return self.w.value(f"icmp ne i8 {loaded}, 0")
         return loaded
 
-    def store(self, register: str, dtype: np.dtype, buffer: str, offset) -> None:
-        pointer = self.address(buffer, dtype, offset)
+    def store(self, register: str, value: Value, buffer: str, offset) -> None:
+        dtype = value.dtype
+        pointer = self.address(buffer, value, offset, "write")
         if dtype == bool_:
             register = self.w.value(f"zext i1 {register} to i8")
         self.w.emit(f"store {STORAGE_TYPE[dtype]} {register}, ptr {pointer}, "
@@ -178,6 +203,15 @@ class KernelEmitter:
         instruction = value.producer
         if instruction is None or (self.fused.is_materialized(value) and id(value) not in self.own):
             return self.load(value, self.linear(index, self.shape_of(value)))
+        reader = self.location
+        self.location = instruction.location or reader
+        result = self.compute(value, index)
+        self.location = reader
+        return result
+
+    def compute(self, value: Value, index: Index) -> str:
+        """`value` at `index`, from its instruction (the loads are of the buffers it reads)."""
+        instruction = value.producer
         primitive, attributes = instruction.primitive, instruction.attributes
         inputs = instruction.inputs
         lowering = LOWERING[primitive]
@@ -374,9 +408,13 @@ class KernelEmitter:
         index, loops = self.open_nest(shape, split=split)
         # Every result is computed before any is stored: a result written in place into an
         # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
-        registers = [self.evaluate(value, index) for value in self.kernel.results]
+        registers = []
+        for value in self.kernel.results:
+            self.location = line_of(value)
+            registers.append(self.evaluate(value, index))
         for value, register, buffer in zip(self.kernel.results, registers, results):
-            self.store(register, value.dtype, buffer, self.linear(index, shape))
+            self.location = line_of(value)
+            self.store(register, value, buffer, self.linear(index, shape))
         for loop in reversed(loops):
             self.close_loop(loop)
 
@@ -389,14 +427,14 @@ class KernelEmitter:
         initial = literal(0, dtype) if primitive == "reduce_sum" else self.accumulator(
             primitive, dtype)[1]
         index, loops = self.open_nest((result.type.size,), split=False)
-        self.store(initial, dtype, buffer, index[0])
+        self.store(initial, result, buffer, index[0])
         for loop in reversed(loops):
             self.close_loop(loop)
         index, loops = self.open_nest(x.shape, split=False)
         element = self.evaluate(x, index)
         offset = self.linear(tuple(p for axis, p in enumerate(index) if axis not in axes),
                              result.shape)
-        pointer = self.address(buffer, dtype, offset)
+        pointer = self.address(buffer, result, offset, "read-modify-write")
         t = LLVM_TYPE[dtype]
         accumulated = self.w.value(f"load {t}, ptr {pointer}")
         combined = (self.w.value(f"fadd {t} {accumulated}, {element}") if primitive == "reduce_sum"
@@ -434,38 +472,57 @@ def shared_buffers(kernel: Kernel, plan: MemoryPlan | None) -> dict[int, int]:
             if plan.write(v) in reads}
 
 
+def render_matmul(name: str, matmul: Instruction, result: Value, gemm: bool, accumulate: bool,
+                  sites: Sites | None) -> str:
+    """The function `name` computing `result` (= or += alpha *) the product of `matmul`."""
+    (a, transpose_a), (b, transpose_b) = map(matmul_operand, matmul.inputs)
+    m, k = matmul.inputs[0].shape[-2:]
+    n = matmul.inputs[1].shape[-1]
+    dtype = result.dtype
+    block = min(n, MATMUL_BLOCK)
+    checks = None
+    if sites is not None:
+        line = matmul.location
+        checks = {"a": (sites.add(name, a, "read", line), a.type.size),
+                  "b": (sites.add(name, b, "read", line), b.type.size),
+                  "c": (sites.add(name, result, "read-modify-write" if accumulate else "write",
+                                  line), result.type.size),
+                  "accumulator": (sites.add_internal(name, "the float64 row accumulator", block,
+                                                     "read-modify-write", line), block)}
+    return ENVIRONMENT.get_template("matmul.ll.j2").render(
+        name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize, block=block,
+        transpose_a=transpose_a, transpose_b=transpose_b,
+        gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=accumulate, checks=checks)
+
+
 def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
-                plan: MemoryPlan | None = None) -> KernelCode:
+                plan: MemoryPlan | None = None, sites: Sites | None = None) -> KernelCode:
+    """The code of one kernel; with `sites` (which needs `plan`), bounds-checked."""
     results = list(kernel.results)
     shared = shared_buffers(kernel, plan)
     if kernel.update is not None:
-        return emit_matmul_update(fused, kernel, name, gemm, plan, shared)
+        return emit_matmul_update(fused, kernel, name, gemm, plan, shared, sites)
     if kernel.kind == "matmul":
         instruction = kernel.instructions[-1]
-        (a, transpose_a), (b, transpose_b) = map(matmul_operand, instruction.inputs)
-        result = kernel.results[0]
+        operands = [matmul_operand(v)[0] for v in instruction.inputs]
         m, k = instruction.inputs[0].shape[-2:]
         n = instruction.inputs[1].shape[-1]
-        dtype = result.dtype
-        text = ENVIRONMENT.get_template("matmul.ll.j2").render(
-            name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
-            transpose_a=transpose_a, transpose_b=transpose_b,
-            gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=False)
+        text = render_matmul(name, instruction, kernel.results[0], gemm, False, sites)
         extent = split_extent(kernel, False)
-        return KernelCode(text, name, [a, b], results, extent, False, extent * m * n * k)
+        return KernelCode(text, name, operands, results, extent, False, extent * m * n * k)
     arguments = list(kernel.inputs)
     buffers = {id(v): f"%in{i}" for i, v in enumerate(arguments)}
     result_registers = [f"%in{shared[j]}" if j in shared else f"%out{j}"
                         for j in range(len(results))]
-    emitter = KernelEmitter(fused, kernel, buffers)
+    emitter = KernelEmitter(fused, kernel, buffers, name, sites)
     if kernel.kind == "loop":
         emitter.loop_kernel(result_registers)
     else:
         emitter.accumulate_kernel(result_registers)
     own_registers = [r for j, r in enumerate(result_registers) if j not in shared]
     results = [v for j, v in enumerate(results) if j not in shared]
-    text = LOOPS.kernel(name, list(buffers.values()) + own_registers, emitter.w.allocas,
-                        "\n".join(emitter.w.lines))
+    text = LOOPS.kernel(name, record_register(sites) + list(buffers.values()) + own_registers,
+                        emitter.w.allocas, "\n".join(emitter.w.lines))
     extent = split_extent(kernel, emitter.flat)
     size = max(kernel.results[0].type.size, 1)
     if kernel.kind == "accumulate":
@@ -474,15 +531,21 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
     return KernelCode(str(text), name, arguments, results, extent, kernel.kind == "loop", work)
 
 
+def record_register(sites: Sites | None) -> list[str]:
+    """The error record's register, first among a kernel's pointers in the bounds-checked mode."""
+    return [] if sites is None else ["%bounds"]
+
+
 def emit_matmul_update(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
-                       plan: MemoryPlan | None, shared: dict[int, int]) -> KernelCode:
+                       plan: MemoryPlan | None, shared: dict[int, int],
+                       sites: Sites | None) -> KernelCode:
     """result = rest + alpha * a @ b: a loop stores `rest` (the result's expression with the
     product taken as 0) into the result's buffer -- skipped when rest is the parameter whose buffer
     the result is written into -- then the gemm adds alpha * a @ b (beta = 1)."""
     update = kernel.update
     (result,) = kernel.results
     product = update.matmul.outputs[0]
-    (a, transpose_a), (b, transpose_b) = map(matmul_operand, update.matmul.inputs)
+    a, b = (matmul_operand(v)[0] for v in update.matmul.inputs)
     m, k = update.matmul.inputs[0].shape[-2:]
     n = update.matmul.inputs[1].shape[-1]
     dtype = result.dtype
@@ -494,7 +557,7 @@ def emit_matmul_update(fused: FusedFunction, kernel: Kernel, name: str, gemm: bo
     instructions = [i for i in kernel.instructions if id(i) not in skipped]
     read = {id(x) for i in instructions for x in i.inputs}
     rest = Kernel("loop", [result], instructions, [v for v in arguments if id(v) in read])
-    emitter = KernelEmitter(fused, rest, buffers)
+    emitter = KernelEmitter(fused, rest, buffers, name, sites)
     emitter.zeros.add(id(product))
     alpha = literal(1, dtype)
     for factor in update.factors:  # evaluated first: they dominate the loop and the gemm
@@ -508,14 +571,13 @@ def emit_matmul_update(fused: FusedFunction, kernel: Kernel, name: str, gemm: bo
     if not in_place_rest:
         emitter.loop_kernel([output], split=False)
     extent = split_extent(kernel, False)
-    emitter.w.emit(f"call void @{name}.gemm(ptr {buffers[id(a)]}, ptr {buffers[id(b)]}, "
-                   f"ptr {output}, {LLVM_TYPE[dtype]} {alpha}, i64 %begin, i64 %end)")
-    registers = list(buffers.values()) + ([] if 0 in shared else [output])
+    pointers = "".join(f"ptr {p}, " for p in record_register(sites) + [buffers[id(a)],
+                                                                         buffers[id(b)], output])
+    emitter.w.emit(f"call void @{name}.gemm({pointers}{LLVM_TYPE[dtype]} {alpha}, "
+                   f"i64 %begin, i64 %end)")
+    registers = record_register(sites) + list(buffers.values()) + ([] if 0 in shared else [output])
     text = str(LOOPS.kernel(name, registers, emitter.w.allocas, "\n".join(emitter.w.lines)))
-    text += "\n\n" + ENVIRONMENT.get_template("matmul.ll.j2").render(
-        name=f"{name}.gemm", type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
-        transpose_a=transpose_a, transpose_b=transpose_b,
-        gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=True)
+    text += "\n\n" + render_matmul(f"{name}.gemm", update.matmul, result, gemm, True, sites)
     results = [] if 0 in shared else [result]
     return KernelCode(text, name, arguments, results, extent, False,
                       extent * m * n * k + result.type.size)
@@ -590,14 +652,17 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
 
 
 def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
-                    gemm: bool, threads: int = 1,
-                    layout: tuple[int, int] | None = None,
-                    profile: bool = False) -> tuple[str, list[KernelCode]]:
-    """The LLVM IR text of the whole function, and a description of each kernel. Large kernels
-    whose outer loop can be split run on up to `threads` threads. With `profile`, the entry
-    counts each kernel's calls and nanoseconds in the global @tracer_profile."""
+                    gemm: bool, threads: int = 1, layout: tuple[int, int] | None = None,
+                    profile: bool = False,
+                    checked: bool = False) -> tuple[str, list[KernelCode], Sites | None]:
+    """The LLVM IR text of the whole function, a description of each kernel and, if `checked`,
+    the table of its bounds-checked accesses (the error record is RECORD_BYTES at byte
+    plan.arena_size of the arena). Large kernels whose outer loop can be split run on up to
+    `threads` threads. With `profile`, the entry counts each kernel's calls and nanoseconds in
+    the global @tracer_profile."""
     function = fused.function
-    codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm, plan)
+    sites = Sites(plan) if checked else None
+    codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm, plan, sites)
              for number, kernel in enumerate(fused.kernels)]
     slots = [(f"%param.{i}", i) for i in range(len(function.parameters))]
     slots += [(f"%output.{i}", len(function.parameters) + i) for i in range(len(plan.output_slots))]
@@ -605,7 +670,8 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
     arena_offsets = sorted({loc.index for loc in plan.locations.values() if loc.kind == "arena"})
     calls, parallel = [], []
     for code in codes:
-        pointers = [location_register(plan.read(v)) for v in code.arguments]
+        pointers = record_register(sites) + [location_register(plan.read(v))
+                                             for v in code.arguments]
         pointers += [location_register(plan.write(v)) for v in code.results]
         arguments = "".join(f"ptr {p}, " for p in pointers)
         count = thread_count(code, threads)
@@ -630,5 +696,5 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
         function_name=function.name, triple=triple, declarations=declarations,
         kernels=[c.text for c in codes] + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
-        fast_entry=fast, profile=profile)
-    return text, codes
+        fast_entry=fast, profile=profile, checked=checked, record_offset=plan.arena_size)
+    return text, codes, sites

@@ -1,7 +1,8 @@
 """The on-disk cache of compiled object code, shared across processes.
 
 An entry's key hashes the LLVM IR text, the host (triple, CPU name, CPU features), the project
-version and the cache format; the file is named after the key. Each file holds a header (magic,
+version, the cache format and whether the code is bounds-checked (TRACER_CHECK_BOUNDS; the checked
+text differs anyway, but a checked and an unchecked object must never be confused); the file is named after the key. Each file holds a header (magic,
 format version, the full key, payload length, SHA-256 of the payload) then the object code. A file
 whose header, length or checksum does not match is treated as absent: the module is compiled again
 and the entry rewritten, never run. Writes go to a temporary file in the same directory, then
@@ -41,10 +42,10 @@ def cache_directory() -> Path | None:
     return Path(base) / "tracer"
 
 
-def cache_key(llvm_ir: str, triple: str, cpu: str, features: str) -> bytes:
+def cache_key(llvm_ir: str, triple: str, cpu: str, features: str, checked: bool) -> bytes:
     digest = hashlib.sha256()
     for part in (f"format={FORMAT}", f"version={project_version()}", triple, cpu, features,
-                 llvm_ir):
+                 f"checked={int(checked)}", llvm_ir):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.digest()

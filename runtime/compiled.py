@@ -8,6 +8,9 @@ memory planning, code generation, compilation (or loading object code from the d
 the output shapes and dtypes and the layout of the pointer array. A call converts the arguments
 to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
 outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
+
+With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
+a call whose native code caught an access outside a buffer raises `tr.BoundsError`.
 """
 from __future__ import annotations
 
@@ -17,10 +20,11 @@ import logging
 import os
 import threading
 import time
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from tracer.codegen.bounds import RECORD_BYTES, arena_overflow
 from tracer.codegen.kernels import KernelCode, generate_module
 from tracer.ir.fusion import FusedFunction, format_fused, fuse
 from tracer.ir.graph import Function, gc_paused
@@ -28,6 +32,7 @@ from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
+from tracer.errors import BoundsError
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -57,6 +62,12 @@ def thread_setting() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def bounds_setting() -> bool:
+    """TRACER_CHECK_BOUNDS=1: generate bounds-checked code. Read at compile time, like the thread
+    count, and part of both cache keys."""
+    return os.environ.get("TRACER_CHECK_BOUNDS") == "1"
 
 
 @functools.cache
@@ -101,14 +112,21 @@ class CompiledFunction:
         self.profiling = profile_setting()
         self.timings: dict[str, float] = {}  # seconds per back-end stage
         started = time.perf_counter()
+        checked = bounds_setting()
         with gc_paused():  # see ir.graph.gc_paused
             self.fused: FusedFunction = fuse(function, matmul_updates=blas)
             self.timings["fuse"] = time.perf_counter() - started
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             self.timings["memory"] = time.perf_counter() - started - sum(self.timings.values())
-            self.llvm_ir, self.kernels = generate_module(self.fused, self.plan, host.triple,
-                                                         blas, thread_setting(), layout,
-                                                         self.profiling)
+            # The kernels check offsets relative to each buffer's pointer; that the temporaries
+            # lie inside the arena is a fact of the plan, checked here once.
+            overflow = arena_overflow(self.fused, self.plan) if checked else None
+            if overflow is not None:
+                raise BoundsError(f"compiling {function.name}: {overflow}")
+            # sites: the checked accesses (codegen.bounds.Sites), None unless bounds-checked
+            self.llvm_ir, self.kernels, self.sites = generate_module(
+                self.fused, self.plan, host.triple, blas, thread_setting(), layout,
+                self.profiling, checked)
             self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
@@ -116,7 +134,7 @@ class CompiledFunction:
         cache = None
         if directory is not None:
             cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
-                                                     host.features))
+                                                     host.features, checked))
         self._jit = jit.JitModule(self.llvm_ir, cache)
         self.timings["llvm"] = time.perf_counter() - started - sum(self.timings.values())
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
@@ -147,7 +165,8 @@ class CompiledFunction:
             seen.add(id(value))
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
-        self._arena_size = self.plan.arena_size
+        # checked code keeps its error record after the temporaries
+        self._arena_size = self.plan.arena_size + (RECORD_BYTES if checked else 0)
         self._arena, self._arena_address = self._new_arena()
         self._arena_lock = threading.Lock()
 
@@ -167,15 +186,7 @@ class CompiledFunction:
                     break
             else:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-                if self._arena_lock.acquire(blocking=False):
-                    try:
-                        status = fast(*arguments, *outputs, self._arena_address)
-                    finally:
-                        self._arena_lock.release()
-                else:
-                    arena, address = self._new_arena()
-                    status = fast(*arguments, *outputs, address)
-                if status == 0:
+                if self._run(lambda address: fast(*arguments, *outputs, address)) == 0:
                     return [arguments[-1 - slot] if slot < 0 else outputs[slot].copy()
                             if duplicate else outputs[slot] for slot, duplicate in self._returns]
         return self._call(arguments)
@@ -209,18 +220,41 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
-        # One arena, reused by every call; a concurrent call gets a fresh one.
+
+        def run(address: int) -> int:
+            pointers[-1] = address
+            self._entry(pointers.ctypes.data)
+            return 0
+
+        self._run(run)
+        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
+                else outputs[slot] for slot, duplicate in self._returns]
+
+    def _run(self, native: Callable[[int], int]) -> int:
+        """`native(arena address)` on the one arena every call reuses, or on a fresh one while
+        another call holds it; returns its status (0: the entry ran). In the bounds-checked mode,
+        raises the BoundsError the entry recorded in the arena (read before the arena is free)."""
         if self._arena_lock.acquire(blocking=False):
             try:
-                pointers[-1] = self._arena_address
-                self._entry(pointers.ctypes.data)
+                status = native(self._arena_address)
+                failure = self._bounds_failure(self._arena_address) if status == 0 else None
             finally:
                 self._arena_lock.release()
         else:
-            arena, pointers[-1] = self._new_arena()
-            self._entry(pointers.ctypes.data)
-        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
+            arena, address = self._new_arena()  # kept alive until the call has returned
+            status = native(address)
+            failure = self._bounds_failure(address) if status == 0 else None
+        if failure is not None:
+            message, line = failure
+            raise BoundsError(message, line or None)
+        return status
+
+    def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
+        """The message and user line of the failed check the error record holds, if any."""
+        if self.sites is None:
+            return None
+        code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
+        return None if code == 0 else self.sites.message(code - 1, offset)
 
     def kernel_times(self) -> list[KernelTime]:
         """Calls and total run time of each kernel so far; empty unless compiled with
@@ -269,7 +303,7 @@ def compile_function(function: Function,
     (and the settings that change the generated code)."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           jit.blas_available(), cache_directory(), profile_setting())
+           jit.blas_available(), cache_directory(), profile_setting(), bounds_setting())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:

@@ -1,6 +1,7 @@
 """Property test: random programs (elementwise chains, broadcasting, reductions over any axes,
 transposes, slices, pads, reshapes, matmul) over random shapes including 0 and 1, compiled and
-interpreted, on C-contiguous and non-contiguous inputs, agree."""
+interpreted, on C-contiguous and non-contiguous inputs, agree; each is compiled twice, unchecked and
+bounds-checked (TRACER_CHECK_BOUNDS=1), so the checks raise no false alarm on any of them."""
 from __future__ import annotations
 
 
@@ -128,14 +129,22 @@ def check(function: ir.Function, seed: int) -> None:
     rng = np.random.default_rng(seed)
     arguments = [rng.normal(size=p.shape).astype(p.dtype) for p in optimized.parameters]
     expected = ir.interpret(optimized, arguments)
-    compiled = CompiledFunction(optimized)
-    for variant in (arguments, [non_contiguous(a) for a in arguments]):
-        actual = compiled(variant)
-        for a, e in zip(actual, expected):
-            assert a.shape == e.shape and a.dtype == e.dtype
-            scale = 1.0 + float(np.max(np.abs(e), initial=0.0))
-            # sums and BLAS add in their own orders
-            np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-12 * scale)
+    variants = (arguments, [non_contiguous(a) for a in arguments])
+    for checked in ("0", "1"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TRACER_CHECK_BOUNDS", checked)
+            compiled = CompiledFunction(optimized)
+        assert ("bounds-checked" in compiled.llvm_ir) == (checked == "1")
+        for variant in variants:
+            compare(compiled(variant), expected)
+
+
+def compare(actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype
+        scale = 1.0 + float(np.max(np.abs(e), initial=0.0))
+        # sums and BLAS add in their own orders
+        np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-12 * scale)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

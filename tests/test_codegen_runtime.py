@@ -114,10 +114,11 @@ def test_second_process_compiles_nothing_and_corrupt_entries_are_recompiled(tmp_
 
 def test_cache_key_covers_host_and_version():
     from tracer.runtime.cache import cache_key
-    base = cache_key("ir", "triple", "cpu", "+avx")
-    assert base != cache_key("ir ", "triple", "cpu", "+avx")
-    assert base != cache_key("ir", "triple", "cpu2", "+avx")
-    assert base != cache_key("ir", "triple", "cpu", "-avx")
+    base = cache_key("ir", "triple", "cpu", "+avx", False)
+    assert base != cache_key("ir ", "triple", "cpu", "+avx", False)
+    assert base != cache_key("ir", "triple", "cpu2", "+avx", False)
+    assert base != cache_key("ir", "triple", "cpu", "-avx", False)
+    assert base != cache_key("ir", "triple", "cpu", "+avx", True)
 
 
 def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):

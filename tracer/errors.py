@@ -56,3 +56,7 @@ class ArgumentError(TracerError, TypeError):
 
 class GradcheckError(TracerError):
     """gradcheck found an analytic gradient that disagrees with finite differences."""
+
+
+class BoundsError(TracerError):
+    """Bounds-checked compiled code (TRACER_CHECK_BOUNDS=1) caught an access outside a buffer."""

@@ -1,0 +1,71 @@
+"""The bounds-checked mode (TRACER_CHECK_BOUNDS=1): the table of checked accesses of one module.
+
+Generated code checks every buffer access with the `check` macro of templates/bounds.ll.j2, which
+names the access by a site number; on failure the native code leaves that number and the element
+offset in its error record (RECORD_BYTES after the arena's temporaries) and stops. `Sites` assigns
+the numbers at code generation and turns a record back into a message: which kernel, which
+buffer (where it lives in the memory plan), which element, and the user's line of the
+instruction the access was made for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracer.ir.fusion import FusedFunction
+from tracer.ir.graph import Value
+from tracer.ir.memory import MemoryPlan
+
+RECORD_BYTES = 16  # the failed site + 1 (0: none) and the element offset, two i64
+
+_KIND = {"parameter": "parameter", "output": "output", "arena": "arena temporary"}
+
+
+@dataclass(frozen=True)
+class Site:
+    kernel: str
+    buffer: str  # a description for the message
+    count: int  # the buffer's element count
+    access: str  # "read", "write" or "read-modify-write"
+    line: str  # the user's line ('file.py:12') the access was made for, or ""
+
+
+class Sites:
+    """The numbered checked accesses of one module."""
+
+    def __init__(self, plan: MemoryPlan):
+        self.plan = plan
+        self.sites: list[Site] = []
+
+    def add(self, kernel: str, value: Value, access: str, line: str) -> int:
+        """The site number of an access of `value`'s buffer (where it is written, for a write)."""
+        location = (self.plan.write(value) if access != "read" else self.plan.read(value))
+        where = _KIND[location.kind] + (f" at byte {location.index}" if location.kind == "arena"
+                                        else f" {location.index}")
+        buffer = f"%{value.name} ({value.type}, {where})"
+        return self.add_internal(kernel, buffer, value.type.size, access, line)
+
+    def add_internal(self, kernel: str, buffer: str, count: int, access: str, line: str) -> int:
+        """The site number of an access of a buffer that is no value's (a kernel's own)."""
+        self.sites.append(Site(kernel, buffer, count, access, line))
+        return len(self.sites) - 1
+
+    def message(self, site: int, offset: int) -> tuple[str, str]:
+        """What failed, and the user's line it is about ("" if unknown)."""
+        s = self.sites[site]
+        return (f"bounds check failed in {s.kernel}: {s.access} of element {offset} of "
+                f"{s.buffer}, which has {s.count} elements. Nothing outside a buffer was touched; "
+                f"the kernel stopped before the access and no later kernel ran"), s.line
+
+
+def arena_overflow(fused: FusedFunction, plan: MemoryPlan) -> str | None:
+    """What lies outside the arena in `plan`, if anything. The kernels check each offset against
+    its buffer's element count, relative to the buffer's pointer; that every temporary's block is
+    inside the arena is a fact of the plan, so it is checked once, at compile time."""
+    for kernel in fused.kernels:
+        for value in kernel.results:
+            location = plan.write(value)
+            end = location.index + value.type.size * value.dtype.itemsize
+            if location.kind == "arena" and (location.index < 0 or end > plan.arena_size):
+                return (f"the memory plan puts %{value.name} ({value.type}) at bytes "
+                        f"[{location.index}, {end}) of an arena of {plan.arena_size} bytes")
+    return None
