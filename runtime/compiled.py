@@ -15,6 +15,7 @@ import ctypes
 import functools
 import os
 import threading
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -25,7 +26,7 @@ from tracer.ir.graph import Function, gc_paused
 from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
-from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
+from tracer.runtime.cache import cache_directory, cache_key, open_entry
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -89,11 +90,7 @@ class CompiledFunction:
                                                          blas, thread_setting(), layout)
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
-        directory = cache_directory()
-        cache = None
-        if directory is not None:
-            cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
-                                                     host.features))
+        cache = open_entry(cache_key(self.llvm_ir, host.triple, host.cpu, host.features))
         self._jit = jit.JitModule(self.llvm_ir, cache)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._fast = None
@@ -208,7 +205,9 @@ class CompiledFunction:
         return self._stages[stage]
 
 
-_compiled: dict[str, CompiledFunction] = {}
+# Shared by every traced function whose signature gives the same graph, and only while one of them
+# holds it: the native code is freed with the last reference.
+_compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakValueDictionary()
 _compiled_lock = threading.Lock()
 
 
@@ -228,8 +227,8 @@ def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> 
 
 def compile_function(function: Function,
                      write_into: dict[int, int] | None = None) -> CompiledFunction:
-    """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text
-    (and the settings that change the generated code)."""
+    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
+    (and the settings that change the generated code) while it is in use."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
            jit.blas_available(), cache_directory())

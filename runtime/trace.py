@@ -21,6 +21,7 @@ import numpy as np
 from tracer import ir
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import compile_function
+from tracer.runtime.signatures import SignatureCache
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
@@ -110,9 +111,9 @@ class Entry:
     captured_types: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
     leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
-    # (read the current value, the value when traced) of what the function reads from its
+    # (name, read the current value, the value when traced) of what the function reads from its
     # globals and closure: a tensor, array or number there that changes means tracing again.
-    guards: list[tuple[Callable[[], Any], Any]] = field(default_factory=list)
+    guards: list[tuple[str, Callable[[], Any], Any]] = field(default_factory=list)
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
@@ -131,21 +132,18 @@ class TracedFunction:
         functools.update_wrapper(self, function)
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
-        self._cache: dict[tuple, Entry] = {}
-        self._quick: dict[tuple, Entry] = {}  # the same entries, for calls _quick_key can key
-        self._hits = self._misses = 0
+        self._signatures = SignatureCache(getattr(function, "__qualname__", "function"))
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
 
     def cache_info(self) -> CacheInfo:
-        return CacheInfo(self._hits, self._misses, len(self._cache))
+        signatures = self._signatures
+        return CacheInfo(signatures.hits, signatures.misses, len(signatures.entries))
 
     def cache_clear(self) -> None:
-        self._cache.clear()
-        self._quick.clear()
-        self._hits = self._misses = 0
+        self._signatures.clear()
 
     # Signatures.
     def _split(self, args, kwargs):
@@ -206,22 +204,14 @@ class TracedFunction:
         """The entry for this call, the values of its argument leaves, and the leaves with their
         paths (None for the common call, whose leaves are the positional arguments themselves)."""
         quick = self._quick_key(args, kwargs)
-        entry = self._quick.get(quick) if quick is not None else None
-        if entry is not None and not _captured_changed(entry):
-            self._hits += count
-            return entry, args, None
-        key, leaves = self._key(args, kwargs)
-        entry = self._cache.get(key)
-        if entry is not None and _captured_changed(entry):
-            entry = None  # what the function read outside its arguments changed: trace again
-        if entry is None:
-            entry = self._compile(args, kwargs, leaves)
-            self._cache[key] = entry
-            self._misses += count
-        else:
-            self._hits += count
         if quick is not None:
-            self._quick[quick] = entry
+            entry = self._signatures.quick(quick, _captured_change, count)
+            if entry is not None:
+                return entry, args, None
+        key, leaves = self._key(args, kwargs)
+        entry = self._signatures.lookup(key, [path for _, path in leaves],
+                                        lambda: self._compile(args, kwargs, leaves),
+                                        _captured_change, count, quick)
         return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
@@ -331,7 +321,7 @@ class TracedFunction:
         if not folder:
             return
         os.makedirs(folder, exist_ok=True)
-        number = len(self._cache)
+        number = len(self._signatures.entries)
         for stage in (*entry.stages, *entry.executable.stages):
             text = self._stage_text(entry, stage)
             path = os.path.join(folder, f"{self.python_function.__name__}.{number}.{stage}.txt")
@@ -497,7 +487,7 @@ def _same(current, traced) -> bool:
     return type(current) is type(traced) and (current == traced or current != current)
 
 
-def scope_guards(function: Callable) -> list[tuple[Callable[[], Any], Any]]:
+def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]:
     """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
     from its closure (not those of the functions it calls)."""
     code = getattr(function, "__code__", None)
@@ -507,22 +497,27 @@ def scope_guards(function: Callable) -> list[tuple[Callable[[], Any], Any]]:
     namespace = getattr(function, "__globals__", {})
     for name in code.co_names:
         if _is_guarded(namespace.get(name)):
-            guards.append((lambda name=name: namespace.get(name), namespace[name]))
+            guards.append((f"global {name}", lambda name=name: namespace.get(name),
+                           namespace[name]))
     for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not bound yet
             continue
         if _is_guarded(value):
-            guards.append((lambda cell=cell: cell.cell_contents, value))
+            guards.append((f"closure variable {name}", lambda cell=cell: cell.cell_contents, value))
     return guards
 
 
-def _captured_changed(entry: Entry) -> bool:
-    """Whether what the entry was traced with outside its arguments has changed since."""
+def _captured_change(entry: Entry) -> str:
+    """What the entry was traced with outside its arguments and has changed since (a recompile
+    reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
     if entry.captured and entry.captured_types != _captured_types(entry.captured):
-        return True
-    return any(not _same(read(), traced) for read, traced in entry.guards)
+        return "shape, dtype or requires_grad of a tensor read outside the arguments"
+    for name, read, traced in entry.guards:
+        if not _same(read(), traced):
+            return f"{name}: rebound"
+    return ""
 
 
 def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
