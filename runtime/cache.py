@@ -169,22 +169,25 @@ def _secret(directory: Path) -> bytes | None:
 def open_entry(key: bytes) -> ObjectCache | None:
     """The disk-cache entry for `key`, or None if the disk cache is disabled or not trusted."""
     directory = cache_directory()
+    capacity = byte_size_setting("TRACER_CACHE_SIZE", DEFAULT_CACHE_SIZE)  # bad values fail early
     if directory is None or not _trusted_directory(directory):
         return None
     secret = _secret(directory)
     if secret is None:
         return None
-    return ObjectCache(directory, key, secret)
+    return ObjectCache(directory, key, secret, capacity)
 
 
 class ObjectCache:
     """One entry of the disk cache: `load()` the object code if a valid entry exists, `store()` it."""
 
-    def __init__(self, directory: Path, key: bytes, secret: bytes):
+    def __init__(self, directory: Path, key: bytes, secret: bytes,
+                 capacity: int = DEFAULT_CACHE_SIZE):
         self.directory = directory
         self.key = key
         self.path = directory / f"{key.hex()}.o"
         self._secret = secret
+        self.capacity = capacity  # of the whole directory, in bytes
 
     def _header(self, payload: bytes) -> bytes:
         fields = (MAGIC, FORMAT, self.key, len(payload))
@@ -238,8 +241,7 @@ class ObjectCache:
             except BaseException:
                 os.unlink(temporary)
                 raise
-            evict_least_recently_used(self.directory,
-                                      byte_size_setting("TRACER_CACHE_SIZE", DEFAULT_CACHE_SIZE))
+            evict_least_recently_used(self.directory, self.capacity)
         except OSError:
             pass  # a read-only or full disk only costs a recompilation next time
 
