@@ -114,10 +114,20 @@ def test_secret_is_private_and_created_once(directory):
     assert not [p for p in directory.iterdir() if p.name.startswith(".tmp-")]
 
 
+def in_thread(action, timeout: float = 30.0):
+    """Run `action` in a daemon thread; fail (rather than hang) if it takes longer than timeout."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(action()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"still running after {timeout} s"
+    return outcome[0]
+
+
 def assert_memory_only(directory: Path, caplog, reason: str) -> None:
     """A compile works, writes no entry, and the reason is logged on tracer.cache."""
     caplog.set_level(logging.WARNING, logger="tracer.cache")
-    result, compiled, hits = compile_counting(scaled(6.0))
+    result, compiled, hits = in_thread(lambda: compile_counting(scaled(6.0)))
     np.testing.assert_array_equal(result, 6 * np.arange(64.0))
     assert (compiled, hits) == (1, 0)
     assert not list(directory.glob("*.o"))
@@ -149,7 +159,7 @@ def test_directory_of_another_user_is_not_used(directory, caplog):
      "owned by uid 4242" if os.geteuid() == 0 else "skip"),
     (lambda secret: secret.symlink_to(secret.parent.parent / "elsewhere"), "symlink"),
     (lambda secret: os.mkfifo(secret, 0o600), "not a regular file"),
-])
+], ids=["mode 644", "another owner", "symlink", "fifo"])
 def test_untrusted_secret_is_not_used(directory, caplog, make, reason):
     if reason == "skip":
         pytest.skip("making a file owned by someone else needs root")
@@ -160,16 +170,6 @@ def test_untrusted_secret_is_not_used(directory, caplog, make, reason):
 
 
 # Special files -----------------------------------------------------------------------------------
-
-def in_thread(action, timeout: float = 30.0):
-    """Run `action` in a daemon thread; fail (rather than hang) if it takes longer than timeout."""
-    outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(action()), daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"still running after {timeout} s"
-    return outcome[0]
-
 
 def test_fifo_entry_does_not_hang_and_is_replaced(directory):
     function = scaled(7.0)
