@@ -225,7 +225,7 @@ def print_traced_overhead(calls: int = 20000) -> None:
 
     x, w = tr.tensor(np.ones(4, np.float32)), tr.tensor(np.ones(4, np.float32))
     f(x, w, 0.1)
-    compiled = next(iter(f._cache.values())).executable
+    compiled = next(iter(f._signatures.entries.values())).executable
     arrays = [x._handle, w._handle, np.array(0.1)]
     outputs = [np.empty(shape, dtype) for shape, dtype in compiled._outputs]
     pointers = np.array([a.ctypes.data for a in arrays + outputs] + [compiled._arena_address],

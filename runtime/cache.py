@@ -1,28 +1,55 @@
-"""The on-disk cache of compiled object code, shared across processes.
+"""The on-disk cache of compiled object code, shared across this user's processes.
 
 An entry's key hashes the LLVM IR text, the host (triple, CPU name, CPU features), the project
 version, the cache format and whether the code is bounds-checked (TRACER_CHECK_BOUNDS; the checked
-text differs anyway, but a checked and an unchecked object must never be confused); the file is named after the key. Each file holds a header (magic,
-format version, the full key, payload length, SHA-256 of the payload) then the object code. A file
-whose header, length or checksum does not match is treated as absent: the module is compiled again
-and the entry rewritten, never run. Writes go to a temporary file in the same directory, then
-`os.replace`, so readers never see a partial entry. The directory is created private (0700).
+text differs anyway, but a checked and an unchecked object must never be confused); the file is
+named after the key. Each file holds a header (magic, format version, the full key, payload length,
+HMAC-SHA256 of all of these and the payload) then the
+object code. The HMAC's secret is 32 random bytes in the file `secret` of the cache directory,
+created 0600 by the first process that needs it, so only this user's processes can write an entry
+that is ever run: an entry whose header, length or HMAC does not match (corrupt, stale, or object
+code from anywhere else, re-labelled) is treated as absent, compiled again and rewritten.
+
+What is not trusted, and then only the in-memory cache is used (the reason is logged on the
+`tracer.cache` logger): a directory not owned by this user or writable by others, and a secret
+that is not a regular file owned by this user with mode 0600. Entries are opened without following
+symlinks and without blocking, and read only if they are regular files of at most
+MAX_ENTRY_BYTES (64 MiB); anything else (a FIFO, a device, a symlink) is treated as absent.
+
+Writes go to a temporary file in the same directory, then `os.replace`, so readers never see a
+partial entry. A hit touches the entry's modification time; a store that takes the directory's
+entries past TRACER_CACHE_SIZE (default 1 GiB) deletes the least recently used entries until they
+fit again.
 
 TRACER_CACHE_DIR sets the directory (default $XDG_CACHE_HOME/tracer or ~/.cache/tracer);
 TRACER_DISABLE_CACHE=1 turns the disk cache off.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import hmac
+import logging
 import os
+import stat
 import struct
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from tracer.runtime.settings import byte_size_setting
+
 MAGIC = b"TRACEROBJ"
-FORMAT = 1
-_HEADER = struct.Struct("<9sI32sQ32s")  # magic, format, key, payload length, payload sha256
+FORMAT = 2
+_HEADER = struct.Struct("<9sI32sQ32s")  # magic, format, key, payload length, HMAC-SHA256
+MAX_ENTRY_BYTES = 64 * 2**20
+DEFAULT_CACHE_SIZE = 2**30
+SECRET_NAME = "secret"
+_SECRET_BYTES = 32
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+log = logging.getLogger("tracer.cache")
+_reported: set[tuple[str, str]] = set()  # (directory, reason) already logged by this process
 
 
 def project_version() -> str:
@@ -33,6 +60,7 @@ def project_version() -> str:
 
 
 def cache_directory() -> Path | None:
+    """The configured directory (trusted or not: see `open_entry`), or None if disabled."""
     if os.environ.get("TRACER_DISABLE_CACHE") == "1":
         return None
     configured = os.environ.get("TRACER_CACHE_DIR")
@@ -51,40 +79,190 @@ def cache_key(llvm_ir: str, triple: str, cpu: str, features: str, checked: bool)
     return digest.digest()
 
 
+def _refuse(directory: Path, reason: str) -> None:
+    """Log, once per directory and reason, why the disk cache is not used."""
+    if (str(directory), reason) not in _reported:
+        _reported.add((str(directory), reason))
+        log.warning("not using the disk cache %s: %s; compiled code is cached in memory only",
+                    directory, reason)
+
+
+def _untrusted(status: os.stat_result, what: str, private_mode: int | None) -> str | None:
+    """Why a file or directory with this status is not trusted, or None if it is."""
+    if status.st_uid != os.geteuid():
+        return f"{what} is owned by uid {status.st_uid}, not by this user (uid {os.geteuid()})"
+    if private_mode is not None and stat.S_IMODE(status.st_mode) != private_mode:
+        return f"{what} has mode {stat.S_IMODE(status.st_mode):o}, expected {private_mode:o}"
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by other users (mode {stat.S_IMODE(status.st_mode):o})"
+    return None
+
+
+def _trusted_directory(directory: Path) -> bool:
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = directory.stat()
+    except OSError as error:
+        _refuse(directory, f"cannot create it ({error.strerror})")
+        return False
+    reason = (None if stat.S_ISDIR(status.st_mode) else "it is not a directory") or _untrusted(
+        status, "the directory", None)
+    if reason:
+        _refuse(directory, reason)
+        return False
+    return True
+
+
+def _read_secret(path: Path) -> bytes | str:
+    """The secret in `path`, or why it is not trusted (FileNotFoundError if there is none)."""
+    descriptor = os.open(path, _OPEN_FLAGS)
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return "the secret is not a regular file"
+        reason = _untrusted(status, "the secret", 0o600)
+        if reason:
+            return reason
+        secret = os.read(descriptor, _SECRET_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    return secret if len(secret) == _SECRET_BYTES else "the secret has the wrong length"
+
+
+def _create_secret(directory: Path) -> None:
+    """Write a new secret under a temporary name, then link it into place: two processes racing
+    here agree on one secret (the loser's link fails and it reads the winner's), and nobody reads
+    a partly written one."""
+    temporary = directory / f".tmp-secret-{os.getpid()}-{os.urandom(8).hex()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)  # whatever the umask
+        os.write(descriptor, os.urandom(_SECRET_BYTES))
+        os.close(descriptor)
+        descriptor = -1
+        try:
+            os.link(temporary, directory / SECRET_NAME)
+        except FileExistsError:
+            pass
+    finally:
+        if descriptor >= 0:
+            os.close(descriptor)
+        os.unlink(temporary)
+
+
+def _secret(directory: Path) -> bytes | None:
+    path = directory / SECRET_NAME
+    try:
+        try:
+            secret = _read_secret(path)
+        except FileNotFoundError:
+            _create_secret(directory)
+            secret = _read_secret(path)
+    except OSError as error:
+        secret = ("the secret is a symlink" if error.errno == errno.ELOOP
+                  else f"cannot read or create the secret ({error.strerror})")
+    if isinstance(secret, str):
+        _refuse(directory, f"{secret} ({path})")
+        return None
+    return secret
+
+
+def open_entry(key: bytes) -> ObjectCache | None:
+    """The disk-cache entry for `key`, or None if the disk cache is disabled or not trusted."""
+    directory = cache_directory()
+    capacity = byte_size_setting("TRACER_CACHE_SIZE", DEFAULT_CACHE_SIZE)  # bad values fail early
+    if directory is None or not _trusted_directory(directory):
+        return None
+    secret = _secret(directory)
+    if secret is None:
+        return None
+    return ObjectCache(directory, key, secret, capacity)
+
+
 class ObjectCache:
     """One entry of the disk cache: `load()` the object code if a valid entry exists, `store()` it."""
 
-    def __init__(self, directory: Path, key: bytes):
+    def __init__(self, directory: Path, key: bytes, secret: bytes,
+                 capacity: int = DEFAULT_CACHE_SIZE):
         self.directory = directory
         self.key = key
         self.path = directory / f"{key.hex()}.o"
+        self._secret = secret
+        self.capacity = capacity  # of the whole directory, in bytes
 
-    def load(self) -> bytes | None:
+    def _header(self, payload: bytes) -> bytes:
+        fields = (MAGIC, FORMAT, self.key, len(payload))
+        mac = hmac.new(self._secret, _HEADER.pack(*fields, bytes(32)) + payload, hashlib.sha256)
+        return _HEADER.pack(*fields, mac.digest())
+
+    def _read(self) -> bytes | None:
+        """The entry's bytes if it is a regular file of a plausible size; touches it (recency)."""
         try:
-            data = self.path.read_bytes()
+            descriptor = os.open(self.path, _OPEN_FLAGS)
+        except OSError:
+            return None  # absent, or a symlink (ELOOP)
+        try:
+            status = os.fstat(descriptor)
+            limit = _HEADER.size + MAX_ENTRY_BYTES
+            if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+                return None
+            chunks, remaining = [], limit + 1  # a file that grows while read stops at the limit
+            while remaining > 0:
+                chunk = os.read(descriptor, min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            os.utime(descriptor)
         except OSError:
             return None
-        if len(data) < _HEADER.size:
+        finally:
+            os.close(descriptor)
+        return b"".join(chunks)
+
+    def load(self) -> bytes | None:
+        data = self._read()
+        if data is None or len(data) < _HEADER.size:
             return None
-        magic, form, key, length, checksum = _HEADER.unpack_from(data)
         payload = data[_HEADER.size:]
-        if (magic != MAGIC or form != FORMAT or key != self.key or length != len(payload)
-                or hashlib.sha256(payload).digest() != checksum):
+        if len(payload) > MAX_ENTRY_BYTES or not hmac.compare_digest(data[:_HEADER.size],
+                                                                     self._header(payload)):
             return None
         return payload
 
     def store(self, payload: bytes) -> None:
-        header = _HEADER.pack(MAGIC, FORMAT, self.key, len(payload),
-                              hashlib.sha256(payload).digest())
+        if len(payload) > MAX_ENTRY_BYTES:
+            return
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             descriptor, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             try:
                 with os.fdopen(descriptor, "wb") as file:
-                    file.write(header + payload)
+                    file.write(self._header(payload) + payload)
                 os.replace(temporary, self.path)
             except BaseException:
                 os.unlink(temporary)
                 raise
+            evict_least_recently_used(self.directory, self.capacity)
         except OSError:
             pass  # a read-only or full disk only costs a recompilation next time
+
+
+def evict_least_recently_used(directory: Path, capacity: int) -> None:
+    """Delete the entries of `directory` least recently used (stored or loaded) until the rest
+    take at most `capacity` bytes."""
+    entries = []
+    with os.scandir(directory) as listing:
+        for item in listing:
+            if item.name.endswith(".o") and item.is_file(follow_symlinks=False):
+                status = item.stat(follow_symlinks=False)
+                entries.append((status.st_mtime_ns, status.st_size, item.path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= capacity:
+            break
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass  # another process evicted it first
+        total -= size

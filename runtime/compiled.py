@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -31,7 +32,7 @@ from tracer.ir.graph import Function, gc_paused
 from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
-from tracer.runtime.cache import ObjectCache, cache_directory, cache_key
+from tracer.runtime.cache import cache_directory, cache_key, open_entry
 from tracer.errors import BoundsError
 
 STAGES = ("fused", "llvm", "asm")
@@ -130,11 +131,7 @@ class CompiledFunction:
             self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
         self.in_place: dict[int, int] = dict(self.plan.in_place)
         self.kernels: list[KernelCode]
-        directory = cache_directory()
-        cache = None
-        if directory is not None:
-            cache = ObjectCache(directory, cache_key(self.llvm_ir, host.triple, host.cpu,
-                                                     host.features, checked))
+        cache = open_entry(cache_key(self.llvm_ir, host.triple, host.cpu, host.features, checked))
         self._jit = jit.JitModule(self.llvm_ir, cache)
         self.timings["llvm"] = time.perf_counter() - started - sum(self.timings.values())
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
@@ -279,7 +276,9 @@ class CompiledFunction:
         return self._stages[stage]
 
 
-_compiled: dict[str, CompiledFunction] = {}
+# Shared by every traced function whose signature gives the same graph, and only while one of them
+# holds it: the native code is freed with the last reference.
+_compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakValueDictionary()
 _compiled_lock = threading.Lock()
 
 
@@ -299,8 +298,8 @@ def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> 
 
 def compile_function(function: Function,
                      write_into: dict[int, int] | None = None) -> CompiledFunction:
-    """The CompiledFunction of `function` (the `optimized` stage), cached in memory by its text
-    (and the settings that change the generated code)."""
+    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
+    (and the settings that change the generated code) while it is in use."""
     write_into = dict(write_into or {})
     key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
            jit.blas_available(), cache_directory(), profile_setting(), bounds_setting())

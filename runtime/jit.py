@@ -1,7 +1,7 @@
 """llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
 
 Object code goes through `tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`), so a
-module whose object is on disk is neither optimized nor compiled again. BLAS is not linked: JIT code
+module whose authenticated object is on disk is neither optimized nor compiled again. BLAS is not linked: JIT code
 calls `tracer_sgemm`/`tracer_dgemm`, registered by name with `llvmlite.binding.add_symbol` to the
 gemm of the OpenBLAS that numpy ships (no raw address ever appears in the IR or in cached objects).
 """
@@ -134,7 +134,10 @@ def assembly(text: str) -> str:
 
 
 class JitModule:
-    """One compiled LLVM module and the engine that owns its code."""
+    """One compiled LLVM module and the engine that owns its code. The native code lives exactly
+    as long as this object: nothing else refers to the engine (its object-cache callbacks are
+    dropped once the code is built), so releasing the last CompiledFunction that holds a JitModule
+    disposes the engine and unmaps the code."""
 
     def __init__(self, text: str, cache: ObjectCache | None):
         _initialize()
@@ -151,11 +154,9 @@ class JitModule:
             if cache is not None:
                 cache.store(buffer)
 
-        def getbuffer(_module):
-            return cached
-
-        self.engine.set_object_cache(notify, getbuffer)
+        self.engine.set_object_cache(notify, lambda _module: cached)
         self.engine.finalize_object()
+        self.engine.set_object_cache()  # the callbacks hold the object code: let it go
         if cached is not None:
             with _lock:
                 STATISTICS["disk_hits"] += 1
@@ -164,7 +165,6 @@ class JitModule:
             LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
         else:
             LOG.debug("disk cache off: compiled to machine code")
-        self.module = module
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
+import numpy as np
 
 from tracer.ir.fusion import FusedFunction
-from tracer.runtime.signature import type_text
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry, TracedFunction
@@ -30,6 +30,11 @@ ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
     autoescape=True, undefined=jinja2.StrictUndefined)
 _LEAF_KINDS = {"I": "Python int (runtime input)", "F": "Python float (runtime input)"}
+
+
+def type_text(shape, dtype: str) -> str:
+    """'float32[3, 4]' for a shape and the dtype code ('<f4') a signature holds."""
+    return f"{np.dtype(dtype).name}{list(shape)}"
 
 
 def _leaf_text(signature: tuple) -> str:
@@ -138,7 +143,7 @@ def _signature(key: tuple, entry: "Entry", number: int) -> dict:
 def render_report(traced: "TracedFunction") -> str:
     """The HTML page of every signature `traced` has compiled."""
     signatures = [_signature(key, entry, number)
-                  for number, (key, entry) in enumerate(traced._cache.items())]
+                  for number, (key, entry) in enumerate(list(traced._signatures.entries.items()))]
     return ENVIRONMENT.get_template("report.html.j2").render(
         name=traced._name, signatures=signatures, cache_info=traced.cache_info(),
         created=datetime.datetime.now().isoformat(timespec="seconds"))

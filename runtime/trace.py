@@ -25,7 +25,7 @@ from tracer.ir.types import TensorType
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.report import write_report, write_report_to
-from tracer.runtime.signature import rebound_reason, recompile_reason
+from tracer.runtime.signatures import SignatureCache
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad, is_grad_enabled, state
@@ -144,9 +144,7 @@ class TracedFunction:
         functools.update_wrapper(self, function)
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
-        self._cache: dict[tuple, Entry] = {}
-        self._quick: dict[tuple, Entry] = {}  # the same entries, for calls _quick_key can key
-        self._hits = self._misses = 0
+        self._signatures = SignatureCache(getattr(function, "__qualname__", "function"))
         self._name = getattr(function, "__name__", "function")
         self.check_grads = check_grads
         try:
@@ -155,12 +153,11 @@ class TracedFunction:
             self._signature = None
 
     def cache_info(self) -> CacheInfo:
-        return CacheInfo(self._hits, self._misses, len(self._cache))
+        signatures = self._signatures
+        return CacheInfo(signatures.hits, signatures.misses, len(signatures.entries))
 
     def cache_clear(self) -> None:
-        self._cache.clear()
-        self._quick.clear()
-        self._hits = self._misses = 0
+        self._signatures.clear()
 
     # Signatures.
     def _split(self, args, kwargs):
@@ -221,33 +218,24 @@ class TracedFunction:
         """The entry for this call, the values of its argument leaves, and the leaves with their
         paths (None for the common call, whose leaves are the positional arguments themselves)."""
         quick = self._quick_key(args, kwargs)
-        entry = self._quick.get(quick) if quick is not None else None
-        if entry is not None and not _captured_changed(entry):
-            self._hits += count
-            return entry, args, None
-        key, leaves = self._key(args, kwargs)
-        entry = self._cache.get(key)
-        reason = ""
-        if entry is not None and _captured_changed(entry):
-            # what the function read outside its arguments changed: trace again
-            reason = rebound_reason(entry.guards, _same, entry.captured_types !=
-                                    _captured_types(entry.captured))
-            entry = None
-        if entry is None:
-            reason = reason or recompile_reason(key, self._cache, [path for _, path in leaves])
-            LOG.info("%s: compiling (%s)", self._name, reason)
-            entry = self._compile(args, kwargs, leaves)
-            entry.reason = reason
-            self._log_compiled(entry)
-            self._cache[key] = entry
-            self._misses += count
-        else:
-            self._hits += count
         if quick is not None:
-            self._quick[quick] = entry
+            entry = self._signatures.quick(quick, _captured_change, count)
+            if entry is not None:
+                return entry, args, None
+        key, leaves = self._key(args, kwargs)
+        entry = self._signatures.lookup(key, [path for _, path in leaves],
+                                        lambda reason: self._build(args, kwargs, leaves, reason),
+                                        _captured_change, count, quick)
         return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
+    def _build(self, args, kwargs, leaves, reason: str) -> Entry:
+        LOG.info("%s: compiling (%s)", self._name, reason)
+        entry = self._compile(args, kwargs, leaves)
+        entry.reason = reason
+        self._log_compiled(entry)
+        return entry
+
     def _compile(self, args, kwargs, leaves) -> Entry:
         started = time.perf_counter()
         timings = {}
@@ -383,7 +371,7 @@ class TracedFunction:
         if not folder:
             return
         os.makedirs(folder, exist_ok=True)
-        number = len(self._cache)
+        number = len(self._signatures.entries)
         for stage in (*entry.stages, *entry.executable.stages):
             text = self._stage_text(entry, stage)
             path = os.path.join(folder, f"{self.python_function.__name__}.{number}.{stage}.txt")
@@ -570,22 +558,27 @@ def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]
     namespace = getattr(function, "__globals__", {})
     for name in code.co_names:
         if _is_guarded(namespace.get(name)):
-            guards.append((name, lambda name=name: namespace.get(name), namespace[name]))
+            guards.append((f"global {name}", lambda name=name: namespace.get(name),
+                           namespace[name]))
     for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not bound yet
             continue
         if _is_guarded(value):
-            guards.append((name, lambda cell=cell: cell.cell_contents, value))
+            guards.append((f"closure variable {name}", lambda cell=cell: cell.cell_contents, value))
     return guards
 
 
-def _captured_changed(entry: Entry) -> bool:
-    """Whether what the entry was traced with outside its arguments has changed since."""
+def _captured_change(entry: Entry) -> str:
+    """What the entry was traced with outside its arguments and has changed since (a recompile
+    reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
     if entry.captured and entry.captured_types != _captured_types(entry.captured):
-        return True
-    return any(not _same(read(), traced) for _, read, traced in entry.guards)
+        return "shape, dtype or requires_grad of a tensor read outside the arguments"
+    for name, read, traced in entry.guards:
+        if not _same(read(), traced):
+            return f"{name}: rebound"
+    return ""
 
 
 def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:

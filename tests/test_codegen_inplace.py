@@ -128,7 +128,7 @@ def test_traced_sgd_step_updates_the_users_buffers():
         step(x, y, *reference, 1e-3)
     np.testing.assert_allclose(w1.detach().numpy(), reference[0].detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w2.detach().numpy(), reference[1].detach().numpy(), rtol=1e-5, atol=1e-6)
-    entry = traced._cache[next(reversed(traced._cache))]
+    entry = traced._signatures.entries[next(reversed(traced._signatures.entries))]
     # w1, w1.grad, w2, w2.grad all written in place
     assert len(entry.executable.in_place) == 4
 
@@ -216,7 +216,7 @@ def test_seed_step_updates_with_one_gemm_and_no_gradient_buffer():
     assert all("f32[1000,100]" not in line or "accumulate" in line or "broadcast" in line
                or "loop[1000,100]()" in line
                for line in fused.splitlines() if " = kernel_" in line), fused
-    entry = traced._cache[next(reversed(traced._cache))]
+    entry = traced._signatures.entries[next(reversed(traced._signatures.entries))]
     compiled = getattr(entry.executable, "compiled", entry.executable)  # conftest wraps it
     assert compiled.plan.arena_size < 1000 * 100 * 4  # no gradient-sized temporary
     assert len(compiled.in_place) == 4
@@ -227,7 +227,7 @@ def test_seed_step_updates_with_one_gemm_and_no_gradient_buffer():
     loss = traced(x, y, w1, w2, 1e-6)
     assert (w1._handle, w1.grad._handle) == before and np.isfinite(loss.item())
     # the first-call signature (no .grad): the update is the gemm alone, into w1 in place
-    first = traced._cache[next(iter(traced._cache))].executable
+    first = traced._signatures.entries[next(iter(traced._signatures.entries))].executable
     first = getattr(first, "compiled", first)
     assert first.in_place and all("%L" not in code.text.split(".gemm")[0]
                                   for code in first.kernels if ".gemm" in code.text)

@@ -82,7 +82,7 @@ def test_report_shows_every_section_with_real_content(tmp_path):
     arguments = page.sections["arguments"]
     assert "float32[8, 4]" in arguments[0] and "float32[16, 4]" in arguments[1]
     assert "requires_grad" in arguments[0] and "first call" in arguments[0]
-    assert "x: new shape (8, 4) -> (16, 4)" in arguments[1]
+    assert "shape of x: (8, 4) -> (16, 4)" in arguments[1]
     for stage in REPORT_STAGES:  # each stage shown is that signature's own text
         shown = page.sections[stage][1]
         assert shown.strip() and shown.endswith(step.ir(tr.randn(16, 4), w, 0.1, stage=stage))
@@ -103,7 +103,7 @@ def test_profile_counts_every_kernel_call(tmp_path, monkeypatch):
     x, w = tr.randn(64, 32), tr.randn(32, 16, requires_grad=True)
     step(x, w, 0.01)
     step(x, w, 0.01)  # w.grad exists from now on: the signature of the calls measured below
-    executable = list(step._cache.values())[-1].executable
+    executable = list(step._signatures.entries.values())[-1].executable
     before = executable.kernel_times()
     started = time.perf_counter()
     for _ in range(5):
@@ -128,12 +128,12 @@ def test_profiling_is_part_of_the_compile_key(monkeypatch):
         return x * 2
 
     double(tr.ones(3))
-    plain = next(iter(double._cache.values())).executable
+    plain = next(iter(double._signatures.entries.values())).executable
     assert plain.kernel_times() == [] and "clock_gettime" not in plain.llvm_ir
     monkeypatch.setenv("TRACER_PROFILE", "1")
     double.cache_clear()
     double(tr.ones(3))
-    profiled = next(iter(double._cache.values())).executable
+    profiled = next(iter(double._signatures.entries.values())).executable
     assert profiled.compiled is not plain.compiled and profiled.kernel_times()[0].calls == 1
     np.testing.assert_array_equal(double(tr.ones(3)).numpy(), [2, 2, 2])
 

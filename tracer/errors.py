@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 # Frames from these folders are the project's own: an error names the first frame outside them.
 _PROJECT_FOLDERS = tuple(
@@ -24,6 +25,18 @@ def user_line() -> str:
     if frame is None:
         return "<unknown>"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def warn_at_user_line(message: str, category: type[Warning]) -> None:
+    """`warnings.warn` attributed to the user's line that is running now (as `stacklevel` would,
+    without counting the project's own frames)."""
+    frame = user_frame()
+    if frame is None:
+        warnings.warn(message, category)
+        return
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 class TracerError(Exception):
@@ -60,3 +73,15 @@ class GradcheckError(TracerError):
 
 class BoundsError(TracerError):
     """Bounds-checked compiled code (TRACER_CHECK_BOUNDS=1) caught an access outside a buffer."""
+
+
+class SettingError(TracerError, ValueError):
+    """An environment setting (TRACER_...) with a value the runtime cannot use."""
+
+
+class TracerWarning(UserWarning):
+    """Base of every warning this project emits about user code."""
+
+
+class CacheLimitWarning(TracerWarning):
+    """A traced function compiled more signatures than TRACER_CACHE_LIMIT keeps."""

@@ -1,0 +1,207 @@
+"""The compiled signatures of one traced function: least recently used first out, one compile per
+signature however many threads ask for it, and why each recompile happened.
+
+A signature key is `(structure, leaf signatures, grad mode)` as `TracedFunction._key` builds it:
+the structure is the argument tree with static values in place, a leaf signature is
+("T", shape, dtype, requires_grad, .grad signature, alias) for a Tensor, ("A", shape, dtype, alias)
+for a numpy array, ("I",) or ("F",) for a Python number.
+
+TRACER_CACHE_LIMIT (default 64) bounds the signatures kept per function, as torch._dynamo's
+cache_size_limit does: past it, the least recently used one is dropped (its native code is freed
+once no call is running it) and a `CacheLimitWarning` says why the function kept recompiling.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tracer.errors import CacheLimitWarning, warn_at_user_line
+from tracer.runtime.settings import count_setting
+
+DEFAULT_LIMIT = 64
+_FIELDS = {"T": ("kind", "shape", "dtype", "requires_grad", ".grad", "alias"),
+           "A": ("kind", "shape", "dtype", "alias")}
+_KIND_NAMES = {"T": "Tensor", "A": "numpy array", "I": "int", "F": "float"}
+
+
+def recompile_reason(previous: tuple | None, key: tuple, leaf_paths: Sequence[str]) -> str:
+    """Why signature `key` needed its own compile, compared with the signature `previous` (the
+    most recently used one): "; "-separated "what: before -> after" phrases, e.g.
+    "shape of x: (3, 4) -> (5, 4)". Empty if the keys are equal (then something the function
+    reads outside its arguments changed; see `TracedFunction`)."""
+    if previous is None:
+        return "first call"
+    (old_structure, old_leaves, old_grad), (structure, leaves, grad) = previous, key
+    differences = []
+    if old_grad != grad:
+        differences.append(f"grad mode: {_enabled(old_grad)} -> {_enabled(grad)}")
+    if old_structure != structure:
+        # the root is ("tuple", (positional arguments, keyword arguments))
+        for old_part, new_part, path in zip(old_structure[1], structure[1],
+                                            ("the positional arguments", "the keyword arguments")):
+            if old_part != new_part:
+                differences.append(_structure_difference(old_part, new_part, path))
+    elif old_leaves != leaves:
+        for path, old, new in zip(leaf_paths, old_leaves, leaves):
+            differences += _leaf_differences(path, old, new)
+    return "; ".join(differences)
+
+
+def _enabled(flag: bool) -> str:
+    return "enabled" if flag else "disabled"
+
+
+def _leaf_differences(path: str, old: tuple, new: tuple) -> list[str]:
+    if old[0] != new[0]:
+        return [f"type of {path}: {_KIND_NAMES[old[0]]} -> {_KIND_NAMES[new[0]]}"]
+    differences = []
+    for field, before, after in zip(_FIELDS.get(new[0], ()), old, new):
+        if before == after:
+            continue
+        if field == "alias":  # the index of the first leaf that is the same object
+            differences.append(f"aliasing of {path}: object #{before} -> #{after}")
+        elif field == "dtype":  # keys hold dtype codes ('<f4')
+            differences.append(f"dtype of {path}: {np.dtype(before).name} -> "
+                               f"{np.dtype(after).name}")
+        else:
+            differences.append(f"{field} of {path}: {_show(before)} -> {_show(after)}")
+    return differences
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        return f"shape {value[0]}, dtype {np.dtype(value[1]).name}"  # a .grad signature
+    return str(value)
+
+
+def _structure_difference(old: tuple, new: tuple, path: str) -> str:
+    """The first place where two argument structures differ."""
+    if old[0] == new[0] == "static":
+        return f"static value of {path}: {old[1]!r} -> {new[1]!r}"
+    old_children, new_children = _children(old), _children(new)
+    if (old[0] != new[0] or old_children is None or len(old_children) != len(new_children)
+            or (old[0] == "dict" and old[1] != new[1])):
+        return f"structure of {path}: {_describe(old)} -> {_describe(new)}"
+    names = old[1] if old[0] == "dict" else range(len(old_children))
+    for name, child_old, child_new in zip(names, old_children, new_children):
+        if child_old != child_new:
+            child = (f"argument {name}" if path == "the positional arguments" else name
+                     if path == "the keyword arguments" else f"{path}[{name!r}]")
+            return _structure_difference(child_old, child_new, child)
+    return f"type of {path}: {old[-1].__name__} -> {new[-1].__name__}"  # named tuples
+
+
+def _children(node: tuple) -> tuple | None:
+    return node[2] if node[0] == "dict" else node[1] if node[0] in ("list", "tuple") else None
+
+
+def _describe(node: tuple) -> str:
+    children = _children(node)
+    if children is not None:
+        return f"{node[0]} of {len(children)}"
+    return {"static": "static value", "leaf": "tensor or number"}[node[0]]
+
+
+class SignatureCache:
+    """`lookup` returns the entry of a signature key, building it on a miss: the first thread to
+    miss builds it while later threads wait for that result (the lock is never held while
+    building, nor while the native code runs). Entries are kept in least-recently-used order."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.entries: OrderedDict[tuple, Any] = OrderedDict()
+        self._quick: dict[tuple, tuple] = {}  # quick key -> full key
+        self._building: dict[tuple, Future] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+        self._reasons: Counter[str] = Counter()  # "what changed" -> recompiles it caused
+        self._warned = False
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+            self._quick.clear()
+            self.hits = self.misses = 0
+            self._reasons.clear()
+            self._warned = False
+
+    def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
+        """The entry a quick key was last seen with, if it is still cached and not stale."""
+        with self._lock:
+            key = self._quick.get(quick_key)
+            entry = self.entries.get(key) if key is not None else None
+            if entry is None or stale(entry):
+                return None
+            self.entries.move_to_end(key)
+            self.hits += count
+            return entry
+
+    def lookup(self, key: tuple, leaf_paths: Sequence[str], build: Callable[[], Any],
+               stale: Callable[[Any], str], count: bool, quick_key: tuple | None = None) -> Any:
+        """The entry for `key` (counted as a hit or a miss if `count`). `stale(entry)` says why a
+        cached entry may not be used (empty: it may); `build(reason)` makes a new one."""
+        with self._lock:
+            entry = self.entries.get(key)
+            reason = stale(entry) if entry is not None else ""
+            if entry is not None and not reason:
+                self.entries.move_to_end(key)
+                self.hits += count
+                self._remember(quick_key, key)
+                return entry
+            if not reason:
+                previous = next(reversed(self.entries), None)
+                reason = recompile_reason(previous, key, leaf_paths)
+            pending = self._building.get(key)
+            building = pending is None
+            if building:
+                pending = self._building[key] = Future()
+        if not building:
+            entry = pending.result()  # another thread's build of the same signature (or its error)
+            with self._lock:
+                self.hits += count
+            return entry
+        try:
+            entry = build(reason)
+        except BaseException as error:
+            pending.set_exception(error)
+            raise
+        finally:
+            with self._lock:
+                del self._building[key]
+        with self._lock:
+            self.entries[key] = entry
+            self.entries.move_to_end(key)
+            self.misses += count
+            self._remember(quick_key, key)
+            if reason != "first call":
+                self._reasons.update(part.split(":")[0] for part in reason.split("; "))
+            warning = self._evict(reason)
+        pending.set_result(entry)
+        if warning:
+            warn_at_user_line(warning, CacheLimitWarning)
+        return entry
+
+    def _remember(self, quick_key: tuple | None, key: tuple) -> None:
+        if quick_key is not None:
+            self._quick[quick_key] = key
+
+    def _evict(self, reason: str) -> str:
+        """Drop the least recently used entries past the limit; the warning to give, if any."""
+        limit = count_setting("TRACER_CACHE_LIMIT", DEFAULT_LIMIT)
+        if len(self.entries) <= limit:
+            return ""
+        while len(self.entries) > limit:
+            evicted, _ = self.entries.popitem(last=False)
+            self._quick = {q: k for q, k in self._quick.items() if k != evicted}
+        if self._warned:
+            return ""
+        self._warned = True
+        causes = ", ".join(f"{what} changed ({count} times)"
+                           for what, count in self._reasons.most_common())
+        return (f"{self.name} was compiled for more than TRACER_CACHE_LIMIT={limit} signatures; "
+                f"the least recently used ones are evicted (and compiled again if called again). "
+                f"It recompiled because: {causes or 'nothing recorded'}. Latest: {reason}")
