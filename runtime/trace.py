@@ -13,7 +13,6 @@ import logging
 import numbers
 import os
 import time
-import weakref
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -22,17 +21,17 @@ import numpy as np
 
 from tracer import ir
 from tracer.ir.types import TensorType
-from tracer.runtime.compiled import compile_function
+from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, owned,
+                                     parameter_arrays, parameter_name, unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
+from tracer.runtime.compiled import compile_function
+from tracer.runtime.differentiable import record_backward
+from tracer.runtime.guards import captured_change, captured_types, scope_guards
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
-from tracer.ir.vjp import CustomRule
-from tracer.autograd import custom_node, edge_of
-from tracer.context import enable_grad, is_grad_enabled, state
+from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
-from tracer.interop import foreign_to_numpy, is_foreign_array
-from tracer.tensor import Tensor, as_dtype, from_numpy, ones_like
-from tracer.transforms import traced_gradients
+from tracer.tensor import Tensor, from_numpy
 from tracer.tracing import Trace, tracing
 
 LOG = logging.getLogger("tracer.trace")
@@ -40,69 +39,6 @@ CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
 STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
 
 
-# Flattening arguments and results ---------------------------------------------------------------
-def _is_runtime_leaf(value) -> bool:
-    return isinstance(value, (Tensor, np.ndarray)) or (
-        isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
-
-
-def flatten(tree, leaves: list, path: str) -> tuple:
-    """Append the runtime leaves of `tree` to `leaves` (with their paths); return its hashable
-    structure, in which static (non-array, non-number) values stand for themselves."""
-    if _is_runtime_leaf(tree):
-        leaves.append((tree, path))
-        return ("leaf",)
-    if isinstance(tree, (list, tuple)):
-        kind = "list" if isinstance(tree, list) else "tuple"
-        items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
-        if hasattr(tree, "_fields"):  # a named tuple comes back as one
-            return (kind, items, type(tree))
-        return (kind, items)
-    if isinstance(tree, dict):
-        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
-    if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
-        leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
-        return ("leaf",)
-    try:
-        hash(tree)
-    except TypeError:
-        raise ArgumentError(f"argument {path} of type {type(tree).__name__} is neither a tensor, a "
-                            f"number nor a hashable static value") from None
-    return ("static", tree, type(tree))
-
-
-def unflatten(structure: tuple, leaves: Sequence):
-    iterator = iter(leaves)
-
-    def build(node):
-        kind = node[0]
-        if kind == "leaf":
-            return next(iterator)
-        if kind == "static":
-            return node[1]
-        if kind == "dict":
-            return {k: build(v) for k, v in zip(node[1], node[2])}
-        items = [build(item) for item in node[1]]
-        if len(node) == 3:
-            return node[2](*items)
-        return items if kind == "list" else tuple(items)
-
-    return build(structure)
-
-
-def _leaf_signature(value, position: dict[int, int]) -> tuple:
-    if isinstance(value, Tensor):
-        if value._trace is not None:
-            raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
-                                "function; return tensors from traced functions instead")
-        grad = value.grad
-        grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
-        alias = position.setdefault(id(value), len(position))
-        return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
-    if isinstance(value, np.ndarray):
-        as_dtype(value.dtype)
-        return ("A", value.shape, value.dtype.str, position.setdefault(id(value), len(position)))
-    return ("I",) if isinstance(value, numbers.Integral) else ("F",)
 
 
 # What a compiled signature needs at call time -----------------------------------------------------
@@ -129,11 +65,7 @@ class Entry:
     differentiable: list[int] = field(default_factory=list)
     backward: "TracedFunction | None" = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
-    reason: str = ""  # why this signature compiled (see runtime/signature.py)
-
-
-def _parameter_name(path: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
+    reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
 
 class TracedFunction:
@@ -188,7 +120,7 @@ class TracedFunction:
     def _key(self, args, kwargs):
         structure, leaves = self._split(args, kwargs)
         position: dict[int, int] = {}
-        signature = tuple(_leaf_signature(value, position) for value, _ in leaves)
+        signature = tuple(leaf_signature(value, position) for value, _ in leaves)
         return (structure, signature, is_grad_enabled()), leaves
 
     def _quick_key(self, args, kwargs) -> tuple | None:
@@ -219,13 +151,13 @@ class TracedFunction:
         paths (None for the common call, whose leaves are the positional arguments themselves)."""
         quick = self._quick_key(args, kwargs)
         if quick is not None:
-            entry = self._signatures.quick(quick, _captured_change, count)
+            entry = self._signatures.quick(quick, captured_change, count)
             if entry is not None:
                 return entry, args, None
         key, leaves = self._key(args, kwargs)
         entry = self._signatures.lookup(key, [path for _, path in leaves],
                                         lambda reason: self._build(args, kwargs, leaves, reason),
-                                        _captured_change, count, quick)
+                                        captured_change, count, quick)
         return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
@@ -251,7 +183,7 @@ class TracedFunction:
                 if id(value) in seen and not isinstance(value, numbers.Number):
                     proxies.append(seen[id(value)])
                     continue
-                proxy = self._proxy(trace, value, _parameter_name(path), index, sources)
+                proxy = self._proxy(trace, value, parameter_name(path), index, sources)
                 seen[id(value)] = proxy
                 proxies.append(proxy)
                 if isinstance(value, Tensor):
@@ -312,7 +244,7 @@ class TracedFunction:
         entry = Entry(result_structure, executable,
                       len(result_leaves), writebacks,
                       cleared, sources, [t for t, _ in trace.captured],
-                      _captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
+                      captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
         if not writebacks and not cleared:
             entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
@@ -397,7 +329,7 @@ class TracedFunction:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
         arrays = parameter_arrays(entry.parameter_sources, values, entry.captured)
-        _check_targets(entry, values, arrays)
+        check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
         for index, kind, output in entry.writebacks:
@@ -410,182 +342,22 @@ class TracedFunction:
                 if isinstance(target, Tensor):
                     target._version += 1
             elif target.grad is None:
-                target.grad = Tensor._make(_owned(outputs[output], inputs), None, False)
+                target.grad = Tensor._make(owned(outputs[output], inputs), None, False)
             else:
                 if outputs[output] is not target.grad._handle:
                     np.copyto(target.grad._handle, outputs[output])
                 target.grad._version += 1
         for index in entry.cleared_grads:
             values[index].grad = None
-        results = [Tensor._make(_owned(a, inputs), None, False)
+        results = [Tensor._make(owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
         if entry.differentiable and is_grad_enabled():
             if leaves is None:
                 leaves = [(value, None) for value in values]
-            self._record_backward(entry, args, kwargs, leaves, results)
+            record_backward(self, entry, args, kwargs, leaves, results)
         if entry.structure == ("leaf",):
             return results[0]
         return unflatten(entry.structure, results)
-
-    def _record_backward(self, entry: Entry, args, kwargs, leaves, results: list[Tensor]) -> None:
-        """Give the results a node on the eager tape whose backward runs a traced VJP of the
-        function, so `traced(x).sum().backward()` works as with torch.compile."""
-        inputs = list({id(v): v for v, _ in leaves
-                       if isinstance(v, Tensor) and v.requires_grad}.values())
-        outputs = [results[i] for i in entry.differentiable]
-        # The backward runs the function again: on the arguments as they are now.
-        args, kwargs = _copy_arrays((args, kwargs))
-
-        def backward(builder, cotangents, needs):
-            if entry.backward is None:
-                entry.backward = TracedFunction(_vector_jacobian_product(
-                    self.python_function, entry.differentiable))
-            seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
-                     for o, c in zip(outputs, cotangents)]
-            with enable_grad():  # the eager engine runs backward under no_grad
-                gradients = entry.backward(seeds, *args, **kwargs)
-            return [None if g is None else g._handle for g in gradients]
-
-        name = getattr(self.python_function, "__name__", "traced")
-        node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
-                           [t._handle for t in inputs], [edge_of(t) for t in inputs])
-        # The backward reads the arguments again: changing one in place first is an error.
-        node.saved = [(weakref.ref(v), v._version) for v, _ in leaves if isinstance(v, Tensor)]
-        for index, output in enumerate(outputs):
-            output._node, output._output_index = node, index
-            output._requires_grad, output._leaf = True, False
-
-
-def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
-                     captured: Sequence[Tensor]) -> list[np.ndarray]:
-    """The arrays a call passes to the compiled code, one per parameter (see Entry)."""
-    arrays = []
-    for kind, index in sources:
-        if kind == "leaf":
-            value = values[index]
-            arrays.append(value._handle if isinstance(value, Tensor) else value)
-        elif kind == "grad":
-            arrays.append(values[index].grad._handle)
-        elif kind == "number":
-            value = values[index]
-            arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
-                                   else np.float64))
-        else:
-            arrays.append(captured[index]._handle)
-    return arrays
-
-
-def _check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
-    """Before running: every buffer the call writes back into is writeable and shares no memory
-    with another argument (the traced function treated them as separate values)."""
-    for index, kind, _ in entry.writebacks:
-        value = values[index]
-        if kind == "grad" and value.grad is None:
-            continue  # a new .grad array is made
-        target = value.grad._handle if kind == "grad" else (
-            value._handle if isinstance(value, Tensor) else value)
-        name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
-        if not target.flags.writeable:
-            raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
-                                f"buffer is read-only")
-        # Arrays that own their memory (no base) and are distinct objects cannot overlap: the
-        # cheap common case. (`w.grad = w.detach()` makes one array both w and its .grad.)
-        if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
-            continue
-        source = ("leaf" if kind == "data" else "grad", index)
-        own = entry.parameter_sources.index(source) if source in entry.parameter_sources else -1
-        for position, other in enumerate(arrays):
-            if position != own and (other is target or np.may_share_memory(target, other)):
-                raise ArgumentError(
-                    f"the traced function changes {name} in place, and it shares memory with "
-                    f"another argument or .grad; pass separate tensors (e.g. a .clone())")
-
-
-def _copy_arrays(tree):
-    """`tree` with its numpy arrays copied (Tensors, with their version counters, are kept)."""
-    if isinstance(tree, np.ndarray):
-        return tree.copy()
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copy_arrays(item) for item in tree)
-    if isinstance(tree, dict):
-        return {key: _copy_arrays(value) for key, value in tree.items()}
-    return tree
-
-
-def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> Callable:
-    """`vjp(cotangents, *args, **kwargs)`: the gradient of sum(result_i * cotangent_i) with respect
-    to every argument tensor that requires grad, in the order they are flattened."""
-    def vjp(cotangents, *args, **kwargs):
-        result_leaves: list = []
-        flatten(function(*args, **kwargs), result_leaves, "result")
-        total = None
-        for index, cotangent in zip(differentiable, cotangents):
-            term = (result_leaves[index][0] * cotangent).sum()
-            total = term if total is None else total + term
-        argument_leaves: list = []
-        flatten((args, dict(sorted(kwargs.items()))), argument_leaves, "argument")
-        inputs = list({id(v): v for v, _ in argument_leaves
-                       if isinstance(v, Tensor) and v.requires_grad}.values())
-        seed = ones_like(total)
-        # None (a static result) where no gradient flows: eager autograd leaves that .grad None.
-        return [None if handle is None else Tensor._make(handle, total._trace, False)
-                for handle in traced_gradients(total, seed, inputs)]
-    vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
-    return vjp
-
-
-def _captured_types(tensors: Sequence[Tensor]) -> list[tuple]:
-    return [(t.shape, t.dtype, t.requires_grad) for t in tensors]
-
-
-def _is_guarded(value) -> bool:
-    return isinstance(value, (Tensor, np.ndarray, numbers.Number))
-
-
-def _same(current, traced) -> bool:
-    if isinstance(traced, (Tensor, np.ndarray)):
-        return current is traced
-    return type(current) is type(traced) and (current == traced or current != current)
-
-
-def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]:
-    """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
-    from its closure (not those of the functions it calls)."""
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return []
-    guards = []
-    namespace = getattr(function, "__globals__", {})
-    for name in code.co_names:
-        if _is_guarded(namespace.get(name)):
-            guards.append((f"global {name}", lambda name=name: namespace.get(name),
-                           namespace[name]))
-    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # not bound yet
-            continue
-        if _is_guarded(value):
-            guards.append((f"closure variable {name}", lambda cell=cell: cell.cell_contents, value))
-    return guards
-
-
-def _captured_change(entry: Entry) -> str:
-    """What the entry was traced with outside its arguments and has changed since (a recompile
-    reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
-    if entry.captured and entry.captured_types != _captured_types(entry.captured):
-        return "shape, dtype or requires_grad of a tensor read outside the arguments"
-    for name, read, traced in entry.guards:
-        if not _same(read(), traced):
-            return f"{name}: rebound"
-    return ""
-
-
-def _owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
-    """`array`, copied if it is (or views) a buffer the caller owns."""
-    if id(array) in inputs or array.base is not None or not array.flags.writeable:
-        return np.array(array, copy=True)
-    return array
 
 
 def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = (),

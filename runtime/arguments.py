@@ -1,0 +1,147 @@
+"""A traced function's arguments at call time: flattening argument and result trees into
+leaves (Tensors, numpy arrays, Python numbers) and a hashable structure, each leaf's signature, the
+arrays a call passes to the compiled code, and the checks on the buffers it writes back into."""
+from __future__ import annotations
+
+import numbers
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from tracer.errors import ArgumentError
+from tracer.interop import foreign_to_numpy, is_foreign_array
+from tracer.tensor import Tensor, as_dtype
+
+if TYPE_CHECKING:
+    from tracer.runtime.trace import Entry
+
+
+def _is_runtime_leaf(value) -> bool:
+    return isinstance(value, (Tensor, np.ndarray)) or (
+        isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
+
+
+def flatten(tree, leaves: list, path: str) -> tuple:
+    """Append the runtime leaves of `tree` to `leaves` (with their paths); return its hashable
+    structure, in which static (non-array, non-number) values stand for themselves."""
+    if _is_runtime_leaf(tree):
+        leaves.append((tree, path))
+        return ("leaf",)
+    if isinstance(tree, (list, tuple)):
+        kind = "list" if isinstance(tree, list) else "tuple"
+        items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
+        if hasattr(tree, "_fields"):  # a named tuple comes back as one
+            return (kind, items, type(tree))
+        return (kind, items)
+    if isinstance(tree, dict):
+        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+    if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
+        leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
+        return ("leaf",)
+    try:
+        hash(tree)
+    except TypeError:
+        raise ArgumentError(f"argument {path} of type {type(tree).__name__} is neither a tensor, a "
+                            f"number nor a hashable static value") from None
+    return ("static", tree, type(tree))
+
+
+def unflatten(structure: tuple, leaves: Sequence):
+    iterator = iter(leaves)
+
+    def build(node):
+        kind = node[0]
+        if kind == "leaf":
+            return next(iterator)
+        if kind == "static":
+            return node[1]
+        if kind == "dict":
+            return {k: build(v) for k, v in zip(node[1], node[2])}
+        items = [build(item) for item in node[1]]
+        if len(node) == 3:
+            return node[2](*items)
+        return items if kind == "list" else tuple(items)
+
+    return build(structure)
+
+
+def leaf_signature(value, position: dict[int, int]) -> tuple:
+    if isinstance(value, Tensor):
+        if value._trace is not None:
+            raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
+                                "function; return tensors from traced functions instead")
+        grad = value.grad
+        grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
+        alias = position.setdefault(id(value), len(position))
+        return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
+    if isinstance(value, np.ndarray):
+        as_dtype(value.dtype)
+        return ("A", value.shape, value.dtype.str, position.setdefault(id(value), len(position)))
+    return ("I",) if isinstance(value, numbers.Integral) else ("F",)
+
+
+def parameter_name(path: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
+
+
+def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
+                     captured: Sequence[Tensor]) -> list[np.ndarray]:
+    """The arrays a call passes to the compiled code, one per parameter (see Entry)."""
+    arrays = []
+    for kind, index in sources:
+        if kind == "leaf":
+            value = values[index]
+            arrays.append(value._handle if isinstance(value, Tensor) else value)
+        elif kind == "grad":
+            arrays.append(values[index].grad._handle)
+        elif kind == "number":
+            value = values[index]
+            arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
+                                   else np.float64))
+        else:
+            arrays.append(captured[index]._handle)
+    return arrays
+
+
+def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
+    """Before running: every buffer the call writes back into is writeable and shares no memory
+    with another argument (the traced function treated them as separate values)."""
+    for index, kind, _ in entry.writebacks:
+        value = values[index]
+        if kind == "grad" and value.grad is None:
+            continue  # a new .grad array is made
+        target = value.grad._handle if kind == "grad" else (
+            value._handle if isinstance(value, Tensor) else value)
+        name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
+        if not target.flags.writeable:
+            raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
+                                f"buffer is read-only")
+        # Arrays that own their memory (no base) and are distinct objects cannot overlap: the
+        # cheap common case. (`w.grad = w.detach()` makes one array both w and its .grad.)
+        if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
+            continue
+        source = ("leaf" if kind == "data" else "grad", index)
+        own = entry.parameter_sources.index(source) if source in entry.parameter_sources else -1
+        for position, other in enumerate(arrays):
+            if position != own and (other is target or np.may_share_memory(target, other)):
+                raise ArgumentError(
+                    f"the traced function changes {name} in place, and it shares memory with "
+                    f"another argument or .grad; pass separate tensors (e.g. a .clone())")
+
+
+def owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
+    """`array`, copied if it is (or views) a buffer the caller owns."""
+    if id(array) in inputs or array.base is not None or not array.flags.writeable:
+        return np.array(array, copy=True)
+    return array
+
+
+def copy_arrays(tree):
+    """`tree` with its numpy arrays copied (Tensors, with their version counters, are kept)."""
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(copy_arrays(item) for item in tree)
+    if isinstance(tree, dict):
+        return {key: copy_arrays(value) for key, value in tree.items()}
+    return tree

@@ -1,0 +1,71 @@
+"""The results of a pure traced function are differentiable by eager autograd, as with
+torch.compile: each call gives its results one node on the eager tape whose backward runs a traced,
+compiled vector-Jacobian product of the function (made on the first backward)."""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from tracer.ir.vjp import CustomRule
+from tracer.autograd import custom_node, edge_of
+from tracer.context import enable_grad
+from tracer.runtime.arguments import copy_arrays, flatten
+from tracer.tensor import Tensor, ones_like
+from tracer.transforms import traced_gradients
+
+if TYPE_CHECKING:
+    from tracer.runtime.trace import Entry, TracedFunction
+
+
+def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leaves,
+                    results: list[Tensor]) -> None:
+    """Give the results a node on the eager tape whose backward runs a traced VJP of the
+    function, so `traced(x).sum().backward()` works as with torch.compile."""
+    inputs = list({id(v): v for v, _ in leaves
+                   if isinstance(v, Tensor) and v.requires_grad}.values())
+    outputs = [results[i] for i in entry.differentiable]
+    # The backward runs the function again: on the arguments as they are now.
+    args, kwargs = copy_arrays((args, kwargs))
+
+    def backward(builder, cotangents, needs):
+        if entry.backward is None:
+            entry.backward = type(traced)(_vector_jacobian_product(
+                traced.python_function, entry.differentiable))
+        seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
+                 for o, c in zip(outputs, cotangents)]
+        with enable_grad():  # the eager engine runs backward under no_grad
+            gradients = entry.backward(seeds, *args, **kwargs)
+        return [None if g is None else g._handle for g in gradients]
+
+    name = getattr(traced.python_function, "__name__", "traced")
+    node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
+                       [t._handle for t in inputs], [edge_of(t) for t in inputs])
+    # The backward reads the arguments again: changing one in place first is an error.
+    node.saved = [(weakref.ref(v), v._version) for v, _ in leaves if isinstance(v, Tensor)]
+    for index, output in enumerate(outputs):
+        output._node, output._output_index = node, index
+        output._requires_grad, output._leaf = True, False
+
+
+def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> Callable:
+    """`vjp(cotangents, *args, **kwargs)`: the gradient of sum(result_i * cotangent_i) with respect
+    to every argument tensor that requires grad, in the order they are flattened."""
+    def vjp(cotangents, *args, **kwargs):
+        result_leaves: list = []
+        flatten(function(*args, **kwargs), result_leaves, "result")
+        total = None
+        for index, cotangent in zip(differentiable, cotangents):
+            term = (result_leaves[index][0] * cotangent).sum()
+            total = term if total is None else total + term
+        argument_leaves: list = []
+        flatten((args, dict(sorted(kwargs.items()))), argument_leaves, "argument")
+        inputs = list({id(v): v for v, _ in argument_leaves
+                       if isinstance(v, Tensor) and v.requires_grad}.values())
+        seed = ones_like(total)
+        # None (a static result) where no gradient flows: eager autograd leaves that .grad None.
+        return [None if handle is None else Tensor._make(handle, total._trace, False)
+                for handle in traced_gradients(total, seed, inputs)]
+    vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
+    return vjp
