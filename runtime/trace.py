@@ -31,7 +31,7 @@ from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor, from_numpy
+from tracer.tensor import Tensor, check_current, from_numpy
 from tracer.tracing import Trace, tracing
 
 LOG = logging.getLogger("tracer.trace")
@@ -292,6 +292,7 @@ class TracedFunction:
     @staticmethod
     def _result_value(trace: Trace, value):
         if isinstance(value, Tensor):
+            check_current(value)
             return trace.handle_of(value)
         if isinstance(value, np.ndarray):
             return trace.handle_of(from_numpy(value))

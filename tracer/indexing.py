@@ -10,7 +10,7 @@ import numpy as np
 from tracer.ir.primitives import slice_as_pad, slice_length
 
 from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.tensor import Tensor, apply, as_tensor, full, where
+from tracer.tensor import Tensor, apply, as_tensor, full, mark_view, where
 
 
 @dataclass
@@ -91,8 +91,7 @@ def getitem(x: Tensor, key) -> Tensor:
     result = box.reshape(tuple(region.result_shape))
     if result is x:
         result = apply("reshape", [x], shape=x.shape)  # x[...] is a new tensor, as in PyTorch
-    result._view_of = "indexing"
-    return result
+    return mark_view(result, x, "indexing")
 
 
 def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:

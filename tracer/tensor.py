@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import functools
 import numbers
+import weakref
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -85,6 +86,9 @@ def result_dtype(*operands) -> np.dtype:
 
 
 def _current_handles(tensors: Sequence["Tensor"]):
+    for t in tensors:
+        if t._view_base is not None:
+            check_current(t)
     trace = state.trace
     if trace is None:
         for t in tensors:
@@ -263,21 +267,43 @@ def _same_weakness(result: "Tensor", operand: "Tensor") -> "Tensor":
     return result
 
 
+def mark_view(result: "Tensor", base: "Tensor", what: str) -> "Tensor":
+    """Mark what a PyTorch view operation returns: here it is a copy. An in-place change to it is
+    refused (it could not reach the tensor it came from), and so is reading it after its base was
+    changed in place (a PyTorch view would show the change): never a silently stale value."""
+    root = base._view_base() if base._view_base is not None else None
+    root = base if root is None else root
+    result._view_of = what
+    result._view_base = weakref.ref(root)
+    result._view_version = root._version
+    return result
+
+
+def check_current(tensor: "Tensor") -> None:
+    """Raise if `tensor` is a view-copy whose base has been changed in place since it was taken."""
+    base = tensor._view_base() if tensor._view_base is not None else None
+    if base is not None and base._version != tensor._view_version:
+        raise InplaceError(
+            f"this tensor is the result of {tensor._view_of}, a copy here, taken before the tensor "
+            f"it came from was changed in place at {base._changed_at}; a PyTorch view would show "
+            f"the change. Take it again after the change (or clone() it before, to keep the old "
+            f"values)")
+
+
 def _view_operation(method):
-    """Mark what a PyTorch view operation returns: here it is a copy, so an in-place change to it
-    is refused (it could not reach the tensor it came from) instead of silently lost."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         result = method(self, *args, **kwargs)
         if result is not self:
-            result._view_of = f"{method.__name__}()"
+            mark_view(result, self, f"{method.__name__}()")
         return result
+    wrapper.__doc__ = (method.__doc__ or "") + " (A copy here: see mark_view.)"
     return wrapper
 
 
 def _fresh(tensor: "Tensor") -> "Tensor":
     """A result computed by this module that merely used a view operation on the way."""
-    tensor._view_of = None
+    tensor._view_of = tensor._view_base = None
     return tensor
 
 
@@ -285,7 +311,7 @@ class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
     __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
-                 "_view_of",
+                 "_view_of", "_view_base", "_view_version",
                  "_version", "_changed_at", "_weak", "_leaf", "_accumulator", "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
     __hash__ = object.__hash__
@@ -307,6 +333,8 @@ class Tensor:
         self._accumulator = None
         self._base = None  # the tensor this detaches: in-place changes go through to it
         self._view_of = None  # the view operation (a copy here) this tensor is the result of
+        self._view_base = None  # a weak reference to the tensor it is a view-copy of
+        self._view_version = 0  # that tensor's version when the copy was taken
         if trace is not None and requires_grad and self._leaf:
             trace.leaves.append(self)
         return self
@@ -368,6 +396,7 @@ class Tensor:
 
     # Reading values -----------------------------------------------------------------------------
     def _eager_array(self, what: str) -> np.ndarray:
+        check_current(self)
         if self._trace is not None and self._weak:
             raise TracingError(
                 f"{what} needs the value of a Python number passed to the traced function, which "
@@ -451,6 +480,7 @@ class Tensor:
         suffix = ", requires_grad=True" if self.requires_grad else ""
         if self._trace is not None:
             return f"Tensor(traced %{self._handle.name}: {self._handle.type}{suffix})"
+        check_current(self)
         body = np.array2string(self._handle, separator=", ", prefix="tensor(")
         return f"tensor({body}, dtype={self.dtype}{suffix})"
 
@@ -703,19 +733,25 @@ class Tensor:
         return 1.0 / (1.0 + (-_to_float(self)).exp())
 
     def relu(self):
-        # nan stays nan and the gradient at 0 is 0, as in PyTorch
+        # As PyTorch (threshold_backward): no gradient where x <= 0, so nan passes it; nan stays nan
         return where(self <= 0, 0, self)
 
     def clamp(self, min=None, max=None) -> "Tensor":
         if min is None and max is None:
             raise ArgumentError("clamp needs at least one of min= and max=")
-        result = self
-        # As PyTorch: the gradient passes where min <= x <= max, and nan stays nan.
+        # As PyTorch: the value is min(max(x, min), max) (nan stays nan), and the gradient passes
+        # only where min <= x <= max (not at nan, nor anywhere when min > max).
+        differentiable = is_grad_enabled() and self.requires_grad
+        value = self.detach() if differentiable else self
         if min is not None:
-            result = where(result < min, as_tensor(min, result_dtype(self, min)), result)
+            value = where(value < min, as_tensor(min, result_dtype(self, min)), value)
         if max is not None:
-            result = where(result > max, as_tensor(max, result_dtype(result, max)), result)
-        return result
+            value = where(value > max, as_tensor(max, result_dtype(value, max)), value)
+        if not differentiable:
+            return value
+        inside = (self >= min) if max is None else (self <= max) if min is None else (
+            (self >= min) & (self <= max))
+        return where(inside, self, value)
 
     clip = clamp
 
@@ -726,7 +762,8 @@ class Tensor:
     def sum(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
         x = self.to(int64) if self.dtype == bool else self
         axes = _normalize_dims(dim, x.ndim)
-        result = apply("reduce_sum", [x], axes=axes) if axes else x
+        # A sum over no axis (of a 0-d tensor) is still a new tensor, not `x` itself.
+        result = apply("reduce_sum", [x], axes=axes) if axes else x.clone()
         return result._keep(axes, self.shape) if keepdim else result
 
     def _keep(self, axes, shape) -> "Tensor":
@@ -881,7 +918,10 @@ class Tensor:
 
     def matmul(self, other) -> "Tensor":
         """numpy/PyTorch matmul: 1-D operands are promoted and squeezed, batch dims broadcast."""
-        x, y = promote(self, as_tensor(other))
+        x, y = self, _tensor_operand(other, "matmul")
+        if x.dtype != y.dtype:  # PyTorch does not promote the operands of a matrix product
+            raise ShapeMismatchError(f"matmul of a {x.dtype} and a {y.dtype} tensor; convert one "
+                                     f"(.to(...)) so that both have the same dtype")
         if x.ndim == 0 or y.ndim == 0:
             raise ShapeMismatchError("matmul does not take 0-d tensors; use *")
         vector_x, vector_y = x.ndim == 1, y.ndim == 1
