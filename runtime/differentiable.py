@@ -3,7 +3,6 @@ torch.compile: each call gives its results one node on the eager tape whose back
 compiled vector-Jacobian product of the function (made on the first backward)."""
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -43,7 +42,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
                        [t._handle for t in inputs], [edge_of(t) for t in inputs])
     # The backward reads the arguments again: changing one in place first is an error.
-    node.saved = [(weakref.ref(v), v._version) for v, _ in leaves if isinstance(v, Tensor)]
+    node.save([v for v, _ in leaves if isinstance(v, Tensor)])
     for index, output in enumerate(outputs):
         output._node, output._output_index = node, index
         output._requires_grad, output._leaf = True, False

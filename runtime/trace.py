@@ -341,13 +341,13 @@ class TracedFunction:
                 if outputs[output] is not array:
                     np.copyto(array, outputs[output])
                 if isinstance(target, Tensor):
-                    target._version += 1
+                    target._mark_changed()
             elif target.grad is None:
                 target.grad = Tensor._make(owned(outputs[output], inputs), None, False)
             else:
                 if outputs[output] is not target.grad._handle:
                     np.copyto(target.grad._handle, outputs[output])
-                target.grad._version += 1
+                target.grad._mark_changed()
         for index in entry.cleared_grads:
             values[index].grad = None
         results = [Tensor._make(owned(a, inputs), None, False)

@@ -67,7 +67,7 @@ class Node:
     """One recorded operation of the eager tape."""
 
     __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed",
-                 "reads_output")
+                 "reads_output", "changed", "__weakref__")
 
     def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence["Tensor"],
                  inputs: list[np.ndarray], outputs: list[np.ndarray], name: str | None = None,
@@ -82,17 +82,38 @@ class Node:
         # silently wrong gradient -- and only theirs, so that `y.mul_(2)` stays allowed (PyTorch).
         reads_inputs, self.reads_output = values_read(
             primitive, [t.requires_grad for t in input_tensors])
-        self.saved = [(weakref.ref(t), t._version)
-                      for t, read in zip(input_tensors, reads_inputs) if read]
+        self.saved: list[tuple[weakref.ref, int]] = []
+        self.changed = ""  # what was changed in place, of the tensors saved (even if gone since)
+        self.save([t for t, read in zip(input_tensors, reads_inputs) if read])
         self.name = name or primitive
         self.freed = False
+
+    def save(self, tensors: Sequence["Tensor"]) -> None:
+        """Track the versions of `tensors`, which the VJP reads."""
+        for t in tensors:
+            self.saved.append((weakref.ref(t), t._version))
+            t._saved_by.append(weakref.ref(self))
 
     def save_outputs(self, tensors: Sequence["Tensor"]) -> None:
         """Called with the result tensors once they exist: track them if the VJP reads them."""
         if self.reads_output:
-            self.saved += [(weakref.ref(t), t._version) for t in tensors]
+            self.save(tensors)
+
+    def forget(self, tensor: "Tensor") -> None:
+        """Stop tracking `tensor` (the node keeps a copy of the value it read)."""
+        self.saved = [(reference, version) for reference, version in self.saved
+                      if reference() is not tensor]
+
+    def note_change(self, tensor: "Tensor") -> None:
+        """`tensor` is being changed in place: an error at backward if this node reads it."""
+        if not self.changed and any(reference() is tensor for reference, _ in self.saved):
+            self.changed = (f"a {tensor.dtype} tensor of shape {list(tensor.shape)} needed to "
+                            f"compute the gradient of {self.name} was changed in place at "
+                            f"{tensor._changed_at}")
 
     def check_saved(self) -> None:
+        if self.changed:
+            raise InplaceError(f"{self.changed}; change a clone of it instead (x = x.clone())")
         for reference, version in self.saved:
             tensor = reference()
             if tensor is not None and tensor._version != version:
@@ -188,6 +209,6 @@ def run_backward(roots: Sequence[tuple["Tensor", np.ndarray]], retain_graph: boo
             tensor.grad = Tensor._make(np.array(gradient, copy=True), None, False)
         else:
             np.add(tensor.grad._handle, gradient, out=tensor.grad._handle)
-            tensor.grad._version += 1
+            tensor.grad._mark_changed()
     return None
 

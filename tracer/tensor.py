@@ -129,8 +129,7 @@ def _keep_old_value_for(node: Node | None, tensor: "Tensor") -> None:
     if node is None or not any(reference() is tensor for reference, _ in node.saved):
         return
     node.inputs = [array.copy() if array is tensor._handle else array for array in node.inputs]
-    node.saved = [(reference, version) for reference, version in node.saved
-                  if reference() is not tensor]
+    node.forget(tensor)
 
 
 # The rule of an in-place change made under no_grad to a tensor on the gradient path: the
@@ -312,7 +311,8 @@ class Tensor:
 
     __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
                  "_view_of", "_view_base", "_view_version",
-                 "_version", "_changed_at", "_weak", "_leaf", "_accumulator", "__weakref__")
+                 "_version", "_changed_at", "_saved_by", "_weak", "_leaf", "_accumulator",
+                 "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
     __hash__ = object.__hash__
 
@@ -328,6 +328,7 @@ class Tensor:
         self.grad = None
         self._version = 0
         self._changed_at = None
+        self._saved_by: list = []  # weak references to the tape nodes that saved this tensor
         self._weak = False
         self._leaf = (not requires_grad) if leaf is None else leaf
         self._accumulator = None
@@ -587,21 +588,27 @@ class Tensor:
         if result.requires_grad:
             self._node, self._output_index = result._node, result._output_index
             self._requires_grad, self._leaf = True, False
+        self._mark_changed()
+        return self
+
+    def _mark_changed(self) -> None:
+        """Count an in-place change: a newer version, where it happened, and word to every tape
+        node that saved this tensor for its backward (which may run after the tensor is gone)."""
         self._version += 1
         self._changed_at = user_line()
-        return self
+        for reference in self._saved_by:
+            node = reference()
+            if node is not None:
+                node.note_change(self)
 
     def _assign_data(self, result: "Tensor", what: str) -> None:
         """An in-place change made through `.data`: unseen by autograd."""
-        if state.trace is None:
-            self._version += 1  # the shared buffer is written by the alias
-        else:
+        if state.trace is not None:
             value = result.to(self.dtype).expand(*self.shape)._handle
             if self.requires_grad:
                 (value,) = state.trace.builder.emit("stop_gradient", [value], {})
             self._handle = value
-            self._version += 1
-        self._changed_at = user_line()
+        self._mark_changed()  # eagerly, the shared buffer was written by the alias
 
     def __iadd__(self, other): return self.add_(other)
     def __isub__(self, other): return self.sub_(other)
