@@ -50,11 +50,17 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
     """Emit through `builder` the gradients of `output` with respect to `wrt`, seeded by `seed`,
     through the instructions `forward`. None where no gradient flows."""
     active = active_values(forward, wrt)
+    on_path = gradient_path(forward, output, wrt)
     cotangents: dict[int, Value] = {id(output): seed}
     targets = {id(v) for v in wrt}
     for instruction in reversed(forward):
         outgoing = [cotangents.get(id(v)) for v in instruction.outputs]
-        if all(g is None for g in outgoing) or all(id(v) in targets for v in instruction.outputs):
+        if all(id(v) in targets for v in instruction.outputs):
+            continue
+        if all(g is None for g in outgoing) and not (
+                instruction.primitive == "custom_vjp"
+                and instruction.attributes["rule"].runs_without_cotangents
+                and any(id(v) in on_path for v in instruction.outputs)):
             continue
         needs = [id(x) in active for x in instruction.inputs]
         suffix = " (backward)" if instruction.location and not instruction.location.endswith(")") else ""

@@ -26,9 +26,13 @@ class CustomRule:
     live: "weakref.WeakValueDictionary[str, CustomRule]" = weakref.WeakValueDictionary()
     _counter = itertools.count()
 
-    def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list]):
+    def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list],
+                 runs_without_cotangents: bool = False):
         self.label = f"{name}.{next(self._counter)}"
         self.backward = backward
+        # A user's Function runs its backward wherever the backward pass reaches it, even when no
+        # gradient arrived (then with zeros, or None without materialize_grads), as PyTorch does.
+        self.runs_without_cotangents = runs_without_cotangents
         CustomRule.live[self.label] = self
 
     def __repr__(self) -> str:
@@ -177,7 +181,8 @@ def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Se
     """Cotangents of `inputs`, given those of `outputs` (None: zero). Integer and bool operands get
     None; a cotangent in a broadcast shape is summed back to its operand's shape."""
     needs = [need and is_float(b.type_of(x).dtype) for need, x in zip(needs, inputs)]
-    if not any(needs) or all(g is None for g in cotangents):
+    runs_anyway = primitive == "custom_vjp" and attributes["rule"].runs_without_cotangents
+    if not any(needs) or (all(g is None for g in cotangents) and not runs_anyway):
         return [None] * len(inputs)
     rule = VJP_RULES[primitive]
     if primitive in MULTIPLE_OUTPUTS:

@@ -269,7 +269,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
         _remember_saved(ctx)
         return tuple(results) if multiple else results[0]
     rule = CustomRule(name, _FunctionRule(name, forward, backward, ctx, arguments, outputs,
-                                          differentiable, trace))
+                                          differentiable, trace), runs_without_cotangents=True)
     if trace is None:
         handles = [o._handle for o in recorded]  # custom_vjp is the identity on them
         node = custom_node(name, rule, handles, handles_before, edges_before)
