@@ -120,7 +120,9 @@ def setitem(x: Tensor, key, value) -> Tensor:
         raise ShapeMismatchError(f"cannot assign a value of shape {list(value.shape)} to an "
                                  f"index selecting shape {region.result_shape}") from None
     if 0 in region.box_shape:
-        return x
+        # Nothing is written, but as in PyTorch the (empty) value is on the gradient path: adding
+        # its sum, exactly 0, gives it a zero gradient instead of none.
+        return x + value.sum() if value.requires_grad else x
     padding = slice_as_pad(x.shape, region.starts, region.stops, region.steps)
     placed = apply("pad", [value], **padding)
     inside = apply("pad", [full(*region.box_shape, fill_value=True)], **padding)
