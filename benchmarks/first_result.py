@@ -100,4 +100,6 @@ def rows(peers: list[str]) -> list[Row]:
 
 
 if __name__ == "__main__":
-    run_once(sys.argv[1] if sys.argv[1] in PEERS else sys.exit(f"unknown peer {sys.argv[1]}"))
+    if len(sys.argv) != 2 or sys.argv[1] not in PEERS:
+        sys.exit(f"usage: python -m benchmarks.first_result PEER, PEER one of {', '.join(PEERS)}")
+    run_once(sys.argv[1])

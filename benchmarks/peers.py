@@ -33,6 +33,15 @@ def fullgraph_setting():
     return config.patch(trace_autograd_ops=True) if hasattr(config, "trace_autograd_ops") else None
 
 
+def available(peer: str) -> bool:
+    """Whether the peer (a column of the table) can run here."""
+    if peer in ("tracer", "numpy"):
+        return True
+    if installed("jax" if peer == "jax.jit" else "torch") is None:
+        return False
+    return peer != "torch.compile fullgraph" or fullgraph_setting() is not None
+
+
 def torch_programs(function: Callable, build: Callable[[Callable], Callable]) -> list[Program]:
     """`build(f)` makes fresh torch state and returns the call running `f` on it; the same
     function runs eagerly and compiled. Each compiled variant gets its own copy of the function's

@@ -55,7 +55,7 @@ def table(rows: list[Row], notes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chart(rows: list[Row], path: Path) -> None:
+def chart(rows: list[Row], title: str, path: Path) -> None:
     """Each row's times relative to the tracer's (log scale; left of 1 is faster than the
     tracer), one bar per peer and the fastest floor."""
     import matplotlib
@@ -86,5 +86,6 @@ def chart(rows: list[Row], path: Path) -> None:
     high = max(max(b.get_width() for b in axes.patches), 2.0)
     axes.set_xlim(low / 1.5, high * 1.5 if math.isfinite(high) else 10)
     axes.legend(fontsize=7, loc="lower right")
+    axes.set_title(title, fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -6,7 +6,7 @@ User programs through the public API only, each run by the tracer and, in the sa
 numpy written by hand, PyTorch eager, torch.compile and jax.jit where installed; every result is
 checked against a float64 numpy reference before it is timed; the machine's floors (memory
 streaming, BLAS sgemm) are timed in the same rounds. `--quick` (under 2 minutes): one size per
-workload, fewer repeats, no torch.compile in the fresh-process rows.
+workload, fewer repeats, no torch in the fresh-process rows.
 """
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=HERE,
                         help="folder for results.md and results.png (default: benchmarks/)")
     options = parser.parse_args()
+    # torch's OpenMP threads spin after each operation by default; in one process with numpy's
+    # OpenBLAS threads (which the tracer calls too) on the 2-core machine, that made every peer
+    # timed after torch 10-100x slower. Waiting passively is the setting for sharing a process.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as directory:
         # Compilers start from empty disk caches, so that compile times are cold every run.
         os.environ["TRACER_CACHE_DIR"] = f"{directory}/tracer"
@@ -39,29 +43,28 @@ def run(quick: bool, output: Path) -> None:
                             layer_norm, peers, report, two_layer)
     from benchmarks.harness import PEERS, Timing
 
-    timing = Timing(repeats=20, budget=1.0) if quick else Timing(repeats=200, budget=10.0)
+    timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
     started = time.perf_counter()
     rows = []
     for workload in (two_layer, gelu, layer_norm, cross_entropy, dispatch):
         rows += workload.rows(quick, timing)
         print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
-    installed = [peer for peer in PEERS if peer in ("tracer", "numpy")
-                 or peers.installed(peer.split(".")[0].split()[0])]
-    if quick:
-        installed = [peer for peer in installed if not peer.startswith("torch.compile")]
-    rows += first_result.rows(installed)
+    # --quick leaves torch out: it takes seconds to import, torch.compile tens of seconds to compile
+    rows += first_result.rows([peer for peer in PEERS if peers.available(peer)
+                               and not (quick and peer.startswith("torch"))])
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     rows += compile_time.rows(quick)
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     notes = [f"{'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')}, "
              f"{platform.machine()}, {peers.THREADS} cores; "
              f"medians of up to {timing.repeats} calls per program, timed in interleaved rounds",
-             *peers.notes()]
+             f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", *peers.notes()]
     if quick:
-        notes.append("time to first result: torch.compile left out of --quick (tens of seconds)")
+        notes.append("time to first result: torch left out of --quick (its import takes seconds, "
+                     "torch.compile tens of seconds)")
     text = report.table(rows, notes)
     (output / "results.md").write_text(text)
-    report.chart(rows, output / "results.png")
+    report.chart(rows, notes[0], output / "results.png")
     print(text)
 
 
