@@ -3,6 +3,7 @@ median timing, and the row of the results table."""
 from __future__ import annotations
 
 import contextlib
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -46,18 +47,22 @@ class Timing:
 def median_times(calls: dict[str, Callable[[], object]], timing: Timing,
                  settings: dict[str, Callable[[], ContextManager]] | None = None) -> dict[str, float]:
     """The median time of each call, measured in rounds that run every call once, so that a
-    noisy stretch of the machine's load falls on all of them alike. A call's setting (if any) is
-    entered around it, outside the time measured."""
+    noisy stretch of the machine's load falls on all of them alike; in a new order each round,
+    since a call runs slower right after one whose threads still hold the cores. A call's
+    setting (if any) is entered around it, outside the time measured."""
     settings = settings or {}
     times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
+    shuffle = random.Random(0).shuffle
     started = time.perf_counter()
     for round_number in range(timing.repeats):
         if round_number >= timing.minimum and time.perf_counter() - started > timing.budget:
             break
-        for name, call in calls.items():
+        shuffle(order)
+        for name in order:
             with settings.get(name, contextlib.nullcontext)():
                 start = time.perf_counter()
-                call()
+                calls[name]()
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(samples) for name, samples in times.items()}
 

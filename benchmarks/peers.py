@@ -42,20 +42,22 @@ def available(peer: str) -> bool:
     return peer != "torch.compile fullgraph" or fullgraph_setting() is not None
 
 
+def fresh_copy(function: Callable) -> Callable:
+    """The function with a code object of its own: Dynamo keeps what it compiled on the code
+    object, and one compiled variant must not run (or time) the code another compiled."""
+    return types.FunctionType(function.__code__.replace(), function.__globals__,
+                              function.__name__, function.__defaults__, function.__closure__)
+
+
 def torch_programs(function: Callable, build: Callable[[Callable], Callable]) -> list[Program]:
     """`build(f)` makes fresh torch state and returns the call running `f` on it; the same
-    function runs eagerly and compiled. Each compiled variant gets its own copy of the function's
-    code: Dynamo keeps what it compiled on the code object, and one variant must not run the
-    code another compiled."""
+    function runs eagerly and compiled (each compiled variant from its own fresh copy)."""
     torch = installed("torch")
     if torch is None:
         return []
 
     def compiled(**options):
-        code = function.__code__.replace()
-        copy = types.FunctionType(code, function.__globals__, function.__name__,
-                                  function.__defaults__, function.__closure__)
-        return build(torch.compile(copy, **options))
+        return build(torch.compile(fresh_copy(function), **options))
 
     programs = [Program("torch eager", lambda: build(function)),
                 Program("torch.compile", compiled)]

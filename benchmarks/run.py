@@ -57,7 +57,7 @@ def run(quick: bool, output: Path) -> None:
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     notes = [f"{'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')}, "
              f"{platform.machine()}, {peers.THREADS} cores; "
-             f"medians of up to {timing.repeats} calls per program, timed in interleaved rounds",
+             f"medians of up to {timing.repeats} calls per program, timed in interleaved rounds in shuffled order",
              f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", *peers.notes()]
     if quick:
         notes.append("time to first result: torch left out of --quick (its import takes seconds, "
