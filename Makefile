@@ -25,7 +25,8 @@ test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -m slow
 
 bench: $(BIN)/.installed
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/pip install --quiet '.[bench]'
+	$(BIN)/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV)

@@ -203,7 +203,7 @@ def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_p
     """A chain of 300 elementwise ops (100 of them tanh, inline polynomial code): fusion bounds the
     code of each loop kernel (LLVM's optimizer is superlinear in the size of one loop body) and
     the kernels are not inlined back into one function, so compile time grows linearly with the
-    graph (measured by `benchmarks/run.py --compile`, not asserted here); the result equals the
+    graph (measured by `python -m benchmarks.run`, not asserted here); the result equals the
     interpreter's."""
     from tracer.ir.fusion import MAX_EXPRESSION_COST, MAX_KERNEL_COST, code_cost
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))

@@ -1,0 +1,79 @@
+"""Compile time against graph size: the first call of a chain of N elementwise ops
+(`x = tanh(x * 1.01 + 0.1)`, three ops per link) on 1000 floats, with no disk cache."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from benchmarks.harness import Row, check, failure
+from benchmarks.peers import fresh_copy, installed
+
+LINKS = (10, 100, 1000)
+QUICK_LINKS = (10, 100)
+SIZE = 1000
+# Each link contracts errors (the chain's derivative at its fixed point is about 0.6), so the
+# result keeps the few-ulp error of one link.
+TOLERANCE = 1e-5
+
+
+def chain_with(tanh):
+    """The chain for tr.tanh, torch.tanh, jnp.tanh or np.tanh, a new function each time."""
+    def chain(x, links):
+        for _ in range(links):
+            x = tanh(x * 1.01 + 0.1)
+        return x
+    return chain
+
+
+def tracer_compile(x, links):
+    import tracer as tr
+    traced = tr.trace(chain_with(tr.tanh), static_argnums=(1,))
+    return lambda: traced(tr.tensor(x), links)
+
+
+def torch_compile(x, links):
+    torch = installed("torch")
+    compiled = torch.compile(fresh_copy(chain_with(torch.tanh)))
+    return lambda: compiled(torch.from_numpy(x.copy()), links)
+
+
+def jax_compile(x, links):
+    jax = installed("jax")
+    compiled = jax.jit(chain_with(jax.numpy.tanh), static_argnums=1)
+    return lambda: jax.block_until_ready(compiled(jax.numpy.asarray(x), links))
+
+
+def first_call_seconds(compiler, x: np.ndarray, links: int) -> float:
+    """The time of the first call of the chain compiled by `compiler`, whose result is then
+    checked against the float64 chain."""
+    first_call = compiler(x, links)
+    start = time.perf_counter()
+    result = first_call()
+    seconds = time.perf_counter() - start
+    check([result], [chain_with(np.tanh)(x.astype(np.float64), links)], TOLERANCE)
+    return seconds
+
+
+def rows(quick: bool) -> list[Row]:
+    x = np.random.default_rng(0).standard_normal(SIZE).astype(np.float32)
+    compilers = {"tracer": tracer_compile}
+    if installed("torch"):
+        compilers["torch.compile"] = torch_compile
+    if installed("jax"):
+        compilers["jax.jit"] = jax_compile
+    os.environ["TRACER_DISABLE_CACHE"] = "1"
+    try:
+        result = []
+        for links in QUICK_LINKS if quick else LINKS:
+            row = Row("compile time (first call) of a chain", f"{3 * links} ops")
+            for peer, compiler in compilers.items():
+                try:
+                    row.seconds[peer] = first_call_seconds(compiler, x, links)
+                except Exception as error:  # noqa: BLE001 - any failure is a result to report
+                    row.failures[peer] = failure(error)
+            result.append(row)
+        return result
+    finally:
+        del os.environ["TRACER_DISABLE_CACHE"]

@@ -1,0 +1,105 @@
+"""Time to the first result in a fresh process: the seed step (benchmarks/two_layer.py) run once
+by `python -m benchmarks.first_result PEER`, timed from the outside, with each compiler's disk cache
+in a fresh directory (cold) or one that a previous process filled (warm)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import two_layer
+from benchmarks.harness import PEERS, Row, check, failure, to_numpy
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = "64×1000→100→10"
+FLOOR = "python + import numpy"
+
+
+def program_lists(peer: str):
+    """The function that makes the seed step's programs for `peer`, without importing what the
+    others need."""
+    if peer == "tracer":
+        return lambda inputs, rate: [two_layer.tracer_program(inputs, rate)]
+    if peer == "numpy":
+        return lambda inputs, rate: [two_layer.numpy_program(inputs, rate)]
+    if peer.startswith("torch"):
+        return two_layer.torch_step_programs
+    return two_layer.jax_step_programs
+
+
+def run_once(peer: str) -> None:
+    """In the fresh process: one step of `peer` from the seed's data; prints the loss."""
+    sizes, learning_rate = two_layer.SIZES[SIZE]
+    inputs = two_layer.make_inputs(sizes)
+    program = next(p for p in program_lists(peer)(inputs, learning_rate) if p.peer == peer)
+    with program.setting():
+        loss = program.build()()[0]
+    print(float(to_numpy(loss)))
+
+
+def expected_loss() -> float:
+    sizes, learning_rate = two_layer.SIZES[SIZE]
+    x, y, w1, w2 = (a.astype(np.float64) for a in two_layer.make_inputs(sizes))
+    return float(two_layer.numpy_step(x, y, w1, w2, learning_rate))
+
+
+def cache_environment(directory: str) -> dict[str, str]:
+    """Every compiler's disk cache in `directory`; jax caches even its quickest compilations."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+                "PYTHONPATH")])),
+            "TRACER_CACHE_DIR": f"{directory}/tracer",
+            "TORCHINDUCTOR_CACHE_DIR": f"{directory}/inductor",
+            "JAX_COMPILATION_CACHE_DIR": f"{directory}/jax",
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def timed_process(command: list[str], environment: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    finished = subprocess.run(command, env=environment, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if finished.returncode != 0:
+        last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"exit status {finished.returncode}: {last}")
+    return seconds, finished.stdout
+
+
+def first_result_seconds(peer: str, warm: bool) -> float:
+    """One fresh process running one step; for `warm`, a previous process filled the cache."""
+    command = [sys.executable, "-m", "benchmarks.first_result", peer]
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as directory:
+        environment = cache_environment(directory)
+        if warm:
+            timed_process(command, environment)
+        seconds, output = timed_process(command, environment)
+    check([float(output.split()[-1])], [np.asarray(expected_loss())], two_layer.TOLERANCE)
+    return seconds
+
+
+def rows(peers: list[str]) -> list[Row]:
+    """Cold and warm rows for `peers` (those installed), with the floor: a fresh Python that
+    imports numpy."""
+    floor = timed_process([sys.executable, "-c", "import numpy"], dict(os.environ))[0]
+    result = []
+    for warm in (False, True):
+        row = Row("time to first result (seed step, fresh process)",
+                  "warm cache" if warm else "cold cache")
+        for peer in peers:
+            try:
+                row.seconds[peer] = first_result_seconds(peer, warm)
+            except Exception as error:  # noqa: BLE001 - any failure is a result to report
+                row.failures[peer] = failure(error)
+        row.floors[FLOOR] = floor
+        result.append(row)
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in PEERS:
+        sys.exit(f"usage: python -m benchmarks.first_result PEER, PEER one of {', '.join(PEERS)}")
+    run_once(sys.argv[1])

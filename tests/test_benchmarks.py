@@ -1,0 +1,46 @@
+"""The benchmark programs (benchmarks/) cannot rot: each workload's check against its float64
+reference, at tiny sizes, with the tracer and numpy only (no torch, no jax, no timing)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import (compile_time, cross_entropy, dispatch, first_result, gelu,  # noqa: E402
+                        layer_norm, two_layer)
+from benchmarks.harness import checked_run  # noqa: E402
+
+
+@pytest.mark.parametrize("make_program", [two_layer.tracer_program, two_layer.numpy_program])
+def test_training_step(make_program):
+    inputs = two_layer.make_inputs((8, 12, 6, 3))
+    expected, scales = two_layer.reference(inputs, 1e-3)
+    checked_run(make_program(inputs, 1e-3), expected, two_layer.TOLERANCE, scales)
+
+
+@pytest.mark.parametrize("module, size", [(gelu, 1000), (layer_norm, (6, 32)),
+                                          (cross_entropy, (5, 7))])
+@pytest.mark.parametrize("peer", ["tracer", "numpy"])
+def test_forward_backward(module, size, peer):
+    inputs = module.make_inputs(size)
+    program = module.tracer_program(inputs) if peer == "tracer" else module.numpy_program(inputs)
+    checked_run(program, module.reference(inputs), module.TOLERANCE)
+
+
+@pytest.mark.parametrize("kind", ["value", "gradient"])
+def test_dispatch(kind):
+    x = dispatch.make_input()
+    programs = dispatch.tracer_and_numpy_programs(x)[kind]
+    for program in programs:
+        checked_run(program, dispatch.reference(x)[kind], dispatch.TOLERANCE)
+
+
+def test_compile_time_chain():
+    x = np.random.default_rng(0).standard_normal(compile_time.SIZE).astype(np.float32)
+    assert compile_time.first_call_seconds(compile_time.tracer_compile, x, 3) > 0
+
+
+def test_first_result_in_a_fresh_process():
+    assert first_result.first_result_seconds("tracer", warm=False) > 0
