@@ -25,7 +25,7 @@ place, and errors: where PyTorch raises, tracer must raise a `tr.TracerError` in
 mode, and vice versa (a program where both raise passes; a tracer error that is not a TracerError
 is a crash).
 
-What the generator leaves out, on purpose (DESIGN.md documents these differences from PyTorch):
+What the generator leaves out on purpose (DESIGN.md documents these differences from PyTorch):
   * in-place changes of the results of view operations (`x[0]`, reshape, t(), expand, detach(),
     ...): tracer's views are copies and it refuses such a change, PyTorch changes the base;
   * `view` of a value PyTorch may hold non-contiguously (PyTorch raises, tracer copies);
@@ -33,8 +33,12 @@ What the generator leaves out, on purpose (DESIGN.md documents these differences
   * in-place changes of arguments in "grad" and "through" programs (a traced function that changes
     its arguments returns detached results, on purpose);
   * a custom Function's backward returning a broadcast-shaped gradient (PyTorch reduces it).
-Restrictions added because of findings (FINDINGS.md; reproducers in
-tests/test_differential_findings.py, xfail until fixed) are listed in KNOWN_RESTRICTIONS.
+Restrictions added because of the mismatches this tester found are in KNOWN_RESTRICTIONS below,
+keyed by the finding in FINDINGS.md; each finding has a strict-xfail reproducer in
+tests/test_differential_findings.py. Remove the restriction when its finding is fixed.
+
+Tolerances are explained at RTOL. Reproducing a failure: hypothesis prints the Program; paste it
+into `check_program(Program(...))` (the reprs of Program and Input evaluate back).
 """
 from __future__ import annotations
 
@@ -62,8 +66,9 @@ KNOWN_RESTRICTIONS = {
     "F8": "no in-place change of a tensor-exponent power's result",
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
     "F10": "no x.log() of negative entries (NaN): clamp's gradient at NaN differs",
-    "F11": "no index assignment into a zero-size tensor (of a zero-size value)",
+    "F11": "no index assignment into a zero-size tensor or a zero-size region of one",
     "F12": "no in-place change of a zero-size tensor",
+    "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F6": "the custom Functions' two tensor operands have one dtype",
     "F7": "NoGradFirst's first operand (whose gradient is None) has no custom Function before it",
@@ -81,6 +86,7 @@ class Backend:
         # F1 (FINDINGS.md): every value of a program is kept alive until the call is over, so
         # that eager tracer's in-place check sees tensors a program dropped
         self.keep: list = []
+        self.shared: list = []  # (tensor, the numpy array it was made from)
 
     def array_to_tensor(self, array: np.ndarray, via: str):
         if self.is_torch:
@@ -221,8 +227,11 @@ class Program:
 
 
 def make_array(spec: Input, dtype: str | None = None) -> np.ndarray:
-    """The input's data, freshly made from its seed, in its layout."""
-    dtype = dtype or spec.dtype
+    """The input's data, freshly made from its seed, in its layout; with `dtype` (the float64
+    evaluation), the same values (rounded to the input's dtype) converted to `dtype`."""
+    if dtype is not None:
+        return make_array(spec).astype(dtype, order="K")
+    dtype = spec.dtype
     rng = np.random.default_rng(spec.seed)
     shape = spec.shape
     if spec.layout == "T" and len(shape) >= 2:
@@ -236,7 +245,7 @@ def make_array(spec: Input, dtype: str | None = None) -> np.ndarray:
 
 def make_grad(spec: Input, dtype: str | None = None) -> np.ndarray:
     rng = np.random.default_rng(spec.seed + 7919)
-    return rng.standard_normal(spec.shape).astype(dtype or spec.dtype)
+    return rng.standard_normal(spec.shape).astype(spec.dtype).astype(dtype or spec.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,7 +431,10 @@ LEARNING_RATES = (0.1, 0.05, 0.025)
 def make_args(B, program, dtype=None):
     args = []
     for spec in program.inputs:
-        t = B.array_to_tensor(make_array(spec, dtype), spec.via)
+        array = make_array(spec, dtype)
+        t = B.array_to_tensor(array, spec.via)
+        if spec.via == "from_numpy":
+            B.shared.append((t, array))  # in-place changes must reach the caller's array
         if spec.requires_grad and program.kind in ("backward", "step", "through"):
             t.requires_grad_()
             if spec.grad:
@@ -443,7 +455,10 @@ def dtype_name(t):
     return None if t is None else str(t.dtype).replace("torch.", "")
 
 
-def observe_args(args):
+def observe_args(B, args):
+    for tensor, array in B.shared:
+        np.testing.assert_array_equal(array, tensor.detach().numpy(),
+                                      err_msg="an in-place change did not reach from_numpy's array")
     return [(to_numpy(a), to_numpy(a.grad) if a.requires_grad else None) for a in args]
 
 
@@ -459,6 +474,7 @@ def run(B, program, traced=False, dtype=None, calls=1):
     args = None
     for call in range(calls):
         if kind != "step" or args is None:  # a step reuses its tensors: that is the point
+            B.shared.clear()
             args = make_args(B, program, dtype)
         B.keep.clear()
         try:
@@ -476,7 +492,7 @@ def run(B, program, traced=False, dtype=None, calls=1):
         except B.error_type() as error:
             return "error", error
         observations.append(([to_numpy(r) for r in results], [dtype_name(r) for r in results],
-                             observe_args(args)))
+                             observe_args(B, args)))
         if traced and call == calls - 1:  # (a step's second call has a .grad: a new signature)
             info = (through if kind == "through" else function).cache_info()
             assert info.hits >= 1, f"call {call + 1} did not hit the cache: {info}"
@@ -667,7 +683,7 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "reduce:max:dim", "reduce:min:dim"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
-                         "layout", "unary:detach"}
+                         "layout", "unary:detach", "matmul:1d"}
 
 
 def _reads(op):
@@ -748,7 +764,9 @@ class Generator:
         """Whether changing value `index` in place is something both PyTorch and tracer judge
         alike (see DISAGREEING_PRODUCERS)."""
         obj = self.obj_of[index]
-        return (self.values[index].inplace and 0 not in self.values[index].shape  # F11, F12 and self.producer[obj] not in DISAGREEING_PRODUCERS
+        return (self.values[index].inplace
+                and 0 not in self.values[index].shape  # F11, F12
+                and self.producer[obj] not in DISAGREEING_PRODUCERS
                 and not self.consumers[obj] & DISAGREEING_CONSUMERS)
 
     def new_input(self, shape, requires_grad=None, dtype=None):
@@ -887,6 +905,9 @@ class Generator:
         out = np.matmul(np.empty(a.shape), np.empty(b.shape)).shape
         self.emit(("matmul", how, i, j), Value(out, self.result_type(a, b),
                                                a.requires_grad or b.requires_grad, True, True))
+        for operand in (i, j):  # F13: a 1-D operand changed in place later is not refused
+            if len(self.values[operand].shape) == 1:
+                self.consumers[self.obj_of[operand]].add("matmul:1d")
 
     def op_linear(self):
         i = self.pick(lambda v: len(v.shape) == 2, fresh_shape=self.shape(2))
@@ -1007,6 +1028,8 @@ class Generator:
             op = ("setitem", i, "mask_other", (j, 0.25))
         else:
             index, out = self.random_index(v.shape)
+            if 0 in out:  # F11: an assignment into a zero-size region
+                return self.op_unary()
             if how == 2:
                 op = ("setitem", i, index, (self.choice([0, 1.5, -2]),))
             else:
