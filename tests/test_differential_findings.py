@@ -226,3 +226,13 @@ def test_f11_index_assignment_into_a_zero_size_region():
         r.sum().backward()
         return (s.grad,)
     assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F14: the sum of a 0-d tensor is the tensor itself")
+def test_f14_sum_of_a_zero_dimensional_tensor_is_a_new_tensor():
+    def build(m):
+        x = m.tensor(0.5)
+        s = x.sum()
+        s.add_(1)  # must not change x
+        return x, s
+    assert_same(build)
