@@ -43,7 +43,6 @@ into `check_program(Program(...))` (the reprs of Program and Input evaluate back
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
@@ -575,14 +574,15 @@ def _program_function(B, program, pure=False):
 # Tolerances. float64: tracer and PyTorch both compute in float64; compiled transcendentals are
 # within a few ulp (codegen/templates/math.ll.j2) and sums may add in another order, so results
 # agree to ~1e-15 relative per operation; a program of up to ~12 ops with some cancellation stays
-# far below 1e-10 of the largest magnitude in the array. float32: each implementation's own
+# far below 1e-10 of the largest magnitude in the array. float32 (and float64 results of a program
+# with any float32 input, whose intermediates are rounded to float32): each implementation's own
 # rounding (a few ulp per op, ~1e-7) is amplified by the program's conditioning, so a float32
 # result is judged against the float64 ("exact") evaluation: it must be no more than 8 times as
 # far from it as PyTorch's float32 result is, plus 1e-5 of the array's largest magnitude.
 RTOL = {"float64": 1e-10, "float32": 1e-5}
 
 
-def assert_close(actual, reference, exact, what):
+def assert_close(actual, reference, exact, what, precision=None):
     assert actual.shape == reference.shape, f"{what}: shape {actual.shape} != {reference.shape}"
     if actual.dtype.kind != "f":
         np.testing.assert_array_equal(actual, reference, err_msg=what)
@@ -596,7 +596,7 @@ def assert_close(actual, reference, exact, what):
     scale = max(1.0, float(np.abs(exact[finite]).max(initial=0.0)))
     with np.errstate(invalid="ignore"):
         error = np.abs(a - exact)
-        allowed = 8 * np.abs(r - exact) + RTOL[str(actual.dtype)] * scale
+        allowed = 8 * np.abs(r - exact) + RTOL[precision or str(actual.dtype)] * scale
         ok = same | (error <= allowed)
     if not ok.all():
         bad = np.argwhere(~ok)[:5]
@@ -606,9 +606,9 @@ def assert_close(actual, reference, exact, what):
                         f"{r[tuple(b)]!r}, float64 {exact[tuple(b)]!r}" for b in bad))
 
 
-def compare(name, got, expected, exact):
+def compare(name, got, expected, exact, precision):
     """`got` (a tracer run) against `expected` (PyTorch or eager tracer, same dtypes) and `exact`
-    (the same program in float64)."""
+    (the same program in float64); `precision`: the lowest dtype the program computes in."""
     status, observed = got
     ref_status, ref_observed = expected
     if status != ref_status:
@@ -627,17 +627,19 @@ def compare(name, got, expected, exact):
         where = f"{name}, call {call + 1}"
         assert dtypes == ref_dtypes, f"{where}: result dtypes {dtypes} != {ref_dtypes}"
         for k, (r, e, x) in enumerate(zip(results, ref_results, ex_results)):
-            assert_close(r, e, x, f"{where}: result {k}")
+            assert_close(r, e, x, f"{where}: result {k}", precision)
         for k, ((value, grad), (ref_value, ref_grad), (ex_value, ex_grad)) in enumerate(
                 zip(args, ref_args, ex_args)):
             assert value.dtype == ref_value.dtype, f"{where}: argument {k}'s dtype changed"
-            assert_close(value, ref_value, ex_value, f"{where}: argument {k} after the call")
+            assert_close(value, ref_value, ex_value, f"{where}: argument {k} after the call",
+                         precision)
             assert (grad is None) == (ref_grad is None), (
                 f"{where}: argument {k}'s .grad is {'None' if grad is None else 'a tensor'}, "
                 f"the reference's {'None' if ref_grad is None else 'a tensor'}")
             if grad is not None:
                 assert grad.dtype == ref_grad.dtype, f"{where}: .grad {k} dtype"
-                assert_close(grad, ref_grad, ex_grad, f"{where}: argument {k}'s .grad")
+                assert_close(grad, ref_grad, ex_grad, f"{where}: argument {k}'s .grad",
+                             precision)
 
 
 def check_program(program: Program):
@@ -653,10 +655,11 @@ def check_program(program: Program):
         reference = eager
         exact = run(tracer_backend, program, calls=calls, dtype="float64")
     event(f"{program.kind}: {reference[0]}")
-    compare("eager", eager, reference, exact)
-    compare("traced", traced, reference, exact)
+    precision = min((spec.dtype for spec in program.inputs), key=lambda d: np.dtype(d).itemsize)
+    compare("eager", eager, reference, exact, precision)
+    compare("traced", traced, reference, exact, precision)
     if torch is not None:
-        compare("traced vs eager", traced, eager, exact)
+        compare("traced vs eager", traced, eager, exact, precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -812,7 +815,9 @@ class Generator:
 
     @staticmethod
     def result_type(*values):
-        return "float64" if any(v.dtype == "float64" for v in values) else "float32"
+        """PyTorch's promotion: a 0-d operand's dtype counts only if all operands are 0-d."""
+        pool = [v for v in values if v.shape != ()] or values
+        return "float64" if any(v.dtype == "float64" for v in pool) else "float32"
 
     def step(self):
         kind = self.choice(["unary", "unary", "scalar", "binary", "binary", "reduce", "matmul",
@@ -1100,10 +1105,13 @@ def programs(draw):
 
 
 SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck))
+# PyTorch notes that a .grad set by the program has other strides than a transposed parameter
+pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
 
 
-# `make test`: 200 programs, the same ones on every run (derandomize), about 40 s on one core.
-@settings(max_examples=200, derandomize=True, **SETTINGS)
+# `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
+# machine, compiling each (TRACER_DISABLE_CACHE=1) or not.
+@settings(max_examples=300, derandomize=True, **SETTINGS)
 @given(programs())
 def test_random_programs_agree(program):
     check_program(program)
