@@ -68,7 +68,7 @@ KNOWN_RESTRICTIONS = {
     "F11": "no index assignment into a zero-size tensor or a zero-size region of one",
     "F12": "no in-place change of a zero-size tensor",
     "F13": "no in-place change of a 1-D operand of matmul after the matmul",
-    "F14": "no in-place change of the sum of a 0-d tensor",
+    "F14": "no in-place change of the sum of a 0-d tensor, nor of the tensor after its sum",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F6": "the custom Functions' two tensor operands have one dtype",
     "F7": "NoGradFirst's first operand (whose gradient is None) has no custom Function before it",
@@ -888,9 +888,11 @@ class Generator:
                 out = tuple(1 if k in (0, len(v.shape) - 1) else d
                             for k, d in enumerate(v.shape) if keepdim
                             or k not in (0, len(v.shape) - 1))
-        # F14: tracer's sum of a 0-d tensor is the tensor itself: not changed in place
+        # F14: tracer's sum of a 0-d tensor is the tensor itself: neither is changed in place
         self.emit(("reduce", how, i, dim, keepdim),
                   Value(out, v.dtype, v.requires_grad, bool(v.shape) or how != "sum", True))
+        if not v.shape and how == "sum":
+            self.consumers[self.obj_of[i]].add("layout")
 
     def op_matmul(self):
         i = self.pick(lambda v: 1 <= len(v.shape) <= 3)
