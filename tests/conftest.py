@@ -91,7 +91,10 @@ class CheckedFunction:
             try:
                 assert_matches_interpreter(a, e, what)
             except AssertionError:
-                if e.dtype != np.float32:
+                # A float64 output of a function that computes in float32 somewhere (x_f32 * s_f64
+                # for a 0-d s is float32, cast to float64 for s's gradient) has float32's rounding.
+                if e.dtype != np.float32 and not (e.dtype == np.float64 and any(
+                        v.dtype == np.float32 for v in self.compiled.function.values())):
                     raise
                 # The interpreter's float32 (numpy's sgemm and sums) is not exact either: accept
                 # a compiled result at least as close to a float64 evaluation as the interpreter.

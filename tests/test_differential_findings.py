@@ -1,0 +1,238 @@
+"""Reproducers of the mismatches the random-program tester (test_differential.py) found between
+tracer and PyTorch; FINDINGS.md describes each. They are strict xfails: when one is fixed it
+XPASSes, fails the run, and its xfail mark and the generator restriction of the same name
+(test_differential.KNOWN_RESTRICTIONS) should be removed."""
+import numpy as np
+import pytest
+
+import tracer as tr
+
+torch = pytest.importorskip("torch")
+
+
+def both(build):
+    """`build(m)` run with m = torch and m = tracer: (torch result or exception, tracer's)."""
+    results = []
+    for m in (torch, tr):
+        try:
+            results.append(build(m))
+        except Exception as error:  # noqa: BLE001 - the exception is the result
+            results.append(error)
+    return results
+
+
+def assert_same(build):
+    expected, actual = both(build)
+    if isinstance(expected, Exception):
+        assert isinstance(actual, tr.TracerError), f"PyTorch raised {expected!r}, tracer {actual!r}"
+        return
+    assert not isinstance(actual, Exception), f"tracer raised {actual!r}, PyTorch {expected!r}"
+    for e, a in zip(expected, actual):
+        assert (e is None) == (a is None), (e, a)
+        if e is not None:
+            np.testing.assert_allclose(np.asarray(a.detach().numpy()), e.detach().numpy(),
+                                       rtol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="F1: eager misses an in-place change of a dropped tensor")
+def test_f1_inplace_change_of_a_tensor_dropped_before_backward():
+    def build(m):
+        def loss(x):
+            y = x.sqrt()
+            y.zero_()  # sqrt's backward reads y
+            return y * 1.0  # y itself is no longer referenced after this returns
+        x = m.tensor(2.0, requires_grad=True)
+        loss(x).backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F2: a matmul of float64 and float32 is accepted")
+def test_f2_matmul_of_mixed_dtypes():
+    assert_same(lambda m: (m.ones(2, 3, dtype=m.float64) @ m.ones(3, 2),))
+
+
+@pytest.mark.xfail(strict=True, reason="F3: a view taken before an in-place change of its base "
+                                       "keeps the old values")
+def test_f3_view_of_a_base_changed_in_place_later():
+    def build(m):
+        y = m.tensor([[1.0, -2.0]]) * 1
+        v, w = y[0, 0:1], y.t()
+        y.zero_()
+        return v, w
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F4: changing a quotient in place is refused; PyTorch "
+                                       "saves the operands of div, not its result")
+def test_f4_inplace_change_of_a_quotient():
+    def build(m):
+        x = m.tensor([2.0], requires_grad=True)
+        y = m.tensor([4.0], requires_grad=True)
+        q = x / y
+        q.clamp_(max=0.4)
+        q.sum().backward()
+        return x.grad, y.grad
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F5: changing relu's result in place is not refused")
+def test_f5_inplace_change_of_relu_result():
+    def build(m):
+        x = m.tensor([2.0], requires_grad=True)
+        r = x.relu()
+        r.mul_(2)
+        r.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F5: x.mul_(x) is not refused at backward")
+def test_f5_inplace_multiply_by_itself():
+    def build(m):
+        x = m.tensor([2.0], requires_grad=True)
+        w = x * 1
+        w.mul_(w)
+        w.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F5: changing clamp's input in place is not refused")
+def test_f5_inplace_change_of_clamp_input():
+    def build(m):
+        x = m.tensor([2.0], requires_grad=True)
+        w = x * 1
+        c = w.clamp(min=0.5)
+        w.add_(1)
+        c.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F8: changing a power's result in place is not refused "
+                                       "when the exponent needs no gradient")
+def test_f8_inplace_change_of_a_power_with_a_tensor_exponent():
+    def build(m):
+        x = m.tensor(0.5, requires_grad=True)
+        y = x.pow(m.tensor([2.0, 3.0]))
+        y.fill_(1.5)
+        y.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F6: a custom backward's gradient of another dtype is "
+                                       "refused; PyTorch casts it to the input's dtype")
+def test_f6_custom_backward_returning_another_dtype():
+    def build(m):
+        class Double(torch.autograd.Function if m is torch else tr.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * m.ones(1, dtype=m.float64) * 2
+
+        x = m.tensor([1.0], requires_grad=True)
+        Double.apply(x).sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F7: a None gradient that passes through another custom "
+                                       "Function leaves .grad None; PyTorch gives zeros")
+def test_f7_none_gradient_through_a_custom_function():
+    def build(m):
+        base = torch.autograd.Function if m is torch else tr.Function
+
+        class Identity(base):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 1
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        class Stop(base):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return None
+
+        x = m.tensor([1.0], requires_grad=True)
+        Stop.apply(Identity.apply(x)).sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F10: clamp passes the gradient at NaN; PyTorch gives 0")
+def test_f10_clamp_gradient_at_nan():
+    def build(m):
+        x = m.tensor([-1.0, 2.0], requires_grad=True)
+        x.log().clamp(-0.5, 0.7).sum().backward()  # log(-1) is NaN
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F11: assigning a zero-size tensor drops its gradient")
+def test_f11_index_assignment_of_a_zero_size_tensor():
+    def build(m):
+        y = m.zeros(0, requires_grad=True)
+        z = m.zeros(2, 0) * 1
+        z[0] = y
+        z.sum().backward()
+        return (y.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F12: in-place changes of zero-size saved tensors are "
+                                       "not refused")
+def test_f12_inplace_change_of_a_zero_size_saved_tensor():
+    def build(m):
+        x = m.zeros(0, requires_grad=True)
+        e = x.exp()
+        e[:] = 1.0
+        e.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F13: changing a 1-D operand of matmul in place after the "
+                                       "matmul is not refused (mul's operands are)")
+def test_f13_inplace_change_of_a_one_dimensional_matmul_operand():
+    def build(m):
+        x = m.tensor([1.0, 2.0], requires_grad=True)
+        w = m.tensor([[3.0, 5.0], [4.0, 6.0]], requires_grad=True)
+        r = x * 1
+        p = r @ w  # matmul's backward reads r for w's gradient
+        r.mul_(2)
+        p.sum().backward()
+        return x.grad, w.grad
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F11: assigning into a zero-size region drops the source")
+def test_f11_index_assignment_into_a_zero_size_region():
+    def build(m):
+        s = m.tensor(2.0, requires_grad=True)
+        r = m.ones(2, 3, requires_grad=True) * 1
+        r[:, 2:2] = s
+        r.sum().backward()
+        return (s.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F14: the sum of a 0-d tensor is the tensor itself")
+def test_f14_sum_of_a_zero_dimensional_tensor_is_a_new_tensor():
+    def build(m):
+        x = m.tensor(0.5)
+        s = x.sum()
+        s.add_(1)  # must not change x
+        return x, s
+    assert_same(build)
