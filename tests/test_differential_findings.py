@@ -190,8 +190,6 @@ def test_f11_index_assignment_of_a_zero_size_tensor():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F12: in-place changes of zero-size saved tensors are "
-                                       "not refused")
 def test_f12_inplace_change_of_a_zero_size_saved_tensor():
     def build(m):
         x = m.zeros(0, requires_grad=True)

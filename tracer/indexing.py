@@ -122,7 +122,7 @@ def setitem(x: Tensor, key, value) -> Tensor:
     if 0 in region.box_shape:
         # Nothing is written, but as in PyTorch the (empty) value is on the gradient path: adding
         # its sum, exactly 0, gives it a zero gradient instead of none.
-        return x + value.sum() if value.requires_grad else x
+        return x + value.sum() if value.requires_grad else x.clone()
     padding = slice_as_pad(x.shape, region.starts, region.stops, region.steps)
     placed = apply("pad", [value], **padding)
     inside = apply("pad", [full(*region.box_shape, fill_value=True)], **padding)
