@@ -264,8 +264,11 @@ UNARY = {
     "tanh": lambda B, x: x.tanh(),
     "sigmoid": lambda B, x: x.sigmoid(),
     "relu": lambda B, x: x.relu(),
-    "sin": lambda B, x: x.sin(),
-    "cos": lambda B, x: x.cos(),
+    # sin and cos of arguments within +-4: of a large argument (2 ** 2 ** 2 ** x reaches 65536)
+    # they amplify the argument's last-ulp error (1.5e-11 there) into an error of that absolute
+    # size in a result of magnitude 1, beyond conftest's 1e-12 check of compiled float64 results
+    "sin": lambda B, x: (x.tanh() * 4).sin(),
+    "cos": lambda B, x: (x.tanh() * 4).cos(),
     "square": lambda B, x: x ** 2,
     "cube": lambda B, x: x.pow(3),
     "rsqrt": lambda B, x: (x.abs() + 0.5) ** -0.5,
@@ -459,7 +462,9 @@ def observe_args(B, args):
     for tensor, array in B.shared:
         np.testing.assert_array_equal(array, tensor.detach().numpy(),
                                       err_msg="an in-place change did not reach from_numpy's array")
-    return [(to_numpy(a), to_numpy(a.grad) if a.requires_grad else None) for a in args]
+    # (an argument that became a non-leaf by an in-place change has no .grad, in both)
+    return [(to_numpy(a), to_numpy(a.grad) if a.requires_grad and a.is_leaf else None)
+            for a in args]
 
 
 def run(B, program, traced=False, dtype=None, calls=1):
@@ -912,7 +917,7 @@ class Generator:
         b = self.values[j]
         how = "mm" if len(a.shape) == 2 and len(b.shape) == 2 and self.integer(0, 1) else \
             self.choice(["matmul", "@"])
-        out = np.matmul(np.empty(a.shape), np.empty(b.shape)).shape
+        out = np.matmul(np.zeros(a.shape), np.zeros(b.shape)).shape
         self.emit(("matmul", how, i, j), Value(out, self.result_type(a, b),
                                                a.requires_grad or b.requires_grad, True, True))
         for operand in (i, j):  # F13: a 1-D operand changed in place later is not refused
@@ -1119,7 +1124,7 @@ def test_random_programs_agree(program):
     check_program(program)
 
 
-# `make test-slow`: 10,000 programs, about N minutes on one core.
+# `make test-slow`: 10,000 programs, about 7 minutes on the 2-core machine (422 s on 2026-11-23).
 @pytest.mark.slow
 @settings(max_examples=10_000, **SETTINGS)
 @given(programs())
