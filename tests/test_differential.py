@@ -33,9 +33,15 @@ What the generator leaves out on purpose (DESIGN.md documents these differences 
   * in-place changes of arguments in "grad" and "through" programs (a traced function that changes
     its arguments returns detached results, on purpose);
   * a custom Function's backward returning a broadcast-shaped gradient (PyTorch reduces it).
+Accepted as agreement by design (F3): reading a view operation's result after its base was changed
+in place, tracer raises tr.InplaceError ("... a PyTorch view would show the change") where PyTorch
+returns the changed values (VIEW_REFUSAL; only in programs that change a viewed base).
 Restrictions added because of the mismatches this tester found are in KNOWN_RESTRICTIONS below,
-keyed by the finding in FINDINGS.md; each finding has a strict-xfail reproducer in
+keyed by the open finding in FINDINGS.md; each has a strict-xfail reproducer in
 tests/test_differential_findings.py. Remove the restriction when its finding is fixed.
+
+A tr.BoundsError (bounds-checked code, TRACER_CHECK_BOUNDS=1, as in the slow bounds-checked run)
+is never agreement: `run` lets it through, failing the test.
 
 Tolerances are explained at RTOL. Reproducing a failure: hypothesis prints the Program; paste it
 into `check_program(Program(...))` (the reprs of Program and Input evaluate back).
