@@ -231,3 +231,19 @@ def test_f14_sum_of_a_zero_dimensional_tensor_is_a_new_tensor():
         s.add_(1)  # must not change x
         return x, s
     assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F15: under trace, detach()'s result keeps the values from "
+                                       "before a later in-place change of its base (eager shares)")
+def test_f15_traced_detach_does_not_see_a_later_inplace_change_of_its_base():
+    def build(m):
+        x = m.tensor([1.0, 2.0])
+        f = (lambda x: m.trace(lambda x: body(m, x))(x)) if m is tr else (lambda x: body(m, x))
+        return (f(x),)
+
+    def body(m, x):
+        y = x * 1
+        d = y.detach()  # shares y's storage, in PyTorch and in eager tracer
+        y.mul_(2)
+        return d * 1
+    assert_same(build)
