@@ -233,8 +233,6 @@ def test_f14_sum_of_a_zero_dimensional_tensor_is_a_new_tensor():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F15: under trace, detach()'s result keeps the values from "
-                                       "before a later in-place change of its base (eager shares)")
 def test_f15_traced_detach_does_not_see_a_later_inplace_change_of_its_base():
     def build(m):
         x = m.tensor([1.0, 2.0])

@@ -310,7 +310,7 @@ class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
     __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
-                 "_view_of", "_view_base", "_view_version",
+                 "_view_of", "_view_base", "_view_version", "_base_version",
                  "_version", "_changed_at", "_saved_by", "_weak", "_leaf", "_accumulator",
                  "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
@@ -333,6 +333,7 @@ class Tensor:
         self._leaf = (not requires_grad) if leaf is None else leaf
         self._accumulator = None
         self._base = None  # the tensor this detaches: in-place changes go through to it
+        self._base_version = 0  # traced: the base's version this alias's value was taken at
         self._view_of = None  # the view operation (a copy here) this tensor is the result of
         self._view_base = None  # a weak reference to the tensor it is a view-copy of
         self._view_version = 0  # that tensor's version when the copy was taken
@@ -525,8 +526,19 @@ class Tensor:
         if trace is not None and self.requires_grad:
             (handle,) = builder.emit("stop_gradient", [handle], {})
         alias = Tensor._make(handle, trace, False)
-        alias._base = self
+        alias._base, alias._base_version = self, self._version
         return alias
+
+    def _follow_base(self, trace) -> None:
+        """Traced, a detach() alias is a value of its own: after an in-place change of its base it
+        takes the base's new value (eagerly the two share one buffer, as in PyTorch)."""
+        base = self._base
+        if base._version == self._base_version:
+            return
+        handle = trace.handle_of(base)
+        if base.requires_grad:
+            (handle,) = trace.builder.emit("stop_gradient", [handle], {})
+        self._handle, self._base_version = handle, base._version
 
     def detach_(self) -> "Tensor":
         self._requires_grad, self._node, self._leaf = False, None, True

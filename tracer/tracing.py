@@ -91,6 +91,8 @@ class Trace:
 
     def handle_of(self, tensor: "Tensor") -> Value:
         if tensor._trace is self:
+            if tensor._base is not None:
+                tensor._follow_base(self)
             return tensor._handle
         if tensor._trace is not None:
             raise escaped_error()
