@@ -70,6 +70,7 @@ KNOWN_RESTRICTIONS = {
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
     "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
+    "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
     "F15": "no in-place change of a value after detach() was taken of it (traced: detach's result "
            "keeps the old values)",
     "F6": "the custom Functions' tensor operands (MulPair, NoGradFirst, linear's bias) have one "
@@ -937,8 +938,8 @@ class Generator:
             options.append((self.choice([1, a.shape[0]]), k, m))
         shape = self.choice(options)
         # now and then operands of two dtypes, which PyTorch and tracer refuse (F2, fixed); not
-        # often: the rest of such a program is not run
-        dtype = self.other_dtype(a.dtype)
+        # often: the rest of such a program is not run. F16: not with a zero-size operand
+        dtype = self.other_dtype(a.dtype) if 0 not in a.shape + shape else a.dtype
         j = self.pick(lambda v: v.shape == shape and v.dtype == dtype, fresh_shape=shape,
                       dtype=dtype)
         b = self.values[j]
