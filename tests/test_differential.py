@@ -71,12 +71,10 @@ KNOWN_RESTRICTIONS = {
     "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
-    "F15": "no in-place change of a value after detach() was taken of it (traced: detach's result "
-           "keeps the old values)",
     "F6": "the custom Functions' tensor operands (MulPair, NoGradFirst, linear's bias) have one "
           "dtype",
 }
-# Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14. F3 is a documented
+# Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14, F15. F3 is a documented
 # difference (README "Where this differs from PyTorch"), accepted by `compare`: see
 # VIEW_REFUSAL.
 
@@ -724,13 +722,13 @@ class Value:
 # F4/F5: the values PyTorch saves for backward and those tracer's VJP rules read differ for these
 # producers (the op that made a value) and consumers (ops that read it): changing such a value in
 # place raises in one and not the other. (A value a view was taken of may be changed in place:
-# F3, see VIEW_REFUSAL.) F15: a value detach() was taken of is not changed in place.
+# F3, see VIEW_REFUSAL.)
 DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:rdiv",
                          "binary:pow", "binary:pow_method",
                          "reduce:max:dim", "reduce:min:dim"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
-                         "matmul:1d", "unary:detach"}
+                         "matmul:1d"}
 
 
 def _reads(op):
