@@ -777,6 +777,9 @@ class Generator:
         self.ops: list = []
         self.values: list[Value] = []
         self.obj_of: list[int] = []  # the first value that is the same tensor object
+        # value -> the object a layout op (t, reshape, ...) took it from: PyTorch's view of it
+        # (tracer's t() of a 1-D tensor is the tensor itself)
+        self.layout_source: dict[int, int] = {}
         self.producer: dict[int, str] = {}
         self.consumers: dict[int, set] = {}
         self.dtype = draw(st.sampled_from(["float32", "float64"]))
@@ -797,6 +800,8 @@ class Generator:
         for operand, consumer in _reads(op):
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
+        if op[0] == "layout":
+            self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
         self.values.append(value)
         return index
@@ -1104,8 +1109,8 @@ class Generator:
             # F5: not the target itself (x.mul_(x): PyTorch raises at backward, tracer does not)
             operand = self.pick(lambda u, t=self.obj_of[i]: u.shape == shape and u is not v,
                                 fresh_shape=shape)
-            if self.obj_of[operand] == self.obj_of[i]:
-                operand = self.new_input(shape)
+            if self.obj_of[i] in (self.obj_of[operand], self.layout_source.get(operand)):
+                operand = self.new_input(shape)  # F5 too: x.mul_(x.t()) with x 1-D
             rg = rg or self.values[operand].requires_grad
             if how in ("add_", "sub_") and self.integer(0, 1):
                 alpha = self.choice([2, -0.5])
