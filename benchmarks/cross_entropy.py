@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.harness import Program, Row, Timing, measure
+from benchmarks.harness import Program, Row, Timing, measure, with_fresh_grads
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 SIZES = {"4096×1000": (4096, 1000)}
@@ -46,19 +46,12 @@ def reference(inputs) -> list[np.ndarray]:
     return [np.asarray(loss), grad]
 
 
-def with_fresh_grad(function, logits, targets):
-    def run():
-        logits.grad = None
-        return function(logits, targets)
-    return run
-
-
 def tracer_program(inputs) -> Program:
     import tracer as tr
 
     def build():
         logits, targets = tr.tensor(inputs[0], requires_grad=True), tr.tensor(inputs[1])
-        return with_fresh_grad(tr.trace(cross_entropy_forward_backward), logits, targets)
+        return with_fresh_grads(tr.trace(cross_entropy_forward_backward), logits, targets)
     return Program("tracer", build)
 
 
@@ -69,7 +62,7 @@ def torch_cross_entropy_programs(inputs) -> list[Program]:
 
     def build(function):
         logits = torch.from_numpy(inputs[0].copy()).requires_grad_()
-        return with_fresh_grad(function, logits, torch.from_numpy(inputs[1]))
+        return with_fresh_grads(function, logits, torch.from_numpy(inputs[1]))
     return torch_programs(cross_entropy_forward_backward, build)
 
 

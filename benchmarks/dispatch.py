@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.harness import Program, Row, Timing, measure
+from benchmarks.harness import Program, Row, Timing, measure, with_fresh_grads
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 SIZE = 16
@@ -26,20 +26,13 @@ def make_input(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(SIZE).astype(np.float32)
 
 
-def with_fresh_grad(function, x):
-    def run():
-        x.grad = None
-        return (function(x),)
-    return run
-
-
 def tracer_and_numpy_programs(x_array) -> dict[str, list[Program]]:
     import tracer as tr
 
     def build(function, requires_grad):
         x = tr.tensor(x_array, requires_grad=requires_grad)
         traced = tr.trace(function)
-        return with_fresh_grad(traced, x) if requires_grad else lambda: (traced(x),)
+        return with_fresh_grads(lambda x: (traced(x),), x) if requires_grad else lambda: (traced(x),)
     return {"value": [Program("tracer", lambda: build(value, False)),
                       Program("numpy", lambda: lambda: (value(x_array),))],
             "gradient": [Program("tracer", lambda: build(gradient, True)),
@@ -56,7 +49,8 @@ def torch_dispatch_programs(x_array) -> dict[str, list[Program]]:
         return lambda: (function(x),)
 
     def build_gradient(function):
-        return with_fresh_grad(function, torch.from_numpy(x_array.copy()).requires_grad_())
+        x = torch.from_numpy(x_array.copy()).requires_grad_()
+        return with_fresh_grads(lambda x: (function(x),), x)
     return {"value": torch_programs(value, build_value),
             "gradient": torch_programs(gradient, build_gradient)}
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.harness import Program, Row, Timing, measure
+from benchmarks.harness import Program, Row, Timing, measure, with_fresh_grads
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 SIZES = {"64K": 1 << 16, "1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24}
@@ -65,21 +65,13 @@ def forward_backward_with(gelu):
     return forward_backward
 
 
-def with_fresh_grad(function, x, grad_output):
-    """The call timed: x.grad is cleared first, so that each call computes it afresh."""
-    def run():
-        x.grad = None
-        return function(x, grad_output)
-    return run
-
-
 def tracer_program(inputs) -> Program:
     import tracer as tr
 
     def build():
         x, grad_output = tr.tensor(inputs[0], requires_grad=True), tr.tensor(inputs[1])
         traced = tr.trace(forward_backward_with(custom_function(tr.Function, tr.tanh)))
-        return with_fresh_grad(traced, x, grad_output)
+        return with_fresh_grads(traced, x, grad_output)
     return Program("tracer", build)
 
 
@@ -90,7 +82,7 @@ def torch_gelu_programs(inputs) -> list[Program]:
 
     def build(function):
         x = torch.from_numpy(inputs[0].copy()).requires_grad_()
-        return with_fresh_grad(function, x, torch.from_numpy(inputs[1]))
+        return with_fresh_grads(function, x, torch.from_numpy(inputs[1]))
     return torch_programs(forward_backward_with(custom_function(torch.autograd.Function,
                                                                 torch.tanh)), build)
 

@@ -67,6 +67,18 @@ def median_times(calls: dict[str, Callable[[], object]], timing: Timing,
     return {name: statistics.median(samples) for name, samples in times.items()}
 
 
+def with_fresh_grads(function: Callable, *arguments) -> Callable[[], object]:
+    """The call timed: the `.grad` of every argument that requires grad is cleared first, so that
+    each call computes its gradients afresh (tracer and torch tensors alike)."""
+    leaves = [a for a in arguments if getattr(a, "requires_grad", False)]
+
+    def run():
+        for leaf in leaves:
+            leaf.grad = None
+        return function(*arguments)
+    return run
+
+
 def to_numpy(value) -> np.ndarray:
     """A tracer or torch tensor, a jax or numpy array, or a number, as a float64 array."""
     if hasattr(value, "detach"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.harness import Program, Row, Timing, measure
+from benchmarks.harness import Program, Row, Timing, measure, with_fresh_grads
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 SIZES = {"4096×1024": (4096, 1024), "512×8192": (512, 8192)}
@@ -51,14 +51,6 @@ def make_inputs(shape, seed: int = 0) -> list[np.ndarray]:
 
 def reference(inputs) -> list[np.ndarray]:
     return list(numpy_forward_backward(*(a.astype(np.float64) for a in inputs)))
-
-
-def with_fresh_grads(function, x, weight, bias, grad_output):
-    """The call timed: the gradients are cleared first, so that each call computes them afresh."""
-    def run():
-        x.grad = weight.grad = bias.grad = None
-        return function(x, weight, bias, grad_output)
-    return run
 
 
 def tracer_program(inputs) -> Program:
