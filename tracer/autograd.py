@@ -63,6 +63,13 @@ def values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
     return [True] * count, False
 
 
+def changed_for_backward(dtype, shape, name: str, where: str) -> InplaceError:
+    """The error of a backward that needs a value changed in place since (eager and traced)."""
+    return InplaceError(f"a {dtype} tensor of shape {list(shape)} needed to compute the gradient "
+                        f"of {name} was changed in place at {where}; change a clone of it instead "
+                        f"(x = x.clone())")
+
+
 class Node:
     """One recorded operation of the eager tape."""
 
@@ -82,16 +89,19 @@ class Node:
         # silently wrong gradient -- and only theirs, so that `y.mul_(2)` stays allowed (PyTorch).
         reads_inputs, self.reads_output = values_read(
             primitive, [t.requires_grad for t in input_tensors])
-        self.saved: list[tuple[weakref.ref, int]] = []
-        self.changed = ""  # what was changed in place, of the tensors saved (even if gone since)
+        self.saved: list[weakref.ref] = []
+        # (dtype, shape, where) of a saved tensor changed in place: an error at backward, even
+        # if the tensor is gone by then
+        self.changed: tuple | None = None
         self.save([t for t, read in zip(input_tensors, reads_inputs) if read])
         self.name = name or primitive
         self.freed = False
 
     def save(self, tensors: Sequence["Tensor"]) -> None:
-        """Track the versions of `tensors`, which the VJP reads."""
+        """Track `tensors`, which the VJP reads: each tells this node when it changes in place
+        (Tensor._mark_changed, the one place a version counter moves)."""
         for t in tensors:
-            self.saved.append((weakref.ref(t), t._version))
+            self.saved.append(weakref.ref(t))
             t._saved_by.append(weakref.ref(self))
 
     def save_outputs(self, tensors: Sequence["Tensor"]) -> None:
@@ -101,26 +111,17 @@ class Node:
 
     def forget(self, tensor: "Tensor") -> None:
         """Stop tracking `tensor` (the node keeps a copy of the value it read)."""
-        self.saved = [(reference, version) for reference, version in self.saved
-                      if reference() is not tensor]
+        self.saved = [reference for reference in self.saved if reference() is not tensor]
 
     def note_change(self, tensor: "Tensor") -> None:
         """`tensor` is being changed in place: an error at backward if this node reads it."""
-        if not self.changed and any(reference() is tensor for reference, _ in self.saved):
-            self.changed = (f"a {tensor.dtype} tensor of shape {list(tensor.shape)} needed to "
-                            f"compute the gradient of {self.name} was changed in place at "
-                            f"{tensor._changed_at}")
+        if self.changed is None and any(reference() is tensor for reference in self.saved):
+            self.changed = (tensor.dtype, tensor.shape, tensor._changed_at)
 
     def check_saved(self) -> None:
-        if self.changed:
-            raise InplaceError(f"{self.changed}; change a clone of it instead (x = x.clone())")
-        for reference, version in self.saved:
-            tensor = reference()
-            if tensor is not None and tensor._version != version:
-                raise InplaceError(
-                    f"a {tensor.dtype} tensor of shape {list(tensor.shape)} needed to compute the "
-                    f"gradient of {self.name} was changed in place at {tensor._changed_at}; "
-                    f"change a clone of it instead (x = x.clone())")
+        if self.changed is not None:
+            dtype, shape, where = self.changed
+            raise changed_for_backward(dtype, shape, self.name, where)
 
     def apply(self, cotangents: list[np.ndarray | None]) -> list[np.ndarray | None]:
         if self.freed:

@@ -126,7 +126,7 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
 def _keep_old_value_for(node: Node | None, tensor: "Tensor") -> None:
     """Before `tensor`'s buffer is overwritten by its own in-place result, give the result's node
     a copy of the old value if its VJP reads it (PyTorch saves the original of `y` in `y.mul_(x)`)."""
-    if node is None or not any(reference() is tensor for reference, _ in node.saved):
+    if node is None or not any(reference() is tensor for reference in node.saved):
         return
     node.inputs = [array.copy() if array is tensor._handle else array for array in node.inputs]
     node.forget(tensor)

@@ -6,9 +6,9 @@ import functools
 from typing import Callable, Sequence
 
 from tracer.ir.autodiff import gradient_path, reaches, trace_directive
-from tracer.autograd import run_backward, values_read
+from tracer.autograd import changed_for_backward, run_backward, values_read
 from tracer.context import enable_grad, state
-from tracer.errors import ArgumentError, InplaceError
+from tracer.errors import ArgumentError
 from tracer.tensor import Tensor, as_tensor, ones, zeros_like
 from tracer.tracing import escaped_error
 
@@ -53,10 +53,8 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
         for value in read:
             where, changing = trace.overwritten.get(id(value), (None, None))
             if where is not None and changing is not instruction:
-                raise InplaceError(
-                    f"a {value.type.dtype} tensor of shape {list(value.type.shape)} needed to "
-                    f"compute the gradient of {instruction.primitive} was changed in place at "
-                    f"{where}; change a clone of it instead (x = x.clone())")
+                raise changed_for_backward(value.type.dtype, value.type.shape,
+                                           instruction.primitive, where)
 
 
 def traced_backward(output: Tensor, gradient: Tensor) -> None:
