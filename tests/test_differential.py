@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
 import tracer as tr
 from tracer.runtime.compiled import bounds_setting
@@ -603,7 +603,9 @@ def assert_close(actual, reference, exact, what, precision=None):
     with np.errstate(invalid="ignore"):
         error = np.abs(a - exact)
         allowed = 8 * np.abs(r - exact) + RTOL[precision or str(actual.dtype)] * scale
-        ok = same | (error <= allowed)
+        # (the float64 result itself is right whatever the reference gives: a float32 matmul's
+        # fused multiply-adds can give the exact inf where PyTorch's unfused ones give inf - inf)
+        ok = same | (a == exact) | (error <= allowed)
     if not ok.all():
         bad = np.argwhere(~ok)[:5]
         raise AssertionError(
@@ -1152,10 +1154,26 @@ SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck))
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
 
 
+# F17 (FINDINGS.md): x ** 3 overflows to -inf in float32, and the matmul's fused multiply-add then
+# gives the float64 result (-inf, so the loss is inf) where numpy's and PyTorch's unfused products
+# give inf - inf = NaN; the checks accept the float64 result itself.
+F17 = Program(
+    kind="step",
+    inputs=[Input(shape=(1, 1, 2), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=7953),
+            Input(shape=(2,), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=2861)],
+    ops=[("arg", 0), ("unary", "cube", 0), ("where3", 0, 0, 0), ("scalar", "add", 0, 2),
+         ("arg", 1), ("matmul", "matmul", 1, 4), ("unary", "sqrt", 5), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("binary", "pow_method", 5, 6)],
+    outputs=[9], argnums=(), updates=("sub", "sub"), value_and_grad=False)
+
+
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
-# machine, compiling each (TRACER_DISABLE_CACHE=1) or not.
+# machine, compiling each (TRACER_DISABLE_CACHE=1) or not. The slow runs' findings come first.
 @settings(max_examples=300, derandomize=True, **SETTINGS)
 @given(programs())
+@example(F17)
 def test_random_programs_agree(program):
     check_program(program)
 

@@ -254,3 +254,17 @@ def test_f16_matmul_of_two_dtypes_with_an_empty_result():
         a = m.from_numpy(np.ones((3, 3, 3), np.float32)[1::2, 1::2, 1::2])  # strided (18, 6, 2)
         return (a @ m.zeros(1, 0, dtype=m.float64),)
     assert_same(build)
+
+
+def test_f17_float32_matmul_overflow_gives_the_float64_result():
+    # The compiled matmul fuses each multiply-add (one rounding), as PyTorch's gemm does: a product
+    # that overflows float32 on its own is added exactly, so -inf + (finite) stays -inf, the
+    # float64 result, where an unfused evaluation gives -inf + inf = NaN (numpy, torch's 1-D mv).
+    a = np.array([[-np.inf, -5.889454e37]], np.float32)
+    b = np.array([[8.1412489e13], [-1.5601528e11]], np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    compiled = tr.trace(lambda a, b: a @ b)(tr.tensor(a), tr.tensor(b)).numpy()
+    gemm = (torch.from_numpy(a) @ torch.from_numpy(b)).numpy()
+    np.testing.assert_array_equal(exact, [[-np.inf]])
+    np.testing.assert_array_equal(compiled, exact)
+    np.testing.assert_array_equal(gemm, exact)
