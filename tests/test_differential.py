@@ -56,6 +56,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
 import tracer as tr
+from conftest import beyond_float32
 from tracer.runtime.compiled import bounds_setting
 
 try:
@@ -606,6 +607,8 @@ def assert_close(actual, reference, exact, what, precision=None):
         # (the float64 result itself is right whatever the reference gives: a float32 matmul's
         # fused multiply-adds can give the exact inf where PyTorch's unfused ones give inf - inf)
         ok = same | (a == exact) | (error <= allowed)
+        if (precision or str(actual.dtype)) == "float32":
+            ok |= beyond_float32(a, exact)
     if not ok.all():
         bad = np.argwhere(~ok)[:5]
         raise AssertionError(
@@ -1169,11 +1172,39 @@ F17 = Program(
     outputs=[9], argnums=(), updates=("sub", "sub"), value_and_grad=False)
 
 
+# F17's class: the float64 result is beyond float32's range and float32 evaluations give NaN or
+# inf by their order of operations after the overflow (here `1 - tanh(x) ** 2` rounds to 0 in the
+# compiled code and to 1 ulp in numpy, then multiplies -inf; and the eager numpy matmul's unfused
+# products give inf - inf where PyTorch's fused ones give the float64 inf).
+F17_TANH = Program(
+    kind="step",
+    inputs=[Input(shape=(2, 3, 2), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=7954),
+            Input(shape=(2,), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=2861)],
+    ops=[("arg", 0), ("unary", "cos", 0), ("where3", 0, 0, 0), ("scalar", "add", 0, 2),
+         ("arg", 1), ("matmul", "matmul", 1, 4), ("unary", "sqrt", 5), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("binary", "pow_method", 6, 6)],
+    outputs=[9], argnums=(), updates=("sub", "sub"), value_and_grad=False)
+F17_EAGER = Program(
+    kind="step",
+    inputs=[Input(shape=(2, 2, 2), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=7953),
+            Input(shape=(2,), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=0)],
+    ops=[("arg", 0), ("unary", "cube", 0), ("where3", 0, 0, 0), ("scalar", "add", 0, 2),
+         ("arg", 1), ("matmul", "matmul", 1, 4), ("unary", "abs", 0), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("binary", "pow_method", 5, 5)],
+    outputs=[9], argnums=(), updates=("sub", "sub"), value_and_grad=False)
+
+
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
 # machine, compiling each (TRACER_DISABLE_CACHE=1) or not. The slow runs' findings come first.
 @settings(max_examples=300, derandomize=True, **SETTINGS)
 @given(programs())
 @example(F17)
+@example(F17_TANH)
+@example(F17_EAGER)
 def test_random_programs_agree(program):
     check_program(program)
 
