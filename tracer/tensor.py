@@ -18,12 +18,13 @@ import numpy as np
 
 from tracer.ir import types as irtypes
 from tracer.ir.builder import normalize_attributes
-from tracer.ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
+from tracer.ir.primitives import (NON_DIFFERENTIABLE, IndexRangeError, ShapeError,
+                                  broadcast_shapes)
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, run_backward
 from tracer.context import is_grad_enabled, state
-from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
-                           user_line)
+from tracer.errors import (ArgumentError, IndexOutOfRangeError, InplaceError, ShapeMismatchError,
+                           TracingError, user_line)
 from tracer.tracing import escaped_error
 
 float32, float64, int64, bool = irtypes.float32, irtypes.float64, irtypes.int64, irtypes.bool_
@@ -106,6 +107,8 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
         (result,) = builder.emit(primitive, handles, attributes)
     except ShapeError as error:
         raise ShapeMismatchError(str(error)) from None
+    except IndexRangeError as error:  # eager gather or scatter at an index outside its dimension
+        raise IndexOutOfRangeError(str(error)) from None
     differentiable = (primitive not in NON_DIFFERENTIABLE and irtypes.is_float(result.dtype))
     inputs_require_grad = any(t.requires_grad for t in inputs)
     requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
