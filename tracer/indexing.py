@@ -14,7 +14,7 @@ from tracer.ir.primitives import slice_as_pad, slice_length
 
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
-from tracer.tensor import (Tensor, apply, as_tensor, broadcast_shapes, full, int64, mark_view,
+from tracer.tensor import (Tensor, apply, as_tensor, shapes_broadcast, full, int64, mark_view,
                            tensor, where)
 from tracer.tensor import bool as bool_
 
@@ -173,7 +173,7 @@ def _advanced(shape: tuple[int, ...], key: tuple) -> _Advanced | None:
     permutation = None
     if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:
         # Next to each other: the broadcast index dimensions stand where the index tensors did.
-        count = len(broadcast_shapes(*(t.shape for t in indices)))
+        count = len(shapes_broadcast(*(t.shape for t in indices)))
         rest = position - len(axes)
         permutation = (*range(count, count + axes[0]), *range(count),
                        *range(count + axes[0], count + rest))
@@ -211,7 +211,7 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     """A scatter into what the basic key selects; of repeated indices, the last write stays."""
     everything = _is_everything(advanced.basic_key)
     box = x if everything else _basic_getitem(x, advanced.basic_key)
-    index_shape = broadcast_shapes(*(t.shape for t in advanced.indices))
+    index_shape = shapes_broadcast(*(t.shape for t in advanced.indices))
     layout = index_shape + tuple(d for i, d in enumerate(box.shape) if i not in advanced.axes)
     selected = layout if advanced.permutation is None else tuple(
         layout[p] for p in advanced.permutation)

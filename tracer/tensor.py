@@ -659,6 +659,33 @@ class Tensor:
         from tracer.indexing import getitem
         return getitem(self, key)
 
+    # Index operations (tracer/gathering.py) -------------------------------------------------------
+    def index_select(self, dim: int, index: "Tensor") -> "Tensor":
+        from tracer.gathering import index_select
+        return index_select(self, dim, index)
+
+    def gather(self, dim: int, index: "Tensor") -> "Tensor":
+        from tracer.gathering import gather
+        return gather(self, dim, index)
+
+    def take_along_dim(self, indices: "Tensor", dim: int | None = None) -> "Tensor":
+        from tracer.gathering import take_along_dim
+        return take_along_dim(self, indices, dim)
+
+    def index_add(self, dim: int, index: "Tensor", source, alpha=1) -> "Tensor":
+        from tracer.gathering import index_add
+        return index_add(self, dim, index, source, alpha)
+
+    def index_add_(self, dim: int, index: "Tensor", source, alpha=1) -> "Tensor":
+        return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
+
+    def masked_fill(self, mask: "Tensor", value) -> "Tensor":
+        from tracer.gathering import masked_fill
+        return masked_fill(self, mask, value)
+
+    def masked_fill_(self, mask: "Tensor", value) -> "Tensor":
+        return self._assign(self.masked_fill(mask, value), "masked_fill_")
+
     # Conversions --------------------------------------------------------------------------------
     def to(self, dtype) -> "Tensor":
         dtype = as_dtype(dtype)
@@ -970,6 +997,14 @@ class Tensor:
             raise ShapeMismatchError(f"mm needs two 2-d tensors, got {self.ndim}-d and "
                                      f"{as_tensor(other).ndim}-d; use matmul")
         return self.matmul(other)
+
+
+def shapes_broadcast(*shapes) -> tuple[int, ...]:
+    """The broadcast shape, or a ShapeMismatchError (for the user) naming the shapes."""
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError as error:
+        raise ShapeMismatchError(str(error)) from None
 
 
 def broadcast_shapes_or_none(*shapes):
