@@ -2,6 +2,8 @@
 take_along_dim, index_add_ and boolean-mask reads: values and gradients against PyTorch, eagerly
 and traced (conftest also checks every compiled call against the interpreter), finite differences
 in float64, and out-of-range indices."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -279,6 +281,16 @@ def test_out_of_range_compiled_scatter():
     with pytest.raises(tr.IndexOutOfRangeError, match="index 3 is out of bounds"):
         add_rows(x, tr.tensor([0, 3, 1]), tr.ones(3, 2))
     assert x.numpy().tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]
+
+
+def test_the_readme_snippet_runs(capsys):
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    section = readme[readme.index("## Integer indexing"):]
+    snippet = section[section.index("```python") + len("```python"):section.index("```\n", 10)]
+    exec(compile(snippet, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[[1., 0.],\n        [0., 1.]]" in printed
+    assert "README.md:" in printed and "index 70 is out of bounds" in printed
 
 
 # A property test: random keys with index tensors against PyTorch, eagerly and compiled ---------
