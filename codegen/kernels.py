@@ -719,9 +719,9 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
                     gemm: bool, threads: int = 1, layout: tuple[int, int] | None = None,
                     profile: bool = False,
                     checked: bool = False) -> tuple[str, list[KernelCode], Sites | None]:
-    """The LLVM IR text of the whole function, a description of each kernel and, if `checked`,
-    the table of its bounds-checked accesses (the error record is RECORD_BYTES at byte
-    plan.arena_size of the arena). Large kernels whose outer loop can be split run on up to
+    """The LLVM IR text of the whole function, a description of each kernel and, if `checked` or
+    if it gathers or scatters, the table of its checked accesses (the error record is
+    RECORD_BYTES at byte plan.arena_size of the arena). Large kernels whose outer loop can be split run on up to
     `threads` threads. With `profile`, the entry counts each kernel's calls and nanoseconds in
     the global @tracer_profile."""
     function = fused.function

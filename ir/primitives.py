@@ -6,6 +6,12 @@ in codegen. tests/test_ir_tables.py fails when a table misses a primitive.
 
 Elementwise primitives broadcast their operands the numpy way (trailing dimensions aligned, size-1
 dimensions stretched); their operands have one dtype (the tracer inserts explicit casts).
+
+`gather x, i1..ik {axes}` reads x at computed indices: the int64 index operands broadcast to a
+shape B and index the dimensions `axes` of x; the result has shape B followed by x's other
+dimensions, in order. `scatter target, updates, i1..ik {axes, accumulate}` is target with updates
+(of gather's result shape) written, or with `accumulate` added, at those positions. Negative
+indices count from the end; one outside [-size, size) is an IndexRangeError.
 """
 from __future__ import annotations
 

@@ -213,6 +213,21 @@ def test_boolean_mask_reads_eagerly_with_a_gradient():
         tr.tensor(x)[tr.tensor(row_mask)]
 
 
+def test_boolean_mask_assignment_of_one_value_per_element_eagerly():
+    x, values = RNG.standard_normal((3, 4)), RNG.standard_normal(5)
+    mask = np.zeros((3, 4), bool)
+    mask.flat[[1, 4, 5, 9, 11]] = True
+    results = []
+    for module in (tr, torch):
+        source = module.tensor(values, requires_grad=True)
+        y = module.tensor(x) * 1
+        y[module.tensor(mask)] = source * 2
+        (y ** 2).sum().backward()
+        results.append((y.detach().numpy(), source.grad.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 def test_boolean_mask_read_under_trace_points_to_where_and_masked_fill():
     @tr.trace
     def positive(x):

@@ -198,12 +198,14 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
         raise ShapeMismatchError(
             f"a boolean mask of shape {list(mask.shape)} cannot index a tensor of shape "
             f"{list(x.shape)}; its shape must match the leading dimensions")
-    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
     value = as_tensor(value, accept_data=True)
     if value.ndim > 0 and value.shape != x.shape:
+        if state.trace is None:  # eagerly: one value per True element, as in PyTorch
+            return _advanced_setitem(x, _advanced(x.shape, _full_key(x.shape, mask)), value)
         raise ShapeMismatchError(
             "x[mask] = value takes a scalar (or a tensor of x's own shape) here; the number of "
             "selected elements is only known at run time")
+    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
     return where(mask, value.to(x.dtype), x)
 
 
