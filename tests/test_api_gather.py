@@ -51,6 +51,31 @@ def _check_getitem(shape, spec, arrays, traced):
                                atol=1e-12)
 
 
+def _check_setitem(shape, spec, arrays, traced):
+    """y = x * 1; y[key] = 2 * s for a 0-d s (repeated indices then write equal values, which
+    PyTorch defines), and the gradients of x and s, against PyTorch."""
+    x, scalar = RNG.standard_normal(shape), RNG.standard_normal(())
+    weights = RNG.standard_normal(shape)
+    references = [torch.tensor(a, requires_grad=True) for a in (x, scalar)]
+    expected = references[0] * 1
+    expected[_key(spec, _torch_indices(arrays), torch)] = references[1] * 2
+    (expected * torch.tensor(weights)).sum().backward()
+
+    def assigned(x, scalar, weights, *indices):
+        y = x * 1
+        y[_key(spec, indices, tr)] = scalar * 2
+        (y * weights).sum().backward()
+        return y
+
+    function = tr.trace(assigned) if traced else assigned
+    tensors = [tr.tensor(a, requires_grad=True) for a in (x, scalar)]
+    result = function(*tensors, tr.tensor(weights), *map(tr.tensor, arrays))
+    np.testing.assert_array_equal(result.detach().numpy(), expected.detach().numpy())
+    for tensor, reference in zip(tensors, references):
+        np.testing.assert_allclose(tensor.grad.numpy(), reference.grad.numpy(), rtol=1e-12,
+                                   atol=1e-12)
+
+
 I = np.array([2, 0, -1, 2])
 J = np.array([[1], [-2]])
 CASES = {
@@ -285,6 +310,20 @@ def test_out_of_range_compiled_names_the_line_and_leaves_the_arguments_unchanged
             np.testing.assert_array_equal(new, old)
 
 
+def test_out_of_range_in_bounds_checked_code_is_still_an_index_error(monkeypatch):
+    # The index check comes before the (bounds-checked) load, so the user hears about the index.
+    monkeypatch.setenv("TRACER_CHECK_BOUNDS", "1")
+
+    @tr.trace
+    def pick(x, index):
+        return x[:, index].sum()
+
+    x = tr.tensor(np.arange(6.0).reshape(2, 3))
+    assert pick(x, tr.tensor([2, -3])).item() == 2 + 5 + 0 + 3
+    with pytest.raises(tr.IndexOutOfRangeError, match="index -4 is out of bounds"):
+        pick(x, tr.tensor([2, -4]))
+
+
 def test_out_of_range_compiled_scatter():
     @tr.trace
     def add_rows(x, index, rows):
@@ -342,13 +381,13 @@ def keys(draw):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(keys(), st.booleans())
-def test_random_keys_match_pytorch(key, traced):
-    _check_getitem(*key, traced)
+@given(keys(), st.booleans(), st.booleans())
+def test_random_keys_match_pytorch(key, traced, assigning):
+    (_check_setitem if assigning else _check_getitem)(*key, traced)
 
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(keys(), st.booleans())
-def test_random_keys_match_pytorch_exhaustively(key, traced):
-    _check_getitem(*key, traced)
+@given(keys(), st.booleans(), st.booleans())
+def test_random_keys_match_pytorch_exhaustively(key, traced, assigning):
+    (_check_setitem if assigning else _check_getitem)(*key, traced)
