@@ -1,4 +1,5 @@
-"""The bounds-checked mode (TRACER_CHECK_BOUNDS=1): the table of checked accesses of one module.
+"""The table of checked accesses of one module: every access in the bounds-checked mode
+(TRACER_CHECK_BOUNDS=1), and always the indices of gather and scatter, which are data.
 
 Generated code checks every buffer access with the `check` macro of templates/bounds.ll.j2, which
 names the access by a site number; on failure the native code leaves that number and the element
@@ -29,11 +30,16 @@ class Site:
     line: str  # the user's line ('file.py:12') the access was made for, or ""
 
 
-class Sites:
-    """The numbered checked accesses of one module."""
+INDEX = "index"  # the access kind of a gather or scatter index check
 
-    def __init__(self, plan: MemoryPlan):
+
+class Sites:
+    """The numbered checked accesses of one module; `every_access`: the bounds-checked mode (else
+    only the index checks, which are always on)."""
+
+    def __init__(self, plan: MemoryPlan, every_access: bool = True):
         self.plan = plan
+        self.every_access = every_access
         self.sites: list[Site] = []
 
     def add(self, kernel: str, value: Value, access: str, line: str) -> int:
@@ -49,9 +55,23 @@ class Sites:
         self.sites.append(Site(kernel, buffer, count, access, line))
         return len(self.sites) - 1
 
+    def add_index(self, kernel: str, operand: Value, axis: int, size: int, line: str) -> int:
+        """The site number of the range check of the index operand `operand` into a dimension
+        `axis` of `size` elements."""
+        return self.add_internal(kernel, f"dimension {axis} (index operand %{operand.name}: "
+                                 f"{operand.type})", size, INDEX, line)
+
+    def is_index(self, site: int) -> bool:
+        return self.sites[site].access == INDEX
+
     def message(self, site: int, offset: int) -> tuple[str, str]:
-        """What failed, and the user's line it is about ("" if unknown)."""
+        """What failed, and the user's line it is about ("" if unknown). For an index check,
+        `offset` is the index."""
         s = self.sites[site]
+        if s.access == INDEX:
+            return (f"index {offset} is out of bounds for {s.buffer} with size {s.count}, in "
+                    f"{s.kernel}; nothing was read or written at it and no argument was "
+                    f"changed"), s.line
         return (f"bounds check failed in {s.kernel}: {s.access} of element {offset} of "
                 f"{s.buffer}, which has {s.count} elements. Nothing outside a buffer was touched; "
                 f"the kernel stopped before the access and no later kernel ran"), s.line

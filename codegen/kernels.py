@@ -9,10 +9,11 @@ an inner loop. Results are memoized per (value, index) so a value shared by seve
 kernel is computed once. Loop skeletons, kernel functions, matmul and the entry point are Jinja2
 templates in codegen/templates/.
 
-In the bounds-checked mode (`sites` given, TRACER_CHECK_BOUNDS=1) every kernel takes the error
-record `%bounds` as its first pointer, every buffer access goes through `KernelEmitter.address`,
-which puts the `check` of templates/bounds.ll.j2 before it, and the entry stops after a kernel
-that failed one (codegen/bounds.py).
+In the bounds-checked mode (`sites.every_access`, TRACER_CHECK_BOUNDS=1) every buffer access goes
+through `KernelEmitter.address`, which puts the `check` of templates/bounds.ll.j2 before it. The
+indices of gather and scatter are checked always (`KernelEmitter.index_position`). Whenever there
+are checks (`sites` given), every kernel takes the error record `%bounds` as its first pointer and
+the entry stops after a kernel that failed one (codegen/bounds.py).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.memory import Location, MemoryPlan
 from tracer.ir.passes import scalar_constant
-from tracer.ir.primitives import ELEMENTWISE
+from tracer.ir.primitives import ELEMENTWISE, INDEXING
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 ENVIRONMENT = jinja2.Environment(
@@ -136,7 +137,7 @@ class KernelEmitter:
     def address(self, buffer: str, value: Value, offset, access: str) -> str:
         """A pointer to element `offset` of the buffer `value` lives in: every load and store
         comes here, so in the bounds-checked mode this is where its check is emitted."""
-        if self.sites is not None:
+        if self.sites is not None and self.sites.every_access:
             site = self.sites.add(self.name, value, access, self.location)
             self.w.raw(str(BOUNDS.check(self.w.label("bounds"), site, offset, value.type.size)))
         return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[value.dtype]}, ptr {buffer}, "
@@ -227,6 +228,9 @@ class KernelEmitter:
                                  attributes)
         if lowering.kind == "reduction":
             return self.reduce_inline(instruction, index)
+        if lowering.kind == "gather":
+            x = inputs[0]
+            return self.evaluate(x, self.index_position(instruction, x, index))
         if lowering.kind != "index":
             raise NotImplementedError(f"{primitive} cannot be computed inside a loop kernel")
         if primitive == "constant":
@@ -258,6 +262,32 @@ class KernelEmitter:
         if primitive == "pad":
             return self.pad(x, value, index, attributes)
         raise NotImplementedError(primitive)
+
+    def index_position(self, instruction: Instruction, x: Value, index: Index) -> Index:
+        """Where a gather reads x (a scatter writes its result) for the element at `index` of its
+        result (of its updates): the index operands are read at the leading positions, wrapped
+        when negative and checked against their dimension; a failed check records the index and
+        returns from the kernel before the access."""
+        operands = instruction.inputs[-len(instruction.attributes["axes"]):]
+        index_shape = np.broadcast_shapes(*(v.shape for v in operands))
+        leading, rest = index[:len(index_shape)], iter(index[len(index_shape):])
+        mapped = {}
+        for operand, axis in zip(operands, instruction.attributes["axes"]):
+            position = self.evaluate(operand, self.broadcast_index(leading, index_shape,
+                                                                   operand.shape))
+            mapped[axis] = self.checked_index(position, operand, axis, x.shape[axis])
+        return tuple(mapped[axis] if axis in mapped else next(rest) for axis in range(len(x.shape)))
+
+    def checked_index(self, position: str, operand: Value, axis: int, size: int) -> str:
+        """`position` wrapped into [0, size) if negative, after checking -size <= position < size
+        (one unsigned comparison of the wrapped value)."""
+        negative = self.w.value(f"icmp slt i64 {position}, 0")
+        shifted = self.w.value(f"add i64 {position}, {size}", "i")
+        wrapped = self.w.value(f"select i1 {negative}, i64 {shifted}, i64 {position}", "i")
+        site = self.sites.add_index(self.name, operand, axis, size, self.location)
+        label = self.w.label("index")
+        self.w.raw(str(BOUNDS.check(label, site, wrapped, size, position)))
+        return wrapped
 
     def reshape_index(self, index: Index, shape, operand_shape) -> Index:
         kept = [(k, d) for k, d in enumerate(shape) if d != 1]
@@ -418,6 +448,38 @@ class KernelEmitter:
         for loop in reversed(loops):
             self.close_loop(loop)
 
+    def scatter_kernel(self, results: list[str]) -> None:
+        """result = target, then each element of the updates stored into (or, accumulating,
+        added to) the result at its checked index, in order (of repeated indices the last store
+        stays, as in the reference)."""
+        (result,), (buffer,) = self.kernel.results, results
+        instruction = result.producer
+        target, updates = instruction.inputs[:2]
+        for shape, copying in ((result.shape, True), (updates.shape, False)):
+            # each loop evaluates in its own scope: values computed in the first do not dominate
+            # the second
+            self.memo.append({})
+            index, loops = self.open_nest(shape, split=False)
+            if copying:
+                self.store(self.evaluate(target, index), result, buffer,
+                           self.linear(index, result.shape))
+            else:
+                element = self.evaluate(updates, index)
+                position = self.index_position(instruction, result, index)
+                offset = self.linear(position, result.shape)
+                if instruction.attributes["accumulate"]:
+                    pointer = self.address(buffer, result, offset, "read-modify-write")
+                    t = LLVM_TYPE[result.dtype]
+                    old = self.w.value(f"load {t}, ptr {pointer}")
+                    opcode = "fadd" if is_float(result.dtype) else "add"
+                    self.w.emit(f"store {t} {self.w.value(f'{opcode} {t} {old}, {element}')}, "
+                                f"ptr {pointer}")
+                else:
+                    self.store(element, result, buffer, offset)
+            for loop in reversed(loops):
+                self.close_loop(loop)
+            self.memo.pop()
+
     def accumulate_kernel(self, results: list[str]) -> None:
         (result,), (buffer,) = self.kernel.results, results
         instruction = result.producer
@@ -481,7 +543,7 @@ def render_matmul(name: str, matmul: Instruction, result: Value, gemm: bool, acc
     dtype = result.dtype
     block = min(n, MATMUL_BLOCK)
     checks = None
-    if sites is not None:
+    if sites is not None and sites.every_access:
         line = matmul.location
         checks = {"a": (sites.add(name, a, "read", line), a.type.size),
                   "b": (sites.add(name, b, "read", line), b.type.size),
@@ -517,6 +579,8 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
     emitter = KernelEmitter(fused, kernel, buffers, name, sites)
     if kernel.kind == "loop":
         emitter.loop_kernel(result_registers)
+    elif kernel.kind == "scatter":
+        emitter.scatter_kernel(result_registers)
     else:
         emitter.accumulate_kernel(result_registers)
     own_registers = [r for j, r in enumerate(result_registers) if j not in shared]
@@ -525,8 +589,8 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
                         emitter.w.allocas, "\n".join(emitter.w.lines))
     extent = split_extent(kernel, emitter.flat)
     size = max(kernel.results[0].type.size, 1)
-    if kernel.kind == "accumulate":
-        size = max(kernel.results[0].producer.inputs[0].type.size, 1)
+    if kernel.kind in ("accumulate", "scatter"):
+        size = max(kernel.results[0].producer.inputs[-1].type.size, 1)
     work = size * max(1, len(kernel.instructions))
     return KernelCode(str(text), name, arguments, results, extent, kernel.kind == "loop", work)
 
@@ -655,13 +719,15 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
                     gemm: bool, threads: int = 1, layout: tuple[int, int] | None = None,
                     profile: bool = False,
                     checked: bool = False) -> tuple[str, list[KernelCode], Sites | None]:
-    """The LLVM IR text of the whole function, a description of each kernel and, if `checked`,
-    the table of its bounds-checked accesses (the error record is RECORD_BYTES at byte
-    plan.arena_size of the arena). Large kernels whose outer loop can be split run on up to
+    """The LLVM IR text of the whole function, a description of each kernel and, if `checked` or
+    if it gathers or scatters, the table of its checked accesses (the error record is
+    RECORD_BYTES at byte plan.arena_size of the arena). Large kernels whose outer loop can be split run on up to
     `threads` threads. With `profile`, the entry counts each kernel's calls and nanoseconds in
     the global @tracer_profile."""
     function = fused.function
-    sites = Sites(plan) if checked else None
+    indexing = any(i.primitive in INDEXING for kernel in fused.kernels
+                   for i in kernel.instructions)
+    sites = Sites(plan, every_access=checked) if checked or indexing else None
     codes = [emit_kernel(fused, kernel, f"kernel_{number}", gemm, plan, sites)
              for number, kernel in enumerate(fused.kernels)]
     slots = [(f"%param.{i}", i) for i in range(len(function.parameters))]
@@ -696,5 +762,6 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
         function_name=function.name, triple=triple, declarations=declarations,
         kernels=[c.text for c in codes] + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
-        fast_entry=fast, profile=profile, checked=checked, record_offset=plan.arena_size)
+        fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
+        record_offset=plan.arena_size)
     return text, codes, sites

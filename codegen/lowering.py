@@ -9,6 +9,11 @@
 - kind "index": a layout primitive or a source; it changes which element is read, not the value.
   codegen/kernels.py maps the index (broadcast, transpose, slice, pad, reshape, iota, constant).
 - kind "reduction": an inline reduction loop or an `accumulate` kernel (codegen/kernels.py).
+- kind "gather": a load at a computed index inside a loop kernel: each index operand is read at
+  the current index, wrapped if negative and checked against its dimension (always, not only
+  under TRACER_CHECK_BOUNDS: an index is data), then the operand is read there.
+- kind "scatter": its own kernel, a copy of the target then a loop over the updates storing (or
+  adding) each at its checked computed index (codegen/kernels.py).
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """
@@ -240,6 +245,8 @@ def _table() -> dict[str, Lowering]:
     table.update({name: Lowering("index") for name in LAYOUT | SOURCES})
     table.update({name: Lowering("reduction") for name in REDUCE})
     table["matmul"] = Lowering("matmul")
+    table["gather"] = Lowering("gather")
+    table["scatter"] = Lowering("scatter")
     table.update({name: Lowering("removed") for name in GRADIENT_MARKERS})
     return table
 

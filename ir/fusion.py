@@ -1,6 +1,6 @@
 """Fusion: group the instructions of an optimized Function into kernels.
 
-A kernel is one unit of native code. There are three kinds:
+A kernel is one unit of native code. There are four kinds:
 
 - `loop`: one loop nest over the shape of its results. Elementwise ops, layout changes (broadcast,
   reshape, transpose, slice, pad), sources (constant, iota) and reductions over trailing axes are
@@ -8,6 +8,9 @@ A kernel is one unit of native code. There are three kinds:
   of the same shape share one loop nest, so common subexpressions are computed once.
 - `accumulate`: a reduction that keeps the operand's last axis (a column sum, the bias gradient):
   one pass over the operand in memory order adding into the result, so the inner loop is unit-stride.
+- `scatter`: a write (or accumulation) at computed indices: the target is copied into the result,
+  then a loop over the updates stores each at its index; target, updates and indices are computed
+  inline.
 - `matmul`: a BLAS call (or a generated loop nest). An operand that is the transpose of the last two
   axes of a buffer reads that buffer with the transpose flag instead of materializing it. A value
   that is a linear function of a matmul only it reads -- `w - lr * (x^T @ g)`, the SGD update of a
@@ -35,7 +38,8 @@ from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 from tracer.ir.text import format_instruction
 from tracer.ir.types import FLOAT_DTYPES
 
-LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES
+# gather is a load at a computed index, so it fuses into loops like a layout change.
+LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | {"gather"}
 EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
 # An inline expression larger than this is stored once it has a second user.
 MAX_SHARED_EXPRESSION = 48
@@ -80,7 +84,7 @@ class Kernel:
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate" or "matmul"
+    kind: str  # "loop", "accumulate", "scatter" or "matmul"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
@@ -126,7 +130,9 @@ def _choose_materialized(function: Function) -> set[int]:
 
     for instruction in function.instructions:
         (output, *_) = instruction.outputs or [None]
-        if instruction.primitive not in LOOP_FUSIBLE:
+        if instruction.primitive == "scatter":  # its operands are computed inline in its kernel
+            materialized.add(id(output))
+        elif instruction.primitive not in LOOP_FUSIBLE:
             materialized.update(id(v) for v in instruction.outputs)
             if instruction.primitive == "matmul":
                 materialized.update(id(matmul_operand(v)[0]) for v in instruction.inputs)
@@ -350,8 +356,8 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             costs.append(0)
             producer_kernel[id(root)] = len(kernels) - 1
             continue
-        if producer is not None and producer.primitive == "matmul":
-            kind = "matmul"
+        if producer is not None and producer.primitive in ("matmul", "scatter"):
+            kind = producer.primitive
         elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
                 producer) and root.type.size > 0:
             kind = "accumulate"

@@ -61,7 +61,7 @@ def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bo
         roots, stop = kernel.results, {id(update.matmul.outputs[0])}
     elif kernel.kind == "loop":
         roots, stop = kernel.results, set()
-    else:  # an accumulate kernel writes its result before it has read all of its operand
+    else:  # accumulate and scatter kernels write their result before they have read all operands
         return False
     own = {id(v) for v in kernel.results}
 

@@ -6,6 +6,12 @@ in codegen. tests/test_ir_tables.py fails when a table misses a primitive.
 
 Elementwise primitives broadcast their operands the numpy way (trailing dimensions aligned, size-1
 dimensions stretched); their operands have one dtype (the tracer inserts explicit casts).
+
+`gather x, i1..ik {axes}` reads x at computed indices: the int64 index operands broadcast to a
+shape B and index the dimensions `axes` of x; the result has shape B followed by x's other
+dimensions, in order. `scatter target, updates, i1..ik {axes, accumulate}` is target with updates
+(of gather's result shape) written, or with `accumulate` added, at those positions. Negative
+indices count from the end; one outside [-size, size) is an IndexRangeError.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from tracer.ir.types import TensorType, as_dtype, bool_, is_float
+from tracer.ir.types import TensorType, as_dtype, bool_, int64, is_float
 
 UNARY_FLOAT = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos"})
 UNARY = UNARY_FLOAT | {"neg", "abs", "sign", "logical_not"}
@@ -25,10 +31,12 @@ ELEMENTWISE = UNARY | BINARY | {"select", "cast"}
 LAYOUT = frozenset({"broadcast", "reshape", "transpose", "slice", "pad"})
 REDUCE = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 SOURCES = frozenset({"constant", "iota"})
+# Integer indexing: a read at computed indices, and a write (or accumulation) at computed indices.
+INDEXING = frozenset({"gather", "scatter"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
 
-PRIMITIVES = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | GRADIENT_MARKERS | {"matmul"}
+PRIMITIVES = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | INDEXING | GRADIENT_MARKERS | {"matmul"}
 
 # Not primitives but requests to a pass: `gradient %output, %seed, %wrt...` stands for the gradients
 # of %output (seeded by %seed) with respect to each %wrt until the autodiff pass expands it in place.
@@ -45,6 +53,11 @@ LINEAR = frozenset({"add", "sub", "neg", "cast", "stop_gradient", "custom_vjp"})
 
 class ShapeError(ValueError):
     """Operands whose shapes or dtypes a primitive does not accept."""
+
+
+class IndexRangeError(IndexError):
+    """An index operand of gather or scatter holds a value outside its dimension (the reference
+    semantics raise it; compiled code reports the same through its error record)."""
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -193,6 +206,46 @@ def _iota(shape: tuple[int, ...], dimension: int, dtype) -> list[TensorType]:
     return [TensorType(shape, dtype)]
 
 
+def _index_axes(primitive: str, x: TensorType, indices: list[TensorType],
+                axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape the index operands broadcast to, after checking them against `axes`."""
+    if not indices or len(indices) != len(axes):
+        raise ShapeError(f"{primitive} needs one index operand per axis in {list(axes)}, got "
+                         f"{len(indices)}")
+    if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
+        raise ShapeError(f"{primitive}: bad axes {list(axes)} for shape {list(x.shape)}")
+    if any(t.dtype != int64 for t in indices):
+        raise ShapeError(f"{primitive} needs int64 index operands, got "
+                         f"{[str(t.dtype) for t in indices]}")
+    return broadcast_shapes(*(t.shape for t in indices))
+
+
+def gathered_shape(x_shape: tuple[int, ...], index_shape: tuple[int, ...],
+                   axes: tuple[int, ...]) -> tuple[int, ...]:
+    """gather's result: the indices' broadcast shape, then x's dimensions not in `axes`."""
+    return tuple(index_shape) + tuple(d for i, d in enumerate(x_shape) if i not in axes)
+
+
+def _gather(in_types: list[TensorType], axes: tuple[int, ...]) -> list[TensorType]:
+    x, *indices = in_types
+    index_shape = _index_axes("gather", x, indices, axes)
+    return [TensorType(gathered_shape(x.shape, index_shape, axes), x.dtype)]
+
+
+def _scatter(in_types: list[TensorType], axes: tuple[int, ...],
+             accumulate: bool) -> list[TensorType]:
+    target, updates, *indices = in_types
+    index_shape = _index_axes("scatter", target, indices, axes)
+    _same_dtype("scatter", [target, updates])
+    if accumulate and target.dtype == bool_:
+        raise ShapeError("scatter with accumulate=True does not take bool operands")
+    expected = gathered_shape(target.shape, index_shape, axes)
+    if updates.shape != expected:
+        raise ShapeError(f"scatter: updates of shape {list(updates.shape)} for indices selecting "
+                         f"shape {list(expected)}")
+    return [target]
+
+
 def _custom_vjp(in_types: list[TensorType], num_outputs: int, rule) -> list[TensorType]:
     # Operands: the forward body's results, then the Function's differentiable inputs.
     if not 0 < num_outputs <= len(in_types):
@@ -224,6 +277,8 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
         "slice": lambda in_types, starts, stops, steps: _slice(*in_types, starts, stops, steps),
         "pad": lambda in_types, low, high, interior: _pad(*in_types, low, high, interior),
         "matmul": lambda in_types: _matmul(*in_types),
+        "gather": _gather,
+        "scatter": _scatter,
         "constant": lambda in_types, value, dtype: [TensorType((), dtype)],
         "iota": lambda in_types, shape, dimension, dtype: _iota(shape, dimension, dtype),
         "stop_gradient": lambda in_types: list(in_types),
@@ -240,7 +295,7 @@ SHAPE_RULES = _table()
 ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | {"cast"}}
 ARITY.update({name: 2 for name in BINARY | {"matmul"}})
 ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom_vjp": None,
-              "gradient": None})
+              "gradient": None, "gather": None, "scatter": None})
 
 
 def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) -> list[TensorType]:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tracer.ir.primitives import pad_as_slice, padded_length
+from tracer.ir.primitives import IndexRangeError, pad_as_slice, padded_length
 from tracer.ir.types import as_dtype
 
 
@@ -22,6 +22,48 @@ def _iota(shape, dimension, dtype):
     index_shape[dimension] = shape[dimension]
     line = np.arange(shape[dimension], dtype=as_dtype(dtype)).reshape(index_shape)
     return np.broadcast_to(line, shape)
+
+
+def _index_key(shape, indices, axes) -> tuple:
+    """The indices wrapped into [0, size) as PyTorch does for negative ones; IndexRangeError for
+    one outside [-size, size), worded as PyTorch's message."""
+    key = []
+    for index, axis in zip(indices, axes):
+        size = shape[axis]
+        outside = (index < -size) | (index >= size)
+        if np.any(outside):
+            value = int(index[outside].flat[0])
+            raise IndexRangeError(f"index {value} is out of bounds for dimension {axis} with "
+                                  f"size {size}")
+        key.append(np.where(index < 0, index + size, index))
+    return tuple(key)
+
+
+def _moved(x, axes):
+    """A view of x with `axes` first, in their order: numpy's indexing then puts the indices'
+    broadcast shape first and keeps the other dimensions in order, as gather's shape rule says."""
+    return np.moveaxis(x, axes, range(len(axes)))
+
+
+def _gather(x, *indices, axes):
+    return _moved(x, axes)[_index_key(x.shape, indices, axes)]
+
+
+def _scatter(target, updates, *indices, axes, accumulate):
+    result = target.copy()
+    key = [k.ravel() for k in np.broadcast_arrays(*_index_key(target.shape, indices, axes))]
+    updates = updates.reshape((len(key[0]),) + updates.shape[updates.ndim - result.ndim
+                                                             + len(axes):])
+    if accumulate:
+        np.add.at(_moved(result, axes), tuple(key), updates)  # repeated indices add up, in order
+        return result
+    # Of repeated indices the last write stays, as in compiled code (numpy's own order of
+    # assignment is unspecified): keep the last occurrence of each position.
+    positions = np.ravel_multi_index(key, [target.shape[a] for a in axes]) if key[0].size else key[0]
+    _, last_reversed = np.unique(positions[::-1], return_index=True)
+    keep = len(positions) - 1 - last_reversed
+    _moved(result, axes)[tuple(k[keep] for k in key)] = updates[keep]
+    return result
 
 
 def _sign(x):
@@ -73,6 +115,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "reduce_max": lambda x, axes: np.max(x, axis=axes),  # nan propagates
     "reduce_min": lambda x, axes: np.min(x, axis=axes),  # nan propagates
     "matmul": np.matmul,
+    "gather": _gather,
+    "scatter": _scatter,
     "constant": lambda value, dtype: np.array(value, dtype),
     "iota": _iota,
     "stop_gradient": lambda x: x,

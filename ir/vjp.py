@@ -135,6 +135,28 @@ def _matmul(b, g, z, inputs, needs, attributes):
             b.op("matmul", b.swap_last_axes(x), g) if needs[1] else None]
 
 
+def _gather(b, g, z, inputs, needs, attributes):
+    # The gradient goes back to the positions read; repeated indices add up (PyTorch's index
+    # backward is an index_put_ with accumulate=True).
+    x, *indices = inputs
+    return [b.op("scatter", b.zeros_like(x), g, *indices, axes=attributes["axes"],
+                 accumulate=True)] + [None] * len(indices)
+
+
+def _scatter(b, g, z, inputs, needs, attributes):
+    # Accumulating: the target's gradient passes unchanged; overwriting: it is 0 where a value
+    # was written. Each update gets the gradient of the position it went to (also the updates of
+    # a repeated index that another one overwrote, as in PyTorch's index_put_ backward).
+    target, updates, *indices = inputs
+    axes = attributes["axes"]
+    d_target = None
+    if needs[0]:
+        d_target = g if attributes["accumulate"] else b.op(
+            "scatter", g, b.zeros_like(updates), *indices, axes=axes, accumulate=False)
+    d_updates = b.op("gather", g, *indices, axes=axes) if needs[1] else None
+    return [d_target, d_updates] + [None] * len(indices)
+
+
 def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
     count = attributes["num_outputs"]
     gradients = attributes["rule"].backward(b, list(cotangents), list(needs[count:]))
@@ -164,7 +186,7 @@ def _table() -> dict[str, Callable[..., list]]:
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,
-        "matmul": _matmul, "custom_vjp": _custom_vjp,
+        "matmul": _matmul, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
     })
     return table
 

@@ -10,7 +10,9 @@ to C-contiguous arrays of the parameter dtypes (a no-op when they already are), 
 outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
 
 With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
-a call whose native code caught an access outside a buffer raises `tr.BoundsError`.
+a call whose native code caught an access outside a buffer raises `tr.BoundsError`. The indices of
+gather and scatter are checked always: one out of range raises `tr.IndexOutOfRangeError`, and the
+arguments are unchanged (see `CompiledFunction._copies_targets`).
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
 from tracer.runtime.cache import cache_directory, cache_key, open_entry
-from tracer.errors import BoundsError
+from tracer.errors import BoundsError, IndexOutOfRangeError
+from tracer.ir.primitives import INDEXING
 
 STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -161,11 +164,25 @@ class CompiledFunction:
             self._returns.append((slot_of[id(value)], id(value) in seen))
             seen.add(id(value))
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
+        self._copies_targets = self._index_check_may_follow_a_write()
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
-        self._arena_size = self.plan.arena_size + (RECORD_BYTES if checked else 0)
+        self._arena_size = self.plan.arena_size + (RECORD_BYTES if self.sites is not None else 0)
         self._arena, self._arena_address = self._new_arena()
         self._arena_lock = threading.Lock()
+
+    def _index_check_may_follow_a_write(self) -> bool:
+        """Whether a kernel that checks gather or scatter indices runs at or after one that writes
+        a parameter in place: then a failed check would leave that argument changed, so such
+        calls write into private copies of the targets, which the caller copies back only when
+        the call succeeds. (Commonly the update of a training step comes last and depends on
+        every gather, so no copy is made.)"""
+        kernels = self.fused.kernels
+        checking = [n for n, kernel in enumerate(kernels)
+                    if any(i.primitive in INDEXING for i in kernel.instructions)]
+        writing = [n for n, kernel in enumerate(kernels)
+                   if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
+        return bool(checking and writing) and min(writing) <= max(checking)
 
     def _new_arena(self) -> tuple[np.ndarray, int]:
         storage = np.empty(self._arena_size + ALIGNMENT, np.uint8)
@@ -175,7 +192,7 @@ class CompiledFunction:
     def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run on `arguments`; the fast path hands the arrays themselves to the native code, which
         reads their data pointers and checks their flags (falling back here if it refuses)."""
-        fast = self._fast
+        fast = None if self._copies_targets else self._fast
         if fast is not None and len(arguments) == len(self._parameters):
             for argument, (shape, dtype) in zip(arguments, self._parameters):
                 if (type(argument) is not np.ndarray or argument.shape != shape
@@ -207,7 +224,7 @@ class CompiledFunction:
         # decided on the arrays as passed, before any is replaced, so that two targets sharing
         # memory both run on copies (and are copied back in the caller's order)
         private = [position for position in self._targets
-                   if keep_alive[position] is not arguments[position]
+                   if self._copies_targets or keep_alive[position] is not arguments[position]
                    or not keep_alive[position].flags.writeable
                    or _overlaps(position, keep_alive, pointers)]
         for position in private:  # written on a private copy, which the caller copies back
@@ -242,16 +259,20 @@ class CompiledFunction:
             status = native(address)
             failure = self._bounds_failure(address) if status == 0 else None
         if failure is not None:
-            message, line = failure
-            raise BoundsError(message, line or None)
+            error, message, line = failure
+            raise error(message, line or None)
         return status
 
-    def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
-        """The message and user line of the failed check the error record holds, if any."""
+    def _bounds_failure(self, arena_address: int) -> tuple[type, str, str] | None:
+        """The error class, message and user line of the failed check the error record holds, if
+        any."""
         if self.sites is None:
             return None
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
-        return None if code == 0 else self.sites.message(code - 1, offset)
+        if code == 0:
+            return None
+        error = IndexOutOfRangeError if self.sites.is_index(code - 1) else BoundsError
+        return (error, *self.sites.message(code - 1, offset))
 
     def kernel_times(self) -> list[KernelTime]:
         """Calls and total run time of each kernel so far; empty unless compiled with

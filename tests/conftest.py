@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tracer import ir
+from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,7 +109,12 @@ class CheckedFunction:
         # copies: the compiled call may write outputs into the argument arrays (in place)
         inputs = [np.array(a, p.dtype, copy=True)
                   for a, p in zip(arguments, self.compiled.function.parameters)]
-        expected = ir.interpret(self.compiled.function, inputs)
+        try:
+            expected = ir.interpret(self.compiled.function, inputs)
+        except IndexRangeError:  # then the compiled call must refuse too (and raise its error)
+            self.compiled(arguments)
+            raise AssertionError("the interpreter found an index out of range, the compiled "
+                                 "code ran") from None
         actual = self.compiled(arguments)
         for index, (a, e) in enumerate(zip(actual, expected)):
             what = f"output {index} of {self.compiled.function.name}"

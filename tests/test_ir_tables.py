@@ -2,9 +2,15 @@
 
 Adding a primitive without filling a table, or leaving a stale row behind, fails here.
 """
+import numpy as np
 import pytest
 
 from tracer import ir
+from tracer.codegen.lowering import LOWERING
+from tracer.ir.builder import ArrayBuilder
+from tracer.ir.primitives import IndexRangeError
+from tracer.ir.reference import evaluate_primitive
+from tracer.ir.vjp import apply_vjp
 from tracer.ir import primitives
 from tracer.ir.primitives import ARITY, DIRECTIVES, PRIMITIVES
 from tracer.ir.reference import REFERENCE
@@ -15,14 +21,15 @@ TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RU
 
 def test_primitive_set_is_the_documented_closed_set():
     # The design's closed set: elementwise unary/binary, compare, select, cast, broadcast, reshape,
-    # transpose, slice, pad, reduce sum/max/min, matmul, constant/iota (+ gradient markers).
+    # transpose, slice, pad, reduce sum/max/min, matmul, constant/iota, gather/scatter at computed
+    # indices (+ gradient markers).
     expected = {
         "neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos", "logical_not",
         "add", "sub", "mul", "div", "pow", "maximum", "minimum",
         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",
-        "stop_gradient", "custom_vjp",
+        "gather", "scatter", "stop_gradient", "custom_vjp",
     }
     assert PRIMITIVES == expected
     assert DIRECTIVES == {"gradient"}
@@ -81,3 +88,81 @@ def test_categories_partition_consistently():
 def test_unknown_primitive_is_a_shape_error():
     with pytest.raises(ir.ShapeError):
         ir.infer_types("frobnicate", [], {})
+
+
+# The integer-indexing rows, checked against hand-computed values ------------------------------
+
+def _types(*arrays):
+    return [ir.TensorType(np.shape(a), np.asarray(a).dtype) for a in arrays]
+
+
+def test_gather_shape_rule_puts_the_index_shape_first():
+    x = ir.TensorType((4, 5, 6), np.float32)
+    rows, columns = ir.TensorType((2, 1), np.int64), ir.TensorType((3,), np.int64)
+    assert ir.infer_types("gather", [x, rows, columns], {"axes": (0, 2)}) == [
+        ir.TensorType((2, 3, 5), np.float32)]
+    assert ir.infer_types("gather", [x, columns], {"axes": (1,)}) == [
+        ir.TensorType((3, 4, 6), np.float32)]
+    for inputs, axes in [([x, columns], (0, 1)), ([x, columns, columns], (1, 1)),
+                         ([x, columns], (3,)), ([x, ir.TensorType((3,), np.float32)], (0,)),
+                         ([x, rows, ir.TensorType((3, 2), np.int64)], (0, 1)), ([x], ())]:
+        with pytest.raises(ir.ShapeError):
+            ir.infer_types("gather", inputs, {"axes": axes})
+
+
+def test_scatter_shape_rule_takes_updates_in_the_gathered_shape():
+    target, index = ir.TensorType((4, 3), np.float64), ir.TensorType((5,), np.int64)
+    updates = ir.TensorType((5, 3), np.float64)
+    attributes = {"axes": (0,), "accumulate": True}
+    assert ir.infer_types("scatter", [target, updates, index], attributes) == [target]
+    for bad in [ir.TensorType((5, 4), np.float64), ir.TensorType((5, 3), np.float32)]:
+        with pytest.raises(ir.ShapeError):
+            ir.infer_types("scatter", [target, bad, index], attributes)
+    flags = ir.TensorType((4, 3), np.bool_)
+    with pytest.raises(ir.ShapeError):  # bool cannot accumulate
+        ir.infer_types("scatter", [flags, ir.TensorType((5, 3), np.bool_), index], attributes)
+
+
+def test_gather_reference_wraps_negative_indices_and_refuses_out_of_range():
+    x = np.arange(12.0).reshape(3, 4)
+    (result,) = evaluate_primitive("gather", [x, np.array([2, -3]), np.array([[0], [-1]])],
+                                   {"axes": (0, 1)})
+    assert result.tolist() == [[8.0, 0.0], [11.0, 3.0]]
+    (columns,) = evaluate_primitive("gather", [x, np.array([3, 3, 0])], {"axes": (1,)})
+    assert columns.tolist() == [[3.0, 7.0, 11.0], [3.0, 7.0, 11.0], [0.0, 4.0, 8.0]]
+    for bad in (3, -4):
+        with pytest.raises(IndexRangeError, match=f"index {bad} is out of bounds for dimension 0"):
+            evaluate_primitive("gather", [x, np.array([0, bad])], {"axes": (0,)})
+
+
+def test_scatter_reference_accumulates_repeats_or_keeps_the_last():
+    target = np.zeros(4)
+    updates, index = np.array([1.0, 2.0, 4.0, 8.0]), np.array([1, -3, 3, 0])
+    (added,) = evaluate_primitive("scatter", [target, updates, index],
+                                  {"axes": (0,), "accumulate": True})
+    assert added.tolist() == [8.0, 3.0, 0.0, 4.0]
+    (written,) = evaluate_primitive("scatter", [target + 5, updates, index],
+                                    {"axes": (0,), "accumulate": False})
+    assert written.tolist() == [8.0, 2.0, 5.0, 4.0]  # index 1 twice: the last write stays
+    assert target.tolist() == [0.0] * 4  # operands are not changed
+
+
+def test_gather_and_scatter_vjp_rules_by_hand():
+    b = ArrayBuilder()
+    x, index = np.arange(6.0).reshape(3, 2), np.array([2, 0, 2])
+    g = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    z = evaluate_primitive("gather", [x, index], {"axes": (0,)})[0]
+    dx, dindex = apply_vjp(b, "gather", {"axes": (0,)}, [x, index], [z], [g], [True, True])
+    assert dindex is None and dx.tolist() == [[3.0, 4.0], [0.0, 0.0], [6.0, 8.0]]
+    updates = np.ones((3, 2))
+    for accumulate, expected_target in [(True, g), (False, [[0.0, 0.0], [3.0, 4.0], [0.0, 0.0]])]:
+        attributes = {"axes": (0,), "accumulate": accumulate}
+        result = evaluate_primitive("scatter", [x, updates, index], attributes)[0]
+        d_target, d_updates, _ = apply_vjp(b, "scatter", attributes, [x, updates, index],
+                                           [result], [g], [True, True, True])
+        assert np.asarray(d_target).tolist() == np.asarray(expected_target).tolist()
+        assert d_updates.tolist() == [[5.0, 6.0], [1.0, 2.0], [5.0, 6.0]]
+
+
+def test_gather_and_scatter_lowering_rows():
+    assert LOWERING["gather"].kind == "gather" and LOWERING["scatter"].kind == "scatter"

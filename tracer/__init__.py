@@ -13,8 +13,8 @@ if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
     __path__.append(_ROOT)
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
-                           GradcheckError, InplaceError, SettingError, ShapeMismatchError,
-                           TracerError, TracerWarning, TracingError)
+                           GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
+                           ShapeMismatchError, TracerError, TracerWarning, TracingError)
 from tracer.function import Function, FunctionCtx, autograd_function
 from tracer.functional import FUNCTIONS, cat, stack
 from tracer.gradcheck import gradcheck

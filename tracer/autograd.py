@@ -60,6 +60,9 @@ def values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
         return [False], True
     if primitive in ("reduce_max", "reduce_min"):
         return [True], True
+    if primitive in ("gather", "scatter"):  # only the indices: where the gradient goes
+        data = 1 if primitive == "gather" else 2
+        return [False] * data + [True] * (count - data), False
     return [True] * count, False
 
 

@@ -51,6 +51,11 @@ class ShapeMismatchError(TracerError, ValueError):
     """Operands whose shapes or dtypes do not fit the operation."""
 
 
+class IndexOutOfRangeError(ShapeMismatchError, IndexError):
+    """An index outside its dimension: eagerly, or found by the check compiled code always makes
+    before it reads or writes at a computed index."""
+
+
 class TracingError(TracerError):
     """Something a traced function may not do: data-dependent control flow, reading values."""
 

@@ -1,5 +1,8 @@
-"""Indexing and index assignment with ints, slices, None, `...` and boolean masks, built from the
-slice, pad, reshape and select primitives."""
+"""Indexing and index assignment with ints, slices, None, `...`, boolean masks and integer index
+tensors (or lists). The basic part (ints, slices, None) is built from the slice, pad, reshape and
+select primitives; integer index tensors from gather and scatter, with PyTorch's placement of the
+indexed dimensions: where the index tensors stand next to each other in the key (ints aside), their
+broadcast shape replaces them in place, otherwise it comes first."""
 from __future__ import annotations
 
 import numbers
@@ -9,8 +12,11 @@ import numpy as np
 
 from tracer.ir.primitives import slice_as_pad, slice_length
 
-from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.tensor import Tensor, apply, as_tensor, full, mark_view, where
+from tracer.context import state
+from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.tensor import (Tensor, apply, as_tensor, shapes_broadcast, full, int64, mark_view,
+                           tensor, where)
+from tracer.tensor import bool as bool_
 
 
 @dataclass
@@ -23,14 +29,22 @@ class _Region:
     result_shape: list[int]    # what x[key] returns: integer dimensions dropped, None inserted
 
 
+def _index_tensor(entry) -> Tensor:
+    """An index entry that is a tensor, list or array, as an int64 or bool Tensor."""
+    if not isinstance(entry, Tensor):
+        entry = tensor(entry, dtype=int64 if np.size(entry) == 0 else None)
+    if entry.dtype not in (int64, bool_):
+        raise ArgumentError(f"tensors used as indices must be int64 or bool, got {entry.dtype}")
+    return entry
+
+
 def _normalize_key(key) -> tuple:
     key = key if isinstance(key, tuple) else (key,)
+    key = tuple(_index_tensor(entry) if isinstance(entry, (Tensor, list, np.ndarray)) else entry
+                for entry in key)
     for entry in key:
-        if isinstance(entry, Tensor) or isinstance(entry, (list,)):
-            raise ArgumentError(
-                "indexing with a tensor or list of indices has a data-dependent result here; "
-                "use ints, slices, None and ..., or a boolean mask in an assignment "
-                "(x[mask] = value), or tr.where(mask, x, 0)")
+        if isinstance(entry, Tensor):
+            continue
         if isinstance(entry, (bool, np.bool_)):
             raise ArgumentError("indexing with a Python bool (x[True]) is not supported; use None "
                                 "to add a dimension")
@@ -39,18 +53,24 @@ def _normalize_key(key) -> tuple:
     return key
 
 
-def _region(shape: tuple[int, ...], key) -> _Region:
+def _full_key(shape: tuple[int, ...], key) -> tuple:
+    """The key with its `...` expanded and slices added for the trailing dimensions; a boolean
+    mask stands for as many dimensions as it has."""
     key = _normalize_key(key)
     if sum(entry is Ellipsis for entry in key) > 1:
         raise ArgumentError("an index can only have a single ellipsis ('...')")
-    indexed = sum(1 for entry in key if entry is not None and entry is not Ellipsis)
+    indexed = sum(entry.ndim if isinstance(entry, Tensor) and entry.dtype == bool_ else 1
+                  for entry in key if entry is not None and entry is not Ellipsis)
     if indexed > len(shape):
         raise ShapeMismatchError(f"too many indices ({indexed}) for a tensor of shape {list(shape)}")
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
-        key = key[:at] + (slice(None),) * (len(shape) - indexed) + key[at + 1:]
-    else:
-        key = key + (slice(None),) * (len(shape) - indexed)
+    at = next((k for k, entry in enumerate(key) if entry is Ellipsis), None)
+    if at is not None:  # found by identity: `in` would compare tensors elementwise
+        return key[:at] + (slice(None),) * (len(shape) - indexed) + key[at + 1:]
+    return key + (slice(None),) * (len(shape) - indexed)
+
+
+def _region(shape: tuple[int, ...], key: tuple) -> _Region:
+    """What the full basic `key` (ints, slices and None) selects."""
     region = _Region([], [], [], [], [])
     dim = 0
     for entry in key:
@@ -71,7 +91,7 @@ def _region(shape: tuple[int, ...], key) -> _Region:
         else:
             index = int(entry)
             if not -size <= index < size:
-                raise ShapeMismatchError(
+                raise IndexOutOfRangeError(
                     f"index {index} is out of bounds for dimension {dim} with size {size}")
             start, stop, step, count = index % size, index % size + 1, 1, 1
         region.starts.append(start)
@@ -82,7 +102,11 @@ def _region(shape: tuple[int, ...], key) -> _Region:
     return region
 
 
-def getitem(x: Tensor, key) -> Tensor:
+def _is_everything(key: tuple) -> bool:
+    return all(isinstance(entry, slice) and entry == slice(None) for entry in key)
+
+
+def _basic_getitem(x: Tensor, key: tuple) -> Tensor:
     region = _region(x.shape, key)
     full_box = all(start == 0 and stop == size and step == 1 for start, stop, step, size
                    in zip(region.starts, region.stops, region.steps, x.shape))
@@ -91,7 +115,82 @@ def getitem(x: Tensor, key) -> Tensor:
     result = box.reshape(tuple(region.result_shape))
     if result is x:
         result = apply("reshape", [x], shape=x.shape)  # x[...] is a new tensor, as in PyTorch
-    return mark_view(result, x, "indexing")
+    return result
+
+
+@dataclass
+class _Advanced:
+    """A key with index tensors: first the basic key (each index tensor replaced by a full slice),
+    then a gather of its result along `axes` at `indices`, whose broadcast dimensions
+    `permutation` (if any) moves to where the index tensors stood."""
+    basic_key: tuple
+    indices: list[Tensor]
+    axes: tuple[int, ...]
+    permutation: tuple[int, ...] | None
+
+
+def _mask_indices(mask: Tensor, shape: tuple[int, ...], dim: int) -> list[Tensor]:
+    """The int64 index tensors of the True elements of `mask` (eager only: their number is the
+    result's size)."""
+    if state.trace is not None or mask._trace is not None:
+        raise TracingError(
+            "x[mask] with a boolean mask has as many elements as the mask has True values, which "
+            "a traced function cannot know before it runs; keep the shape with "
+            "tr.where(mask, x, 0) or x.masked_fill(~mask, 0) (and sum or count with the mask), "
+            "or assign through it (x[mask] = value), which keeps x's shape")
+    if mask.ndim == 0:
+        raise ArgumentError("indexing with a 0-d boolean tensor is not supported; use None to add "
+                            "a dimension")
+    if mask.shape != shape[dim:dim + mask.ndim]:
+        raise ShapeMismatchError(
+            f"the shape of the mask {list(mask.shape)} at index {dim} does not match the shape "
+            f"{list(shape[dim:dim + mask.ndim])} of the indexed tensor there")
+    return [tensor(positions) for positions in np.nonzero(mask._eager_array("x[mask]"))]
+
+
+def _advanced(shape: tuple[int, ...], key: tuple) -> _Advanced | None:
+    """The gather that a full key with index tensors stands for, or None for a basic key."""
+    if not any(isinstance(entry, Tensor) for entry in key):
+        return None
+    entries, dim = [], 0
+    for entry in key:
+        if isinstance(entry, Tensor) and entry.dtype == bool_:
+            entries.extend(_mask_indices(entry, shape, dim))
+            dim += entry.ndim
+        else:
+            entries.append(entry)
+            dim += entry is not None
+    basic_key, indices, axes, position = [], [], [], 0
+    for entry in entries:
+        if isinstance(entry, Tensor):
+            basic_key.append(slice(None))
+            indices.append(entry)
+            axes.append(position)
+        else:
+            basic_key.append(entry)
+        # ints drop their dimension (PyTorch applies them first); None, slices and tensors keep one
+        position += not isinstance(entry, numbers.Integral)
+    permutation = None
+    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:
+        # Next to each other: the broadcast index dimensions stand where the index tensors did.
+        count = len(shapes_broadcast(*(t.shape for t in indices)))
+        rest = position - len(axes)
+        permutation = (*range(count, count + axes[0]), *range(count),
+                       *range(count + axes[0], count + rest))
+    return _Advanced(tuple(basic_key), indices, tuple(axes), permutation)
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    key = _full_key(x.shape, key)
+    advanced = _advanced(x.shape, key)
+    if advanced is None:
+        return mark_view(_basic_getitem(x, key), x, "indexing")
+    box = x if _is_everything(advanced.basic_key) else _basic_getitem(x, advanced.basic_key)
+    # As in PyTorch, indexing with tensors gives a new tensor, not a view.
+    result = apply("gather", [box, *advanced.indices], axes=advanced.axes)
+    if advanced.permutation is not None:
+        result = apply("transpose", [result], permutation=advanced.permutation)
+    return result
 
 
 def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
@@ -99,19 +198,47 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
         raise ShapeMismatchError(
             f"a boolean mask of shape {list(mask.shape)} cannot index a tensor of shape "
             f"{list(x.shape)}; its shape must match the leading dimensions")
-    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
     value = as_tensor(value, accept_data=True)
     if value.ndim > 0 and value.shape != x.shape:
+        if state.trace is None:  # eagerly: one value per True element, as in PyTorch
+            return _advanced_setitem(x, _advanced(x.shape, _full_key(x.shape, mask)), value)
         raise ShapeMismatchError(
             "x[mask] = value takes a scalar (or a tensor of x's own shape) here; the number of "
             "selected elements is only known at run time")
+    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
     return where(mask, value.to(x.dtype), x)
+
+
+def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
+    """A scatter into what the basic key selects; of repeated indices, the last write stays."""
+    everything = _is_everything(advanced.basic_key)
+    box = x if everything else _basic_getitem(x, advanced.basic_key)
+    index_shape = shapes_broadcast(*(t.shape for t in advanced.indices))
+    layout = index_shape + tuple(d for i, d in enumerate(box.shape) if i not in advanced.axes)
+    selected = layout if advanced.permutation is None else tuple(
+        layout[p] for p in advanced.permutation)
+    value = as_tensor(value, accept_data=True).to(x.dtype)
+    try:
+        value = value.expand(*selected)
+    except ShapeMismatchError:
+        raise ShapeMismatchError(f"cannot assign a value of shape {list(value.shape)} to an "
+                                 f"index selecting shape {list(selected)}") from None
+    if advanced.permutation is not None:
+        inverse = sorted(range(len(selected)), key=lambda i: advanced.permutation[i])
+        value = value.permute(*inverse)
+    box = apply("scatter", [box, value, *advanced.indices], axes=advanced.axes,
+                accumulate=False)
+    return box if everything else setitem(x, advanced.basic_key, box)
 
 
 def setitem(x: Tensor, key, value) -> Tensor:
     """The new value of `x` after `x[key] = value` (the caller assigns it in place)."""
     if isinstance(key, Tensor) and key.dtype.kind == "b":
         return _mask_assignment(x, key, value)
+    key = _full_key(x.shape, key)
+    advanced = _advanced(x.shape, key)
+    if advanced is not None:
+        return _advanced_setitem(x, advanced, value)
     region = _region(x.shape, key)
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:

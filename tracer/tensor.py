@@ -18,12 +18,13 @@ import numpy as np
 
 from tracer.ir import types as irtypes
 from tracer.ir.builder import normalize_attributes
-from tracer.ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shapes
+from tracer.ir.primitives import (NON_DIFFERENTIABLE, IndexRangeError, ShapeError,
+                                  broadcast_shapes)
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, run_backward
 from tracer.context import is_grad_enabled, state
-from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
-                           user_line)
+from tracer.errors import (ArgumentError, IndexOutOfRangeError, InplaceError, ShapeMismatchError,
+                           TracingError, user_line)
 from tracer.tracing import escaped_error
 
 float32, float64, int64, bool = irtypes.float32, irtypes.float64, irtypes.int64, irtypes.bool_
@@ -106,6 +107,8 @@ def apply(primitive: str, inputs: Sequence["Tensor"], **attributes: Any) -> "Ten
         (result,) = builder.emit(primitive, handles, attributes)
     except ShapeError as error:
         raise ShapeMismatchError(str(error)) from None
+    except IndexRangeError as error:  # eager gather or scatter at an index outside its dimension
+        raise IndexOutOfRangeError(str(error)) from None
     differentiable = (primitive not in NON_DIFFERENTIABLE and irtypes.is_float(result.dtype))
     inputs_require_grad = any(t.requires_grad for t in inputs)
     requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
@@ -656,6 +659,33 @@ class Tensor:
         from tracer.indexing import getitem
         return getitem(self, key)
 
+    # Index operations (tracer/gathering.py) -------------------------------------------------------
+    def index_select(self, dim: int, index: "Tensor") -> "Tensor":
+        from tracer.gathering import index_select
+        return index_select(self, dim, index)
+
+    def gather(self, dim: int, index: "Tensor") -> "Tensor":
+        from tracer.gathering import gather
+        return gather(self, dim, index)
+
+    def take_along_dim(self, indices: "Tensor", dim: int | None = None) -> "Tensor":
+        from tracer.gathering import take_along_dim
+        return take_along_dim(self, indices, dim)
+
+    def index_add(self, dim: int, index: "Tensor", source, alpha=1) -> "Tensor":
+        from tracer.gathering import index_add
+        return index_add(self, dim, index, source, alpha)
+
+    def index_add_(self, dim: int, index: "Tensor", source, alpha=1) -> "Tensor":
+        return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
+
+    def masked_fill(self, mask: "Tensor", value) -> "Tensor":
+        from tracer.gathering import masked_fill
+        return masked_fill(self, mask, value)
+
+    def masked_fill_(self, mask: "Tensor", value) -> "Tensor":
+        return self._assign(self.masked_fill(mask, value), "masked_fill_")
+
     # Conversions --------------------------------------------------------------------------------
     def to(self, dtype) -> "Tensor":
         dtype = as_dtype(dtype)
@@ -967,6 +997,14 @@ class Tensor:
             raise ShapeMismatchError(f"mm needs two 2-d tensors, got {self.ndim}-d and "
                                      f"{as_tensor(other).ndim}-d; use matmul")
         return self.matmul(other)
+
+
+def shapes_broadcast(*shapes) -> tuple[int, ...]:
+    """The broadcast shape, or a ShapeMismatchError (for the user) naming the shapes."""
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError as error:
+        raise ShapeMismatchError(str(error)) from None
 
 
 def broadcast_shapes_or_none(*shapes):

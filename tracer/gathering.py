@@ -1,0 +1,110 @@
+"""PyTorch's dimension-wise index operations, composed from the gather and scatter primitives:
+index_select, gather, take_along_dim, index_add_ and masked_fill."""
+from __future__ import annotations
+
+import numbers
+
+from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.tensor import (Tensor, _as_dim, _normalize_dim, apply, as_tensor, int64, iota,
+                           shapes_broadcast, where)
+from tracer.tensor import bool as bool_
+
+
+def _index(index, what: str, max_ndim: int | None = None) -> Tensor:
+    if not isinstance(index, Tensor) or index.dtype != int64:
+        kind = index.dtype if isinstance(index, Tensor) else type(index).__name__
+        raise ArgumentError(f"{what} takes an int64 index tensor, got {kind}")
+    if max_ndim is not None and index.ndim > max_ndim:
+        raise ShapeMismatchError(f"{what} takes an index of at most {max_ndim} dimension(s), got "
+                                 f"shape {list(index.shape)}")
+    return index
+
+
+def _move_first_to(x: Tensor, dim: int) -> Tensor:
+    """x with its first dimension moved to position `dim` (the others keep their order)."""
+    if dim == 0:
+        return x
+    order = list(range(1, dim + 1)) + [0] + list(range(dim + 1, x.ndim))
+    return apply("transpose", [x], permutation=order)
+
+
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """The slices of x along `dim` at the positions in the 1-D `index` (repeats allowed)."""
+    dim = _normalize_dim(_as_dim(dim), x.ndim)
+    index = _index(index, "index_select", max_ndim=1).reshape(-1)
+    if x.ndim == 0:
+        return apply("gather", [x.reshape(1), index], axes=(0,)).reshape(())
+    return _move_first_to(apply("gather", [x, index], axes=(dim,)), dim)
+
+
+def _gather_along(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """out[i...] = x[i... with i[dim] replaced by index[i...]], for an index of x's rank whose
+    other dimensions are no larger than x's."""
+    indices = [index if axis == dim else iota(index.shape, axis) for axis in range(x.ndim)]
+    return apply("gather", [x, *indices], axes=tuple(range(x.ndim)))
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """PyTorch's gather: out[i][j] = x[index[i][j]][j] for dim 0 (and so on)."""
+    index = _index(index, "gather")
+    if x.ndim == 0 and index.ndim == 0:
+        _normalize_dim(_as_dim(dim), 0)
+        return _gather_along(x.reshape(1), 0, index.reshape(1)).reshape(())
+    dim = _normalize_dim(_as_dim(dim), x.ndim)
+    if index.ndim != x.ndim or any(i > s for axis, (i, s) in enumerate(zip(index.shape, x.shape))
+                                   if axis != dim):
+        raise ShapeMismatchError(
+            f"gather: an index of shape {list(index.shape)} does not fit a tensor of shape "
+            f"{list(x.shape)} along dimension {dim}; it needs as many dimensions, each no larger "
+            f"except dimension {dim}")
+    return _gather_along(x, dim, index)
+
+
+def take_along_dim(x: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    """numpy's take_along_axis with broadcasting (PyTorch's take_along_dim); without `dim`, of
+    the flattened tensor."""
+    indices = _index(indices, "take_along_dim")
+    if dim is None:
+        return _gather_along(x.reshape(-1), 0, indices.reshape(-1))
+    dim = _normalize_dim(_as_dim(dim), x.ndim)
+    if indices.ndim != x.ndim:
+        raise ShapeMismatchError(f"take_along_dim: indices of shape {list(indices.shape)} for a "
+                                 f"tensor of shape {list(x.shape)}; they need as many dimensions")
+    others = shapes_broadcast(*(tuple(t.shape[:dim] + (1,) + t.shape[dim + 1:])
+                                for t in (x, indices)))
+    x = x.expand(*others[:dim], x.shape[dim], *others[dim + 1:])
+    indices = indices.expand(*others[:dim], indices.shape[dim], *others[dim + 1:])
+    return _gather_along(x, dim, indices)
+
+
+def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
+    """The new value of x after `x.index_add_(dim, index, source, alpha=alpha)`: the slices of
+    `source` along `dim` added into x at the positions in `index` (repeats add up)."""
+    dim = _normalize_dim(_as_dim(dim), x.ndim)
+    index = _index(index, "index_add_", max_ndim=1).reshape(-1)
+    source = as_tensor(source)
+    if isinstance(alpha, Tensor) or not (isinstance(alpha, numbers.Number) and alpha == 1):
+        source = source * alpha
+    source = source.to(x.dtype)
+    expected = x.shape[:dim] + index.shape + x.shape[dim + 1:] if x.ndim else index.shape
+    if source.shape != expected:
+        raise ShapeMismatchError(f"index_add_: a source of shape {list(source.shape)} for "
+                                 f"{index.shape[0]} indices into a tensor of shape "
+                                 f"{list(x.shape)} along dimension {dim}; expected "
+                                 f"{list(expected)}")
+    if x.ndim == 0:
+        flat = apply("scatter", [x.reshape(1), source, index], axes=(0,), accumulate=True)
+        return flat.reshape(())
+    updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
+    return apply("scatter", [x, updates, index], axes=(dim,), accumulate=True)
+
+
+def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
+    """x with `value` where the bool `mask` (broadcast to x's shape) is True."""
+    mask = as_tensor(mask)
+    if mask.dtype != bool_:
+        raise ArgumentError(f"masked_fill takes a bool mask, got {mask.dtype}")
+    if shapes_broadcast(mask.shape, x.shape) != x.shape:
+        raise ShapeMismatchError(f"masked_fill: a mask of shape {list(mask.shape)} does not "
+                                 f"broadcast to {list(x.shape)}")
+    return where(mask, as_tensor(value).to(x.dtype), x)
