@@ -1,0 +1,244 @@
+"""`tr.nn.functional`: PyTorch's functional layers and losses, as compositions of primitives.
+
+Integer labels and embedding indices pick their entries with a one-hot comparison against the
+class index (`labels[..., None] == iota`), which the gradient turns into a scatter-add; integer-
+tensor indexing (gather) replaces it when it lands. Out-of-range labels and indices raise eagerly;
+under @trace their values are unknown, so they make the loss (or the embedding row) nan instead of
+picking nothing silently.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from tracer.ir import types as irtypes
+from tracer.context import state
+from tracer.errors import ArgumentError, ShapeMismatchError, TracingError
+from tracer.ops import erfc
+from tracer.ops import logsumexp as _logsumexp
+from tracer.random import bernoulli_mask
+from tracer.tensor import Tensor, _normalize_dim, as_tensor, iota, tensor, where
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def relu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
+    return input.relu_() if inplace else input.relu()
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x): with `approximate="none"` through erfc (written x/2 * erfc(-x/sqrt 2), which
+    stays accurate where 1 + erf(x/sqrt 2) would cancel), with "tanh" PyTorch's tanh form."""
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + inner.tanh())
+    if approximate != "none":
+        raise ArgumentError(f"gelu: approximate is 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * input * erfc(input * -math.sqrt(0.5))
+
+
+def silu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
+    result = input * input.sigmoid()
+    return input.copy_(result) if inplace else result
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return input.sigmoid()
+
+
+def _softmax_dim(input: Tensor, dim) -> int:
+    # PyTorch's choice when dim is left out (it warns that the choice is implicit).
+    return (0 if input.ndim in (0, 1, 3) else 1) if dim is None else dim
+
+
+def softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    input = input if dtype is None else input.to(dtype)
+    return input.softmax(_softmax_dim(input, dim))
+
+
+def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    """log(softmax): computed as x - max - log(sum(exp(x - max))), stable for large inputs."""
+    input = input if dtype is None else input.to(dtype)
+    return input.log_softmax(_softmax_dim(input, dim))
+
+
+def logsumexp(input: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
+    return _logsumexp(input, dim, keepdim)
+
+
+def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    if reduction == "sum":
+        return total
+    return total / (losses.numel() if denominator is None else denominator)
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"reduction is one of {list(_REDUCTIONS)}, got {reduction!r}")
+
+
+def _class_dim(input: Tensor) -> int:
+    return 1 if input.ndim >= 2 else 0
+
+
+def _check_labels(labels: Tensor, count: int, what: str, ignore_index=None) -> None:
+    """Eagerly, labels outside [0, count) (other than `ignore_index`) are an error, as in PyTorch."""
+    if state.trace is not None or labels._trace is not None:
+        return
+    values = labels._eager_array(what)
+    bad = (values < 0) | (values >= count)
+    if ignore_index is not None:
+        bad &= values != ignore_index
+    if bad.any():
+        raise ArgumentError(f"{what}: {values[bad].reshape(-1)[0]} is out of range for "
+                            f"{count} classes")
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """The negative log-likelihood of integer class labels, given log-probabilities `input` of
+    shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
+    _check_reduction(reduction)
+    target = as_tensor(target)
+    axis = _class_dim(input)
+    classes = input.shape[axis] if input.ndim else 0
+    if target.dtype != irtypes.int64:
+        raise ArgumentError(f"nll_loss needs int64 class labels, got {target.dtype}; use .long()")
+    if input.ndim == 0 or target.shape != input.shape[:axis] + input.shape[axis + 1:]:
+        raise ShapeMismatchError(f"labels of shape {list(target.shape)} do not fit an input of "
+                                 f"shape {list(input.shape)} (classes along dimension {axis})")
+    _check_labels(target, classes, "nll_loss label", ignore_index)
+    # gather replaces this one-hot pick.
+    chosen = target.unsqueeze(axis) == iota(input.shape, axis)
+    picked = where(chosen, input, 0.0).sum(axis)
+    counted = target != ignore_index
+    if weight is None:
+        weights = counted.to(input.dtype)
+    else:
+        if weight.shape != (classes,):
+            raise ShapeMismatchError(f"weight of shape {list(weight.shape)} for {classes} classes")
+        along = weight.reshape((classes,) + (1,) * (input.ndim - axis - 1))
+        weights = where(counted, where(chosen, along.to(input.dtype), 0.0).sum(axis), 0.0)
+    losses = where(counted, -picked * weights, 0.0)
+    if state.trace is not None:  # an out-of-range label, unseen while tracing: nan, not 0
+        outside = counted & ((target < 0) | (target >= classes))
+        losses = where(outside, float("nan"), losses)
+    return _reduce(losses, reduction, weights.sum())
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of logits `input` (N, C, ...) or (C,) against integer class labels
+    or, with a float `target` of the input's shape, class probabilities."""
+    _check_reduction(reduction)
+    if label_smoothing != 0.0:
+        raise ArgumentError("cross_entropy: label_smoothing is not supported yet; smooth the "
+                            "targets yourself and pass them as probabilities")
+    axis = _class_dim(input)
+    log_probabilities = input.log_softmax(axis)
+    target = as_tensor(target)
+    if not irtypes.is_float(target.dtype):
+        return nll_loss(log_probabilities, target, weight, ignore_index, reduction)
+    if target.shape != input.shape:
+        raise ShapeMismatchError(f"probability targets of shape {list(target.shape)} for an input "
+                                 f"of shape {list(input.shape)}; they must be equal")
+    products = log_probabilities * target
+    if weight is not None:
+        products = products * weight.reshape((-1,) + (1,) * (input.ndim - axis - 1))
+    losses = -products.sum(axis)
+    return _reduce(losses, reduction)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction)
+    difference = input - target
+    return _reduce(difference * difference, reduction)
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalize over the last len(normalized_shape) dimensions (biased variance), then scale
+    and shift."""
+    normalized_shape = ((normalized_shape,) if isinstance(normalized_shape, int)
+                        else tuple(normalized_shape))
+    count = len(normalized_shape)
+    if count == 0 or input.shape[input.ndim - count:] != normalized_shape:
+        raise ShapeMismatchError(f"layer_norm over {list(normalized_shape)} for an input of shape "
+                                 f"{list(input.shape)}: its last dimensions must match")
+    dims = tuple(range(input.ndim - count, input.ndim))
+    centered = input - input.mean(dims, keepdim=True)
+    variance = (centered * centered).mean(dims, keepdim=True)
+    result = centered * (1.0 / (variance + eps).sqrt())
+    if weight is not None:
+        result = result * weight
+    return result if bias is None else result + bias
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """input @ weight.T + bias, weight of shape (out_features, in_features)."""
+    result = input.matmul(weight.t())
+    return result if bias is None else result + bias
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 indicators of shape tensor.shape + (num_classes,); -1 takes max + 1 (eager only)."""
+    if tensor.dtype != irtypes.int64:
+        raise ArgumentError(f"one_hot needs an int64 tensor, got {tensor.dtype}")
+    if num_classes < 0:
+        if state.trace is not None:
+            raise TracingError("one_hot inside a traced function needs num_classes= (the largest "
+                               "label is only known when the compiled function runs)")
+        num_classes = int(tensor._eager_array("one_hot").max(initial=-1)) + 1
+    _check_labels(tensor, num_classes, "one_hot class value")
+    shape = tensor.shape + (num_classes,)
+    return (tensor.unsqueeze(-1) == iota(shape, tensor.ndim)).to(irtypes.int64)
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """The rows of `weight` at the int64 indices `input`; the row `padding_idx` gets no gradient."""
+    if input.dtype != irtypes.int64:
+        raise ArgumentError(f"embedding needs int64 indices, got {input.dtype}")
+    rows = weight.shape[0]
+    _check_labels(input, rows, "embedding index")
+    if padding_idx is not None:
+        padding_idx = _normalize_dim(padding_idx, rows)
+        padding = iota((rows, 1), 0) == padding_idx
+        weight = where(padding, weight.detach(), weight)
+    # gather replaces this one-hot product (its gradient is the scatter-add of the rows).
+    chosen = (input.unsqueeze(-1) == iota(input.shape + (rows,), input.ndim)).to(weight.dtype)
+    result = chosen.matmul(weight)
+    if state.trace is not None:  # an out-of-range index, unseen while tracing: a nan row
+        outside = ((input < 0) | (input >= rows)).unsqueeze(-1)
+        result = where(outside, float("nan"), result)
+    return result
+
+
+def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
+            inplace: builtins.bool = False) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p), in training; the
+    mask comes from the generator tr.manual_seed seeds."""
+    if not 0.0 <= p <= 1.0:
+        raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return input
+    if state.trace is not None:
+        raise TracingError(
+            "dropout in training mode inside a traced function: its random mask would be the same "
+            "on every call. Call it outside the traced function (or in eval mode, "
+            "training=False / model.eval()), or pass a mask in as an argument")
+    if p == 1.0:
+        noise = np.zeros(input.shape, input.dtype)
+    else:
+        noise = (bernoulli_mask(input.shape, 1.0 - p) / (1.0 - p)).astype(input.dtype)
+    result = input * tensor(noise)
+    return input.copy_(result) if inplace else result
