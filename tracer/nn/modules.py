@@ -75,10 +75,13 @@ class Module:
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str):
+        # Inside a trace, a parameter passed to the traced function reads as its stand-in there,
+        # whose .grad the traced backward fills (see current_tensor).
         for registry in ("_parameters", "_buffers", "_modules"):
             entries = self.__dict__.get(registry)
             if entries is not None and name in entries:
-                return entries[name]
+                value = entries[name]
+                return current_tensor(value) if isinstance(value, Tensor) else value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
@@ -129,7 +132,7 @@ class Module:
                 if value is None or id(value) in seen:
                     continue
                 seen.add(id(value))
-                yield (f"{module_prefix}.{name}" if module_prefix else name), value
+                yield (f"{module_prefix}.{name}" if module_prefix else name), current_tensor(value)
 
     def named_parameters(self, prefix: str = "", recurse: builtins.bool = True):
         return self._named_members("_parameters", prefix, recurse)
