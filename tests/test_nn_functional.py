@@ -194,13 +194,34 @@ def test_dropout_p_one_is_zero_and_eval_is_identity():
     assert F.dropout(x, 0.5, training=False) is x
 
 
-def test_traced_dropout_in_training_mode_refuses_a_baked_in_mask():
+def test_traced_dropout_draws_a_new_mask_each_call_equal_to_eager():
+    @tr.trace
+    def f(x, generator_state):
+        return F.dropout(x * 3, 0.4)
+
+    x = tr.ones(3, 1000)
+    tr.manual_seed(9)
+    traced = [f(x, tr.default_generator.state).numpy() for _ in range(3)]
+    state_after = tr.default_generator.state.item()
+    tr.manual_seed(9)
+    eager = [F.dropout(x * 3, 0.4).numpy() for _ in range(3)]
+    for ours, expected in zip(traced, eager):
+        np.testing.assert_array_equal(ours, expected)  # the same numbers, bit for bit
+    assert not np.array_equal(traced[0], traced[1]) and not np.array_equal(traced[1], traced[2])
+    assert state_after == tr.default_generator.state.item()
+    assert f.cache_info() == (2, 1, 1)
+
+
+def test_traced_dropout_without_its_generator_state_refuses_a_baked_in_mask():
     @tr.trace
     def f(x):
         return F.dropout(x, 0.5)
 
-    with pytest.raises(tr.TracingError, match="test_nn_functional.py.*dropout.*same on every call"):
+    state = tr.default_generator.state.item()
+    with pytest.raises(tr.TracingError, match="test_nn_functional.py.*dropout.*same numbers every "
+                                              "call.*tr.default_generator.state"):
         f(tr.ones(4))
+    assert tr.default_generator.state.item() == state
 
     @tr.trace
     def evaluation(x):

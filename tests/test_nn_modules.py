@@ -197,9 +197,9 @@ def test_traced_training_step_with_the_parameters_as_arguments():
     """A module called inside @tr.trace, its parameters passed to the traced function (they are
     then runtime inputs, found by identity), against the same eager steps."""
     tr.manual_seed(4)
-    traced_model = nn.Sequential(nn.Linear(5, 16, dtype=tr.float64), nn.GELU(),
+    traced_model = nn.Sequential(nn.Linear(5, 16, dtype=tr.float64), nn.GELU(), nn.Dropout(0.2),
                                  nn.Linear(16, 3, dtype=tr.float64))
-    eager_model = nn.Sequential(nn.Linear(5, 16, dtype=tr.float64), nn.GELU(),
+    eager_model = nn.Sequential(nn.Linear(5, 16, dtype=tr.float64), nn.GELU(), nn.Dropout(0.2),
                                 nn.Linear(16, 3, dtype=tr.float64))
     eager_model.load_state_dict(traced_model.state_dict())
     x, labels = tr.tensor(rng.standard_normal((8, 5))), tr.tensor(rng.integers(0, 3, 8))
@@ -213,9 +213,13 @@ def test_traced_training_step_with_the_parameters_as_arguments():
                 parameter.sub_(0.1 * parameter.grad)
         return loss
 
-    traced = tr.trace(lambda x, labels, parameters: step(traced_model, x, labels, parameters))
-    for _ in range(3):
-        loss = traced(x, labels, list(traced_model.parameters()))
+    # dropout's generator state is an argument too, so that it advances on every call
+    traced = tr.trace(lambda x, labels, parameters, generator_state: step(
+        traced_model, x, labels, parameters))
+    for seed in range(3):
+        tr.manual_seed(seed)
+        loss = traced(x, labels, list(traced_model.parameters()), tr.default_generator.state)
+        tr.manual_seed(seed)  # the same dropout masks
         expected = step(eager_model, x, labels, None)
         np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
     for mine, reference in zip(traced_model.parameters(), eager_model.parameters()):

@@ -22,9 +22,9 @@ from tracer.gradcheck import gradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
-                           int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
+                           int64, ones, ones_like, rand, randn, tensor, where, zeros,
                            zeros_like)
-from tracer.random import randint, randperm
+from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
 from tracer import nn, optim
 

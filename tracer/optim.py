@@ -102,7 +102,10 @@ class SGD(Optimizer):
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         if group["momentum"] == 0:
             return {}
-        return {"momentum_buffer": zeros_like(parameter), "step": _step_count()}
+        state = {"momentum_buffer": zeros_like(parameter)}
+        if group["dampening"] != 0:  # the first step is told apart by the count
+            state["step"] = _step_count()
+        return state
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         if group["maximize"]:
@@ -114,10 +117,11 @@ class SGD(Optimizer):
             buffer, dampening = state["momentum_buffer"], group["dampening"]
             # PyTorch's first step sets the buffer to the gradient itself: from a zero buffer,
             # that is the update with no dampening.
-            weight = 1 - dampening if dampening == 0 else where(state["step"] == 0, 1.0,
-                                                                 1 - dampening)
+            weight = 1
+            if dampening != 0:
+                weight = where(state["step"] == 0, 1.0, 1 - dampening)
+                state["step"].add_(1)
             buffer.mul_(momentum).add_(grad, alpha=weight)
-            state["step"].add_(1)
             grad = grad.add(buffer, alpha=momentum) if group["nesterov"] else buffer
         parameter.add_(grad, alpha=-group["lr"])
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import builtins
 import math
 
-import numpy as np
-
 from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, ShapeMismatchError, TracingError
 from tracer.ops import erfc
 from tracer.ops import logsumexp as _logsumexp
-from tracer.random import bernoulli_mask
-from tracer.tensor import Tensor, _normalize_dim, as_tensor, iota, tensor, where
+from tracer.random import default_generator
+from tracer.tensor import Tensor, _normalize_dim, as_tensor, iota, where
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -225,20 +223,16 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
 
 def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
             inplace: builtins.bool = False) -> Tensor:
-    """Zero each element with probability p and scale the rest by 1 / (1 - p), in training; the
-    mask comes from the generator tr.manual_seed seeds."""
+    """Zero each element with probability p and scale the rest by 1 / (1 - p), in training. The
+    mask comes from `tr.default_generator` (seeded by tr.manual_seed), whose state advances on
+    every draw, traced too (see tracer/random.py)."""
     if not 0.0 <= p <= 1.0:
         raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
     if not training or p == 0.0:
         return input
-    if state.trace is not None:
-        raise TracingError(
-            "dropout in training mode inside a traced function: its random mask would be the same "
-            "on every call. Call it outside the traced function (or in eval mode, "
-            "training=False / model.eval()), or pass a mask in as an argument")
-    if p == 1.0:
-        noise = np.zeros(input.shape, input.dtype)
-    else:
-        noise = (bernoulli_mask(input.shape, 1.0 - p) / (1.0 - p)).astype(input.dtype)
-    result = input * tensor(noise)
+    uniform = default_generator.uniform(input.shape, "dropout in training mode")
+    noise = (uniform < 1.0 - p).to(input.dtype)
+    if p < 1.0:
+        noise = noise / (1.0 - p)  # as PyTorch: the 0/1 mask divided in the input's dtype
+    result = input * noise
     return input.copy_(result) if inplace else result
