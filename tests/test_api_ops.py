@@ -141,13 +141,17 @@ def test_creation_functions(traced):
 
 
 def test_linspace_float64_matches_torch_to_the_ulp_with_exact_ends():
-    for start, end, steps in ((0, 1, 11), (-3.3, 7.1, 50), (5, 5, 1), (2, -2, 4)):
+    for start, end, steps in ((0, 1, 11), (-3.3, 7.1, 50), (5, 5, 1), (0, 1, 1), (2, -2, 4),
+                              (1, 2, 0)):
         ours = tr.linspace(start, end, steps, dtype=tr.float64).numpy()
         theirs = torch.linspace(start, end, steps, dtype=torch.float64).numpy()
         # torch's vectorized kernel adds the step to each vector's base value, which rounds
         # differently from start + i * step by an ulp or two; both ends are exact in both.
-        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2 * np.spacing(np.abs(theirs).max()))
-        assert ours[0] == theirs[0] and ours[-1] == theirs[-1]
+        assert ours.shape == theirs.shape
+        if steps:
+            np.testing.assert_allclose(ours, theirs, rtol=0,
+                                       atol=2 * np.spacing(np.abs(theirs).max()))
+            assert ours[0] == theirs[0] and ours[-1] == theirs[-1]
 
 
 def test_dtype_aliases_are_the_dtypes():
