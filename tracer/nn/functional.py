@@ -101,35 +101,49 @@ def _check_labels(labels: Tensor, count: int, what: str, ignore_index=None) -> N
                             f"{count} classes")
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
-             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
-    """The negative log-likelihood of integer class labels, given log-probabilities `input` of
-    shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
-    _check_reduction(reduction)
+def _class_weights(weight: Tensor | None, input: Tensor, axis: int) -> Tensor | None:
+    """`weight` (one per class) shaped to broadcast along the class dimension of `input`."""
+    if weight is None:
+        return None
+    classes = input.shape[axis]
+    if weight.shape != (classes,):
+        raise ShapeMismatchError(f"weight of shape {list(weight.shape)} for {classes} classes")
+    return weight.to(input.dtype).reshape((classes,) + (1,) * (input.ndim - axis - 1))
+
+
+def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
+                   ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per label: -weight * input at the label (0 where ignored), the label's weight (what the
+    mean divides by) and whether it counts."""
     target = as_tensor(target)
     axis = _class_dim(input)
-    classes = input.shape[axis] if input.ndim else 0
     if target.dtype != irtypes.int64:
         raise ArgumentError(f"nll_loss needs int64 class labels, got {target.dtype}; use .long()")
     if input.ndim == 0 or target.shape != input.shape[:axis] + input.shape[axis + 1:]:
         raise ShapeMismatchError(f"labels of shape {list(target.shape)} do not fit an input of "
                                  f"shape {list(input.shape)} (classes along dimension {axis})")
+    classes = input.shape[axis]
     _check_labels(target, classes, "nll_loss label", ignore_index)
     # gather replaces this one-hot pick.
     chosen = target.unsqueeze(axis) == iota(input.shape, axis)
     picked = where(chosen, input, 0.0).sum(axis)
     counted = target != ignore_index
-    if weight is None:
-        weights = counted.to(input.dtype)
-    else:
-        if weight.shape != (classes,):
-            raise ShapeMismatchError(f"weight of shape {list(weight.shape)} for {classes} classes")
-        along = weight.reshape((classes,) + (1,) * (input.ndim - axis - 1))
-        weights = where(counted, where(chosen, along.to(input.dtype), 0.0).sum(axis), 0.0)
+    along = _class_weights(weight, input, axis)
+    weights = (counted.to(input.dtype) if along is None
+               else where(counted, where(chosen, along, 0.0).sum(axis), 0.0))
     losses = where(counted, -picked * weights, 0.0)
     if state.trace is not None:  # an out-of-range label, unseen while tracing: nan, not 0
         outside = counted & ((target < 0) | (target >= classes))
         losses = where(outside, float("nan"), losses)
+    return losses, weights, counted
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """The negative log-likelihood of integer class labels, given log-probabilities `input` of
+    shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
+    _check_reduction(reduction)
+    losses, weights, _ = _picked_losses(input, target, weight, ignore_index)
     return _reduce(losses, reduction, weights.sum())
 
 
@@ -137,23 +151,32 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                   ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of logits `input` (N, C, ...) or (C,) against integer class labels
-    or, with a float `target` of the input's shape, class probabilities."""
+    or, with a float `target` of the input's shape, class probabilities. `label_smoothing` mixes
+    the uniform distribution into the targets, as PyTorch does."""
     _check_reduction(reduction)
-    if label_smoothing != 0.0:
-        raise ArgumentError("cross_entropy: label_smoothing is not supported yet; smooth the "
-                            "targets yourself and pass them as probabilities")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
     axis = _class_dim(input)
     log_probabilities = input.log_softmax(axis)
+    along = _class_weights(weight, input, axis) if input.ndim else None
     target = as_tensor(target)
+    classes = input.shape[axis] if input.ndim else 0
     if not irtypes.is_float(target.dtype):
-        return nll_loss(log_probabilities, target, weight, ignore_index, reduction)
+        losses, weights, counted = _picked_losses(log_probabilities, target, weight, ignore_index)
+        loss = _reduce(losses, reduction, weights.sum())
+        if label_smoothing == 0.0:
+            return loss
+        weighted = log_probabilities if along is None else log_probabilities * along
+        uniform = where(counted, -weighted.sum(axis), 0.0)
+        return ((1 - label_smoothing) * loss
+                + _reduce(uniform, reduction, weights.sum()) * (label_smoothing / classes))
     if target.shape != input.shape:
         raise ShapeMismatchError(f"probability targets of shape {list(target.shape)} for an input "
                                  f"of shape {list(input.shape)}; they must be equal")
+    if label_smoothing != 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
     products = log_probabilities * target
-    if weight is not None:
-        products = products * weight.reshape((-1,) + (1,) * (input.ndim - axis - 1))
-    losses = -products.sum(axis)
+    losses = -(products if along is None else products * along).sum(axis)
     return _reduce(losses, reduction)
 
 
