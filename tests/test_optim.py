@@ -191,3 +191,32 @@ def test_traced_adam_without_its_state_as_arguments_is_a_clear_error():
         step(tr.tensor(X), tr.tensor(LABELS), list(model.parameters()))
     for parameter, value in zip(model.parameters(), before):
         np.testing.assert_array_equal(parameter.detach().numpy(), value)  # nothing changed
+
+
+def test_state_dict_round_trip_resumes_training_exactly():
+    """Checkpointing: an optimizer loaded from another's state_dict after three steps continues
+    exactly as the original does."""
+    original = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    optimizer = tr.optim.AdamW(original, lr=0.02, amsgrad=True)
+    for _ in range(3):
+        optimizer.zero_grad()
+        _loss(tr, original).backward()
+        optimizer.step()
+    checkpoint = optimizer.state_dict()
+    assert checkpoint["param_groups"][0]["params"] == [0, 1, 2, 3]
+    assert checkpoint["state"][0]["step"].item() == 3
+    resumed = [tr.tensor(p.detach().numpy(), requires_grad=True) for p in original]
+    other = tr.optim.AdamW(resumed, lr=0.5)
+    state_tensor = other.state[resumed[0]]["exp_avg"]
+    other.load_state_dict(checkpoint)
+    assert other.param_groups[0]["lr"] == 0.02
+    assert other.state[resumed[0]]["exp_avg"] is state_tensor  # copied in place
+    for _ in range(2):
+        for parameters, opt in ((original, optimizer), (resumed, other)):
+            opt.zero_grad()
+            _loss(tr, parameters).backward()
+            opt.step()
+    for mine, reference in zip(resumed, original):
+        np.testing.assert_array_equal(mine.detach().numpy(), reference.detach().numpy())
+    with pytest.raises(tr.ArgumentError, match="state"):
+        tr.optim.SGD(resumed, lr=0.1, momentum=0.9).load_state_dict(checkpoint)

@@ -52,6 +52,42 @@ class Optimizer:
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {}
 
+    def state_dict(self) -> dict:
+        """PyTorch's layout: "state" by parameter index, "param_groups" with the indices."""
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        return {
+            "state": {index[id(p)]: {name: t.detach().clone() for name, t in entry.items()}
+                      for p, entry in self.state.items() if entry},
+            "param_groups": [dict(group, params=[index[id(p)] for p in group["params"]])
+                             for group in self.param_groups]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take the hyperparameters and state of `state_dict` (from state_dict() of an optimizer
+        over parameters of the same shapes), copying the state into this one's tensors in place."""
+        groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
+            raise ArgumentError("load_state_dict: the parameter groups differ in size from this "
+                                "optimizer's")
+        parameters = [(p, g) for g in self.param_groups for p in g["params"]]
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        with no_grad():
+            for index, entry in state_dict["state"].items():
+                parameter, group = parameters[index]
+                # the loaded hyperparameters decide the state (amsgrad adds a tensor), as in
+                # PyTorch; tensors already there are kept, to be updated in place
+                own = dict(self._initial_state(parameter, group), **self.state[parameter])
+                if set(entry) != set(own):
+                    raise ArgumentError(f"load_state_dict: state {sorted(entry)} for parameter "
+                                        f"{index}, this optimizer keeps {sorted(own)}")
+                self.state[parameter] = own
+                for name, value in entry.items():
+                    if tuple(value.shape) != own[name].shape:
+                        raise ArgumentError(f"load_state_dict: {name} of parameter {index} has "
+                                            f"shape {list(value.shape)}, expected "
+                                            f"{list(own[name].shape)}")
+                    own[name].copy_(value)
+
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
         for group in self.param_groups:
             for parameter in group["params"]:
