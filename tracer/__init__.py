@@ -26,7 +26,6 @@ from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, f
                            zeros_like)
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
-from tracer import nn, optim
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
@@ -40,4 +39,7 @@ def __getattr__(name: str):
     if name in ("trace", "TracedFunction"):
         from tracer.runtime import trace as traced
         return getattr(traced, name)
+    if name in ("nn", "optim"):  # imported on first use, to keep `import tracer` quick
+        import importlib
+        return importlib.import_module(f"tracer.{name}")
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")
