@@ -554,7 +554,8 @@ def render_matmul(name: str, matmul: Instruction, result: Value, gemm: bool, acc
     return ENVIRONMENT.get_template("matmul.ll.j2").render(
         name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize, block=block,
         transpose_a=transpose_a, transpose_b=transpose_b,
-        gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=accumulate, checks=checks)
+        gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=accumulate, checks=checks,
+        record=sites is not None)
 
 
 def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,

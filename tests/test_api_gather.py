@@ -138,6 +138,38 @@ def test_gather_fuses_into_the_loop_as_a_checked_load():
     assert "index" in picked.ir(*arguments, stage="llvm")  # the range check's blocks
 
 
+@pytest.mark.parametrize("size", [4, 96], ids=["inline-matmul", "blas-matmul"])
+def test_gather_beside_every_kernel_kind(size):
+    """A function that gathers has checked kernels, and every other kernel of it (matmul, matmul
+    accumulating a bias, reductions, scatter) takes the error record too: a matmul that did not
+    take it wrote its product to the wrong buffer (its arguments were shifted by one)."""
+    x = RNG.standard_normal((size, size))
+    w = RNG.standard_normal((3, size)) * 0.3
+    b = RNG.standard_normal(3)
+    labels = RNG.integers(0, 3, size)
+
+    def loss(m, x, w, b, labels):
+        logits = x.matmul(w.t()) + b
+        picked = logits.log_softmax(1)[m.arange(size), labels]
+        return -picked.mean() + logits.sum(0).pow(2).sum() * 1e-3
+
+    reference = [torch.tensor(a, requires_grad=True) for a in (w, b)]
+    expected = loss(torch, torch.tensor(x), *reference, torch.tensor(labels))
+    expected.backward()
+
+    @tr.trace
+    def step(x, w, b, labels):
+        value = loss(tr, x, w, b, labels)
+        value.backward()
+        return value
+
+    ours = [tr.tensor(a, requires_grad=True) for a in (w, b)]
+    value = step(tr.tensor(x), *ours, tr.tensor(labels))
+    np.testing.assert_allclose(value.item(), expected.item(), rtol=1e-10)
+    for mine, theirs in zip(ours, reference):
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
 def test_embedding_lookup_gradient_adds_repeated_rows(traced):
     table = RNG.standard_normal((5, 3))

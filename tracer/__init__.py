@@ -15,17 +15,21 @@ from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabl
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
                            ShapeMismatchError, TracerError, TracerWarning, TracingError)
-from tracer.function import Function, FunctionCtx, autograd_function
+from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
 from tracer.functional import FUNCTIONS, cat, stack
+from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
-                           int64, manual_seed, ones, ones_like, rand, randn, tensor, where, zeros,
+                           int64, ones, ones_like, rand, randn, tensor, where, zeros,
                            zeros_like)
+from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
 
+float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
+globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
 _configure_logging()
 
 
@@ -35,4 +39,7 @@ def __getattr__(name: str):
     if name in ("trace", "TracedFunction"):
         from tracer.runtime import trace as traced
         return getattr(traced, name)
+    if name in ("nn", "optim"):  # imported on first use, to keep `import tracer` quick
+        import importlib
+        return importlib.import_module(f"tracer.{name}")
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")

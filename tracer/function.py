@@ -8,6 +8,7 @@ outputs whose VJP is the user's backward. Eagerly that VJP runs when backward() 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 from typing import Callable
@@ -340,9 +341,42 @@ class Function:
     def backward(ctx, *grad_outputs):
         raise NotImplementedError("a Function subclass must define backward(ctx, *grad_outputs)")
 
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output) -> None:
+        """PyTorch 2's style: define `forward(*args)` without ctx and this, which gets the inputs
+        (after defaults) and forward's output, to fill ctx."""
+        raise NotImplementedError
+
     @classmethod
     def apply(cls, *args, **kwargs):
-        return apply_function(cls.__name__, cls.forward, cls.backward, args, kwargs)
+        forward = cls.forward
+        if cls.setup_context is not Function.setup_context:
+            forward = _forward_with_setup_context(cls.forward, cls.setup_context)
+        return apply_function(cls.__name__, forward, cls.backward, args, kwargs)
+
+
+@functools.cache
+def _forward_with_setup_context(forward: Callable, setup_context: Callable) -> Callable:
+    """A `forward(ctx, ...)` made of a ctx-less forward and its setup_context."""
+    def combined(ctx, *args):
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        return output
+    parameters = list(inspect.signature(forward).parameters.values())
+    combined.__signature__ = inspect.Signature(
+        [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + parameters)
+    combined.__name__ = getattr(forward, "__name__", "forward")
+    return combined
+
+
+def once_differentiable(backward: Callable) -> Callable:
+    """PyTorch's decorator for a backward that is not itself differentiable: it runs without
+    recording gradients (as every backward does here: higher-order gradients are not supported)."""
+    @functools.wraps(backward)
+    def run_once(ctx, *grad_outputs):
+        with no_grad():
+            return backward(ctx, *grad_outputs)
+    return run_once
 
 
 class autograd_function:

@@ -1,13 +1,12 @@
 """PyTorch's dimension-wise index operations, composed from the gather and scatter primitives:
-index_select, gather, take_along_dim, index_add_ and masked_fill."""
+index_select, gather, take_along_dim and index_add_."""
 from __future__ import annotations
 
 import numbers
 
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.tensor import (Tensor, _as_dim, _normalize_dim, apply, as_tensor, int64, iota,
-                           shapes_broadcast, where)
-from tracer.tensor import bool as bool_
+                           shapes_broadcast)
 
 
 def _index(index, what: str, max_ndim: int | None = None) -> Tensor:
@@ -97,14 +96,3 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
         return flat.reshape(())
     updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
     return apply("scatter", [x, updates, index], axes=(dim,), accumulate=True)
-
-
-def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
-    """x with `value` where the bool `mask` (broadcast to x's shape) is True."""
-    mask = as_tensor(mask)
-    if mask.dtype != bool_:
-        raise ArgumentError(f"masked_fill takes a bool mask, got {mask.dtype}")
-    if shapes_broadcast(mask.shape, x.shape) != x.shape:
-        raise ShapeMismatchError(f"masked_fill: a mask of shape {list(mask.shape)} does not "
-                                 f"broadcast to {list(x.shape)}")
-    return where(mask, as_tensor(value).to(x.dtype), x)

@@ -221,6 +221,13 @@ def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(normalized)) if ndim else ()
 
 
+def _dim_or_axis(dim, axis):
+    """PyTorch accepts numpy's `axis=` for `dim=`."""
+    if axis is not None and dim is not None:
+        raise ArgumentError("pass dim= or axis=, not both")
+    return dim if axis is None else axis
+
+
 def _shape_arguments(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
@@ -679,13 +686,6 @@ class Tensor:
     def index_add_(self, dim: int, index: "Tensor", source, alpha=1) -> "Tensor":
         return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
 
-    def masked_fill(self, mask: "Tensor", value) -> "Tensor":
-        from tracer.gathering import masked_fill
-        return masked_fill(self, mask, value)
-
-    def masked_fill_(self, mask: "Tensor", value) -> "Tensor":
-        return self._assign(self.masked_fill(mask, value), "masked_fill_")
-
     # Conversions --------------------------------------------------------------------------------
     def to(self, dtype) -> "Tensor":
         dtype = as_dtype(dtype)
@@ -808,7 +808,8 @@ class Tensor:
     def minimum(self, other): return binary("minimum", self, other)
 
     # Reductions ---------------------------------------------------------------------------------
-    def sum(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+    def sum(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> "Tensor":
+        dim = _dim_or_axis(dim, axis)
         x = self.to(int64) if self.dtype == bool else self
         axes = _normalize_dims(dim, x.ndim)
         # A sum over no axis (of a 0-d tensor) is still a new tensor, not `x` itself.
@@ -824,7 +825,8 @@ class Tensor:
     def all(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
         return (self == 0).to(int64).sum(dim, keepdim) == 0
 
-    def mean(self, dim=None, keepdim: builtins.bool = False) -> "Tensor":
+    def mean(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> "Tensor":
+        dim = _dim_or_axis(dim, axis)
         if not irtypes.is_float(self.dtype):
             raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() first")
         axes = _normalize_dims(dim, self.ndim)
@@ -1065,7 +1067,14 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return _leaf(array, False)
 
 
-def full(*shape, fill_value, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+def full(*shape, fill_value=None, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """`full(size, fill_value)` as in PyTorch (size a tuple or list), or `full(*size,
+    fill_value=...)`."""
+    if fill_value is None:
+        if len(shape) != 2 or not isinstance(shape[0], (tuple, list)):
+            raise ArgumentError("full takes a size (a tuple or list) and a fill value: "
+                                "tr.full((2, 3), 1.5)")
+        shape, fill_value = shape
     shape = _shape_arguments(shape)
     dtype = as_dtype(dtype or (float32 if isinstance(fill_value, float) else
                                        _WEAK_OF_CATEGORY[_python_scalar_category(fill_value)]))
@@ -1095,12 +1104,18 @@ def ones_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Te
     return full_like(x, 1, dtype, requires_grad)
 
 
-def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
+def eager_generator(kind: str) -> np.random.Generator:
+    """The generator `tr.manual_seed` seeds, for `kind` (a function name) outside a trace."""
     if state.trace is not None:
         raise TracingError(f"tr.{kind} inside a traced function would give the same numbers on "
                            f"every call; make the random tensor outside and pass it as an argument")
+    return _generator
+
+
+def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
+    generator = eager_generator(kind)
     shape = _shape_arguments(shape)
-    sample = _generator.standard_normal(shape) if kind == "randn" else _generator.random(shape)
+    sample = generator.standard_normal(shape) if kind == "randn" else generator.random(shape)
     return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
 
 

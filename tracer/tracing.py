@@ -115,3 +115,11 @@ def tracing(trace: Trace):
         yield trace
     finally:
         state.trace = previous
+
+
+def current_tensor(tensor: "Tensor") -> "Tensor":
+    """The tensor that stands for `tensor` in the trace being recorded: the proxy of an argument
+    (whose `.grad` the traced backward fills), else `tensor` itself. Code that holds the caller's
+    tensors, as an optimizer does, reads `.grad` and writes through this."""
+    trace = state.trace
+    return tensor if trace is None else trace.arguments.get(id(tensor), tensor)

@@ -1,0 +1,222 @@
+"""tr.optim against torch.optim step by step (float64, the same initial weights and data), the
+zero_grad modes, parameter groups, errors, and optimizer steps inside @tr.trace."""
+import numpy as np
+import pytest
+import torch
+
+import tracer as tr
+from tracer import nn
+
+rng = np.random.default_rng(5)
+X, LABELS = rng.standard_normal((10, 4)), rng.integers(0, 3, 10)
+WEIGHTS = [rng.standard_normal((6, 4)) * 0.5, rng.standard_normal(6) * 0.1,
+           rng.standard_normal((3, 6)) * 0.5, rng.standard_normal(3) * 0.1]
+
+CONFIGURATIONS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, maximize=True)),
+    ("Adam", dict()),
+    ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
+    ("Adam", dict(lr=0.02, amsgrad=True, maximize=True)),
+    ("AdamW", dict(lr=0.01)),
+    ("AdamW", dict(lr=0.02, weight_decay=0.3, amsgrad=True)),
+]
+
+
+def _loss(library, parameters):
+    w1, b1, w2, b2 = parameters
+    functional = nn.functional if library is tr else torch.nn.functional
+    make = tr.tensor if library is tr else torch.tensor
+    hidden = functional.linear(make(X), w1, b1).tanh()
+    return functional.cross_entropy(functional.linear(hidden, w2, b2), make(LABELS))
+
+
+@pytest.mark.parametrize("name, options", CONFIGURATIONS,
+                         ids=[f"{n}-{'-'.join(o) or 'default'}" for n, o in CONFIGURATIONS])
+def test_five_steps_equal_torch_optim(name, options):
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    # two groups, the second with its own learning rate, as a user would fine-tune a head
+    ours_optimizer = getattr(tr.optim, name)(
+        [{"params": ours[:2]}, {"params": ours[2:], "lr": 0.03}], **options)
+    theirs_optimizer = getattr(torch.optim, name)(
+        [{"params": theirs[:2]}, {"params": theirs[2:], "lr": 0.03}], **options)
+    for step in range(5):
+        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
+                                               (torch, theirs, theirs_optimizer)):
+            optimizer.zero_grad()
+            _loss(library, parameters).backward()
+            optimizer.step()
+        for index, (mine, reference) in enumerate(zip(ours, theirs)):
+            np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                       rtol=1e-12, atol=1e-14,
+                                       err_msg=f"parameter {index} after step {step + 1}")
+    if name != "SGD":
+        state = ours_optimizer.state[ours[0]]
+        expected = theirs_optimizer.state[theirs[0]]
+        assert state["step"].item() == expected["step"].item() == 5
+        np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(),
+                                   rtol=1e-12, atol=1e-16)
+
+
+def test_float32_adam_follows_torch():
+    ours = [tr.tensor(w.astype(np.float32), requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w.astype(np.float32), requires_grad=True) for w in WEIGHTS]
+    ours_optimizer, theirs_optimizer = tr.optim.Adam(ours, lr=0.01), torch.optim.Adam(theirs,
+                                                                                      lr=0.01)
+    for _ in range(5):
+        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
+                                               (torch, theirs, theirs_optimizer)):
+            optimizer.zero_grad()
+            _loss(library, [p.double() if library is tr else p.double() for p in parameters]
+                  ).backward()
+            optimizer.step()
+    for mine, reference in zip(ours, theirs):
+        assert mine.dtype == tr.float32
+        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_zero_grad_modes_and_parameters_without_gradients():
+    used, unused = tr.ones(2, requires_grad=True), tr.ones(2, requires_grad=True)
+    optimizer = tr.optim.SGD([used, unused], lr=0.5, momentum=0.9)
+    (used * 3).sum().backward()
+    optimizer.step()
+    np.testing.assert_array_equal(used.detach().numpy(), [-0.5, -0.5])
+    np.testing.assert_array_equal(unused.detach().numpy(), [1.0, 1.0])  # no .grad: skipped
+    optimizer.zero_grad(set_to_none=False)
+    np.testing.assert_array_equal(used.grad.numpy(), [0.0, 0.0])
+    optimizer.zero_grad()
+    assert used.grad is None
+
+
+def test_step_with_a_closure_returns_its_loss():
+    w = tr.tensor([1.0, 2.0], requires_grad=True)
+    optimizer = tr.optim.SGD([w], lr=0.1)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+
+    assert optimizer.step(closure).item() == 5.0
+    np.testing.assert_allclose(w.detach().numpy(), [0.8, 1.6])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tr.optim.SGD([], lr=0.1), "empty parameter list"),
+    (lambda: tr.optim.Adam([tr.ones(2, requires_grad=True) * 2], lr=0.1), "float leaf tensors"),
+    (lambda: tr.optim.Adam([tr.ones(2, dtype=tr.int64)]), "float leaf tensors"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, nesterov=True),
+     "Nesterov"),
+    (lambda: tr.optim.Adam([tr.ones(1, requires_grad=True)], betas=(0.9, 1.0)), "betas"),
+])
+def test_bad_optimizer_arguments_are_clear_errors(make, message):
+    with pytest.raises(tr.ArgumentError, match=f"test_optim.py:.*{message}"):
+        make()
+
+
+def test_a_parameter_in_two_groups_is_refused():
+    w = tr.ones(1, requires_grad=True)
+    with pytest.raises(tr.ArgumentError, match="more than one parameter group"):
+        tr.optim.SGD([{"params": [w]}, {"params": [w]}], lr=0.1)
+
+
+def _classifier_step(model, optimizer, x, labels):
+    optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def _two_models():
+    tr.manual_seed(2)
+    first = nn.Sequential(nn.Linear(4, 8, dtype=tr.float64), nn.ReLU(),
+                          nn.Linear(8, 3, dtype=tr.float64))
+    second = nn.Sequential(nn.Linear(4, 8, dtype=tr.float64), nn.ReLU(),
+                           nn.Linear(8, 3, dtype=tr.float64))
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+def test_traced_sgd_step_with_the_parameters_as_arguments_matches_eager():
+    traced_model, eager_model = _two_models()
+    traced_optimizer = tr.optim.SGD(traced_model.parameters(), lr=0.2)
+    eager_optimizer = tr.optim.SGD(eager_model.parameters(), lr=0.2)
+    step = tr.trace(lambda x, labels, parameters: _classifier_step(traced_model, traced_optimizer,
+                                                                   x, labels))
+    x, labels = tr.tensor(X), tr.tensor(LABELS)
+    for _ in range(5):
+        loss = step(x, labels, list(traced_model.parameters()))
+        expected = _classifier_step(eager_model, eager_optimizer, x, labels)
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
+    for mine, reference in zip(traced_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                   rtol=1e-11, atol=1e-14)
+    # compiled twice: without .grad on the first call, with the last step's .grad on the others
+    assert step.cache_info() == (3, 2, 2)
+
+
+def test_traced_adam_step_with_its_state_as_arguments_matches_eager():
+    # Until tensors read from object attributes are runtime inputs (another branch), the state
+    # tensors reach the compiled step as arguments too; opt.step() itself is unchanged.
+    traced_model, eager_model = _two_models()
+    traced_optimizer = tr.optim.AdamW(traced_model.parameters(), lr=0.05, amsgrad=True)
+    eager_optimizer = tr.optim.AdamW(eager_model.parameters(), lr=0.05, amsgrad=True)
+    state = [tensor for entry in traced_optimizer.state.values() for tensor in entry.values()]
+    step = tr.trace(lambda x, labels, parameters, state: _classifier_step(
+        traced_model, traced_optimizer, x, labels))
+    x, labels = tr.tensor(X), tr.tensor(LABELS)
+    for _ in range(5):
+        loss = step(x, labels, list(traced_model.parameters()), state)
+        expected = _classifier_step(eager_model, eager_optimizer, x, labels)
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
+    for mine, reference in zip(traced_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                   rtol=1e-10, atol=1e-13)
+    assert traced_optimizer.state[next(traced_model.parameters())]["step"].item() == 5
+
+
+def test_traced_adam_without_its_state_as_arguments_is_a_clear_error():
+    model, _ = _two_models()
+    optimizer = tr.optim.Adam(model.parameters())
+    step = tr.trace(lambda x, labels, parameters: _classifier_step(model, optimizer, x, labels))
+    before = [p.detach().numpy().copy() for p in model.parameters()]
+    with pytest.raises(tr.TracingError, match="not an argument of the traced function"):
+        step(tr.tensor(X), tr.tensor(LABELS), list(model.parameters()))
+    for parameter, value in zip(model.parameters(), before):
+        np.testing.assert_array_equal(parameter.detach().numpy(), value)  # nothing changed
+
+
+def test_state_dict_round_trip_resumes_training_exactly():
+    """Checkpointing: an optimizer loaded from another's state_dict after three steps continues
+    exactly as the original does."""
+    original = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    optimizer = tr.optim.AdamW(original, lr=0.02, amsgrad=True)
+    for _ in range(3):
+        optimizer.zero_grad()
+        _loss(tr, original).backward()
+        optimizer.step()
+    checkpoint = optimizer.state_dict()
+    assert checkpoint["param_groups"][0]["params"] == [0, 1, 2, 3]
+    assert checkpoint["state"][0]["step"].item() == 3
+    resumed = [tr.tensor(p.detach().numpy(), requires_grad=True) for p in original]
+    other = tr.optim.AdamW(resumed, lr=0.5)
+    state_tensor = other.state[resumed[0]]["exp_avg"]
+    other.load_state_dict(checkpoint)
+    assert other.param_groups[0]["lr"] == 0.02
+    assert other.state[resumed[0]]["exp_avg"] is state_tensor  # copied in place
+    for _ in range(2):
+        for parameters, opt in ((original, optimizer), (resumed, other)):
+            opt.zero_grad()
+            _loss(tr, parameters).backward()
+            opt.step()
+    for mine, reference in zip(resumed, original):
+        np.testing.assert_array_equal(mine.detach().numpy(), reference.detach().numpy())
+    with pytest.raises(tr.ArgumentError, match="state"):
+        tr.optim.SGD(resumed, lr=0.1, momentum=0.9).load_state_dict(checkpoint)

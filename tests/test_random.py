@@ -1,0 +1,73 @@
+"""The counter-based generator (tracer/random.py): bit-exact to Squares computed in numpy's
+uint64 arithmetic, exact 32-bit halves, uniform statistics, seeding and the state's advance."""
+import numpy as np
+import pytest
+
+import tracer as tr
+from tracer.random import _KEY, _halves, _squares
+
+
+def squares_reference(counters: np.ndarray) -> np.ndarray:
+    """Widynski's squares32 in unsigned 64-bit arithmetic, with real shifts and ors."""
+    key, shift = np.uint64(_KEY % 2 ** 64), np.uint64(32)
+    counters = counters.view(np.uint64)
+    with np.errstate(over="ignore"):
+        y = counters * key
+        z = y + key
+        x = y
+        for addend in (y, z, y):
+            x = x * x + addend
+            x = (x >> shift) | (x << shift)
+        return (x * x + z) >> shift
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_squares_is_bit_exact(traced):
+    counters = np.concatenate([np.arange(-300, 300), np.arange(2 ** 62, 2 ** 62 + 300),
+                               [2 ** 63 - 1, -2 ** 63, 2 ** 32, -2 ** 32]]).astype(np.int64)
+    run = tr.trace(_squares) if traced else _squares
+    np.testing.assert_array_equal(run(tr.tensor(counters)).numpy().astype(np.uint64),
+                                  squares_reference(counters))
+
+
+def test_halves_are_exact_at_the_edges():
+    values = np.concatenate([np.random.default_rng(1).integers(-2 ** 63, 2 ** 63 - 1, 10000),
+                             [2 ** 63 - 1, -2 ** 63, -1, 0, 1, 2 ** 32 - 1, 2 ** 32, -2 ** 32,
+                              2 ** 53 + 1, -(2 ** 53) - 1]]).astype(np.int64)
+    high, low = _halves(tr.tensor(values))
+    unsigned = values.view(np.uint64)
+    np.testing.assert_array_equal(high.numpy().astype(np.uint64), unsigned >> np.uint64(32))
+    np.testing.assert_array_equal(low.numpy().astype(np.uint64), unsigned & np.uint64(2 ** 32 - 1))
+
+
+def test_uniform_numbers_look_uniform_and_independent():
+    tr.manual_seed(0)
+    count = 400_000
+    numbers = tr.default_generator.uniform((count,), "test").numpy()
+    assert 0.0 <= numbers.min() and numbers.max() < 1.0
+    sigma = np.sqrt(1 / 12 / count)
+    assert abs(numbers.mean() - 0.5) < 5 * sigma
+    counts, _ = np.histogram(numbers, bins=64)
+    expected = count / 64
+    # chi-square with 63 degrees of freedom: mean 63, standard deviation sqrt(126)
+    assert ((counts - expected) ** 2 / expected).sum() < 63 + 5 * np.sqrt(126)
+    pairs, _, _ = np.histogram2d(numbers[0::2], numbers[1::2], bins=16)
+    expected = count / 2 / 256
+    assert ((pairs - expected) ** 2 / expected).sum() < 255 + 5 * np.sqrt(510)
+    for lag in (1, 2, 7, 64):
+        assert abs(np.corrcoef(numbers[:-lag], numbers[lag:])[0, 1]) < 5 / np.sqrt(count)
+
+
+def test_seeds_reproduce_and_differ_and_the_state_advances():
+    generator = tr.Generator(seed=1)
+    start = generator.state.item()
+    first = generator.uniform((2, 5), "test").numpy()
+    assert generator.state.item() == start + 10
+    second = generator.uniform((10,), "test").numpy()
+    assert not np.array_equal(first.reshape(-1), second)
+    generator.manual_seed(1)
+    np.testing.assert_array_equal(generator.uniform((2, 5), "test").numpy(), first)
+    other = tr.Generator(seed=2).uniform((2, 5), "test").numpy()
+    assert not np.array_equal(other, first)
+    tr.manual_seed(1)  # also seeds the default generator
+    np.testing.assert_array_equal(tr.default_generator.uniform((2, 5), "test").numpy(), first)

@@ -1,0 +1,67 @@
+"""PyTorch as the oracle: run the same function on the same values in tracer (eagerly or traced)
+and in torch, and compare the results and the gradients of every float input."""
+import numpy as np
+import torch
+
+import tracer as tr
+
+# float64: the compositions round differently from torch's kernels by a few ulp per operation.
+# float32: the same, where a sum, a softmax or a mean rounds relative to its largest terms, so the
+# absolute part scales with the largest magnitude of the expected result (about 16 ulp of it).
+TOLERANCES = {np.dtype(np.float64): dict(rtol=1e-10, atol=1e-12),
+              np.dtype(np.float32): dict(rtol=1e-5, atol=1e-6)}
+
+
+def _limits(expected: np.ndarray, tolerance) -> dict:
+    if tolerance is not None:
+        return tolerance
+    limits = dict(TOLERANCES.get(expected.dtype, dict(rtol=0, atol=0)))
+    if expected.dtype == np.float32 and expected.size:
+        limits["atol"] *= max(1.0, float(np.abs(expected[np.isfinite(expected)]).max(initial=0)))
+    return limits
+
+
+def _as_list(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def compare_with_torch(function, torch_function, arrays, traced=False, gradients=True,
+                       tolerance=None, seed=0):
+    """`function(*tensors)` (through @tr.trace if `traced`) against `torch_function(*tensors)`:
+    equal outputs, and equal gradients of sum(outputs * random weights) for each float input."""
+    arrays = [np.array(a) for a in arrays]  # copies: torch refuses negative strides
+    requires = [gradients and a.dtype.kind == "f" for a in arrays]
+    ours = [tr.tensor(np.asarray(a), requires_grad=r) for a, r in zip(arrays, requires)]
+    theirs = [torch.tensor(np.asarray(a), requires_grad=r) for a, r in zip(arrays, requires)]
+    run = tr.trace(function) if traced else function
+    outputs, expected = _as_list(run(*ours)), _as_list(torch_function(*theirs))
+    assert len(outputs) == len(expected)
+    generator = np.random.default_rng(seed)
+    ours_total, theirs_total = 0, 0
+    for output, reference in zip(outputs, expected):
+        assert output.shape == tuple(reference.shape), (output.shape, reference.shape)
+        reference_values = reference.detach().numpy()
+        assert output.dtype == reference_values.dtype, (output.dtype, reference_values.dtype)
+        np.testing.assert_allclose(output.detach().numpy(), reference_values,
+                                   **_limits(reference_values, tolerance))
+        if output.requires_grad:
+            weights = generator.standard_normal(output.shape).astype(reference_values.dtype)
+            ours_total = ours_total + (output * tr.tensor(weights)).sum()
+            theirs_total = theirs_total + (reference * torch.tensor(weights)).sum()
+    if not any(requires) or isinstance(ours_total, int):
+        return outputs
+    ours_total.backward()
+    theirs_total.backward()
+    for index, (mine, reference) in enumerate(zip(ours, theirs)):
+        if not requires[index]:
+            continue
+        expected_grad = reference.grad
+        if expected_grad is None:
+            assert mine.grad is None or not mine.grad.numpy().any(), f"gradient of input {index}"
+            continue
+        assert mine.grad is not None, f"no gradient for input {index}"
+        expected_grad = expected_grad.numpy()
+        np.testing.assert_allclose(mine.grad.numpy(), expected_grad,
+                                   **_limits(expected_grad, tolerance),
+                                   err_msg=f"gradient of input {index}")
+    return outputs

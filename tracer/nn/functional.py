@@ -1,0 +1,259 @@
+"""`tr.nn.functional`: PyTorch's functional layers and losses, as compositions of primitives.
+
+Integer labels and embedding indices pick their entries with the gather primitive (its gradient
+is a scatter-add). Out-of-range labels and indices raise `tr.IndexOutOfRangeError`, eagerly and
+from compiled code (whose index checks are always on); negative ones too, as in PyTorch, although
+indexing itself takes negative indices from the end.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+from tracer.ir import types as irtypes
+from tracer.context import state
+from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.ops import erfc
+from tracer.ops import logsumexp as _logsumexp
+from tracer.random import default_generator
+from tracer.tensor import Tensor, _normalize_dim, as_tensor, iota, where
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def relu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
+    return input.relu_() if inplace else input.relu()
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x): with `approximate="none"` through erfc (written x/2 * erfc(-x/sqrt 2), which
+    stays accurate where 1 + erf(x/sqrt 2) would cancel), with "tanh" PyTorch's tanh form."""
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + inner.tanh())
+    if approximate != "none":
+        raise ArgumentError(f"gelu: approximate is 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * input * erfc(input * -math.sqrt(0.5))
+
+
+def silu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
+    result = input * input.sigmoid()
+    return input.copy_(result) if inplace else result
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return input.sigmoid()
+
+
+def _softmax_dim(input: Tensor, dim) -> int:
+    # PyTorch's choice when dim is left out (it warns that the choice is implicit).
+    return (0 if input.ndim in (0, 1, 3) else 1) if dim is None else dim
+
+
+def softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    input = input if dtype is None else input.to(dtype)
+    return input.softmax(_softmax_dim(input, dim))
+
+
+def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
+    """log(softmax): computed as x - max - log(sum(exp(x - max))), stable for large inputs."""
+    input = input if dtype is None else input.to(dtype)
+    return input.log_softmax(_softmax_dim(input, dim))
+
+
+def logsumexp(input: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
+    return _logsumexp(input, dim, keepdim)
+
+
+def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    if reduction == "sum":
+        return total
+    return total / (losses.numel() if denominator is None else denominator)
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"reduction is one of {list(_REDUCTIONS)}, got {reduction!r}")
+
+
+def _class_dim(input: Tensor) -> int:
+    return 1 if input.ndim >= 2 else 0
+
+
+def _check_labels(labels: Tensor, count: int, what: str, ignore_index=None) -> None:
+    """Eagerly, labels outside [0, count) (other than `ignore_index`) are an error, as in PyTorch."""
+    if state.trace is not None or labels._trace is not None:
+        return
+    values = labels._eager_array(what)
+    bad = (values < 0) | (values >= count)
+    if ignore_index is not None:
+        bad &= values != ignore_index
+    if bad.any():
+        raise IndexOutOfRangeError(f"{what}: {values[bad].reshape(-1)[0]} is out of range for "
+                            f"{count} classes")
+
+
+def _class_weights(weight: Tensor, input: Tensor, axis: int) -> Tensor:
+    """`weight`, one per class of `input`, in its dtype."""
+    classes = input.shape[axis]
+    if weight.shape != (classes,):
+        raise ShapeMismatchError(f"weight of shape {list(weight.shape)} for {classes} classes")
+    return weight.to(input.dtype)
+
+
+def _along(weight: Tensor, input: Tensor, axis: int) -> Tensor:
+    """The class weights shaped to broadcast along the class dimension of `input`."""
+    return weight.reshape(weight.shape + (1,) * (input.ndim - axis - 1))
+
+
+def _in_range_or_refused(index: Tensor, count: int) -> Tensor:
+    """`index` with negative entries moved out of range, so that gathering at it refuses them as
+    PyTorch's losses and embedding do (a gather would count them from the end)."""
+    return where(index < 0, count, index)
+
+
+def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
+                   ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per label: -weight * input at the label (0 where ignored), the label's weight (what the
+    mean divides by) and whether it counts."""
+    target = as_tensor(target)
+    axis = _class_dim(input)
+    if target.dtype != irtypes.int64:
+        raise ArgumentError(f"nll_loss needs int64 class labels, got {target.dtype}; use .long()")
+    if input.ndim == 0 or target.shape != input.shape[:axis] + input.shape[axis + 1:]:
+        raise ShapeMismatchError(f"labels of shape {list(target.shape)} do not fit an input of "
+                                 f"shape {list(input.shape)} (classes along dimension {axis})")
+    classes = input.shape[axis]
+    _check_labels(target, classes, "nll_loss label", ignore_index)
+    counted = target != ignore_index
+    index = _in_range_or_refused(where(counted, target, 0), classes)
+    picked = input.gather(axis, index.unsqueeze(axis)).squeeze(axis)
+    weights = (counted.to(input.dtype) if weight is None
+               else where(counted, _class_weights(weight, input, axis)[index], 0.0))
+    losses = where(counted, -picked * weights, 0.0)
+    return losses, weights, counted
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """The negative log-likelihood of integer class labels, given log-probabilities `input` of
+    shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
+    _check_reduction(reduction)
+    losses, weights, _ = _picked_losses(input, target, weight, ignore_index)
+    return _reduce(losses, reduction, weights.sum())
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of logits `input` (N, C, ...) or (C,) against integer class labels
+    or, with a float `target` of the input's shape, class probabilities. `label_smoothing` mixes
+    the uniform distribution into the targets, as PyTorch does."""
+    _check_reduction(reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
+    axis = _class_dim(input)
+    log_probabilities = input.log_softmax(axis)
+    along = (_along(_class_weights(weight, input, axis), input, axis)
+             if input.ndim and weight is not None else None)
+    target = as_tensor(target)
+    classes = input.shape[axis] if input.ndim else 0
+    if not irtypes.is_float(target.dtype):
+        losses, weights, counted = _picked_losses(log_probabilities, target, weight, ignore_index)
+        loss = _reduce(losses, reduction, weights.sum())
+        if label_smoothing == 0.0:
+            return loss
+        weighted = log_probabilities if along is None else log_probabilities * along
+        uniform = where(counted, -weighted.sum(axis), 0.0)
+        return ((1 - label_smoothing) * loss
+                + _reduce(uniform, reduction, weights.sum()) * (label_smoothing / classes))
+    if target.shape != input.shape:
+        raise ShapeMismatchError(f"probability targets of shape {list(target.shape)} for an input "
+                                 f"of shape {list(input.shape)}; they must be equal")
+    if label_smoothing != 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    products = log_probabilities * target
+    losses = -(products if along is None else products * along).sum(axis)
+    return _reduce(losses, reduction)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction)
+    difference = input - target
+    return _reduce(difference * difference, reduction)
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalize over the last len(normalized_shape) dimensions (biased variance), then scale
+    and shift."""
+    normalized_shape = ((normalized_shape,) if isinstance(normalized_shape, int)
+                        else tuple(normalized_shape))
+    count = len(normalized_shape)
+    if count == 0 or input.shape[input.ndim - count:] != normalized_shape:
+        raise ShapeMismatchError(f"layer_norm over {list(normalized_shape)} for an input of shape "
+                                 f"{list(input.shape)}: its last dimensions must match")
+    dims = tuple(range(input.ndim - count, input.ndim))
+    centered = input - input.mean(dims, keepdim=True)
+    variance = (centered * centered).mean(dims, keepdim=True)
+    result = centered * (1.0 / (variance + eps).sqrt())
+    if weight is not None:
+        result = result * weight
+    return result if bias is None else result + bias
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """input @ weight.T + bias, weight of shape (out_features, in_features)."""
+    result = input.matmul(weight.t())
+    return result if bias is None else result + bias
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 indicators of shape tensor.shape + (num_classes,); -1 takes max + 1 (eager only)."""
+    if tensor.dtype != irtypes.int64:
+        raise ArgumentError(f"one_hot needs an int64 tensor, got {tensor.dtype}")
+    if num_classes < 0:
+        if state.trace is not None:
+            raise TracingError("one_hot inside a traced function needs num_classes= (the largest "
+                               "label is only known when the compiled function runs)")
+        num_classes = int(tensor._eager_array("one_hot").max(initial=-1)) + 1
+    _check_labels(tensor, num_classes, "one_hot class value")
+    shape = tensor.shape + (num_classes,)
+    return (tensor.unsqueeze(-1) == iota(shape, tensor.ndim)).to(irtypes.int64)
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """The rows of `weight` at the int64 indices `input`; the row `padding_idx` gets no gradient."""
+    if input.dtype != irtypes.int64:
+        raise ArgumentError(f"embedding needs int64 indices, got {input.dtype}")
+    rows = weight.shape[0]
+    _check_labels(input, rows, "embedding index")
+    if padding_idx is not None:
+        padding_idx = _normalize_dim(padding_idx, rows)
+        padding = iota((rows, 1), 0) == padding_idx
+        weight = where(padding, weight.detach(), weight)
+    return weight[_in_range_or_refused(input, rows)]
+
+
+def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
+            inplace: builtins.bool = False) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p), in training. The
+    mask comes from `tr.default_generator` (seeded by tr.manual_seed), whose state advances on
+    every draw, traced too (see tracer/random.py)."""
+    if not 0.0 <= p <= 1.0:
+        raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return input
+    uniform = default_generator.uniform(input.shape, "dropout in training mode")
+    noise = (uniform < 1.0 - p).to(input.dtype)
+    if p < 1.0:
+        noise = noise / (1.0 - p)  # as PyTorch: the 0/1 mask divided in the input's dtype
+    result = input * noise
+    return input.copy_(result) if inplace else result

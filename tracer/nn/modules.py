@@ -1,0 +1,368 @@
+"""`tr.nn`: Module, Parameter and the common layers, with PyTorch's names, registration rules and
+default initializations (drawn from the generator tr.manual_seed seeds)."""
+from __future__ import annotations
+
+import builtins
+import math
+from collections import OrderedDict
+from typing import Iterator
+
+from tracer.context import no_grad
+from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.nn import functional as F
+from tracer.tensor import Tensor, as_dtype, as_tensor, float32, ones, rand, randn, zeros
+from tracer.tracing import current_tensor
+
+
+class Parameter(Tensor):
+    """A tensor that a Module registers as one of its parameters when assigned as an attribute.
+    It shares `data`'s buffer and requires grad by default."""
+
+    __slots__ = ()
+
+    def __new__(cls, data: Tensor | None = None, requires_grad: builtins.bool = True):
+        data = zeros(0) if data is None else data
+        if not isinstance(data, Tensor) or data._trace is not None:
+            raise ArgumentError("Parameter takes a tensor made outside traced functions")
+        return cls._make(data.detach()._eager_array("Parameter"), None,
+                         builtins.bool(requires_grad), leaf=True)
+
+    def __init__(self, data: Tensor | None = None, requires_grad: builtins.bool = True):
+        pass  # made by __new__ (Tensor's own __init__ refuses direct construction)
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def _uniform(shape: tuple[int, ...], bound: float, dtype) -> Tensor:
+    return ((rand(*shape, dtype=float32 if dtype is None else dtype) * 2 - 1) * bound).detach()
+
+
+class Module:
+    """Base class of layers and models: assign Parameters and Modules as attributes, define
+    `forward`, call the module."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # Registration ---------------------------------------------------------------------------
+    def _registries(self) -> tuple[dict, dict, dict]:
+        try:
+            return self._parameters, self._buffers, self._modules
+        except AttributeError:
+            raise ArgumentError(f"{type(self).__name__}.__init__ must call super().__init__() "
+                                f"before assigning attributes") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        parameters, buffers, modules = self._registries()
+        if isinstance(value, (Parameter, Module)):
+            for registry in (parameters, buffers, modules):
+                registry.pop(name, None)
+            self.__dict__.pop(name, None)
+            (parameters if isinstance(value, Parameter) else modules)[name] = value
+        elif name in parameters or name in modules:
+            if value is not None:
+                kind = "parameter" if name in parameters else "submodule"
+                raise ArgumentError(f"cannot assign a {type(value).__name__} to the {kind} "
+                                    f"'{name}'; assign a tr.nn.Parameter, a Module or None")
+            (parameters if name in parameters else modules)[name] = None
+        elif name in buffers:
+            buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):
+        # Inside a trace, a parameter passed to the traced function reads as its stand-in there,
+        # whose .grad the traced backward fills (see current_tensor).
+        for registry in ("_parameters", "_buffers", "_modules"):
+            entries = self.__dict__.get(registry)
+            if entries is not None and name in entries:
+                value = entries[name]
+                return current_tensor(value) if isinstance(value, Tensor) else value
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for registry in self._registries():
+            if name in registry:
+                del registry[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, parameter: Parameter | None) -> None:
+        if parameter is not None and not isinstance(parameter, Parameter):
+            raise ArgumentError(f"register_parameter takes a tr.nn.Parameter or None, got "
+                                f"{type(parameter).__name__}")
+        self._parameters[name] = parameter
+
+    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+        """A tensor that is part of the module's state (in state_dict) but not a parameter."""
+        self._buffers[name] = tensor
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        self._modules[name] = module
+
+    # Traversal ------------------------------------------------------------------------------
+    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, Module]]:
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is not None:
+                yield from module.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self) -> Iterator[Module]:
+        return (module for _, module in self.named_modules())
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        return ((name, m) for name, m in self._modules.items() if m is not None)
+
+    def children(self) -> Iterator[Module]:
+        return (module for _, module in self.named_children())
+
+    def _named_members(self, registry: str, prefix: str, recurse: builtins.bool):
+        seen: set[int] = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
+            for name, value in getattr(module, registry).items():
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{module_prefix}.{name}" if module_prefix else name), current_tensor(value)
+
+    def named_parameters(self, prefix: str = "", recurse: builtins.bool = True):
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: builtins.bool = True) -> Iterator[Parameter]:
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix: str = "", recurse: builtins.bool = True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: builtins.bool = True) -> Iterator[Tensor]:
+        return (b for _, b in self.named_buffers(recurse=recurse))
+
+    # State ----------------------------------------------------------------------------------
+    def state_dict(self) -> OrderedDict:
+        """Every parameter and buffer by its dotted name, detached (sharing the buffers)."""
+        state = OrderedDict()
+        for prefix, module in self.named_modules():
+            for registry in (module._parameters, module._buffers):
+                for name, value in registry.items():
+                    if value is not None:
+                        state[f"{prefix}.{name}" if prefix else name] = value.detach()
+        return state
+
+    def load_state_dict(self, state_dict, strict: builtins.bool = True):
+        """Copy the values of `state_dict` into the parameters and buffers in place (shapes must
+        match); with `strict`, the names must match exactly. Returns (missing, unexpected)."""
+        own = self.state_dict()
+        missing = [name for name in own if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in own]
+        if strict and (missing or unexpected):
+            raise ArgumentError(f"load_state_dict: missing keys {missing}, unexpected keys "
+                                f"{unexpected}")
+        for name, target in own.items():
+            if name not in state_dict:
+                continue
+            value = state_dict[name]
+            shape = tuple(getattr(value, "shape", ()))
+            if shape != target.shape:
+                raise ShapeMismatchError(f"load_state_dict: {name} has shape {list(shape)} here "
+                                         f"and {list(target.shape)} in the module")
+        for name, target in own.items():
+            if name in state_dict:
+                with no_grad():
+                    target.copy_(as_tensor(state_dict[name], accept_data=True))
+        return missing, unexpected
+
+    def train(self, mode: builtins.bool = True) -> Module:
+        for module in self.modules():
+            object.__setattr__(module, "training", builtins.bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> Module:
+        for parameter in self.parameters():
+            parameter.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: builtins.bool = True) -> None:
+        for parameter in self.parameters():
+            parameter = current_tensor(parameter)
+            if parameter.grad is None:
+                continue
+            if set_to_none:
+                parameter.grad = None
+            else:
+                parameter.grad.zero_()
+
+    def to(self, dtype) -> Module:
+        """Convert every parameter and buffer to `dtype` (new Parameters: make optimizers after)."""
+        dtype = as_dtype(dtype)
+        for module in self.modules():
+            for name, parameter in module._parameters.items():
+                if parameter is not None:
+                    module._parameters[name] = Parameter(parameter.detach().to(dtype),
+                                                         parameter.requires_grad)
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = buffer.to(dtype)
+        return self
+
+    def double(self) -> Module:
+        return self.to("float64")
+
+    def float(self) -> Module:
+        return self.to("float32")
+
+    # Calling --------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self.named_children()]
+        if not lines:
+            return f"{type(self).__name__}({self.extra_repr()})"
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight (out_features, in_features); PyTorch's initialization:
+    uniform in +-1/sqrt(in_features) for both (kaiming_uniform with a = sqrt 5)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: builtins.bool = True,
+                 dtype=None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        self.weight = Parameter(_uniform((out_features, in_features), bound, dtype))
+        self.bias = Parameter(_uniform((out_features,), bound, dtype)) if bias else None
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Embedding(Module):
+    """A table of `num_embeddings` vectors, standard normal at first (the padding row zero)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 dtype=None) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
+        if padding_idx is not None:
+            weight[padding_idx] = 0
+        self.weight = Parameter(weight)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5,
+                 elementwise_affine: builtins.bool = True, bias: builtins.bool = True,
+                 dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = ((normalized_shape,) if isinstance(normalized_shape, int)
+                                 else tuple(normalized_shape))
+        self.eps = eps
+        dtype = float32 if dtype is None else dtype
+        affine = elementwise_affine
+        self.weight = Parameter(ones(*self.normalized_shape, dtype=dtype)) if affine else None
+        self.bias = (Parameter(zeros(*self.normalized_shape, dtype=dtype))
+                     if affine and bias else None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
+        self.p = p
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Sequential(Module):
+    """Modules applied in order; `Sequential(a, b)` or `Sequential(OrderedDict(name=module))`."""
+
+    def __init__(self, *modules) -> None:
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            for name, module in modules[0].items():
+                self.add_module(name, module)
+        else:
+            for index, module in enumerate(modules):
+                self.add_module(str(index), module)
+
+    def __getitem__(self, index: int) -> Module:
+        modules = list(self._modules.values())
+        if isinstance(index, slice):
+            return Sequential(*modules[index])
+        return modules[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def forward(self, input):
+        for module in self._modules.values():
+            input = module(input)
+        return input
+
+
+class ReLU(Module):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.relu(input)
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.gelu(input, self.approximate)
+
+
+class SiLU(Module):
+    def forward(self, input: Tensor) -> Tensor:
+        return F.silu(input)
+
+
+class Tanh(Module):
+    def forward(self, input: Tensor) -> Tensor:
+        return input.tanh()

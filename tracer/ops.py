@@ -1,0 +1,359 @@
+"""PyTorch's everyday tensor functions beyond tensor.py's core, each a composition of primitives,
+attached to Tensor as methods (and exported as `tr.<name>` through FUNCTIONS).
+
+floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
+one where the truncation went up, and the value itself where it is already an integer (beyond
+2**52 or 2**23), infinite or nan. floor_divide and remainder follow from it with PyTorch's sign
+conventions (rounding toward minus infinity; the remainder has the divisor's sign).
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from tracer.ir import types as irtypes
+from tracer.context import state
+from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.function import Function
+from tracer.tensor import (Tensor, _normalize_dim, _normalize_dims, _tensor_operand, apply,
+                           as_tensor, float32, full, iota, promote, where)
+
+# The magnitude from which every float of the dtype is an integer.
+_INTEGRAL_FROM = {irtypes.float32: 2.0 ** 23, irtypes.float64: 2.0 ** 52}
+
+
+def floor(x: Tensor) -> Tensor:
+    """The largest integer not above x; its gradient is zero, as in PyTorch."""
+    if not irtypes.is_float(x.dtype):
+        return x.clone()
+    value = x.detach()
+    truncated = value.to(irtypes.int64).to(x.dtype)  # in range wherever it is used below
+    lowered = truncated - (truncated > value).to(x.dtype)
+    integral = (value.abs() >= _INTEGRAL_FROM[x.dtype]) | (value != value)
+    return where(integral, value, lowered)
+
+
+def _is_eager_int_zero(divisor: Tensor) -> builtins.bool:
+    return (state.trace is None and divisor._trace is None
+            and builtins.bool((divisor._handle == 0).any()))
+
+
+def floor_divide(x, y) -> Tensor:
+    """Division rounded toward minus infinity (Python's and PyTorch's `//`). Integers divide
+    through float64, exact while |x| < 2**52. Floats compute floor(x / y), which can differ from
+    PyTorch (which corrects the rounding of x / y through fmod) when x / y rounds to an integer."""
+    x, y = promote(x, y)
+    if irtypes.is_float(x.dtype):
+        return floor(x / y)
+    if x.dtype == irtypes.bool_:
+        raise ArgumentError("// is not defined on bool tensors; convert them with .long()")
+    if _is_eager_int_zero(y):
+        raise ArgumentError("integer division by zero (ZeroDivisionError in PyTorch)")
+    quotient = floor(x.to(irtypes.float64) / y.to(irtypes.float64)).to(x.dtype)
+    quotient._weak = x._weak and y._weak
+    return quotient
+
+
+def remainder(x, y) -> Tensor:
+    """x - floor_divide(x, y) * y: the sign of the divisor, as Python's and PyTorch's `%`."""
+    x, y = promote(x, y)
+    result = x - floor_divide(x, y) * y
+    result._weak = x._weak and y._weak
+    return result
+
+
+def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
+        correction=None) -> Tensor:
+    """The variance over `dim` with `correction` (default 1, Bessel's) subtracted from the count;
+    `unbiased=False` is correction 0. PyTorch's `x.var(False)` form is accepted too."""
+    if isinstance(dim, builtins.bool):  # var(unbiased)
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise ArgumentError("var/std take unbiased= or correction=, not both")
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    if not irtypes.is_float(x.dtype):
+        raise ArgumentError(f"var and std need a float tensor, got {x.dtype}; use .float() first")
+    axes = _normalize_dims(dim, x.ndim)
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    centered = x - x.mean(axes, keepdim=True)
+    # As PyTorch: a count not above the correction divides by zero (inf or nan).
+    return (centered * centered).sum(axes, keepdim=keepdim) / builtins.max(0, count - correction)
+
+
+def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
+        correction=None) -> Tensor:
+    return var(x, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def _safe_sqrt(squares: Tensor) -> Tensor:
+    """sqrt whose gradient at 0 is 0 (PyTorch's norm backward), not inf * 0 = nan."""
+    zero = squares == 0
+    return where(zero, 0.0, where(zero, 1.0, squares).sqrt())
+
+
+def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor:
+    """The vector p-norm over `dim` (all elements by default; "fro" is 2): p = 2, 1, inf, -inf,
+    0 (the count of non-zeros) or any other number."""
+    if not irtypes.is_float(x.dtype):
+        raise ArgumentError(f"norm needs a float tensor, got {x.dtype}")
+    if p in ("fro", 2, 2.0):
+        return _safe_sqrt((x * x).sum(dim, keepdim=keepdim))
+    if not isinstance(p, numbers.Real):
+        raise ArgumentError(f"norm: p must be a number or 'fro', got {p!r}")
+    magnitude = x.abs()
+    if p == float("inf"):
+        return amax(magnitude, dim, keepdim)
+    if p == float("-inf"):
+        return amin(magnitude, dim, keepdim)
+    if p == 0:
+        return (x != 0).to(x.dtype).sum(dim, keepdim=keepdim)
+    if p == 1:
+        return magnitude.sum(dim, keepdim=keepdim)
+    return (magnitude ** p).sum(dim, keepdim=keepdim) ** (1.0 / p)
+
+
+def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
+    """The maximum over one or several dimensions (values only)."""
+    axes = _normalize_dims(dim, x.ndim)
+    result = apply("reduce_max", [x], axes=axes) if axes else x.clone()
+    return result._keep(axes, x.shape) if keepdim else result
+
+
+def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
+    return -amax(-x, dim, keepdim)
+
+
+def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
+    """log(sum(exp(x))) over `dim`, computed around the maximum so that exp cannot overflow; an
+    infinite maximum (all -inf, or some +inf) is not subtracted, as in PyTorch."""
+    if not irtypes.is_float(x.dtype):
+        x = x.to(float32)
+    shift = amax(x, dim, keepdim=True).detach()
+    shift = where(shift.abs() == float("inf"), 0.0, shift)
+    total = (x - shift).exp().sum(dim, keepdim=keepdim).log()
+    return total + shift.reshape(total.shape)
+
+
+def _triangle(x: Tensor, diagonal: int, lower: builtins.bool) -> Tensor:
+    if x.ndim < 2:
+        raise ShapeMismatchError(f"tril/triu need a tensor of at least 2 dimensions, got {x.ndim}")
+    offset = iota(x.shape, x.ndim - 1) - iota(x.shape, x.ndim - 2)  # column - row
+    keep = offset <= diagonal if lower else offset >= diagonal
+    return where(keep, x, as_tensor(False if x.dtype == irtypes.bool_ else 0, x.dtype))
+
+
+def tril(x: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle (at and below the `diagonal`-th diagonal) of the last two dimensions."""
+    return _triangle(x, diagonal, lower=True)
+
+
+def triu(x: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle (at and above the `diagonal`-th diagonal) of the last two dimensions."""
+    return _triangle(x, diagonal, lower=False)
+
+
+def masked_fill(x: Tensor, mask, value) -> Tensor:
+    """`value` where `mask` holds, else x; the result keeps x's dtype and shape."""
+    mask = _tensor_operand(mask, "masked_fill")
+    if mask.dtype != irtypes.bool_:
+        raise ArgumentError(f"masked_fill needs a bool mask, got {mask.dtype}")
+    if isinstance(value, Tensor) and value.ndim:
+        raise ArgumentError(f"masked_fill takes a number or a 0-d tensor as the value, got shape "
+                            f"{list(value.shape)}")
+    result = where(mask, as_tensor(value).to(x.dtype), x)
+    if result.shape != x.shape:
+        raise ShapeMismatchError(f"masked_fill: a mask of shape {list(mask.shape)} does not "
+                                 f"broadcast to the tensor's shape {list(x.shape)}")
+    return result
+
+
+def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of `split_size_or_sections` elements along `dim` (the last may be smaller), or of
+    the listed sizes."""
+    axis = _normalize_dim(dim, x.ndim)
+    size = x.shape[axis]
+    if isinstance(split_size_or_sections, numbers.Integral):
+        step = int(split_size_or_sections)
+        if step <= 0 and size:
+            raise ArgumentError(f"split size must be positive, got {step}")
+        sizes = [builtins.min(step, size - start) for start in range(0, size, step)] or [0]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if builtins.sum(sizes) != size or builtins.min(sizes, default=0) < 0:
+            raise ShapeMismatchError(f"split sizes {sizes} do not add up to dimension {axis}'s "
+                                     f"size {size}")
+    pieces, start = [], 0
+    for length in sizes:
+        pieces.append(x[(slice(None),) * axis + (slice(start, start + length),)])
+        start += length
+    return tuple(pieces)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces along `dim`, each of ceil(size / chunks) elements but the last."""
+    if chunks <= 0:
+        raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
+    size = x.shape[_normalize_dim(dim, x.ndim)]
+    return split(x, builtins.max(1, -(-size // chunks)), dim)
+
+
+def bmm(x: Tensor, y) -> Tensor:
+    """Batched matrix product of two 3-d tensors with the same batch size."""
+    y = _tensor_operand(y, "bmm")
+    if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0]:
+        raise ShapeMismatchError(f"bmm needs two 3-d tensors with the same batch size, got shapes "
+                                 f"{list(x.shape)} and {list(y.shape)}")
+    return x.matmul(y)
+
+
+def addcmul(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
+    """x + value * tensor1 * tensor2 (PyTorch's order of operations)."""
+    return x + (as_tensor(tensor1) * value) * tensor2
+
+
+def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
+    """x + value * tensor1 / tensor2 (PyTorch's order of operations)."""
+    return x + (as_tensor(tensor1) * value) / tensor2
+
+
+def lerp(x: Tensor, end, weight) -> Tensor:
+    """x + weight * (end - x), computed from the nearer end as PyTorch does (exact at weight 1)."""
+    if isinstance(weight, numbers.Number) and not isinstance(weight, Tensor):
+        if abs(weight) < 0.5:
+            return x + weight * (end - x)
+        return end - (end - x) * (1 - weight)
+    weight = as_tensor(weight)
+    return where(weight.abs() < 0.5, x + weight * (end - x), end - (end - x) * (1 - weight))
+
+
+# erfc(z) for z >= 0 is t * exp(-z*z + P(t)) with t = 2 / (2 + z) (Numerical Recipes' form), P a
+# Chebyshev series in 2t - 1, interpolating log(erfcx(z) / t) at 25 Chebyshev points (computed in
+# 40-digit mpmath). Relative error of erfc below 2e-14 for z <= 6, growing with the rounding of
+# z*z (about 1e-16 * z*z) beyond: below 2e-13 up to 26.5, where erfc leaves the normal floats.
+# tests/test_api_ops.py checks these bounds against math.erfc, and erf and erfc against PyTorch.
+_ERFC_CHEBYSHEV = (
+    -0.6513268598908547, 0.6419697923564904, 0.01947647320418584, -0.009561514786808598,
+    -0.0009465953444820224, 0.0003668394978527962, 4.252332480687628e-05, -2.0278578112512642e-05,
+    -1.6242900046991967e-06, 1.3036558356969142e-06, 1.562644153087179e-08,
+    -8.523809575881515e-08, 6.529054358065801e-09, 5.059343700207029e-09, -9.913644221548756e-10,
+    -2.2736476698072653e-10, 9.646748855452765e-11, 2.3944780827861863e-12,
+    -6.886487358373112e-12, 8.94686833368411e-13, 3.131960134177325e-13, -1.1322244634480339e-13,
+    1.3235878817729381e-15, 6.084495086769315e-15, -5.112612296691897e-16)
+_TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
+
+
+def _erfc_of_magnitude(z: Tensor) -> Tensor:
+    t = 2.0 / (2.0 + z)
+    y = 2.0 * t - 1.0
+    later, current = 0.0, 0.0  # Clenshaw's recurrence
+    for coefficient in reversed(_ERFC_CHEBYSHEV[1:]):
+        later, current = current, 2.0 * y * current - later + coefficient
+    series = y * current - later + _ERFC_CHEBYSHEV[0]
+    return t * (series - z * z).exp()
+
+
+def _erf_near_zero(x: Tensor) -> Tensor:
+    """erf's Taylor series, for |x| < 0.5 where 1 - erfc would lose relative accuracy: 14 terms
+    leave a relative error below 1e-15."""
+    square, term, total = x * x, x, x
+    for n in range(1, 14):
+        term = term * square * (-(2 * n - 1) / (n * (2 * n + 1)))
+        total = total + term
+    return total * _TWO_OVER_SQRT_PI
+
+
+def _erf_gradient(ctx, grad_output):
+    (x,) = ctx.saved_tensors
+    return grad_output * ((-x * x).exp() * _TWO_OVER_SQRT_PI)
+
+
+class _Erf(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        tail = 1.0 - _erfc_of_magnitude(x.abs())
+        return where(x.abs() < 0.5, _erf_near_zero(x), where(x < 0, -tail, tail))
+
+    backward = staticmethod(_erf_gradient)
+
+
+class _Erfc(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        upper = _erfc_of_magnitude(x.abs())
+        return where(x < 0, 2.0 - upper, upper)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return -_erf_gradient(ctx, grad_output)
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function (relative error about 1e-15; see _ERFC_CHEBYSHEV)."""
+    return _Erf.apply(x if irtypes.is_float(x.dtype) else x.to(float32))
+
+
+def erfc(x: Tensor) -> Tensor:
+    """1 - erf(x), accurate in relative terms where it is tiny (large x)."""
+    return _Erfc.apply(x if irtypes.is_float(x.dtype) else x.to(float32))
+
+
+def format_tensor(x: Tensor, spec: str) -> str:
+    """`f"{loss:.3f}"` formats a one-element tensor's value, as PyTorch does."""
+    if not spec:
+        return str(x)
+    if x.ndim != 0:
+        raise ArgumentError(f"format spec {spec!r} needs a 0-d tensor, this one has shape "
+                            f"{list(x.shape)}; use .item() or .tolist()")
+    return format(x.item(), spec)
+
+
+def eye(n: int, m: int | None = None, dtype=float32) -> Tensor:
+    """The n x m identity matrix."""
+    shape = (n, n if m is None else m)
+    return (iota(shape, 0) == iota(shape, 1)).to(dtype)
+
+
+def empty(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """A tensor of `shape`. PyTorch leaves its values undefined; here they are zeros."""
+    return full(*shape, fill_value=0, dtype=dtype, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps: int, dtype=None) -> Tensor:
+    """`steps` evenly spaced values from start to end; as PyTorch, the first half counts up from
+    start and the second half down from end, so both ends are exact (one step is `start`)."""
+    if steps < 0:
+        raise ArgumentError(f"linspace needs a non-negative number of steps, got {steps}")
+    dtype = irtypes.as_dtype(dtype or float32)
+    index = iota((steps,), 0, irtypes.float64)
+    step = (end - start) / builtins.max(steps - 1, 1)
+    halfway = builtins.max(steps // 2, 1)
+    values = where(index < halfway, index * step + start, end - (steps - 1 - index) * step)
+    return values.to(dtype)
+
+
+# Tensor methods, and the names that are also `tr.<name>` functions.
+METHODS = {
+    "floor": floor, "floor_divide": floor_divide, "remainder": remainder,
+    "var": var, "std": std, "norm": norm, "amax": amax, "amin": amin, "logsumexp": logsumexp,
+    "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
+    "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
+}
+for _name, _method in METHODS.items():
+    setattr(Tensor, _name, _method)
+Tensor.__floordiv__ = floor_divide
+Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
+Tensor.__mod__ = remainder
+Tensor.__rmod__ = lambda self, other: remainder(other, self)
+Tensor.__format__ = format_tensor
+for _name in ("masked_fill", "addcmul", "addcdiv", "lerp", "floor", "remainder", "floor_divide"):
+    setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
+        getattr(self, _name)(*args, **kwargs), _name + "_"))
+Tensor.__ifloordiv__ = Tensor.floor_divide_
+Tensor.__imod__ = Tensor.remainder_
+
+FUNCTIONS = dict(METHODS, eye=eye, empty=empty, linspace=linspace)

@@ -1,0 +1,123 @@
+"""Randomness: integers and permutations from the numpy generator `tr.manual_seed` seeds (eager
+only: a traced function would bake the numbers in, so there they raise, as tr.randn does), and
+`Generator`, a counter-based generator built from primitives, whose numbers are the same eagerly
+and traced and whose state is a tensor advanced in place (dropout's masks).
+
+A Generator's state is one int64 counter. Drawing n numbers hashes the counters state .. state+n-1
+and adds n to the state, so a traced draw reads the state as a runtime input and writes it back
+advanced: a new mask on every call, never one baked into the compiled code. The hash is
+Widynski's Squares, which needs only multiplication, addition and swapping 32-bit halves (taken
+exactly through a float64 round trip: there are no bitwise primitives). Integer arithmetic wraps
+modulo 2**64 in numpy and in the compiled code alike, so eager, interpreted and compiled draws
+agree bit for bit.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from tracer.errors import ArgumentError, TracingError
+from tracer.tensor import (Tensor, _leaf, _shape_arguments, as_dtype, eager_generator, float64,
+                           int64, iota, where)
+from tracer.tensor import manual_seed as _seed_numpy_generator
+
+
+def randint(*args, size=None, dtype=int64, requires_grad: builtins.bool = False) -> Tensor:
+    """Uniform integers in [low, high): `randint(high, size)` or `randint(low, high, size)`."""
+    if size is None:
+        if not args or not isinstance(args[-1], (tuple, list)):
+            raise ArgumentError("randint takes (high, size) or (low, high, size), size a tuple")
+        *args, size = args
+    if len(args) not in (1, 2):
+        raise ArgumentError("randint takes (high, size) or (low, high, size)")
+    low, high = (0, args[0]) if len(args) == 1 else args
+    if high <= low:
+        raise ArgumentError(f"randint needs low < high, got low={low}, high={high}")
+    generator = eager_generator("randint")
+    sample = generator.integers(low, high, _shape_arguments((size,)), dtype=np.int64)
+    return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
+
+
+def randperm(n: int, dtype=int64, requires_grad: builtins.bool = False) -> Tensor:
+    """A random permutation of 0 .. n-1."""
+    if n < 0:
+        raise ArgumentError(f"randperm needs n >= 0, got {n}")
+    sample = eager_generator("randperm").permutation(n)
+    return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
+
+
+# The key of Widynski's "Squares" counter-based generator (arXiv:2004.06278): a 64-bit constant
+# with varied hexadecimal digits, as its key rules ask.
+_KEY = int(np.uint64(0xC58EFD154CE32F6D).astype(np.int64))
+_TWO_32 = 2 ** 32
+
+
+def _halves(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The high and low 32 bits of an int64 tensor, each as an int64 in [0, 2**32). float64 keeps
+    x's top 53 bits, so its truncated quotient by 2**32 is off by at most one, which the range of
+    the low part then corrects."""
+    high = (x.to(float64) * 2.0 ** -32).to(int64)
+    low = x - high * _TWO_32
+    below, above = low < 0, low >= _TWO_32
+    low = where(below, low + _TWO_32, where(above, low - _TWO_32, low))
+    high = where(below, high - 1, where(above, high + 1, high))
+    return where(high < 0, high + _TWO_32, high), low
+
+
+def _squares(counter: Tensor) -> Tensor:
+    """Squares' 32-bit output for each int64 counter, in [0, 2**32): four rounds of squaring
+    (the only non-linear operation among the primitives here) and swapping the halves."""
+    y = counter * _KEY
+    z = y + _KEY
+    x = y
+    for addend in (y, z, y):
+        high, low = _halves(x * x + addend)
+        x = low * _TWO_32 + high
+    return _halves(x * x + z)[0]
+
+
+def _seed_state(seed: int) -> int:
+    """Seeds start their counters far apart: the seed through SplitMix64 (exact, in Python)."""
+    x = (int(seed) + 0x9E3779B97F4A7C15) % 2 ** 64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2 ** 64
+    return int(np.uint64(x ^ (x >> 31)).astype(np.int64))
+
+
+class Generator:
+    """A counter-based random generator whose state is an int64 tensor (`.state`)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.state = _leaf(np.zeros((), np.int64), False)
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed: int) -> "Generator":
+        self.state._eager_array("Generator.manual_seed")[()] = _seed_state(seed)
+        self.state._mark_changed()
+        return self
+
+    def uniform(self, shape: tuple[int, ...], what: str) -> Tensor:
+        """float64 numbers uniform in [0, 1) on multiples of 2**-32; advances the state."""
+        count = int(np.prod(shape, dtype=np.int64))
+        counters = self.state + iota((count,), 0).reshape(shape)
+        numbers = _squares(counters).to(float64) * 2.0 ** -32
+        try:
+            self.state.add_(count)
+        except TracingError:
+            raise TracingError(
+                f"{what} inside a traced function draws from a generator whose state is not an "
+                f"argument of the traced function, so it cannot advance between calls (the same "
+                f"numbers every call); pass its state as an argument, "
+                f"tr.default_generator.state, or call it in eval mode") from None
+        return numbers
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed every generator of the library: the numpy one (randn, rand, randint, randperm,
+    initializations) and `tr.default_generator` (dropout)."""
+    _seed_numpy_generator(seed)
+    default_generator.manual_seed(seed)
