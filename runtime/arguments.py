@@ -70,7 +70,7 @@ def leaf_signature(value, position: dict[int, int]) -> tuple:
         if value._trace is not None:
             raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
                                 "function; return tensors from traced functions instead")
-        grad = value.grad
+        grad = value._grad
         grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
         alias = position.setdefault(id(value), len(position))
         return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
@@ -84,22 +84,19 @@ def parameter_name(path: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
 
 
-def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
-                     captured: Sequence[Tensor]) -> list[np.ndarray]:
-    """The arrays a call passes to the compiled code, one per parameter (see Entry)."""
+def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> list[np.ndarray]:
+    """The arrays a call passes to the compiled code, one per parameter (see Entry); `values` are
+    the argument leaves followed by the captured tensors."""
     arrays = []
     for kind, index in sources:
+        value = values[index]
         if kind == "leaf":
-            value = values[index]
             arrays.append(value._handle if isinstance(value, Tensor) else value)
         elif kind == "grad":
-            arrays.append(values[index].grad._handle)
-        elif kind == "number":
-            value = values[index]
+            arrays.append(value._grad._handle)
+        else:
             arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                    else np.float64))
-        else:
-            arrays.append(captured[index]._handle)
     return arrays
 
 
@@ -108,9 +105,9 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     with another argument (the traced function treated them as separate values)."""
     for index, kind, _ in entry.writebacks:
         value = values[index]
-        if kind == "grad" and value.grad is None:
+        if kind == "grad" and value._grad is None:
             continue  # a new .grad array is made
-        target = value.grad._handle if kind == "grad" else (
+        target = value._grad._handle if kind == "grad" else (
             value._handle if isinstance(value, Tensor) else value)
         name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
         if not target.flags.writeable:

@@ -1,61 +1,223 @@
-"""Guards: what a traced function reads outside its arguments (tensors, arrays and numbers in its
-globals and closure, and the tensors it captured) and whether that has changed since it was
-traced, in which case the signature traces again (as torch.compile's guards do)."""
+"""Guards: what a traced function reads besides its arguments, and whether that has changed since
+it was traced, in which case the signature traces again (as torch.compile's guards do).
+
+Before tracing, everything the function can reach is walked once: the globals it names (and those
+of the functions and methods it can call), its closure, its `self`, the objects passed to it as
+static arguments, and from there attributes, list and dict items. For every path that ends at a
+tensor the function then captured, the guard checks that the path still reaches that very tensor
+(`model.w = new_tensor` traces again); for every path that ends at a Python number, string, None or
+numpy array, that it still holds the value seen before tracing (a module's `p = 0.5`, baked into
+the code). The tensors captured are runtime inputs, read on every call; their shape, dtype,
+requires_grad and .grad are checked too. A tensor reached in some other way (returned by a method,
+say) is guarded by identity only: rebinding it is not seen.
+"""
 from __future__ import annotations
 
 import numbers
+import operator
+import os
+import sys
+import sysconfig
+import types
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from tracer.errors import project_file
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry
 
+# (what to call it, read its current value, the value when traced)
+Guard = tuple[str, Callable[[], Any], Any]
 
-def captured_types(tensors: Sequence[Tensor]) -> list[tuple]:
-    return [(t.shape, t.dtype, t.requires_grad) for t in tensors]
+# The walk's bounds: deeper objects, longer containers and more objects than this are not looked
+# into (a tensor found only there is guarded by identity only).
+MAX_DEPTH = 8
+MAX_ITEMS = 64
+MAX_OBJECTS = 2000
+
+# Objects of the standard library and of installed packages hold no user state worth guarding,
+# nor do the globals of their code or of the project's own code (the project's objects, a
+# tr.nn.Module or an optimizer, do).
+_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
+                    for key in ("stdlib", "purelib", "platlib")})
 
 
-def _is_guarded(value) -> bool:
-    return isinstance(value, (Tensor, np.ndarray, numbers.Number))
+def _library_file(filename: str) -> bool:
+    return filename.startswith(_LIBRARIES) and not project_file(filename)
 
 
-def _same(current, traced) -> bool:
-    if isinstance(traced, (Tensor, np.ndarray)):
-        return current is traced
-    return type(current) is type(traced) and (current == traced or current != current)
+def _library_class(cls: type) -> bool:
+    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if filename is None:  # a builtin, or the code typed into an interactive interpreter
+        return cls.__module__ != "__main__"
+    return _library_file(filename)
 
 
-def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]:
-    """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
-    from its closure (not those of the functions it calls)."""
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return []
-    guards = []
-    namespace = getattr(function, "__globals__", {})
-    for name in code.co_names:
-        if _is_guarded(namespace.get(name)):
-            guards.append((f"global {name}", lambda name=name: namespace.get(name),
-                           namespace[name]))
-    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+def captured_state(tensors: Sequence[Tensor]) -> list[tuple]:
+    """What the compiled code assumes of each captured tensor."""
+    return [(t._handle.shape, t._handle.dtype, t._requires_grad,
+             None if t._grad is None else (t._grad._handle.shape, t._grad._handle.dtype))
+            for t in tensors]
+
+
+@dataclass
+class Reached:
+    """What a walk found: the paths to every tensor, and the value at the end of every other
+    guarded path, as (name, root, steps)."""
+    tensors: dict[int, list[tuple]] = field(default_factory=dict)
+    values: list[tuple[tuple, Any]] = field(default_factory=list)
+    _seen: set[int] = field(default_factory=set)
+
+
+def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -> Reached:
+    """Walk what `function` (a function, bound method or callable object) and the objects passed
+    to it as static arguments, named, can reach."""
+    reached = Reached()
+    _walk_callable(function, reached, 0, "self")
+    for name, value in static_arguments:
+        if not _is_value(value):
+            _walk(value, (name, value, ()), reached, 0)
+    return reached
+
+
+def guards_for(reached: Reached, captured: Sequence[Tensor]) -> list[Guard]:
+    """The guards of a signature whose trace captured `captured`."""
+    paths = [(path, tensor) for tensor in captured for path in reached.tensors.get(id(tensor), ())]
+    paths += reached.values
+    return [_guard(path, value) for path, value in paths if path[2]]  # a root is itself
+
+def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
+    """What to call each captured tensor in messages: the first path found to it."""
+    return [reached.tensors[id(t)][0][0] if id(t) in reached.tensors else f"captured tensor {k}"
+            for k, t in enumerate(captured)]
+
+
+def _guard(path: tuple, traced) -> Guard:
+    name, root, steps = path
+    if all(kind == "attr" for kind, _ in steps):  # the common `self.layer.w`: one C call
+        getter = operator.attrgetter(".".join(key for _, key in steps)) if steps else None
+        read = (lambda: root) if getter is None else (lambda: getter(root))
+    else:
+        def read():
+            value = root
+            for kind, key in steps:
+                value = getattr(value, key) if kind == "attr" else value[key]
+            return value
+    return name, read, traced
+
+
+def _child(path: tuple, kind: str, key) -> tuple:
+    name, root, steps = path
+    return (f"{name}.{key}" if kind == "attr" else f"{name}[{key!r}]", root, (*steps, (kind, key)))
+
+
+def _is_value(value) -> bool:
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray))
+
+
+def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
+    if isinstance(value, Tensor):
+        reached.tensors.setdefault(id(value), []).append(path)
+        return
+    if _is_value(value):
+        reached.values.append((path, value))
+        return
+    if (depth >= MAX_DEPTH or id(value) in reached._seen or len(reached._seen) >= MAX_OBJECTS
+            or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
+        return
+    reached._seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        if len(value) <= MAX_ITEMS:
+            for index, item in enumerate(value):
+                _walk(item, _child(path, "item", index), reached, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) <= MAX_ITEMS:
+            for key, item in list(value.items()):
+                if isinstance(key, (str, int, Tensor)):
+                    _walk(item, _child(path, "item", key), reached, depth + 1)
+    elif isinstance(value, (types.FunctionType, types.MethodType)):
+        _walk_callable(value, reached, depth, path[0])
+    elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
+        _walk_callable(value.python_function, reached, depth, path[0])
+    elif hasattr(value, "__dict__") and not _library_class(type(value)):
+        for key, item in list(vars(value).items()):
+            if not key.startswith("__"):
+                _walk(item, _child(path, "attr", key), reached, depth + 1)
+        _walk_class(type(value), reached, depth)
+
+
+def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:
+    """The globals and closure of a function; the object and function of a bound method; the
+    attributes and methods of a callable object."""
+    if isinstance(function, types.MethodType):
+        _walk(function.__self__, (self_name, function.__self__, ()), reached, depth + 1)
+        function = function.__func__
+    if not isinstance(function, types.FunctionType):
+        if not isinstance(function, type):  # a callable object
+            _walk(function, (self_name, function, ()), reached, depth)
+        return
+    if id(function) in reached._seen:
+        return
+    reached._seen.add(id(function))
+    code = function.__code__
+    if _library_file(code.co_filename) or project_file(code.co_filename):
+        return
+    namespace = function.__globals__
+    for name in sorted(_names(code)):
+        if name in namespace:
+            _walk(namespace[name], (f"global {name}", namespace, (("item", name),)),
+                  reached, depth + 1)
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not bound yet
             continue
-        if _is_guarded(value):
-            guards.append((f"closure variable {name}", lambda cell=cell: cell.cell_contents, value))
-    return guards
+        _walk(value, (f"closure variable {name}", cell, (("attr", "cell_contents"),)),
+              reached, depth + 1)
+
+
+def _walk_class(cls: type, reached: Reached, depth: int) -> None:
+    """The globals the methods of an object's class read (those of user code)."""
+    for klass in cls.__mro__:
+        if id(klass) in reached._seen or _library_class(klass):
+            continue
+        reached._seen.add(id(klass))
+        for member in vars(klass).values():
+            member = getattr(member, "__func__", getattr(member, "fget", member))
+            if isinstance(member, types.FunctionType):
+                _walk_callable(member, reached, depth, "self")
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global (and attribute) names a code object and the code nested in it use."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names(constant)
+    return names
+
+
+def _same(current, traced) -> bool:
+    if isinstance(traced, (Tensor, np.ndarray)) or traced is None:
+        return current is traced
+    return type(current) is type(traced) and (
+        current == traced or (current != current and traced != traced))  # NaN is NaN
 
 
 def captured_change(entry: Entry) -> str:
     """What the entry was traced with outside its arguments and has changed since (a recompile
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
-    if entry.captured and entry.captured_types != captured_types(entry.captured):
-        return "shape, dtype or requires_grad of a tensor read outside the arguments"
+    if entry.captured and entry.captured_state != captured_state(entry.captured):
+        return "shape, dtype, requires_grad or .grad of a tensor read outside the arguments"
     for name, read, traced in entry.guards:
-        if not _same(read(), traced):
+        try:
+            current = read()
+        except (AttributeError, LookupError, TypeError, ValueError):
+            return f"{name}: removed"
+        if not _same(current, traced):
             return f"{name}: rebound"
     return ""

@@ -26,7 +26,8 @@ from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, ow
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import captured_change, captured_types, scope_guards
+from tracer.runtime.guards import (captured_change, captured_names, captured_state, guards_for,
+                                   reachable)
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
@@ -50,14 +51,15 @@ class Entry:
     # (argument leaf index, "data" | "grad", output index) for every value written back.
     writebacks: list[tuple[int, str, int]]
     cleared_grads: list[int]              # argument leaves whose .grad the function set to None
-    # Where each parameter comes from: ("leaf" | "number" | "grad" | "captured", index).
+    # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
     parameter_sources: list[tuple[str, int]]
-    captured: list[Tensor]
-    captured_types: list[tuple]
+    captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
+    captured_state: list[tuple]
     stages: dict[str, str] = field(default_factory=dict)
     leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
     # (name, read the current value, the value when traced) of what the function reads from its
-    # globals and closure: a tensor, array or number there that changes means tracing again.
+    # globals, closure and objects: a tensor, array or number there that changes means tracing
+    # again (see runtime/guards.py).
     guards: list[tuple[str, Callable[[], Any], Any]] = field(default_factory=list)
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
@@ -92,14 +94,27 @@ class TracedFunction:
         self._signatures.clear()
 
     # Signatures.
-    def _split(self, args, kwargs):
-        """(structure, runtime leaves with paths) of the call's arguments; the structure
-        unflattens to (args, kwargs)."""
+    def _names(self, args) -> list[str]:
+        """The parameter names of the positional arguments."""
         names = [f"arg{i}" for i in range(len(args))]
         if self._signature is not None:
             parameters = [p for p in self._signature.parameters.values()
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             names[:len(parameters)] = [p.name for p in parameters][:len(args)]
+        return names
+
+    def _static_objects(self, args, kwargs) -> list[tuple[str, Any]]:
+        """The named arguments that are static values (objects whose tensors are captured)."""
+        structure, _ = self._split(args, kwargs)
+        (_, (positional, (_, keywords, keyword_nodes))) = structure
+        named = [*zip(self._names(args), args, positional[1]),
+                 *((key, kwargs[key], node) for key, node in zip(keywords, keyword_nodes))]
+        return [(name, value) for name, value, node in named if node[0] == "static"]
+
+    def _split(self, args, kwargs):
+        """(structure, runtime leaves with paths) of the call's arguments; the structure
+        unflattens to (args, kwargs)."""
+        names = self._names(args)
         leaves: list = []
         positional = []
         static = {i + len(args) if i < 0 else i for i in self.static_argnums}
@@ -133,7 +148,7 @@ class TracedFunction:
         for value in args:
             kind = type(value)
             if kind is Tensor:
-                grad = value.grad
+                grad = value._grad
                 parts.append((value._handle.shape, value._handle.dtype, value._requires_grad,
                               None if grad is None else (grad._handle.shape, grad._handle.dtype),
                               value._trace is None))
@@ -176,52 +191,46 @@ class TracedFunction:
         proxies: list = []
         sources: list[tuple[str, int]] = []
         seen: dict[int, Any] = {}
-        originals: dict[int, tuple] = {}  # leaf index -> (data handle, grad handle) on entry
-        guards = scope_guards(self.python_function)
+        # (leaf index, what stands for it in the trace, its data and .grad handles on entry)
+        stand_ins: list[tuple[int, Tensor, Any, Any]] = []
+        reached = reachable(self.python_function, self._static_objects(args, kwargs))
         with tracing(trace):
-            for index, (value, path) in enumerate(leaves):
-                if id(value) in seen and not isinstance(value, numbers.Number):
-                    proxies.append(seen[id(value)])
-                    continue
-                proxy = self._proxy(trace, value, parameter_name(path), index, sources)
-                seen[id(value)] = proxy
-                proxies.append(proxy)
-                if isinstance(value, Tensor):
-                    trace.arguments[id(value)] = proxy  # also read through a global name
-                originals[index] = (proxy._handle, proxy.grad._handle if proxy.grad is not None
-                                    else None)
-            structure, _ = self._split(args, kwargs)
-            rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
-            result = self.python_function(*rebuilt, **rebuilt_kwargs)
-            result_leaves: list = []
-            result_structure = flatten(result, result_leaves, "result")
-            function = trace.function
-            outputs = [self._result_value(trace, value) for value, _ in result_leaves]
-            writebacks, cleared = [], []
-            for index, (original_data, original_grad) in originals.items():
-                proxy = proxies[index]
-                if not isinstance(proxy, Tensor) or proxy._weak:
-                    continue
-                if proxy._handle is not original_data:
-                    writebacks.append((index, "data", len(outputs)))
-                    outputs.append(proxy._handle)
-                if proxy.grad is None:
-                    if original_grad is not None:
-                        cleared.append(index)
-                elif proxy.grad._handle is not original_grad:
-                    writebacks.append((index, "grad", len(outputs)))
-                    outputs.append(trace.handle_of(proxy.grad))
-            function.outputs = outputs
-            stages = {"traced": ir.format_function(function)}
-            timings["trace"] = time.perf_counter() - started
-            # the autodiff pass rewrites the graph: the check evaluates the traced one
-            unexpanded = function.copy() if self.check_grads else None
-            # The traced text names custom rules (@MyReLU.0) that parse back only while they are
-            # alive; the autodiff pass drops them from the graph, so the entry keeps them.
-            rules = [i.attributes["rule"] for i in function.instructions
-                     if isinstance(i.attributes.get("rule"), ir.CustomRule)]
-            ir.verify(function)
-            ir.expand_gradients(function)
+            try:
+                for index, (value, path) in enumerate(leaves):
+                    if id(value) in seen and not isinstance(value, numbers.Number):
+                        proxies.append(seen[id(value)])
+                        continue
+                    proxy = self._proxy(trace, value, parameter_name(path), index, sources)
+                    seen[id(value)] = proxy
+                    proxies.append(proxy)
+                    if isinstance(value, Tensor):
+                        trace.arguments[id(value)] = proxy  # also read through a global name
+                    if not proxy._weak:  # a tensor or array (not a number)
+                        stand_ins.append((index, proxy, proxy._handle, _handle(proxy._grad)))
+                structure, _ = self._split(args, kwargs)
+                rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
+                result = self.python_function(*rebuilt, **rebuilt_kwargs)
+                result_leaves: list = []
+                result_structure = flatten(result, result_leaves, "result")
+                function = trace.function
+                outputs = [self._result_value(trace, value) for value, _ in result_leaves]
+                stand_ins += [(len(leaves) + k, c.tensor, c.value, _handle(c.grad))
+                              for k, c in enumerate(trace.captured) if not c.constant]
+                writebacks, cleared = self._writebacks(trace, stand_ins, outputs)
+                function.outputs = outputs
+                stages = {"traced": ir.format_function(function)}
+                timings["trace"] = time.perf_counter() - started
+                # the autodiff pass rewrites the graph: the check evaluates the traced one
+                unexpanded = function.copy() if self.check_grads else None
+                # The traced text names custom rules (@MyReLU.0) that parse back only while they are
+                # alive; the autodiff pass drops them from the graph, so the entry keeps them.
+                rules = [i.attributes["rule"] for i in function.instructions
+                         if isinstance(i.attributes.get("rule"), ir.CustomRule)]
+                ir.verify(function)
+                ir.expand_gradients(function)
+            finally:
+                trace.release()
+        captured = [c.tensor for c in trace.captured]
         ir.verify(function)
         stages["grad"] = ir.format_function(function)
         timings["grad"] = time.perf_counter() - started - sum(timings.values())
@@ -229,10 +238,11 @@ class TracedFunction:
         ir.verify(optimized)
         stages["optimized"] = ir.format_function(optimized)
         timings["optimize"] = time.perf_counter() - started - sum(timings.values())
-        sources += [("captured", index) for index in range(len(trace.captured))]
+        for k, c in enumerate(trace.captured):
+            sources += [("leaf", len(leaves) + k)] + [("grad", len(leaves) + k)] * (c.grad is not None)
+        values = [value for value, _ in leaves] + captured
         if unexpanded is not None:
-            check_custom_backwards(unexpanded, parameter_arrays(
-                sources, [value for value, _ in leaves], [t for t, _ in trace.captured]))
+            check_custom_backwards(unexpanded, parameter_arrays(sources, values))
             timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
         # Updated data and .grad are written straight into the argument's buffer where that is safe.
         parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
@@ -241,18 +251,36 @@ class TracedFunction:
                       if ("leaf" if kind == "data" else "grad", index) in parameter_of}
         executable = compile_function(optimized, write_into=write_into)
         timings["backend"] = time.perf_counter() - started - sum(timings.values())
-        entry = Entry(result_structure, executable,
-                      len(result_leaves), writebacks,
-                      cleared, sources, [t for t, _ in trace.captured],
-                      captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
+        entry = Entry(result_structure, executable, len(result_leaves), writebacks, cleared, sources,
+                      captured, captured_state(captured), stages=stages, rules=rules)
         if not writebacks and not cleared:
             entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
-        entry.guards = guards
+        entry.guards = guards_for(reached, captured)
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
+        entry.leaf_names.update({len(leaves) + k: name for k, name in
+                                 enumerate(captured_names(reached, captured))})
         entry.timings = timings
         self._dump(entry)
         return entry
+
+    @staticmethod
+    def _writebacks(trace: Trace, stand_ins: list, outputs: list) -> tuple[list, list]:
+        """What the traced function changed of the tensors standing for its arguments and captured
+        tensors: (leaf index, "data" | "grad", output index) of every value to write back, each
+        appended to `outputs`, and the leaves whose .grad it set to None."""
+        writebacks, cleared = [], []
+        for index, tensor, original_data, original_grad in stand_ins:
+            if tensor._handle is not original_data:
+                writebacks.append((index, "data", len(outputs)))
+                outputs.append(tensor._handle)
+            if tensor._grad is None:
+                if original_grad is not None:
+                    cleared.append(index)
+            elif tensor._grad._handle is not original_grad:
+                writebacks.append((index, "grad", len(outputs)))
+                outputs.append(trace.handle_of(tensor._grad))
+        return writebacks, cleared
 
     def _log_compiled(self, entry: Entry) -> None:
         def times(timings: dict[str, float]) -> str:
@@ -283,10 +311,11 @@ class TracedFunction:
         sources.append(("leaf", index))
         requires_grad = isinstance(value, Tensor) and value.requires_grad
         proxy = Tensor._make(handle, trace, requires_grad, leaf=True)
-        if isinstance(value, Tensor) and value.grad is not None:
-            grad_handle = trace.parameter(f"{name}_grad", TensorType(value.grad.shape, value.grad.dtype))
+        grad = value._grad if isinstance(value, Tensor) else None
+        if grad is not None:
+            grad_handle = trace.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
             sources.append(("grad", index))
-            proxy.grad = Tensor._make(grad_handle, trace, False)
+            proxy._grad = Tensor._make(grad_handle, trace, False)
         return proxy
 
     @staticmethod
@@ -329,7 +358,9 @@ class TracedFunction:
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
-        arrays = parameter_arrays(entry.parameter_sources, values, entry.captured)
+        if entry.captured:
+            values = [*values, *entry.captured]
+        arrays = parameter_arrays(entry.parameter_sources, values)
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
@@ -342,14 +373,14 @@ class TracedFunction:
                     np.copyto(array, outputs[output])
                 if isinstance(target, Tensor):
                     target._mark_changed()
-            elif target.grad is None:
-                target.grad = Tensor._make(owned(outputs[output], inputs), None, False)
+            elif target._grad is None:
+                target._grad = Tensor._make(owned(outputs[output], inputs), None, False)
             else:
-                if outputs[output] is not target.grad._handle:
-                    np.copyto(target.grad._handle, outputs[output])
-                target.grad._mark_changed()
+                if outputs[output] is not target._grad._handle:
+                    np.copyto(target._grad._handle, outputs[output])
+                target._grad._mark_changed()
         for index in entry.cleared_grads:
-            values[index].grad = None
+            values[index]._grad = None
         results = [Tensor._make(owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
         if entry.differentiable and is_grad_enabled():
@@ -359,6 +390,10 @@ class TracedFunction:
         if entry.structure == ("leaf",):
             return results[0]
         return unflatten(entry.structure, results)
+
+
+def _handle(tensor: Tensor | None):
+    return None if tensor is None else tensor._handle
 
 
 def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = (),

@@ -410,11 +410,13 @@ def test_random_inside_trace():
     check_message(error, here() - 1, "argument")
 
 
-def test_captured_tensor_requiring_grad():
+def test_captured_tensor_computed_outside_from_tensors_requiring_grad():
     w, b, x = params()
+    doubled = w * 2  # not a leaf: the compiled code cannot send its gradient on to w
     with pytest.raises(tr.TracingError) as error:
-        tr.trace(lambda x: (x * w).sum())(x)
-    check_message(error, here() - 1, "argument")
+        tr.trace(lambda x: (x * doubled).sum())(x)
+    check_message(error, here() - 1, "detach()")
+    assert doubled._trace is None and doubled.grad_fn is not None  # left as it was
 
 
 class SavesOutput(tr.Function):

@@ -11,10 +11,15 @@ _PROJECT_FOLDERS = tuple(
     for folder in ("tracer", "ir", "runtime", "codegen"))
 
 
+def project_file(filename: str) -> bool:
+    """Whether `filename` is the project's own code."""
+    return filename.startswith(_PROJECT_FOLDERS)
+
+
 def user_frame():
     """The innermost stack frame that belongs to user code, or None."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PROJECT_FOLDERS):
+    while frame is not None and project_file(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 

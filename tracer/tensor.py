@@ -309,7 +309,7 @@ def _fresh(tensor: "Tensor") -> "Tensor":
 class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
-    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
+    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "_grad", "_base",
                  "_view_of", "_view_base", "_view_version", "_base_version",
                  "_version", "_changed_at", "_saved_by", "_weak", "_leaf", "_accumulator",
                  "__weakref__")
@@ -325,7 +325,7 @@ class Tensor:
         self._requires_grad = requires_grad
         self._node = node
         self._output_index = output_index
-        self.grad = None
+        self._grad = None
         self._version = 0
         self._changed_at = None
         self._saved_by: list = []  # weak references to the tape nodes that saved this tensor
@@ -387,6 +387,21 @@ class Tensor:
         if self._trace is not None and requires_grad and not any(t is self for t in self._trace.leaves):
             self._trace.leaves.append(self)
         return self
+
+    @property
+    def grad(self) -> "Tensor | None":
+        trace = state.trace
+        if trace is not None and self._trace is None:  # reached from outside the traced function
+            return trace.grad_of(self)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        trace = state.trace
+        if trace is not None and self._trace is None:
+            trace.set_grad(self, value)
+        else:
+            self._grad = value
 
     @property
     def is_leaf(self) -> builtins.bool:
@@ -1015,7 +1030,8 @@ def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
         if requires_grad:
             raise TracingError("tr.tensor(..., requires_grad=True) inside a traced function; "
                                "pass it as an argument")
-        return Tensor._make(state.trace.capture(_leaf(array, False)), state.trace, False)
+        return Tensor._make(state.trace.capture(_leaf(array, False), constant=True), state.trace,
+                            False)
     return _leaf(array, requires_grad)
 
 
