@@ -21,20 +21,23 @@ def _is_runtime_leaf(value) -> bool:
         isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
 
 
-def flatten(tree, leaves: list, path: str) -> tuple:
+def flatten(tree, leaves: list, path: str, static_ints: frozenset[str] = frozenset()) -> tuple:
     """Append the runtime leaves of `tree` to `leaves` (with their paths); return its hashable
-    structure, in which static (non-array, non-number) values stand for themselves."""
-    if _is_runtime_leaf(tree):
+    structure, in which static values (not arrays, not numbers, and ints at the paths in
+    `static_ints`) stand for themselves."""
+    if _is_runtime_leaf(tree) and not (path in static_ints and isinstance(tree, numbers.Integral)):
         leaves.append((tree, path))
         return ("leaf",)
     if isinstance(tree, (list, tuple)):
         kind = "list" if isinstance(tree, list) else "tuple"
-        items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
+        items = tuple(flatten(item, leaves, f"{path}_{i}", static_ints)
+                      for i, item in enumerate(tree))
         if hasattr(tree, "_fields"):  # a named tuple comes back as one
             return (kind, items, type(tree))
         return (kind, items)
     if isinstance(tree, dict):
-        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}", static_ints)
+                                           for k, v in tree.items()))
     if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
         leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
         return ("leaf",)

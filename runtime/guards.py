@@ -13,6 +13,7 @@ say) is guarded by identity only: rebinding it is not seen.
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import operator
 import os
@@ -84,11 +85,39 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     return reached
 
 
-def guards_for(reached: Reached, captured: Sequence[Tensor]) -> list[Guard]:
-    """The guards of a signature whose trace captured `captured`."""
+def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | None) -> list[Guard]:
+    """The guards of a signature whose trace captured `captured`: every path to those tensors,
+    and the paths to other values whose attribute names and dict keys are all in `used` (the
+    names and string constants of the code that ran while tracing; None: all paths)."""
     paths = [(path, tensor) for tensor in captured for path in reached.tensors.get(id(tensor), ())]
-    paths += reached.values
+    paths += [(path, value) for path, value in reached.values
+              if used is None or all(not isinstance(key, str) or key in used
+                                     for _, key in path[2])]
     return [_guard(path, value) for path, value in paths if path[2]]  # a root is itself
+
+
+@contextlib.contextmanager
+def recording_names():
+    """A set that fills, inside the block, with the names and string constants of the Python code
+    that runs (None if another profiler is active: sys.setprofile is not ours to take)."""
+    if sys.getprofile() is not None:
+        yield None
+        return
+    codes: set = set()
+
+    def profile(frame, event, _):
+        if event == "call":
+            codes.add(frame.f_code)
+
+    used = {"cell_contents"}
+    sys.setprofile(profile)
+    try:
+        yield used
+    finally:
+        sys.setprofile(None)
+        for code in codes:
+            used.update(code.co_names)
+            used.update(c for c in code.co_consts if isinstance(c, str))
 
 def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
     """What to call each captured tensor in messages: the first path found to it."""
@@ -129,6 +158,9 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if (depth >= MAX_DEPTH or id(value) in reached._seen or len(reached._seen) >= MAX_OBJECTS
             or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
         return
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        _walk_callable(value, reached, depth, path[0])
+        return
     reached._seen.add(id(value))
     if isinstance(value, (list, tuple)):
         if len(value) <= MAX_ITEMS:
@@ -139,8 +171,6 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             for key, item in list(value.items()):
                 if isinstance(key, (str, int, Tensor)):
                     _walk(item, _child(path, "item", key), reached, depth + 1)
-    elif isinstance(value, (types.FunctionType, types.MethodType)):
-        _walk_callable(value, reached, depth, path[0])
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif hasattr(value, "__dict__") and not _library_class(type(value)):

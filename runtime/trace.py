@@ -13,6 +13,7 @@ import logging
 import numbers
 import os
 import time
+import types
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -27,11 +28,11 @@ from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
 from tracer.runtime.guards import (captured_change, captured_names, captured_state, guards_for,
-                                   reachable)
+                                   reachable, recording_names)
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
-from tracer.errors import ArgumentError
+from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.tensor import Tensor, check_current, from_numpy
 from tracer.tracing import Trace, tracing
 
@@ -75,16 +76,26 @@ class TracedFunction:
 
     def __init__(self, function: Callable, static_argnums: Sequence[int] = (),
                  check_grads: bool = False):
-        functools.update_wrapper(self, function)
+        # a callable object's attributes are its state, not the wrapper's
+        functools.update_wrapper(self, function, updated=(
+            ("__dict__",) if isinstance(function, types.FunctionType) else ()))
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
-        self._signatures = SignatureCache(getattr(function, "__qualname__", "function"))
-        self._name = getattr(function, "__name__", "function")
+        self._name = getattr(function, "__name__", type(function).__name__)
+        self._signatures = SignatureCache(getattr(function, "__qualname__", self._name))
         self.check_grads = check_grads
+        # paths of the int arguments found to be used as sizes, indices or loop bounds: static
+        self._specialized: frozenset[str] = frozenset()
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+
+    def __get__(self, instance, owner=None):
+        """`@tr.trace` on a method: `model.step(x)` calls it with the instance as its first
+        argument, a static one (each instance has signatures of its own; the tensors it holds
+        are captured)."""
+        return self if instance is None else BoundTracedFunction(self, instance)
 
     def cache_info(self) -> CacheInfo:
         signatures = self._signatures
@@ -126,10 +137,10 @@ class TracedFunction:
                     raise ArgumentError(f"static argument {name} must be hashable") from None
                 positional.append(("static", value, type(value)))
             else:
-                positional.append(flatten(value, leaves, name))
+                positional.append(flatten(value, leaves, name, self._specialized))
         keywords = dict(sorted(kwargs.items()))
-        keyword_structure = ("dict", tuple(keywords),
-                             tuple(flatten(v, leaves, k) for k, v in keywords.items()))
+        keyword_structure = ("dict", tuple(keywords), tuple(
+            flatten(v, leaves, k, self._specialized) for k, v in keywords.items()))
         return ("tuple", (("tuple", tuple(positional)), keyword_structure)), leaves
 
     def _key(self, args, kwargs):
@@ -141,7 +152,7 @@ class TracedFunction:
     def _quick_key(self, args, kwargs) -> tuple | None:
         """The common call -- positional tensors and numbers, none repeated -- keyed without
         flattening; None sends the call down the general path."""
-        if kwargs or self.static_argnums:
+        if kwargs or self.static_argnums or self._specialized:
             return None
         parts: list = [is_grad_enabled()]
         tensors = 0
@@ -169,11 +180,19 @@ class TracedFunction:
             entry = self._signatures.quick(quick, captured_change, count)
             if entry is not None:
                 return entry, args, None
-        key, leaves = self._key(args, kwargs)
-        entry = self._signatures.lookup(key, [path for _, path in leaves],
-                                        lambda reason: self._build(args, kwargs, leaves, reason),
-                                        captured_change, count, quick)
-        return entry, [value for value, _ in leaves], leaves
+        while True:
+            key, leaves = self._key(args, kwargs)
+            try:
+                entry = self._signatures.lookup(
+                    key, [path for _, path in leaves],
+                    lambda reason: self._build(args, kwargs, leaves, reason),
+                    captured_change, count, quick)
+            except _Specialize as request:
+                self._specialized |= request.paths
+                LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
+                         "static from now on", self._name, ", ".join(sorted(request.paths)))
+                continue
+            return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
     def _build(self, args, kwargs, leaves, reason: str) -> Entry:
@@ -194,7 +213,7 @@ class TracedFunction:
         # (leaf index, what stands for it in the trace, its data and .grad handles on entry)
         stand_ins: list[tuple[int, Tensor, Any, Any]] = []
         reached = reachable(self.python_function, self._static_objects(args, kwargs))
-        with tracing(trace):
+        with tracing(trace), recording_names() as used:
             try:
                 for index, (value, path) in enumerate(leaves):
                     if id(value) in seen and not isinstance(value, numbers.Number):
@@ -206,15 +225,20 @@ class TracedFunction:
                     if isinstance(value, Tensor):
                         trace.arguments[id(value)] = proxy  # also read through a global name
                     if not proxy._weak:  # a tensor or array (not a number)
-                        stand_ins.append((index, proxy, proxy._handle, _handle(proxy._grad)))
+                        grad = proxy._grad
+                        stand_ins.append((index, proxy, proxy._handle,
+                                          None if grad is None else grad._handle))
                 structure, _ = self._split(args, kwargs)
                 rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
-                result = self.python_function(*rebuilt, **rebuilt_kwargs)
+                try:
+                    result = self.python_function(*rebuilt, **rebuilt_kwargs)
+                except SpecializationNeeded as error:
+                    raise _specialization(error, leaves, proxies) from None
                 result_leaves: list = []
                 result_structure = flatten(result, result_leaves, "result")
                 function = trace.function
                 outputs = [self._result_value(trace, value) for value, _ in result_leaves]
-                stand_ins += [(len(leaves) + k, c.tensor, c.value, _handle(c.grad))
+                stand_ins += [(len(leaves) + k, c.tensor, c.value, c.grad)
                               for k, c in enumerate(trace.captured) if not c.constant]
                 writebacks, cleared = self._writebacks(trace, stand_ins, outputs)
                 function.outputs = outputs
@@ -256,7 +280,7 @@ class TracedFunction:
         if not writebacks and not cleared:
             entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
-        entry.guards = guards_for(reached, captured)
+        entry.guards = guards_for(reached, captured, used)
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
         entry.leaf_names.update({len(leaves) + k: name for k, name in
                                  enumerate(captured_names(reached, captured))})
@@ -392,8 +416,51 @@ class TracedFunction:
         return unflatten(entry.structure, results)
 
 
-def _handle(tensor: Tensor | None):
-    return None if tensor is None else tensor._handle
+class _Specialize(Exception):
+    """Trace again with the int arguments at these paths static."""
+
+    def __init__(self, paths: frozenset[str]):
+        super().__init__(", ".join(sorted(paths)))
+        self.paths = paths
+
+
+def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequence) -> Exception:
+    """What to do when the trace needed the value of a number argument: trace again with the int
+    arguments that value comes from static, or, if it comes from float arguments, an error that
+    names them."""
+    sources, stack, seen = set(), [error.value], set()
+    while stack:  # the parameters the value was computed from
+        value = stack.pop()
+        if id(value) not in seen:
+            seen.add(id(value))
+            if value.producer is None:
+                sources.add(id(value))
+            else:
+                stack += value.producer.inputs
+    numbers_used = [(value, path) for (value, path), proxy in zip(leaves, proxies)
+                    if isinstance(value, numbers.Number) and id(proxy._handle) in sources]
+    ints = frozenset(path for value, path in numbers_used if isinstance(value, numbers.Integral))
+    if ints:
+        return _Specialize(ints)
+    names = ", ".join(path for _, path in numbers_used)
+    return TracingError(f"{error.message} (it comes from the argument {names})", line=error.line)
+
+
+class BoundTracedFunction:
+    """A traced method looked up on an instance, as a bound method is: calls pass the instance
+    first; `ir` too; anything else (`cache_info`, `report`, ...) is the traced function's."""
+
+    def __init__(self, traced: TracedFunction, instance):
+        self.__func__, self.__self__ = traced, instance
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def ir(self, *args, stage: str = "traced", **kwargs) -> str:
+        return self.__func__.ir(self.__self__, *args, stage=stage, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__func__, name)
 
 
 def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = (),

@@ -60,6 +60,15 @@ class TracingError(TracerError):
     """Something a traced function may not do: data-dependent control flow, reading values."""
 
 
+class SpecializationNeeded(TracingError):
+    """A Python number passed to a traced function is needed as a Python value (a shape, an index,
+    a loop bound): `@trace` traces again with the int arguments it comes from made static."""
+
+    def __init__(self, message: str, value):
+        super().__init__(message)
+        self.message, self.value = message, value  # value: the traced number (an ir.Value)
+
+
 class InplaceError(TracerError):
     """An in-place change that would invalidate a gradient."""
 

@@ -22,8 +22,8 @@ from tracer.ir.primitives import NON_DIFFERENTIABLE, ShapeError, broadcast_shape
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, run_backward
 from tracer.context import is_grad_enabled, state
-from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, TracingError,
-                           user_line)
+from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError, SpecializationNeeded,
+                           TracingError, user_line)
 from tracer.tracing import escaped_error
 
 float32, float64, int64, bool = irtypes.float32, irtypes.float64, irtypes.int64, irtypes.bool_
@@ -201,7 +201,17 @@ def _normalize_dim(dim: int, ndim: int) -> int:
     return dim % limit
 
 
+def _number_argument(value):
+    """`value`, unless it is a Python number passed to the traced function: then its value is
+    needed, and the function traces again with the int argument static (a float one is an
+    error naming it)."""
+    if isinstance(value, Tensor) and value._weak and value._trace is not None:
+        value._eager_array("a size, an index or a dimension")
+    return value
+
+
 def _as_dim(dim) -> int:
+    dim = _number_argument(dim)
     if isinstance(dim, (builtins.bool, np.bool_)) or not isinstance(dim, numbers.Integral):
         raise ArgumentError(f"a dimension is an int, got {type(dim).__name__}")
     return int(dim)
@@ -221,6 +231,7 @@ def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
 def _shape_arguments(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    shape = [_number_argument(d) for d in shape]
     for d in shape:
         if not isinstance(d, (int, np.integer)) or isinstance(d, builtins.bool):
             raise ArgumentError(f"a shape holds ints, got {type(d).__name__}")
@@ -298,6 +309,13 @@ def _view_operation(method):
         return result
     wrapper.__doc__ = (method.__doc__ or "") + " (A copy here: see mark_view.)"
     return wrapper
+
+
+def _number_indices(key):
+    """`key`, checked for number arguments of a traced function (see _number_argument)."""
+    if isinstance(key, tuple):
+        return tuple(_number_argument(k) for k in key)
+    return _number_argument(key)
 
 
 def _fresh(tensor: "Tensor") -> "Tensor":
@@ -415,10 +433,10 @@ class Tensor:
     def _eager_array(self, what: str) -> np.ndarray:
         check_current(self)
         if self._trace is not None and self._weak:
-            raise TracingError(
+            raise SpecializationNeeded(
                 f"{what} needs the value of a Python number passed to the traced function, which "
                 f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
-                f"bake it in (one compilation per value)")
+                f"bake it in (one compilation per value)", self._handle)
         if self._trace is not None:
             raise TracingError(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "
@@ -665,11 +683,11 @@ class Tensor:
 
     def __setitem__(self, key, value) -> None:
         from tracer.indexing import setitem
-        self._assign(setitem(self, key, value), "index assignment")
+        self._assign(setitem(self, _number_indices(key), value), "index assignment")
 
     def __getitem__(self, key) -> "Tensor":
         from tracer.indexing import getitem
-        return getitem(self, key)
+        return getitem(self, _number_indices(key))
 
     # Conversions --------------------------------------------------------------------------------
     def to(self, dtype) -> "Tensor":

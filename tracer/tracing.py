@@ -26,7 +26,7 @@ class Captured:
     tensor: "Tensor"
     saved: tuple           # its _CAPTURED_SLOTS on entry
     value: Value           # the parameter holding its data
-    grad: "Tensor | None"  # the traced stand-in of its .grad on entry (a parameter), if it had one
+    grad: Value | None     # the parameter holding its .grad, if it had one
     constant: bool         # made inside the traced function (tr.tensor): never written back
 
 
@@ -94,12 +94,13 @@ class Trace:
         tensor._handle, tensor._trace, tensor._node, tensor._leaf = value, self, None, True
         tensor._base = tensor._view_base = tensor._accumulator = None
         tensor._saved_by = []  # the eager tape learns of changes when the compiled code runs
+        grad_value = None
         if grad is not None:
             grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
             tensor._grad = type(tensor)._make(grad_value, self, False)
         if tensor.requires_grad:
             self.leaves.append(tensor)
-        self.captured.append(Captured(tensor, saved, value, tensor._grad, constant))
+        self.captured.append(Captured(tensor, saved, value, grad_value, constant))
         return value
 
     def release(self) -> None:
