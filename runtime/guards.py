@@ -67,9 +67,10 @@ def captured_state(tensors: Sequence[Tensor]) -> list[tuple]:
 
 @dataclass
 class Reached:
-    """What a walk found: the paths to every tensor, and the value at the end of every other
-    guarded path, as (name, root, steps)."""
-    tensors: dict[int, list[tuple]] = field(default_factory=dict)
+    """What a walk found: every tensor and the paths to it, and the value at the end of every
+    other guarded path; a path is (name, root, steps)."""
+    tensors: dict[int, Tensor] = field(default_factory=dict)
+    paths: dict[int, list[tuple]] = field(default_factory=dict)  # by id of the tensor
     values: list[tuple[tuple, Any]] = field(default_factory=list)
     _seen: set[int] = field(default_factory=set)
 
@@ -89,7 +90,7 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | No
     """The guards of a signature whose trace captured `captured`: every path to those tensors,
     and the paths to other values whose attribute names and dict keys are all in `used` (the
     names and string constants of the code that ran while tracing; None: all paths)."""
-    paths = [(path, tensor) for tensor in captured for path in reached.tensors.get(id(tensor), ())]
+    paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values
               if used is None or all(not isinstance(key, str) or key in used
                                      for _, key in path[2])]
@@ -119,9 +120,17 @@ def recording_names():
             used.update(code.co_names)
             used.update(c for c in code.co_consts if isinstance(c, str))
 
+def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[str]:
+    """The paths at which the traced function left tensors of its trace other than its `inputs`
+    (the tensors it captured): state made while tracing, which the compiled code cannot store."""
+    inputs_seen = {id(t) for t in inputs}
+    return [reached.paths[key][0][0] for key, tensor in reached.tensors.items()
+            if tensor._trace is trace and key not in inputs_seen]
+
+
 def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
     """What to call each captured tensor in messages: the first path found to it."""
-    return [reached.tensors[id(t)][0][0] if id(t) in reached.tensors else f"captured tensor {k}"
+    return [reached.paths[id(t)][0][0] if id(t) in reached.paths else f"captured tensor {k}"
             for k, t in enumerate(captured)]
 
 
@@ -141,7 +150,9 @@ def _guard(path: tuple, traced) -> Guard:
 
 def _child(path: tuple, kind: str, key) -> tuple:
     name, root, steps = path
-    return (f"{name}.{key}" if kind == "attr" else f"{name}[{key!r}]", root, (*steps, (kind, key)))
+    text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
+            else f"[<tensor of shape {list(key.shape)}>]")
+    return f"{name}{text}", root, (*steps, (kind, key))
 
 
 def _is_value(value) -> bool:
@@ -150,7 +161,8 @@ def _is_value(value) -> bool:
 
 def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if isinstance(value, Tensor):
-        reached.tensors.setdefault(id(value), []).append(path)
+        reached.tensors[id(value)] = value
+        reached.paths.setdefault(id(value), []).append(path)
         return
     if _is_value(value):
         reached.values.append((path, value))

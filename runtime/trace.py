@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import numbers
 import os
 import time
 import types
@@ -21,26 +20,22 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tracer import ir
-from tracer.ir.types import TensorType
 from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, owned,
-                                     parameter_arrays, parameter_name, unflatten)
+                                     parameter_arrays, unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import (captured_change, captured_names, captured_state, guards_for,
-                                   reachable, recording_names)
+from tracer.runtime.guards import captured_change, captured_names, captured_state, guards_for
+from tracer.runtime.recording import Specialize, record
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
-from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
-from tracer.tensor import Tensor, check_current, from_numpy
-from tracer.tracing import Trace, tracing
+from tracer.errors import ArgumentError
+from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
 STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
-
-
 
 
 # What a compiled signature needs at call time -----------------------------------------------------
@@ -187,7 +182,7 @@ class TracedFunction:
                     key, [path for _, path in leaves],
                     lambda reason: self._build(args, kwargs, leaves, reason),
                     captured_change, count, quick)
-            except _Specialize as request:
+            except Specialize as request:
                 self._specialized |= request.paths
                 LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
                          "static from now on", self._name, ", ".join(sorted(request.paths)))
@@ -204,57 +199,12 @@ class TracedFunction:
 
     def _compile(self, args, kwargs, leaves) -> Entry:
         started = time.perf_counter()
-        timings = {}
-        name = self._name
-        trace = Trace(name if name.isidentifier() else "function")
-        proxies: list = []
-        sources: list[tuple[str, int]] = []
-        seen: dict[int, Any] = {}
-        # (leaf index, what stands for it in the trace, its data and .grad handles on entry)
-        stand_ins: list[tuple[int, Tensor, Any, Any]] = []
-        reached = reachable(self.python_function, self._static_objects(args, kwargs))
-        with tracing(trace), recording_names() as used:
-            try:
-                for index, (value, path) in enumerate(leaves):
-                    if id(value) in seen and not isinstance(value, numbers.Number):
-                        proxies.append(seen[id(value)])
-                        continue
-                    proxy = self._proxy(trace, value, parameter_name(path), index, sources)
-                    seen[id(value)] = proxy
-                    proxies.append(proxy)
-                    if isinstance(value, Tensor):
-                        trace.arguments[id(value)] = proxy  # also read through a global name
-                    if not proxy._weak:  # a tensor or array (not a number)
-                        grad = proxy._grad
-                        stand_ins.append((index, proxy, proxy._handle,
-                                          None if grad is None else grad._handle))
-                structure, _ = self._split(args, kwargs)
-                rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
-                try:
-                    result = self.python_function(*rebuilt, **rebuilt_kwargs)
-                except SpecializationNeeded as error:
-                    raise _specialization(error, leaves, proxies) from None
-                result_leaves: list = []
-                result_structure = flatten(result, result_leaves, "result")
-                function = trace.function
-                outputs = [self._result_value(trace, value) for value, _ in result_leaves]
-                stand_ins += [(len(leaves) + k, c.tensor, c.value, c.grad)
-                              for k, c in enumerate(trace.captured) if not c.constant]
-                writebacks, cleared = self._writebacks(trace, stand_ins, outputs)
-                function.outputs = outputs
-                stages = {"traced": ir.format_function(function)}
-                timings["trace"] = time.perf_counter() - started
-                # the autodiff pass rewrites the graph: the check evaluates the traced one
-                unexpanded = function.copy() if self.check_grads else None
-                # The traced text names custom rules (@MyReLU.0) that parse back only while they are
-                # alive; the autodiff pass drops them from the graph, so the entry keeps them.
-                rules = [i.attributes["rule"] for i in function.instructions
-                         if isinstance(i.attributes.get("rule"), ir.CustomRule)]
-                ir.verify(function)
-                ir.expand_gradients(function)
-            finally:
-                trace.release()
-        captured = [c.tensor for c in trace.captured]
+        structure, _ = self._split(args, kwargs)
+        recording = record(self.python_function, self._name, leaves,
+                           lambda proxies: unflatten(structure, proxies),
+                           self._static_objects(args, kwargs), self.check_grads)
+        function, stages, sources = recording.function, recording.stages, recording.sources
+        timings = {"trace": recording.seconds}
         ir.verify(function)
         stages["grad"] = ir.format_function(function)
         timings["grad"] = time.perf_counter() - started - sum(timings.values())
@@ -262,49 +212,31 @@ class TracedFunction:
         ir.verify(optimized)
         stages["optimized"] = ir.format_function(optimized)
         timings["optimize"] = time.perf_counter() - started - sum(timings.values())
-        for k, c in enumerate(trace.captured):
-            sources += [("leaf", len(leaves) + k)] + [("grad", len(leaves) + k)] * (c.grad is not None)
-        values = [value for value, _ in leaves] + captured
-        if unexpanded is not None:
-            check_custom_backwards(unexpanded, parameter_arrays(sources, values))
+        captured = recording.captured
+        if recording.unexpanded is not None:
+            check_custom_backwards(recording.unexpanded, parameter_arrays(
+                sources, [value for value, _ in leaves] + captured))
             timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
         # Updated data and .grad are written straight into the argument's buffer where that is safe.
         parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
         write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
-                      for index, kind, output in writebacks
+                      for index, kind, output in recording.writebacks
                       if ("leaf" if kind == "data" else "grad", index) in parameter_of}
         executable = compile_function(optimized, write_into=write_into)
         timings["backend"] = time.perf_counter() - started - sum(timings.values())
-        entry = Entry(result_structure, executable, len(result_leaves), writebacks, cleared, sources,
-                      captured, captured_state(captured), stages=stages, rules=rules)
-        if not writebacks and not cleared:
-            entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
+        entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
+                      recording.writebacks, recording.cleared, sources, captured,
+                      captured_state(captured), stages=stages, rules=recording.rules)
+        if not recording.writebacks and not recording.cleared:
+            entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
-        entry.guards = guards_for(reached, captured, used)
+        entry.guards = guards_for(recording.reached, captured, recording.used)
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
         entry.leaf_names.update({len(leaves) + k: name for k, name in
-                                 enumerate(captured_names(reached, captured))})
+                                 enumerate(captured_names(recording.reached, captured))})
         entry.timings = timings
         self._dump(entry)
         return entry
-
-    @staticmethod
-    def _writebacks(trace: Trace, stand_ins: list, outputs: list) -> tuple[list, list]:
-        """What the traced function changed of the tensors standing for its arguments and captured
-        tensors: (leaf index, "data" | "grad", output index) of every value to write back, each
-        appended to `outputs`, and the leaves whose .grad it set to None."""
-        writebacks, cleared = [], []
-        for index, tensor, original_data, original_grad in stand_ins:
-            if tensor._handle is not original_data:
-                writebacks.append((index, "data", len(outputs)))
-                outputs.append(tensor._handle)
-            if tensor._grad is None:
-                if original_grad is not None:
-                    cleared.append(index)
-            elif tensor._grad._handle is not original_grad:
-                writebacks.append((index, "grad", len(outputs)))
-                outputs.append(trace.handle_of(tensor._grad))
-        return writebacks, cleared
 
     def _log_compiled(self, entry: Entry) -> None:
         def times(timings: dict[str, float]) -> str:
@@ -320,37 +252,6 @@ class TracedFunction:
         """Write the HTML compile report of every signature compiled so far to `path`; returns
         the path (see runtime/report.py)."""
         return write_report(self, path)
-
-    @staticmethod
-    def _proxy(trace: Trace, value, name: str, index: int, sources: list):
-        if isinstance(value, numbers.Number):
-            dtype = ir.types.int64 if isinstance(value, numbers.Integral) else ir.types.float64
-            handle = trace.parameter(name, TensorType((), dtype))
-            sources.append(("number", index))
-            proxy = Tensor._make(handle, trace, False)
-            proxy._weak = True  # a Python number: it does not widen float32 tensors
-            return proxy
-        array_type = TensorType(value.shape, value.dtype)
-        handle = trace.parameter(name, array_type)
-        sources.append(("leaf", index))
-        requires_grad = isinstance(value, Tensor) and value.requires_grad
-        proxy = Tensor._make(handle, trace, requires_grad, leaf=True)
-        grad = value._grad if isinstance(value, Tensor) else None
-        if grad is not None:
-            grad_handle = trace.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
-            sources.append(("grad", index))
-            proxy._grad = Tensor._make(grad_handle, trace, False)
-        return proxy
-
-    @staticmethod
-    def _result_value(trace: Trace, value):
-        if isinstance(value, Tensor):
-            check_current(value)
-            return trace.handle_of(value)
-        if isinstance(value, np.ndarray):
-            return trace.handle_of(from_numpy(value))
-        raise ArgumentError(f"a traced function returns tensors (or static values), "
-                            f"got a {type(value).__name__}; return it as a tensor")
 
     def _dump(self, entry: Entry) -> None:
         folder = os.environ.get("TRACER_DUMP")
@@ -414,36 +315,6 @@ class TracedFunction:
         if entry.structure == ("leaf",):
             return results[0]
         return unflatten(entry.structure, results)
-
-
-class _Specialize(Exception):
-    """Trace again with the int arguments at these paths static."""
-
-    def __init__(self, paths: frozenset[str]):
-        super().__init__(", ".join(sorted(paths)))
-        self.paths = paths
-
-
-def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequence) -> Exception:
-    """What to do when the trace needed the value of a number argument: trace again with the int
-    arguments that value comes from static, or, if it comes from float arguments, an error that
-    names them."""
-    sources, stack, seen = set(), [error.value], set()
-    while stack:  # the parameters the value was computed from
-        value = stack.pop()
-        if id(value) not in seen:
-            seen.add(id(value))
-            if value.producer is None:
-                sources.add(id(value))
-            else:
-                stack += value.producer.inputs
-    numbers_used = [(value, path) for (value, path), proxy in zip(leaves, proxies)
-                    if isinstance(value, numbers.Number) and id(proxy._handle) in sources]
-    ints = frozenset(path for value, path in numbers_used if isinstance(value, numbers.Integral))
-    if ints:
-        return _Specialize(ints)
-    names = ", ".join(path for _, path in numbers_used)
-    return TracingError(f"{error.message} (it comes from the argument {names})", line=error.line)
 
 
 class BoundTracedFunction:

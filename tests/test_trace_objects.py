@@ -335,3 +335,87 @@ def test_int_argument_used_only_in_arithmetic_stays_a_runtime_input():
 def test_float_argument_used_as_a_size_names_static_argnums_and_the_argument():
     with pytest.raises(tr.TracingError, match=r"static_argnums.*argument rows"):
         tr.trace(flatten_rows)(tr.ones(4, 6), 2.0)
+
+
+# an optimizer object with state, stepped inside a traced step -----------------------------------
+class MomentumSGD:
+    """SGD with momentum as torch.optim.SGD computes it, its state made up front."""
+
+    def __init__(self, parameters, lr, momentum):
+        self.parameters = list(parameters)
+        self.lr, self.momentum = lr, momentum
+        self.state = [{"momentum_buffer": tr.zeros(*p.shape)} for p in self.parameters]
+
+    def zero_grad(self):
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    def step(self):
+        with tr.no_grad():
+            for parameter, state in zip(self.parameters, self.state):
+                buffer = state["momentum_buffer"]
+                buffer.mul_(self.momentum).add_(parameter.grad)
+                parameter.sub_(self.lr * buffer)
+
+
+def test_optimizer_object_stepped_inside_a_traced_step_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    arrays = model_arrays()
+    x = RNG.standard_normal((6, 4)).astype(np.float32)
+    y = RNG.standard_normal((6, 3)).astype(np.float32)
+    model = TwoLayers(arrays)
+    optimizer = MomentumSGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    @tr.trace
+    def train_step(x, y):
+        optimizer.zero_grad()
+        loss = ((model.forward(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    reference = [torch.tensor(a, dtype=torch.float32, requires_grad=True) for a in arrays]
+    torch_optimizer = torch.optim.SGD(reference, lr=0.1, momentum=0.9)
+    for _ in range(3):
+        loss = train_step(tr.tensor(x), tr.tensor(y))
+        torch_optimizer.zero_grad()
+        hidden = (torch.tensor(x) @ reference[0] + reference[1]).tanh()
+        torch_loss = ((hidden @ reference[2] + reference[3] - torch.tensor(y)) ** 2).mean()
+        torch_loss.backward()
+        torch_optimizer.step()
+        np.testing.assert_allclose(loss.item(), torch_loss.item(), rtol=1e-5)
+    for mine, theirs in zip(model.parameters(), reference):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-6)
+    for state, parameter in zip(optimizer.state, reference):
+        np.testing.assert_allclose(state["momentum_buffer"].numpy(),
+                                   torch_optimizer.state[parameter]["momentum_buffer"].numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    assert train_step.cache_info().misses == 2  # without, then with .grad on entry
+    optimizer.lr = 0.01  # a number the compiled step baked in
+    before = model.first.weight.detach().numpy().copy()
+    train_step(tr.tensor(x), tr.tensor(y))
+    assert train_step.cache_info().misses == 3
+    buffer = optimizer.state[0]["momentum_buffer"].numpy()
+    np.testing.assert_allclose(model.first.weight.detach().numpy(), before - 0.01 * buffer,
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_state_made_while_tracing_and_kept_in_an_object_is_an_error():
+    weight = tr.tensor([1.0, 2.0], requires_grad=True)
+    state = {}
+
+    def step(x):
+        loss = (weight * x).sum()
+        loss.backward()
+        with tr.no_grad():
+            if "buffer" not in state:
+                state["buffer"] = weight.grad.clone()  # lazily, as PyTorch's optimizers do
+            weight.sub_(0.1 * state["buffer"])
+        return loss
+
+    with pytest.raises(tr.TracingError, match=r"closure variable state\['buffer'\].*in place"):
+        tr.trace(step)(tr.ones(2))
+    np.testing.assert_array_equal(weight.detach().numpy(), [1.0, 2.0])
+    assert weight.grad is None

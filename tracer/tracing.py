@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.types import TensorType
-from tracer.context import is_grad_enabled, state
+from tracer.context import state
 from tracer.errors import TracingError, user_line
 
 if TYPE_CHECKING:
