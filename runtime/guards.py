@@ -120,11 +120,12 @@ def recording_names():
             used.update(code.co_names)
             used.update(c for c in code.co_consts if isinstance(c, str))
 
-def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[str]:
-    """The paths at which the traced function left tensors of its trace other than its `inputs`
+
+def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
+    """(path, tensor) where the traced function left tensors of its trace other than its `inputs`
     (the tensors it captured): state made while tracing, which the compiled code cannot store."""
     inputs_seen = {id(t) for t in inputs}
-    return [reached.paths[key][0][0] for key, tensor in reached.tensors.items()
+    return [(reached.paths[key][0][0], tensor) for key, tensor in reached.tensors.items()
             if tensor._trace is trace and key not in inputs_seen]
 
 

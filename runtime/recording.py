@@ -4,6 +4,7 @@ what it changed of its arguments and captured tensors, to be written back after 
 from __future__ import annotations
 
 import numbers
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -13,7 +14,8 @@ import numpy as np
 from tracer import ir
 from tracer.ir.types import TensorType
 from tracer.runtime.arguments import flatten, parameter_name
-from tracer.runtime.guards import Reached, reachable, recording_names, stored_tensors
+from tracer.runtime.guards import (Reached, captured_names, reachable, recording_names,
+                                   stored_tensors)
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.tensor import Tensor, check_current, from_numpy
 from tracer.tracing import Trace, tracing
@@ -88,6 +90,7 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
                           for k, c in enumerate(trace.captured) if not c.constant]
             writebacks, cleared = _writebacks(trace, stand_ins, outputs)
             traced = trace.function
+            _name_captured(traced, trace.captured, reached)
             traced.outputs = outputs
             stages = {"traced": ir.format_function(traced)}
             seconds = time.perf_counter() - started
@@ -107,6 +110,21 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
     return Recording(traced, result_structure, [v for v, _ in result_leaves], writebacks, cleared,
                      sources, [c.tensor for c in trace.captured], reached, used, stages,
                      unexpanded, rules, seconds)
+
+
+def _name_captured(function: ir.Function, captured: list, reached: Reached) -> None:
+    """Name the parameters of captured tensors after the first path to them (%self_layer_w)."""
+    taken = {value.name for value in function.parameters}
+    for entry, name in zip(captured, captured_names(reached, [c.tensor for c in captured])):
+        name = re.sub(r"\W+", "_", name.removeprefix("global ").removeprefix(
+            "closure variable ")).strip("_")
+        grad_name = f"{name}_grad"
+        if entry.constant or name in taken or grad_name in taken or not name.isidentifier():
+            continue
+        taken.update((name, grad_name))
+        entry.value.name = name
+        if entry.grad is not None:
+            entry.grad.name = grad_name
 
 
 def _proxy(trace: Trace, value, name: str, index: int, sources: list) -> Tensor:
@@ -142,11 +160,14 @@ def _result_value(trace: Trace, value):
 def _check_nothing_stored(trace: Trace, reached: Reached) -> None:
     stored = stored_tensors(reached, trace, [c.tensor for c in trace.captured if not c.constant])
     if stored:
+        producer = stored[0][1]._handle.producer  # the line that made the first one
         raise TracingError(
-            f"the traced function stored tensors it computed in {', '.join(stored)}; the "
-            f"compiled code cannot store them there on later calls. Create such state before the "
-            f"call (in __init__, or by one eager call) and update it in place (.copy_(), .mul_(), "
-            f"...), or return the tensors. (This trace left them there: take them out.)")
+            f"the traced function stored tensors it computed in "
+            f"{', '.join(path for path, _ in stored)}; the compiled code cannot store them there "
+            f"on later calls. Create such state before the call (in __init__, or by one eager "
+            f"call) and update it in place (.copy_(), .mul_(), ...), or return the tensors. "
+            f"(This trace left them there: take them out.)",
+            line=producer.location if producer is not None else None)
 
 
 def _writebacks(trace: Trace, stand_ins: list, outputs: list) -> tuple[list, list]:
