@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-import operator
 import os
 import sys
 import sysconfig
@@ -31,8 +30,9 @@ from tracer.tensor import Tensor
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry
 
-# (what to call it, read its current value, the value when traced)
-Guard = tuple[str, Callable[[], Any], Any]
+# (what to call it, the object its path starts at, the steps from there: ("attr" | "item", key),
+# the value when traced)
+Guard = tuple[str, Any, tuple, Any]
 
 # The walk's bounds: deeper objects, longer containers and more objects than this are not looked
 # into (a tensor found only there is guarded by identity only).
@@ -94,7 +94,7 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | No
     paths += [(path, value) for path, value in reached.values
               if used is None or all(not isinstance(key, str) or key in used
                                      for _, key in path[2])]
-    return [_guard(path, value) for path, value in paths if path[2]]  # a root is itself
+    return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
 @contextlib.contextmanager
@@ -135,18 +135,54 @@ def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
             for k, t in enumerate(captured)]
 
 
-def _guard(path: tuple, traced) -> Guard:
-    name, root, steps = path
-    if all(kind == "attr" for kind, _ in steps):  # the common `self.layer.w`: one C call
-        getter = operator.attrgetter(".".join(key for _, key in steps)) if steps else None
-        read = (lambda: root) if getter is None else (lambda: getter(root))
-    else:
-        def read():
-            value = root
-            for kind, key in steps:
-                value = getattr(value, key) if kind == "attr" else value[key]
-            return value
-    return name, read, traced
+def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callable[[], bool]:
+    """One function, True while every guard holds and every captured tensor has the state it had
+    when traced (see `captured_state`). Generated Python source, as torch.compile's guards are:
+    a call to it costs a fraction of walking the guards one by one, and it runs on every call."""
+    namespace: dict[str, Any] = {"Tensor": Tensor}
+    lines = []
+    for number, (_, root, steps, traced) in enumerate(guards):
+        namespace[f"root{number}"] = root
+        expression = f"root{number}"
+        for step, (kind, key) in enumerate(steps):
+            if kind == "attr" and key.isidentifier():
+                expression += f".{key}"
+            else:
+                namespace[f"key{number}_{step}"] = key
+                expression = (f"getattr({expression}, key{number}_{step})" if kind == "attr"
+                              else f"{expression}[key{number}_{step}]")
+        namespace[f"value{number}"], namespace[f"type{number}"] = traced, type(traced)
+        lines.append(f"value = {expression}")
+        if isinstance(traced, (Tensor, np.ndarray)) or traced is None:
+            lines.append(f"if value is not value{number}: return False")
+        elif traced != traced:  # NaN
+            lines.append(f"if type(value) is not type{number} or value == value: return False")
+        else:
+            lines.append(f"if type(value) is not type{number} or value != value{number}: "
+                         f"return False")
+    for number, (tensor, (shape, dtype, requires_grad, grad)) in enumerate(
+            zip(captured, captured_state(captured))):
+        namespace.update({f"tensor{number}": tensor, f"shape{number}": shape,
+                          f"dtype{number}": dtype, f"grad{number}": grad})
+        lines += [f"array = tensor{number}._handle",
+                  f"if array.shape != shape{number} or array.dtype != dtype{number} or "
+                  f"tensor{number}._requires_grad is not {requires_grad}: return False",
+                  f"grad = tensor{number}._grad"]
+        lines.append("if grad is not None: return False" if grad is None else
+                     f"if grad is None or (grad._handle.shape, grad._handle.dtype) != "
+                     f"grad{number}: return False")
+    body = "".join(f"        {line}\n" for line in lines)
+    source = (f"def check():\n    try:\n{body}        return True\n"
+              f"    except Exception:\n        return False\n")
+    exec(compile(source, "<tracer guards>", "exec"), namespace)
+    return namespace["check"]
+
+
+def _read(root, steps: tuple):
+    value = root
+    for kind, key in steps:
+        value = getattr(value, key) if kind == "attr" else value[key]
+    return value
 
 
 def _child(path: tuple, kind: str, key) -> tuple:
@@ -254,13 +290,17 @@ def _same(current, traced) -> bool:
 def captured_change(entry: Entry) -> str:
     """What the entry was traced with outside its arguments and has changed since (a recompile
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
-    if entry.captured and entry.captured_state != captured_state(entry.captured):
-        return "shape, dtype, requires_grad or .grad of a tensor read outside the arguments"
-    for name, read, traced in entry.guards:
+    if entry.check():
+        return ""
+    for name, traced, now in zip(entry.captured_names, entry.captured_state,
+                                 captured_state(entry.captured)):
+        if traced != now:
+            return f"shape, dtype, requires_grad or .grad of {name}"
+    for name, root, steps, traced in entry.guards:
         try:
-            current = read()
-        except (AttributeError, LookupError, TypeError, ValueError):
+            current = _read(root, steps)
+        except Exception:
             return f"{name}: removed"
         if not _same(current, traced):
             return f"{name}: rebound"
-    return ""
+    return "something read outside the arguments"

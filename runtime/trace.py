@@ -25,7 +25,8 @@ from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, ow
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import captured_change, captured_names, captured_state, guards_for
+from tracer.runtime.guards import (captured_change, captured_names, captured_state, compile_check,
+                                   guards_for)
 from tracer.runtime.recording import Specialize, record
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
@@ -56,7 +57,10 @@ class Entry:
     # (name, read the current value, the value when traced) of what the function reads from its
     # globals, closure and objects: a tensor, array or number there that changes means tracing
     # again (see runtime/guards.py).
-    guards: list[tuple[str, Callable[[], Any], Any]] = field(default_factory=list)
+    guards: list[tuple] = field(default_factory=list)
+    # True while the guards hold and the captured tensors are as traced (runs on every call)
+    check: Callable[[], bool] = lambda: True
+    captured_names: list[str] = field(default_factory=list)  # what messages call them
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
@@ -231,9 +235,11 @@ class TracedFunction:
             entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
         entry.guards = guards_for(recording.reached, captured, recording.used)
+        entry.check = compile_check(entry.guards, captured)
+        entry.captured_names = captured_names(recording.reached, captured)
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
-        entry.leaf_names.update({len(leaves) + k: name for k, name in
-                                 enumerate(captured_names(recording.reached, captured))})
+        entry.leaf_names.update({len(leaves) + k: name
+                                 for k, name in enumerate(entry.captured_names)})
         entry.timings = timings
         self._dump(entry)
         return entry

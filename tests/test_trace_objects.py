@@ -420,3 +420,18 @@ def test_state_made_while_tracing_and_kept_in_an_object_is_an_error():
         tr.trace(step)(tr.ones(2))
     np.testing.assert_array_equal(weight.detach().numpy(), [1.0, 2.0])
     assert weight.grad is None
+
+
+def test_recompile_reasons_name_the_path(caplog):
+    module = Scaled()
+    traced = tr.trace(module)
+    with caplog.at_level("INFO", logger="tracer.trace"):
+        traced(tr.ones(3))
+        module.scale = 3.0
+        traced(tr.ones(3))
+        module.weight.requires_grad_()
+        traced(tr.ones(3))
+    reasons = [r.getMessage() for r in caplog.records if "compiling" in r.getMessage()]
+    assert reasons == ["Scaled: compiling (first call)",
+                       "Scaled: compiling (self.scale: rebound)",
+                       "Scaled: compiling (shape, dtype, requires_grad or .grad of self.weight)"]
