@@ -32,6 +32,7 @@ from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
+from tracer.interop import is_foreign_array
 from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
@@ -148,13 +149,14 @@ class TracedFunction:
         signature = tuple(leaf_signature(value, position) for value, _ in leaves)
         return (structure, signature, is_grad_enabled()), leaves
 
-    def _quick_key(self, args, kwargs) -> tuple | None:
-        """The common call -- positional tensors and numbers, none repeated -- keyed without
-        flattening; None sends the call down the general path."""
+    def _quick_key(self, args, kwargs) -> tuple[tuple, Sequence] | None:
+        """The common call -- positional tensors, numbers and objects (a method's instance), no
+        tensor repeated -- keyed without flattening, with its argument leaves; None sends the call
+        down the general path."""
         if kwargs or self.static_argnums or self._specialized:
             return None
         parts: list = [is_grad_enabled()]
-        tensors = 0
+        tensors = objects = 0
         for value in args:
             kind = type(value)
             if kind is Tensor:
@@ -165,29 +167,35 @@ class TracedFunction:
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
+            elif kind.__hash__ is object.__hash__ and not is_foreign_array(value):
+                parts.append(value)  # a static object, compared by identity (and kept alive)
+                objects += 1
             else:
                 return None
         if tensors > 1 and len({id(v) for v in args if type(v) is Tensor}) < tensors:
             return None
-        return tuple(parts)
+        leaves = [v for v in args if type(v) in (Tensor, float, int)] if objects else args
+        return tuple(parts), leaves
 
     def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, Sequence, list | None]:
         """The entry for this call, the values of its argument leaves, and the leaves with their
-        paths (None for the common call, whose leaves are the positional arguments themselves)."""
+        paths (None for the common call, whose leaves are its tensor and number arguments)."""
         quick = self._quick_key(args, kwargs)
         if quick is not None:
-            entry = self._signatures.quick(quick, captured_change, count)
+            entry = self._signatures.quick(quick[0], captured_change, count)
             if entry is not None:
-                return entry, args, None
+                return entry, quick[1], None
+        quick_key = None if quick is None else quick[0]
         while True:
             key, leaves = self._key(args, kwargs)
             try:
                 entry = self._signatures.lookup(
                     key, [path for _, path in leaves],
                     lambda reason: self._build(args, kwargs, leaves, reason),
-                    captured_change, count, quick)
+                    captured_change, count, quick_key)
             except Specialize as request:
                 self._specialized |= request.paths
+                quick_key = None
                 LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
                          "static from now on", self._name, ", ".join(sorted(request.paths)))
                 continue

@@ -435,3 +435,22 @@ def test_recompile_reasons_name_the_path(caplog):
     assert reasons == ["Scaled: compiling (first call)",
                        "Scaled: compiling (self.scale: rebound)",
                        "Scaled: compiling (shape, dtype, requires_grad or .grad of self.weight)"]
+
+
+GLOBAL_MODULE = Scaled()
+
+
+def test_object_reached_through_a_global_of_a_called_function():
+    def apply_module(x):
+        return GLOBAL_MODULE(x)
+
+    traced = tr.trace(lambda x: apply_module(x) + 1)
+    x = tr.tensor([1.0, 1.0, 1.0])
+    saved = GLOBAL_MODULE.weight
+    try:
+        np.testing.assert_array_equal(traced(x).numpy(), [1.5, 1.0, 2.5])
+        GLOBAL_MODULE.weight = tr.tensor([2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(traced(x).numpy(), [2.0, 2.0, 2.0])
+        assert traced.cache_info().misses == 2
+    finally:
+        GLOBAL_MODULE.weight = saved
