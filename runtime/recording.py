@@ -189,9 +189,9 @@ def _writebacks(trace: Trace, stand_ins: list, outputs: list) -> tuple[list, lis
 
 
 def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequence) -> Exception:
-    """What to do when the trace needed the value of a number argument: trace again with the int
-    arguments that value comes from static, or, if it comes from float arguments, an error that
-    names them."""
+    """What to do when the trace needed the Python value of a traced tensor: if it is computed
+    from number arguments alone, trace again with the int ones static, or, if floats are among
+    them, an error that names them; else (it depends on tensors) the error itself."""
     sources, stack, seen = set(), [error.value], set()
     while stack:  # the parameters the value was computed from
         value = stack.pop()
@@ -203,8 +203,13 @@ def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequ
                 stack += value.producer.inputs
     used = [(value, path) for (value, path), proxy in zip(leaves, proxies)
             if isinstance(value, numbers.Number) and id(proxy._handle) in sources]
-    ints = frozenset(path for value, path in used if isinstance(value, numbers.Integral))
-    if ints:
-        return Specialize(ints)
-    names = ", ".join(path for _, path in used)
-    return TracingError(f"{error.message} (it comes from the argument {names})", line=error.line)
+    if not used or len(used) < len(sources):
+        return error
+    floats = [path for value, path in used if not isinstance(value, numbers.Integral)]
+    if not floats:
+        return Specialize(frozenset(path for _, path in used))
+    return TracingError(
+        f"{error.what} needs the value of the float argument {', '.join(floats)}, a Python "
+        f"number passed to the traced function, which is a runtime input; name its position in "
+        f"tr.trace(f, static_argnums=...) to bake it in (one compilation per value)",
+        line=error.line)

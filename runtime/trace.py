@@ -52,12 +52,12 @@ class Entry:
     # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
     parameter_sources: list[tuple[str, int]]
     captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
-    captured_state: list[tuple]
+    captured_state: list[tuple]  # their shape, dtype, requires_grad and .grad when traced
     stages: dict[str, str] = field(default_factory=dict)
-    leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
-    # (name, read the current value, the value when traced) of what the function reads from its
-    # globals, closure and objects: a tensor, array or number there that changes means tracing
-    # again (see runtime/guards.py).
+    leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
+    # Paths to what the function reads from its globals, closure and objects, with the value
+    # when traced: a tensor, array or number there that changes means tracing again (see
+    # runtime/guards.py).
     guards: list[tuple] = field(default_factory=list)
     # True while the guards hold and the captured tensors are as traced (runs on every call)
     check: Callable[[], bool] = lambda: True
@@ -167,7 +167,8 @@ class TracedFunction:
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
-            elif kind.__hash__ is object.__hash__ and not is_foreign_array(value):
+            elif (kind.__hash__ is object.__hash__ and not isinstance(value, Tensor)
+                  and not is_foreign_array(value)):
                 parts.append(value)  # a static object, compared by identity (and kept alive)
                 objects += 1
             else:

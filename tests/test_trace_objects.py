@@ -333,9 +333,32 @@ def test_int_argument_used_only_in_arithmetic_stays_a_runtime_input():
     assert traced.cache_info().misses == 1
 
 
-def test_float_argument_used_as_a_size_names_static_argnums_and_the_argument():
-    with pytest.raises(tr.TracingError, match=r"static_argnums.*argument rows"):
+def branch(x, n):
+    if n > 2:  # Python control flow on an int argument
+        return x * 2
+    return x * 3
+
+
+def test_int_argument_in_python_control_flow_is_specialized():
+    traced = tr.trace(branch)
+    x = tr.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(traced(x, 3).numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(traced(x, 1).numpy(), [3.0, 6.0])
+    assert traced.cache_info().misses == 2
+
+
+def test_float_argument_used_as_a_size_or_a_branch_names_it_and_static_argnums():
+    with pytest.raises(tr.TracingError, match=r"float argument rows.*static_argnums"):
         tr.trace(flatten_rows)(tr.ones(4, 6), 2.0)
+    with pytest.raises(tr.TracingError, match=r"float argument n.*static_argnums"):
+        tr.trace(branch)(tr.ones(2), 2.5)
+    np.testing.assert_array_equal(
+        tr.trace(branch, static_argnums=1)(tr.ones(2), 2.5).numpy(), [2.0, 2.0])
+
+
+def test_branch_on_a_tensor_value_is_still_an_error():
+    with pytest.raises(tr.TracingError, match=r"tr.where"):
+        tr.trace(lambda x, n: x * 2 if (x.sum() > n) else x)(tr.ones(2), 1)
 
 
 # an optimizer object with state, stepped inside a traced step -----------------------------------

@@ -61,12 +61,12 @@ class TracingError(TracerError):
 
 
 class SpecializationNeeded(TracingError):
-    """A Python number passed to a traced function is needed as a Python value (a shape, an index,
-    a loop bound): `@trace` traces again with the int arguments it comes from made static."""
+    """The Python value of a traced tensor is needed (a size, an index, a branch): if it comes
+    from int arguments alone, `@trace` traces again with them static."""
 
-    def __init__(self, message: str, value):
+    def __init__(self, message: str, value, what: str):
         super().__init__(message)
-        self.message, self.value = message, value  # value: the traced number (an ir.Value)
+        self.message, self.value, self.what = message, value, what  # value: an ir.Value
 
 
 class InplaceError(TracerError):

@@ -432,16 +432,19 @@ class Tensor:
     # Reading values -----------------------------------------------------------------------------
     def _eager_array(self, what: str) -> np.ndarray:
         check_current(self)
+        # (`@trace` makes the int arguments a value comes from static, when it comes from them
+        # alone: see runtime/recording.py)
         if self._trace is not None and self._weak:
             raise SpecializationNeeded(
                 f"{what} needs the value of a Python number passed to the traced function, which "
                 f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
-                f"bake it in (one compilation per value)", self._handle)
+                f"bake it in (one compilation per value)", self._handle, what)
         if self._trace is not None:
-            raise TracingError(
+            raise SpecializationNeeded(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "
                 f"function runs; return the tensor from the traced function and read it outside, "
-                f"or use tr.where(...) instead of Python control flow on its value")
+                f"or use tr.where(...) instead of Python control flow on its value", self._handle,
+                what)
         return self._handle
 
     def numpy(self) -> np.ndarray:

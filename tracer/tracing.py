@@ -81,6 +81,7 @@ class Trace:
         attribute, or made by tr.tensor inside it) becomes a runtime input. Until `release`, the
         tensor itself stands for that input, as an argument's proxy does: operations on it, its
         .grad (a runtime input too) and in-place changes of either are traced."""
+        from tracer.tensor import Tensor  # (tensor.py imports this module)
         if tensor.requires_grad and not tensor.is_leaf:
             raise TracingError(
                 f"the traced function uses a tensor of shape {list(tensor.shape)} computed outside "
@@ -97,7 +98,7 @@ class Trace:
         grad_value = None
         if grad is not None:
             grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
-            tensor._grad = type(tensor)._make(grad_value, self, False)
+            tensor._grad = Tensor._make(grad_value, self, False)
         if tensor.requires_grad:
             self.leaves.append(tensor)
         self.captured.append(Captured(tensor, saved, value, grad_value, constant))
