@@ -287,6 +287,13 @@ def _same(current, traced) -> bool:
         current == traced or (current != current and traced != traced))  # NaN is NaN
 
 
+def captured_variant(entry: Entry) -> tuple | None:
+    """The state of the entry's captured tensors if it differs from when they were traced (a
+    .grad made or cleared): a signature of its own, kept beside this one, as for arguments."""
+    now = captured_state(entry.captured)
+    return tuple(now) if now != entry.captured_state else None
+
+
 def captured_change(entry: Entry) -> str:
     """What the entry was traced with outside its arguments and has changed since (a recompile
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""

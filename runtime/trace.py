@@ -25,8 +25,8 @@ from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, ow
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import (captured_change, captured_names, captured_state, compile_check,
-                                   guards_for)
+from tracer.runtime.guards import (captured_change, captured_names, captured_state,
+                                   captured_variant, compile_check, guards_for)
 from tracer.runtime.recording import Specialize, record
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
@@ -193,7 +193,7 @@ class TracedFunction:
                 entry = self._signatures.lookup(
                     key, [path for _, path in leaves],
                     lambda reason: self._build(args, kwargs, leaves, reason),
-                    captured_change, count, quick_key)
+                    captured_change, count, quick_key, captured_variant)
             except Specialize as request:
                 self._specialized |= request.paths
                 quick_key = None

@@ -477,3 +477,22 @@ def test_object_reached_through_a_global_of_a_called_function():
         assert traced.cache_info().misses == 2
     finally:
         GLOBAL_MODULE.weight = saved
+
+
+def test_gradient_accumulation_keeps_both_grad_states_of_captured_parameters():
+    # .grad is None on every fourth call and present on the others: two signatures, kept both
+    model = TwoLayers(model_arrays())
+    x = tr.tensor(RNG.standard_normal((3, 4)), dtype=tr.float32)
+    accumulate = tr.trace(lambda x: model.forward(x).pow(2).mean().backward())
+    eager = TwoLayers(model_arrays())
+    for parameter, source in zip(eager.parameters(), model.parameters()):
+        parameter.detach().copy_(source.detach())
+    for call in range(8):
+        if call % 4 == 0:
+            for parameter in (*model.parameters(), *eager.parameters()):
+                parameter.grad = None
+        accumulate(x)
+        eager.forward(x).pow(2).mean().backward()
+    for mine, theirs in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert accumulate.cache_info().misses == 2 and accumulate.cache_info().size == 2
