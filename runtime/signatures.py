@@ -4,7 +4,9 @@ signature however many threads ask for it, and why each recompile happened.
 A signature key is `(structure, leaf signatures, grad mode)` as `TracedFunction._key` builds it:
 the structure is the argument tree with static values in place, a leaf signature is
 ("T", shape, dtype, requires_grad, .grad signature, alias) for a Tensor, ("A", shape, dtype, alias)
-for a numpy array, ("I",) or ("F",) for a Python number.
+for a numpy array, ("I",) or ("F",) for a Python number. A variant of a signature (the tensors
+the function read from outside its arguments now have other .grad states, say) is cached under
+the key with a fourth element, that state.
 
 TRACER_CACHE_LIMIT (default 64) bounds the signatures kept per function, as torch._dynamo's
 cache_size_limit does: past it, the least recently used one is dropped (its native code is freed
