@@ -21,20 +21,23 @@ def _is_runtime_leaf(value) -> bool:
         isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
 
 
-def flatten(tree, leaves: list, path: str) -> tuple:
+def flatten(tree, leaves: list, path: str, static_ints: frozenset[str] = frozenset()) -> tuple:
     """Append the runtime leaves of `tree` to `leaves` (with their paths); return its hashable
-    structure, in which static (non-array, non-number) values stand for themselves."""
-    if _is_runtime_leaf(tree):
+    structure, in which static values (not arrays, not numbers, and ints at the paths in
+    `static_ints`) stand for themselves."""
+    if _is_runtime_leaf(tree) and not (path in static_ints and isinstance(tree, numbers.Integral)):
         leaves.append((tree, path))
         return ("leaf",)
     if isinstance(tree, (list, tuple)):
         kind = "list" if isinstance(tree, list) else "tuple"
-        items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
+        items = tuple(flatten(item, leaves, f"{path}_{i}", static_ints)
+                      for i, item in enumerate(tree))
         if hasattr(tree, "_fields"):  # a named tuple comes back as one
             return (kind, items, type(tree))
         return (kind, items)
     if isinstance(tree, dict):
-        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
+        return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}", static_ints)
+                                           for k, v in tree.items()))
     if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
         leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
         return ("leaf",)
@@ -70,7 +73,7 @@ def leaf_signature(value, position: dict[int, int]) -> tuple:
         if value._trace is not None:
             raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
                                 "function; return tensors from traced functions instead")
-        grad = value.grad
+        grad = value._grad
         grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
         alias = position.setdefault(id(value), len(position))
         return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
@@ -84,22 +87,19 @@ def parameter_name(path: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
 
 
-def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
-                     captured: Sequence[Tensor]) -> list[np.ndarray]:
-    """The arrays a call passes to the compiled code, one per parameter (see Entry)."""
+def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> list[np.ndarray]:
+    """The arrays a call passes to the compiled code, one per parameter (see Entry); `values` are
+    the argument leaves followed by the captured tensors."""
     arrays = []
     for kind, index in sources:
+        value = values[index]
         if kind == "leaf":
-            value = values[index]
             arrays.append(value._handle if isinstance(value, Tensor) else value)
         elif kind == "grad":
-            arrays.append(values[index].grad._handle)
-        elif kind == "number":
-            value = values[index]
+            arrays.append(value._grad._handle)
+        else:
             arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                    else np.float64))
-        else:
-            arrays.append(captured[index]._handle)
     return arrays
 
 
@@ -108,9 +108,9 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     with another argument (the traced function treated them as separate values)."""
     for index, kind, _ in entry.writebacks:
         value = values[index]
-        if kind == "grad" and value.grad is None:
+        if kind == "grad" and value._grad is None:
             continue  # a new .grad array is made
-        target = value.grad._handle if kind == "grad" else (
+        target = value._grad._handle if kind == "grad" else (
             value._handle if isinstance(value, Tensor) else value)
         name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
         if not target.flags.writeable:

@@ -22,8 +22,9 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
                     results: list[Tensor]) -> None:
     """Give the results a node on the eager tape whose backward runs a traced VJP of the
     function, so `traced(x).sum().backward()` works as with torch.compile."""
+    captured = [t for t in entry.captured if t.requires_grad]
     inputs = list({id(v): v for v, _ in leaves
-                   if isinstance(v, Tensor) and v.requires_grad}.values())
+                   if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
     outputs = [results[i] for i in entry.differentiable]
     # The backward runs the function again: on the arguments as they are now.
     args, kwargs = copy_arrays((args, kwargs))
@@ -31,7 +32,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     def backward(builder, cotangents, needs):
         if entry.backward is None:
             entry.backward = type(traced)(_vector_jacobian_product(
-                traced.python_function, entry.differentiable))
+                traced.python_function, entry.differentiable, captured))
         seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
                  for o, c in zip(outputs, cotangents)]
         with enable_grad():  # the eager engine runs backward under no_grad
@@ -42,15 +43,17 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
                        [t._handle for t in inputs], [edge_of(t) for t in inputs])
     # The backward reads the arguments again: changing one in place first is an error.
-    node.save([v for v, _ in leaves if isinstance(v, Tensor)])
+    node.save([v for v, _ in leaves if isinstance(v, Tensor)] + captured)
     for index, output in enumerate(outputs):
         output._node, output._output_index = node, index
         output._requires_grad, output._leaf = True, False
 
 
-def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> Callable:
+def _vector_jacobian_product(function: Callable, differentiable: list[int],
+                             captured: list[Tensor]) -> Callable:
     """`vjp(cotangents, *args, **kwargs)`: the gradient of sum(result_i * cotangent_i) with respect
-    to every argument tensor that requires grad, in the order they are flattened."""
+    to every argument tensor that requires grad, in the order they are flattened, then to the
+    `captured` tensors (read by the function from outside, requiring grad)."""
     def vjp(cotangents, *args, **kwargs):
         result_leaves: list = []
         flatten(function(*args, **kwargs), result_leaves, "result")
@@ -61,7 +64,7 @@ def _vector_jacobian_product(function: Callable, differentiable: list[int]) -> C
         argument_leaves: list = []
         flatten((args, dict(sorted(kwargs.items()))), argument_leaves, "argument")
         inputs = list({id(v): v for v, _ in argument_leaves
-                       if isinstance(v, Tensor) and v.requires_grad}.values())
+                       if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
         seed = ones_like(total)
         # None (a static result) where no gradient flows: eager autograd leaves that .grad None.
         return [None if handle is None else Tensor._make(handle, total._trace, False)

@@ -1,61 +1,313 @@
-"""Guards: what a traced function reads outside its arguments (tensors, arrays and numbers in its
-globals and closure, and the tensors it captured) and whether that has changed since it was
-traced, in which case the signature traces again (as torch.compile's guards do)."""
+"""Guards: what a traced function reads besides its arguments, and whether that has changed since
+it was traced, in which case the signature traces again (as torch.compile's guards do).
+
+Before tracing, everything the function can reach is walked once: the globals it names (and those
+of the functions and methods it can call), its closure, its `self`, the objects passed to it as
+static arguments, and from there attributes, list and dict items. For every path that ends at a
+tensor the function then captured, the guard checks that the path still reaches that very tensor
+(`model.w = new_tensor` traces again); for every path that ends at a Python number, string, None or
+numpy array, that it still holds the value seen before tracing (a module's `p = 0.5`, baked into
+the code). The tensors captured are runtime inputs, read on every call; their shape, dtype,
+requires_grad and .grad are checked too. A tensor reached in some other way (returned by a method,
+say) is guarded by identity only: rebinding it is not seen.
+"""
 from __future__ import annotations
 
+import contextlib
 import numbers
+import os
+import sys
+import sysconfig
+import types
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from tracer.errors import project_file
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry
 
+# (what to call it, the object its path starts at, the steps from there: ("attr" | "item", key),
+# the value when traced)
+Guard = tuple[str, Any, tuple, Any]
 
-def captured_types(tensors: Sequence[Tensor]) -> list[tuple]:
-    return [(t.shape, t.dtype, t.requires_grad) for t in tensors]
+# The walk's bounds: deeper objects, longer containers and more objects than this are not looked
+# into (a tensor found only there is guarded by identity only).
+MAX_DEPTH = 8
+MAX_ITEMS = 64
+MAX_OBJECTS = 2000
+
+# Objects of the standard library and of installed packages hold no user state worth guarding,
+# nor do the globals of their code or of the project's own code (the project's objects, a
+# tr.nn.Module or an optimizer, do).
+_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
+                    for key in ("stdlib", "purelib", "platlib")})
 
 
-def _is_guarded(value) -> bool:
-    return isinstance(value, (Tensor, np.ndarray, numbers.Number))
+def _library_file(filename: str) -> bool:
+    return filename.startswith(_LIBRARIES) and not project_file(filename)
 
 
-def _same(current, traced) -> bool:
-    if isinstance(traced, (Tensor, np.ndarray)):
-        return current is traced
-    return type(current) is type(traced) and (current == traced or current != current)
+def _library_class(cls: type) -> bool:
+    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if filename is None:  # a builtin, or the code typed into an interactive interpreter
+        return cls.__module__ != "__main__"
+    return _library_file(filename)
 
 
-def scope_guards(function: Callable) -> list[tuple[str, Callable[[], Any], Any]]:
-    """Guards on the tensors, arrays and numbers `function` reads from its module's globals and
-    from its closure (not those of the functions it calls)."""
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return []
-    guards = []
-    namespace = getattr(function, "__globals__", {})
-    for name in code.co_names:
-        if _is_guarded(namespace.get(name)):
-            guards.append((f"global {name}", lambda name=name: namespace.get(name),
-                           namespace[name]))
-    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+def captured_state(tensors: Sequence[Tensor]) -> list[tuple]:
+    """What the compiled code assumes of each captured tensor."""
+    return [(t._handle.shape, t._handle.dtype, t._requires_grad,
+             None if t._grad is None else (t._grad._handle.shape, t._grad._handle.dtype))
+            for t in tensors]
+
+
+@dataclass
+class Reached:
+    """What a walk found: every tensor and the paths to it, and the value at the end of every
+    other guarded path; a path is (name, root, steps)."""
+    tensors: dict[int, Tensor] = field(default_factory=dict)
+    paths: dict[int, list[tuple]] = field(default_factory=dict)  # by id of the tensor
+    values: list[tuple[tuple, Any]] = field(default_factory=list)
+    _seen: set[int] = field(default_factory=set)
+
+
+def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -> Reached:
+    """Walk what `function` (a function, bound method or callable object) and the objects passed
+    to it as static arguments, named, can reach."""
+    reached = Reached()
+    _walk_callable(function, reached, 0, "self")
+    for name, value in static_arguments:
+        if not _is_value(value):
+            _walk(value, (name, value, ()), reached, 0)
+    return reached
+
+
+def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | None) -> list[Guard]:
+    """The guards of a signature whose trace captured `captured`: every path to those tensors,
+    and the paths to other values whose attribute names and dict keys are all in `used` (the
+    names and string constants of the code that ran while tracing; None: all paths)."""
+    paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
+    paths += [(path, value) for path, value in reached.values
+              if used is None or all(not isinstance(key, str) or key in used
+                                     for _, key in path[2])]
+    return [(*path, value) for path, value in paths if path[2]]  # a root is itself
+
+
+@contextlib.contextmanager
+def recording_names():
+    """A set that fills, inside the block, with the names and string constants of the Python code
+    that runs (None if another profiler is active: sys.setprofile is not ours to take)."""
+    if sys.getprofile() is not None:
+        yield None
+        return
+    codes: set = set()
+
+    def profile(frame, event, _):
+        if event == "call":
+            codes.add(frame.f_code)
+
+    used = {"cell_contents"}
+    sys.setprofile(profile)
+    try:
+        yield used
+    finally:
+        sys.setprofile(None)
+        for code in codes:
+            used.update(code.co_names)
+            used.update(c for c in code.co_consts if isinstance(c, str))
+
+
+def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
+    """(path, tensor) where the traced function left tensors of its trace other than its `inputs`
+    (the tensors it captured): state made while tracing, which the compiled code cannot store."""
+    inputs_seen = {id(t) for t in inputs}
+    return [(reached.paths[key][0][0], tensor) for key, tensor in reached.tensors.items()
+            if tensor._trace is trace and key not in inputs_seen]
+
+
+def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
+    """What to call each captured tensor in messages: the first path found to it."""
+    return [reached.paths[id(t)][0][0] if id(t) in reached.paths else f"captured tensor {k}"
+            for k, t in enumerate(captured)]
+
+
+def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callable[[], bool]:
+    """One function, True while every guard holds and every captured tensor has the state it had
+    when traced (see `captured_state`). Generated Python source, as torch.compile's guards are:
+    a call to it costs a fraction of walking the guards one by one, and it runs on every call."""
+    namespace: dict[str, Any] = {"Tensor": Tensor}
+    lines = []
+    for number, (_, root, steps, traced) in enumerate(guards):
+        namespace[f"root{number}"] = root
+        expression = f"root{number}"
+        for step, (kind, key) in enumerate(steps):
+            if kind == "attr" and key.isidentifier():
+                expression += f".{key}"
+            else:
+                namespace[f"key{number}_{step}"] = key
+                expression = (f"getattr({expression}, key{number}_{step})" if kind == "attr"
+                              else f"{expression}[key{number}_{step}]")
+        namespace[f"value{number}"], namespace[f"type{number}"] = traced, type(traced)
+        lines.append(f"value = {expression}")
+        if isinstance(traced, (Tensor, np.ndarray)) or traced is None:
+            lines.append(f"if value is not value{number}: return False")
+        elif traced != traced:  # NaN
+            lines.append(f"if type(value) is not type{number} or value == value: return False")
+        else:
+            lines.append(f"if type(value) is not type{number} or value != value{number}: "
+                         f"return False")
+    for number, (tensor, (shape, dtype, requires_grad, grad)) in enumerate(
+            zip(captured, captured_state(captured))):
+        namespace.update({f"tensor{number}": tensor, f"shape{number}": shape,
+                          f"dtype{number}": dtype, f"grad{number}": grad})
+        lines += [f"array = tensor{number}._handle",
+                  f"if array.shape != shape{number} or array.dtype != dtype{number} or "
+                  f"tensor{number}._requires_grad is not {requires_grad}: return False",
+                  f"grad = tensor{number}._grad"]
+        lines.append("if grad is not None: return False" if grad is None else
+                     f"if grad is None or (grad._handle.shape, grad._handle.dtype) != "
+                     f"grad{number}: return False")
+    body = "".join(f"        {line}\n" for line in lines)
+    source = (f"def check():\n    try:\n{body}        return True\n"
+              f"    except Exception:\n        return False\n")
+    exec(compile(source, "<tracer guards>", "exec"), namespace)
+    return namespace["check"]
+
+
+def _read(root, steps: tuple):
+    value = root
+    for kind, key in steps:
+        value = getattr(value, key) if kind == "attr" else value[key]
+    return value
+
+
+def _child(path: tuple, kind: str, key) -> tuple:
+    name, root, steps = path
+    text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
+            else f"[<tensor of shape {list(key.shape)}>]")
+    return f"{name}{text}", root, (*steps, (kind, key))
+
+
+def _is_value(value) -> bool:
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray))
+
+
+def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
+    if isinstance(value, Tensor):
+        reached.tensors[id(value)] = value
+        reached.paths.setdefault(id(value), []).append(path)
+        return
+    if _is_value(value):
+        reached.values.append((path, value))
+        return
+    if (depth >= MAX_DEPTH or id(value) in reached._seen or len(reached._seen) >= MAX_OBJECTS
+            or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
+        return
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        _walk_callable(value, reached, depth, path[0])
+        return
+    reached._seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        if len(value) <= MAX_ITEMS:
+            for index, item in enumerate(value):
+                _walk(item, _child(path, "item", index), reached, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) <= MAX_ITEMS:
+            for key, item in list(value.items()):
+                if isinstance(key, (str, int, Tensor)):
+                    _walk(item, _child(path, "item", key), reached, depth + 1)
+    elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
+        _walk_callable(value.python_function, reached, depth, path[0])
+    elif hasattr(value, "__dict__") and not _library_class(type(value)):
+        for key, item in list(vars(value).items()):
+            if not key.startswith("__"):
+                _walk(item, _child(path, "attr", key), reached, depth + 1)
+        _walk_class(type(value), reached, depth)
+
+
+def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:
+    """The globals and closure of a function; the object and function of a bound method; the
+    attributes and methods of a callable object."""
+    if isinstance(function, types.MethodType):
+        _walk(function.__self__, (self_name, function.__self__, ()), reached, depth + 1)
+        function = function.__func__
+    if not isinstance(function, types.FunctionType):
+        if not isinstance(function, type):  # a callable object
+            _walk(function, (self_name, function, ()), reached, depth)
+        return
+    if id(function) in reached._seen:
+        return
+    reached._seen.add(id(function))
+    code = function.__code__
+    if _library_file(code.co_filename) or project_file(code.co_filename):
+        return
+    namespace = function.__globals__
+    for name in sorted(_names(code)):
+        if name in namespace:
+            _walk(namespace[name], (f"global {name}", namespace, (("item", name),)),
+                  reached, depth + 1)
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # not bound yet
             continue
-        if _is_guarded(value):
-            guards.append((f"closure variable {name}", lambda cell=cell: cell.cell_contents, value))
-    return guards
+        _walk(value, (f"closure variable {name}", cell, (("attr", "cell_contents"),)),
+              reached, depth + 1)
+
+
+def _walk_class(cls: type, reached: Reached, depth: int) -> None:
+    """The globals the methods of an object's class read (those of user code)."""
+    for klass in cls.__mro__:
+        if id(klass) in reached._seen or _library_class(klass):
+            continue
+        reached._seen.add(id(klass))
+        for member in vars(klass).values():
+            member = getattr(member, "__func__", getattr(member, "fget", member))
+            if isinstance(member, types.FunctionType):
+                _walk_callable(member, reached, depth, "self")
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global (and attribute) names a code object and the code nested in it use."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names(constant)
+    return names
+
+
+def _same(current, traced) -> bool:
+    if isinstance(traced, (Tensor, np.ndarray)) or traced is None:
+        return current is traced
+    return type(current) is type(traced) and (
+        current == traced or (current != current and traced != traced))  # NaN is NaN
+
+
+def captured_variant(entry: Entry) -> tuple | None:
+    """The state of the entry's captured tensors if it differs from when they were traced (a
+    .grad made or cleared): a signature of its own, kept beside this one, as for arguments."""
+    now = captured_state(entry.captured)
+    return tuple(now) if now != entry.captured_state else None
 
 
 def captured_change(entry: Entry) -> str:
     """What the entry was traced with outside its arguments and has changed since (a recompile
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
-    if entry.captured and entry.captured_types != captured_types(entry.captured):
-        return "shape, dtype or requires_grad of a tensor read outside the arguments"
-    for name, read, traced in entry.guards:
-        if not _same(read(), traced):
+    if entry.check():
+        return ""
+    for name, traced, now in zip(entry.captured_names, entry.captured_state,
+                                 captured_state(entry.captured)):
+        if traced != now:
+            return f"shape, dtype, requires_grad or .grad of {name}"
+    for name, root, steps, traced in entry.guards:
+        try:
+            current = _read(root, steps)
+        except Exception:
+            return f"{name}: removed"
+        if not _same(current, traced):
             return f"{name}: rebound"
-    return ""
+    return "something read outside the arguments"

@@ -109,7 +109,7 @@ def render_svg(dot: str) -> str | None:
 
 
 def _signature(key: tuple, entry: "Entry", number: int) -> dict:
-    structure, leaves, grad_mode = key
+    structure, leaves, grad_mode = key[:3]  # (a fourth element: see SignatureCache.lookup)
     executable = entry.executable
     fused = executable.fused
     dot = dot_source(fused)

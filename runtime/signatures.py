@@ -4,7 +4,9 @@ signature however many threads ask for it, and why each recompile happened.
 A signature key is `(structure, leaf signatures, grad mode)` as `TracedFunction._key` builds it:
 the structure is the argument tree with static values in place, a leaf signature is
 ("T", shape, dtype, requires_grad, .grad signature, alias) for a Tensor, ("A", shape, dtype, alias)
-for a numpy array, ("I",) or ("F",) for a Python number.
+for a numpy array, ("I",) or ("F",) for a Python number. A variant of a signature (the tensors
+the function read from outside its arguments now have other .grad states, say) is cached under
+the key with a fourth element, that state.
 
 TRACER_CACHE_LIMIT (default 64) bounds the signatures kept per function, as torch._dynamo's
 cache_size_limit does: past it, the least recently used one is dropped (its native code is freed
@@ -35,7 +37,8 @@ def recompile_reason(previous: tuple | None, key: tuple, leaf_paths: Sequence[st
     reads outside its arguments changed; see `TracedFunction`)."""
     if previous is None:
         return "first call"
-    (old_structure, old_leaves, old_grad), (structure, leaves, grad) = previous, key
+    # (a key may carry a fourth element, a variant: see SignatureCache.lookup)
+    (old_structure, old_leaves, old_grad), (structure, leaves, grad) = previous[:3], key[:3]
     differences = []
     if old_grad != grad:
         differences.append(f"grad mode: {_enabled(old_grad)} -> {_enabled(grad)}")
@@ -141,12 +144,21 @@ class SignatureCache:
             return entry
 
     def lookup(self, key: tuple, leaf_paths: Sequence[str], build: Callable[[], Any],
-               stale: Callable[[Any], str], count: bool, quick_key: tuple | None = None) -> Any:
+               stale: Callable[[Any], str], count: bool, quick_key: tuple | None = None,
+               variant: Callable[[Any], tuple | None] = lambda entry: None) -> Any:
         """The entry for `key` (counted as a hit or a miss if `count`). `stale(entry)` says why a
-        cached entry may not be used (empty: it may); `build(reason)` makes a new one."""
+        cached entry may not be used (empty: it may); `build(reason)` makes a new one.
+        `variant(entry)` of a stale entry is what differs that may be part of the key (the
+        state of the tensors the function read from outside its arguments), or None: then
+        the entry is replaced, else kept beside the one for `key + (variant,)`."""
         with self._lock:
             entry = self.entries.get(key)
             reason = stale(entry) if entry is not None else ""
+            difference = variant(entry) if reason else None
+            if difference is not None:
+                key = (*key, difference)
+                entry = self.entries.get(key)
+                reason = stale(entry) if entry is not None else reason
             if entry is not None and not reason:
                 self.entries.move_to_end(key)
                 self.hits += count

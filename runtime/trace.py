@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import numbers
 import os
 import time
+import types
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -20,25 +20,24 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tracer import ir
-from tracer.ir.types import TensorType
 from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, owned,
-                                     parameter_arrays, parameter_name, unflatten)
+                                     parameter_arrays, unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import captured_change, captured_types, scope_guards
+from tracer.runtime.guards import (captured_change, captured_names, captured_state,
+                                   captured_variant, compile_check, guards_for)
+from tracer.runtime.recording import Specialize, record
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor, check_current, from_numpy
-from tracer.tracing import Trace, tracing
+from tracer.interop import is_foreign_array
+from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
 STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
-
-
 
 
 # What a compiled signature needs at call time -----------------------------------------------------
@@ -50,15 +49,19 @@ class Entry:
     # (argument leaf index, "data" | "grad", output index) for every value written back.
     writebacks: list[tuple[int, str, int]]
     cleared_grads: list[int]              # argument leaves whose .grad the function set to None
-    # Where each parameter comes from: ("leaf" | "number" | "grad" | "captured", index).
+    # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
     parameter_sources: list[tuple[str, int]]
-    captured: list[Tensor]
-    captured_types: list[tuple]
+    captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
+    captured_state: list[tuple]  # their shape, dtype, requires_grad and .grad when traced
     stages: dict[str, str] = field(default_factory=dict)
-    leaf_names: dict[int, str] = field(default_factory=dict)  # argument leaf index -> its path
-    # (name, read the current value, the value when traced) of what the function reads from its
-    # globals and closure: a tensor, array or number there that changes means tracing again.
-    guards: list[tuple[str, Callable[[], Any], Any]] = field(default_factory=list)
+    leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
+    # Paths to what the function reads from its globals, closure and objects, with the value
+    # when traced: a tensor, array or number there that changes means tracing again (see
+    # runtime/guards.py).
+    guards: list[tuple] = field(default_factory=list)
+    # True while the guards hold and the captured tensors are as traced (runs on every call)
+    check: Callable[[], bool] = lambda: True
+    captured_names: list[str] = field(default_factory=list)  # what messages call them
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
@@ -73,16 +76,26 @@ class TracedFunction:
 
     def __init__(self, function: Callable, static_argnums: Sequence[int] = (),
                  check_grads: bool = False):
-        functools.update_wrapper(self, function)
+        # a callable object's attributes are its state, not the wrapper's
+        functools.update_wrapper(self, function, updated=(
+            ("__dict__",) if isinstance(function, types.FunctionType) else ()))
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
-        self._signatures = SignatureCache(getattr(function, "__qualname__", "function"))
-        self._name = getattr(function, "__name__", "function")
+        self._name = getattr(function, "__name__", type(function).__name__)
+        self._signatures = SignatureCache(getattr(function, "__qualname__", self._name))
         self.check_grads = check_grads
+        # paths of the int arguments found to be used as sizes, indices or loop bounds: static
+        self._specialized: frozenset[str] = frozenset()
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+
+    def __get__(self, instance, owner=None):
+        """`@tr.trace` on a method: `model.step(x)` calls it with the instance as its first
+        argument, a static one (each instance has signatures of its own; the tensors it holds
+        are captured)."""
+        return self if instance is None else BoundTracedFunction(self, instance)
 
     def cache_info(self) -> CacheInfo:
         signatures = self._signatures
@@ -92,14 +105,27 @@ class TracedFunction:
         self._signatures.clear()
 
     # Signatures.
-    def _split(self, args, kwargs):
-        """(structure, runtime leaves with paths) of the call's arguments; the structure
-        unflattens to (args, kwargs)."""
+    def _names(self, args) -> list[str]:
+        """The parameter names of the positional arguments."""
         names = [f"arg{i}" for i in range(len(args))]
         if self._signature is not None:
             parameters = [p for p in self._signature.parameters.values()
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             names[:len(parameters)] = [p.name for p in parameters][:len(args)]
+        return names
+
+    def _static_objects(self, args, kwargs) -> list[tuple[str, Any]]:
+        """The named arguments that are static values (objects whose tensors are captured)."""
+        structure, _ = self._split(args, kwargs)
+        (_, (positional, (_, keywords, keyword_nodes))) = structure
+        named = [*zip(self._names(args), args, positional[1]),
+                 *((key, kwargs[key], node) for key, node in zip(keywords, keyword_nodes))]
+        return [(name, value) for name, value, node in named if node[0] == "static"]
+
+    def _split(self, args, kwargs):
+        """(structure, runtime leaves with paths) of the call's arguments; the structure
+        unflattens to (args, kwargs)."""
+        names = self._names(args)
         leaves: list = []
         positional = []
         static = {i + len(args) if i < 0 else i for i in self.static_argnums}
@@ -111,10 +137,10 @@ class TracedFunction:
                     raise ArgumentError(f"static argument {name} must be hashable") from None
                 positional.append(("static", value, type(value)))
             else:
-                positional.append(flatten(value, leaves, name))
+                positional.append(flatten(value, leaves, name, self._specialized))
         keywords = dict(sorted(kwargs.items()))
-        keyword_structure = ("dict", tuple(keywords),
-                             tuple(flatten(v, leaves, k) for k, v in keywords.items()))
+        keyword_structure = ("dict", tuple(keywords), tuple(
+            flatten(v, leaves, k, self._specialized) for k, v in keywords.items()))
         return ("tuple", (("tuple", tuple(positional)), keyword_structure)), leaves
 
     def _key(self, args, kwargs):
@@ -123,42 +149,58 @@ class TracedFunction:
         signature = tuple(leaf_signature(value, position) for value, _ in leaves)
         return (structure, signature, is_grad_enabled()), leaves
 
-    def _quick_key(self, args, kwargs) -> tuple | None:
-        """The common call -- positional tensors and numbers, none repeated -- keyed without
-        flattening; None sends the call down the general path."""
-        if kwargs or self.static_argnums:
+    def _quick_key(self, args, kwargs) -> tuple[tuple, Sequence] | None:
+        """The common call -- positional tensors, numbers and objects (a method's instance), no
+        tensor repeated -- keyed without flattening, with its argument leaves; None sends the call
+        down the general path."""
+        if kwargs or self.static_argnums or self._specialized:
             return None
         parts: list = [is_grad_enabled()]
-        tensors = 0
+        tensors = objects = 0
         for value in args:
             kind = type(value)
             if kind is Tensor:
-                grad = value.grad
+                grad = value._grad
                 parts.append((value._handle.shape, value._handle.dtype, value._requires_grad,
                               None if grad is None else (grad._handle.shape, grad._handle.dtype),
                               value._trace is None))
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
+            elif (kind.__hash__ is object.__hash__ and not isinstance(value, Tensor)
+                  and not is_foreign_array(value)):
+                parts.append(value)  # a static object, compared by identity (and kept alive)
+                objects += 1
             else:
                 return None
         if tensors > 1 and len({id(v) for v in args if type(v) is Tensor}) < tensors:
             return None
-        return tuple(parts)
+        leaves = [v for v in args if type(v) in (Tensor, float, int)] if objects else args
+        return tuple(parts), leaves
 
     def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, Sequence, list | None]:
         """The entry for this call, the values of its argument leaves, and the leaves with their
-        paths (None for the common call, whose leaves are the positional arguments themselves)."""
+        paths (None for the common call, whose leaves are its tensor and number arguments)."""
         quick = self._quick_key(args, kwargs)
         if quick is not None:
-            entry = self._signatures.quick(quick, captured_change, count)
+            entry = self._signatures.quick(quick[0], captured_change, count)
             if entry is not None:
-                return entry, args, None
-        key, leaves = self._key(args, kwargs)
-        entry = self._signatures.lookup(key, [path for _, path in leaves],
-                                        lambda reason: self._build(args, kwargs, leaves, reason),
-                                        captured_change, count, quick)
-        return entry, [value for value, _ in leaves], leaves
+                return entry, quick[1], None
+        quick_key = None if quick is None else quick[0]
+        while True:
+            key, leaves = self._key(args, kwargs)
+            try:
+                entry = self._signatures.lookup(
+                    key, [path for _, path in leaves],
+                    lambda reason: self._build(args, kwargs, leaves, reason),
+                    captured_change, count, quick_key, captured_variant)
+            except Specialize as request:
+                self._specialized |= request.paths
+                quick_key = None
+                LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
+                         "static from now on", self._name, ", ".join(sorted(request.paths)))
+                continue
+            return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
     def _build(self, args, kwargs, leaves, reason: str) -> Entry:
@@ -170,58 +212,12 @@ class TracedFunction:
 
     def _compile(self, args, kwargs, leaves) -> Entry:
         started = time.perf_counter()
-        timings = {}
-        name = self._name
-        trace = Trace(name if name.isidentifier() else "function")
-        proxies: list = []
-        sources: list[tuple[str, int]] = []
-        seen: dict[int, Any] = {}
-        originals: dict[int, tuple] = {}  # leaf index -> (data handle, grad handle) on entry
-        guards = scope_guards(self.python_function)
-        with tracing(trace):
-            for index, (value, path) in enumerate(leaves):
-                if id(value) in seen and not isinstance(value, numbers.Number):
-                    proxies.append(seen[id(value)])
-                    continue
-                proxy = self._proxy(trace, value, parameter_name(path), index, sources)
-                seen[id(value)] = proxy
-                proxies.append(proxy)
-                if isinstance(value, Tensor):
-                    trace.arguments[id(value)] = proxy  # also read through a global name
-                originals[index] = (proxy._handle, proxy.grad._handle if proxy.grad is not None
-                                    else None)
-            structure, _ = self._split(args, kwargs)
-            rebuilt, rebuilt_kwargs = unflatten(structure, proxies)
-            result = self.python_function(*rebuilt, **rebuilt_kwargs)
-            result_leaves: list = []
-            result_structure = flatten(result, result_leaves, "result")
-            function = trace.function
-            outputs = [self._result_value(trace, value) for value, _ in result_leaves]
-            writebacks, cleared = [], []
-            for index, (original_data, original_grad) in originals.items():
-                proxy = proxies[index]
-                if not isinstance(proxy, Tensor) or proxy._weak:
-                    continue
-                if proxy._handle is not original_data:
-                    writebacks.append((index, "data", len(outputs)))
-                    outputs.append(proxy._handle)
-                if proxy.grad is None:
-                    if original_grad is not None:
-                        cleared.append(index)
-                elif proxy.grad._handle is not original_grad:
-                    writebacks.append((index, "grad", len(outputs)))
-                    outputs.append(trace.handle_of(proxy.grad))
-            function.outputs = outputs
-            stages = {"traced": ir.format_function(function)}
-            timings["trace"] = time.perf_counter() - started
-            # the autodiff pass rewrites the graph: the check evaluates the traced one
-            unexpanded = function.copy() if self.check_grads else None
-            # The traced text names custom rules (@MyReLU.0) that parse back only while they are
-            # alive; the autodiff pass drops them from the graph, so the entry keeps them.
-            rules = [i.attributes["rule"] for i in function.instructions
-                     if isinstance(i.attributes.get("rule"), ir.CustomRule)]
-            ir.verify(function)
-            ir.expand_gradients(function)
+        structure, _ = self._split(args, kwargs)
+        recording = record(self.python_function, self._name, leaves,
+                           lambda proxies: unflatten(structure, proxies),
+                           self._static_objects(args, kwargs), self.check_grads)
+        function, stages, sources = recording.function, recording.stages, recording.sources
+        timings = {"trace": recording.seconds}
         ir.verify(function)
         stages["grad"] = ir.format_function(function)
         timings["grad"] = time.perf_counter() - started - sum(timings.values())
@@ -229,27 +225,30 @@ class TracedFunction:
         ir.verify(optimized)
         stages["optimized"] = ir.format_function(optimized)
         timings["optimize"] = time.perf_counter() - started - sum(timings.values())
-        sources += [("captured", index) for index in range(len(trace.captured))]
-        if unexpanded is not None:
-            check_custom_backwards(unexpanded, parameter_arrays(
-                sources, [value for value, _ in leaves], [t for t, _ in trace.captured]))
+        captured = recording.captured
+        if recording.unexpanded is not None:
+            check_custom_backwards(recording.unexpanded, parameter_arrays(
+                sources, [value for value, _ in leaves] + captured))
             timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
         # Updated data and .grad are written straight into the argument's buffer where that is safe.
         parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
         write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
-                      for index, kind, output in writebacks
+                      for index, kind, output in recording.writebacks
                       if ("leaf" if kind == "data" else "grad", index) in parameter_of}
         executable = compile_function(optimized, write_into=write_into)
         timings["backend"] = time.perf_counter() - started - sum(timings.values())
-        entry = Entry(result_structure, executable,
-                      len(result_leaves), writebacks,
-                      cleared, sources, [t for t, _ in trace.captured],
-                      captured_types([t for t, _ in trace.captured]), stages=stages, rules=rules)
-        if not writebacks and not cleared:
-            entry.differentiable = [i for i, (value, _) in enumerate(result_leaves)
+        entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
+                      recording.writebacks, recording.cleared, sources, captured,
+                      captured_state(captured), stages=stages, rules=recording.rules)
+        if not recording.writebacks and not recording.cleared:
+            entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
                                     if isinstance(value, Tensor) and value.requires_grad]
-        entry.guards = guards
+        entry.guards = guards_for(recording.reached, captured, recording.used)
+        entry.check = compile_check(entry.guards, captured)
+        entry.captured_names = captured_names(recording.reached, captured)
         entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
+        entry.leaf_names.update({len(leaves) + k: name
+                                 for k, name in enumerate(entry.captured_names)})
         entry.timings = timings
         self._dump(entry)
         return entry
@@ -268,36 +267,6 @@ class TracedFunction:
         """Write the HTML compile report of every signature compiled so far to `path`; returns
         the path (see runtime/report.py)."""
         return write_report(self, path)
-
-    @staticmethod
-    def _proxy(trace: Trace, value, name: str, index: int, sources: list):
-        if isinstance(value, numbers.Number):
-            dtype = ir.types.int64 if isinstance(value, numbers.Integral) else ir.types.float64
-            handle = trace.parameter(name, TensorType((), dtype))
-            sources.append(("number", index))
-            proxy = Tensor._make(handle, trace, False)
-            proxy._weak = True  # a Python number: it does not widen float32 tensors
-            return proxy
-        array_type = TensorType(value.shape, value.dtype)
-        handle = trace.parameter(name, array_type)
-        sources.append(("leaf", index))
-        requires_grad = isinstance(value, Tensor) and value.requires_grad
-        proxy = Tensor._make(handle, trace, requires_grad, leaf=True)
-        if isinstance(value, Tensor) and value.grad is not None:
-            grad_handle = trace.parameter(f"{name}_grad", TensorType(value.grad.shape, value.grad.dtype))
-            sources.append(("grad", index))
-            proxy.grad = Tensor._make(grad_handle, trace, False)
-        return proxy
-
-    @staticmethod
-    def _result_value(trace: Trace, value):
-        if isinstance(value, Tensor):
-            check_current(value)
-            return trace.handle_of(value)
-        if isinstance(value, np.ndarray):
-            return trace.handle_of(from_numpy(value))
-        raise ArgumentError(f"a traced function returns tensors (or static values), "
-                            f"got a {type(value).__name__}; return it as a tensor")
 
     def _dump(self, entry: Entry) -> None:
         folder = os.environ.get("TRACER_DUMP")
@@ -329,7 +298,9 @@ class TracedFunction:
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
-        arrays = parameter_arrays(entry.parameter_sources, values, entry.captured)
+        if entry.captured:
+            values = [*values, *entry.captured]
+        arrays = parameter_arrays(entry.parameter_sources, values)
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
@@ -342,14 +313,14 @@ class TracedFunction:
                     np.copyto(array, outputs[output])
                 if isinstance(target, Tensor):
                     target._mark_changed()
-            elif target.grad is None:
-                target.grad = Tensor._make(owned(outputs[output], inputs), None, False)
+            elif target._grad is None:
+                target._grad = Tensor._make(owned(outputs[output], inputs), None, False)
             else:
-                if outputs[output] is not target.grad._handle:
-                    np.copyto(target.grad._handle, outputs[output])
-                target.grad._mark_changed()
+                if outputs[output] is not target._grad._handle:
+                    np.copyto(target._grad._handle, outputs[output])
+                target._grad._mark_changed()
         for index in entry.cleared_grads:
-            values[index].grad = None
+            values[index]._grad = None
         results = [Tensor._make(owned(a, inputs), None, False)
                    for a in outputs[:entry.result_count]]
         if entry.differentiable and is_grad_enabled():
@@ -359,6 +330,23 @@ class TracedFunction:
         if entry.structure == ("leaf",):
             return results[0]
         return unflatten(entry.structure, results)
+
+
+class BoundTracedFunction:
+    """A traced method looked up on an instance, as a bound method is: calls pass the instance
+    first; `ir` too; anything else (`cache_info`, `report`, ...) is the traced function's."""
+
+    def __init__(self, traced: TracedFunction, instance):
+        self.__func__, self.__self__ = traced, instance
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def ir(self, *args, stage: str = "traced", **kwargs) -> str:
+        return self.__func__.ir(self.__self__, *args, stage=stage, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__func__, name)
 
 
 def trace(function: Callable | None = None, *, static_argnums: Sequence[int] | int = (),

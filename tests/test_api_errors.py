@@ -3,6 +3,7 @@ user's file:line (this file) and says what to do; afterwards the user's tensors,
 .grad are unchanged -- eagerly and under @tr.trace."""
 import inspect
 import os
+import types
 
 import numpy as np
 import pytest
@@ -398,9 +399,22 @@ def test_traced_tensor_escaping():
         kept.append(y)
         return y
 
-    f(tr.tensor([1.0]))
+    with pytest.raises(tr.TracingError) as error:
+        f(tr.tensor([1.0]))
+    check_message(error, def_line(f.__wrapped__) + 2, "kept[0]", "return the tensors")  # when traced
     with pytest.raises(tr.TracingError) as error:
         kept[0] + 1
+    check_message(error, here() - 1, "return it")
+
+    @tr.trace
+    def g(x):
+        z = x * 3
+        kept.append(types.SimpleNamespace(z=z))  # a library object, not walked: found when used
+        return z
+
+    g(tr.tensor([1.0]))
+    with pytest.raises(tr.TracingError) as error:
+        kept[1].z + 1
     check_message(error, here() - 1, "return it")
 
 
@@ -410,11 +424,13 @@ def test_random_inside_trace():
     check_message(error, here() - 1, "argument")
 
 
-def test_captured_tensor_requiring_grad():
+def test_captured_tensor_computed_outside_from_tensors_requiring_grad():
     w, b, x = params()
+    doubled = w * 2  # not a leaf: the compiled code cannot send its gradient on to w
     with pytest.raises(tr.TracingError) as error:
-        tr.trace(lambda x: (x * w).sum())(x)
-    check_message(error, here() - 1, "argument")
+        tr.trace(lambda x: (x * doubled).sum())(x)
+    check_message(error, here() - 1, "detach()")
+    assert doubled._trace is None and doubled.grad_fn is not None  # left as it was
 
 
 class SavesOutput(tr.Function):

@@ -11,10 +11,15 @@ _PROJECT_FOLDERS = tuple(
     for folder in ("tracer", "ir", "runtime", "codegen"))
 
 
+def project_file(filename: str) -> bool:
+    """Whether `filename` is the project's own code."""
+    return filename.startswith(_PROJECT_FOLDERS)
+
+
 def user_frame():
     """The innermost stack frame that belongs to user code, or None."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PROJECT_FOLDERS):
+    while frame is not None and project_file(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
@@ -58,6 +63,15 @@ class IndexOutOfRangeError(ShapeMismatchError, IndexError):
 
 class TracingError(TracerError):
     """Something a traced function may not do: data-dependent control flow, reading values."""
+
+
+class SpecializationNeeded(TracingError):
+    """The Python value of a traced tensor is needed (a size, an index, a branch): if it comes
+    from int arguments alone, `@trace` traces again with them static."""
+
+    def __init__(self, message: str, value, what: str):
+        super().__init__(message)
+        self.message, self.value, self.what = message, value, what  # value: an ir.Value
 
 
 class InplaceError(TracerError):

@@ -24,7 +24,7 @@ from tracer.ir.vjp import CustomRule
 from tracer.autograd import ARRAYS, Node, run_backward
 from tracer.context import is_grad_enabled, state
 from tracer.errors import (ArgumentError, IndexOutOfRangeError, InplaceError, ShapeMismatchError,
-                           TracingError, user_line)
+                           SpecializationNeeded, TracingError, user_line)
 from tracer.tracing import escaped_error
 
 float32, float64, int64, bool = irtypes.float32, irtypes.float64, irtypes.int64, irtypes.bool_
@@ -204,7 +204,17 @@ def _normalize_dim(dim: int, ndim: int) -> int:
     return dim % limit
 
 
+def _number_argument(value):
+    """`value`, unless it is a Python number passed to the traced function: then its value is
+    needed, and the function traces again with the int argument static (a float one is an
+    error naming it)."""
+    if isinstance(value, Tensor) and value._weak and value._trace is not None:
+        value._eager_array("a size, an index or a dimension")
+    return value
+
+
 def _as_dim(dim) -> int:
+    dim = _number_argument(dim)
     if isinstance(dim, (builtins.bool, np.bool_)) or not isinstance(dim, numbers.Integral):
         raise ArgumentError(f"a dimension is an int, got {type(dim).__name__}")
     return int(dim)
@@ -231,6 +241,7 @@ def _dim_or_axis(dim, axis):
 def _shape_arguments(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    shape = [_number_argument(d) for d in shape]
     for d in shape:
         if not isinstance(d, (int, np.integer)) or isinstance(d, builtins.bool):
             raise ArgumentError(f"a shape holds ints, got {type(d).__name__}")
@@ -310,6 +321,13 @@ def _view_operation(method):
     return wrapper
 
 
+def _number_indices(key):
+    """`key`, checked for number arguments of a traced function (see _number_argument)."""
+    if isinstance(key, tuple):
+        return tuple(_number_argument(k) for k in key)
+    return _number_argument(key)
+
+
 def _fresh(tensor: "Tensor") -> "Tensor":
     """A result computed by this module that merely used a view operation on the way."""
     tensor._view_of = tensor._view_base = None
@@ -319,7 +337,7 @@ def _fresh(tensor: "Tensor") -> "Tensor":
 class Tensor:
     """A tensor with PyTorch's API; see the module docstring for the two modes."""
 
-    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "grad", "_base",
+    __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "_grad", "_base",
                  "_view_of", "_view_base", "_view_version", "_base_version",
                  "_version", "_changed_at", "_saved_by", "_weak", "_leaf", "_accumulator",
                  "__weakref__")
@@ -335,7 +353,7 @@ class Tensor:
         self._requires_grad = requires_grad
         self._node = node
         self._output_index = output_index
-        self.grad = None
+        self._grad = None
         self._version = 0
         self._changed_at = None
         self._saved_by: list = []  # weak references to the tape nodes that saved this tensor
@@ -399,6 +417,21 @@ class Tensor:
         return self
 
     @property
+    def grad(self) -> "Tensor | None":
+        trace = state.trace
+        if trace is not None and self._trace is None:  # reached from outside the traced function
+            return trace.grad_of(self)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        trace = state.trace
+        if trace is not None and self._trace is None:
+            trace.set_grad(self, value)
+        else:
+            self._grad = value
+
+    @property
     def is_leaf(self) -> builtins.bool:
         return self._leaf or not self._requires_grad
 
@@ -409,16 +442,19 @@ class Tensor:
     # Reading values -----------------------------------------------------------------------------
     def _eager_array(self, what: str) -> np.ndarray:
         check_current(self)
+        # (`@trace` makes the int arguments a value comes from static, when it comes from them
+        # alone: see runtime/recording.py)
         if self._trace is not None and self._weak:
-            raise TracingError(
+            raise SpecializationNeeded(
                 f"{what} needs the value of a Python number passed to the traced function, which "
                 f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
-                f"bake it in (one compilation per value)")
+                f"bake it in (one compilation per value)", self._handle, what)
         if self._trace is not None:
-            raise TracingError(
+            raise SpecializationNeeded(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "
                 f"function runs; return the tensor from the traced function and read it outside, "
-                f"or use tr.where(...) instead of Python control flow on its value")
+                f"or use tr.where(...) instead of Python control flow on its value", self._handle,
+                what)
         return self._handle
 
     def numpy(self) -> np.ndarray:
@@ -660,11 +696,11 @@ class Tensor:
 
     def __setitem__(self, key, value) -> None:
         from tracer.indexing import setitem
-        self._assign(setitem(self, key, value), "index assignment")
+        self._assign(setitem(self, _number_indices(key), value), "index assignment")
 
     def __getitem__(self, key) -> "Tensor":
         from tracer.indexing import getitem
-        return getitem(self, key)
+        return getitem(self, _number_indices(key))
 
     # Index operations (tracer/gathering.py) -------------------------------------------------------
     def index_select(self, dim: int, index: "Tensor") -> "Tensor":
@@ -1055,7 +1091,8 @@ def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
         if requires_grad:
             raise TracingError("tr.tensor(..., requires_grad=True) inside a traced function; "
                                "pass it as an argument")
-        return Tensor._make(state.trace.capture(_leaf(array, False)), state.trace, False)
+        return Tensor._make(state.trace.capture(_leaf(array, False), constant=True), state.trace,
+                            False)
     return _leaf(array, requires_grad)
 
 

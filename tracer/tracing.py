@@ -2,16 +2,32 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.types import TensorType
-from tracer.context import is_grad_enabled, state
+from tracer.context import state
 from tracer.errors import TracingError, user_line
 
 if TYPE_CHECKING:
     from tracer.tensor import Tensor
+
+
+# The slots of a captured tensor that tracing changes; `Trace.release` puts them back.
+_CAPTURED_SLOTS = ("_handle", "_trace", "_node", "_output_index", "_grad", "_base", "_view_base",
+                   "_version", "_changed_at", "_saved_by", "_leaf", "_accumulator")
+
+
+@dataclass
+class Captured:
+    """A tensor from outside the traced function that is a runtime input of it."""
+    tensor: "Tensor"
+    saved: tuple           # its _CAPTURED_SLOTS on entry
+    value: Value           # the parameter holding its data
+    grad: Value | None     # the parameter holding its .grad, if it had one
+    constant: bool         # made inside the traced function (tr.tensor): never written back
 
 
 class Trace:
@@ -21,8 +37,7 @@ class Trace:
         self.function = Function(name)
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
         self.builder = GraphBuilder(self.function, self.location)
-        self.captured: list[tuple["Tensor", Value]] = []
-        self._captured_ids: dict[int, Value] = {}
+        self.captured: list[Captured] = []
         self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
         # The proxies of the argument tensors, by id of the caller's tensor: the function may also
         # reach an argument through a global name.
@@ -61,19 +76,53 @@ class Trace:
     def parameter(self, name: str, type: TensorType) -> Value:
         return self.function.add_parameter(name, type)
 
-    def capture(self, tensor: "Tensor") -> Value:
-        """A tensor from outside the traced function becomes an extra runtime input."""
-        if id(tensor) in self._captured_ids:
-            return self._captured_ids[id(tensor)]
-        if tensor.requires_grad and is_grad_enabled():
+    def capture(self, tensor: "Tensor", constant: bool = False) -> Value:
+        """A tensor from outside the traced function (read from a closure, a global or an object's
+        attribute, or made by tr.tensor inside it) becomes a runtime input. Until `release`, the
+        tensor itself stands for that input, as an argument's proxy does: operations on it, its
+        .grad (a runtime input too) and in-place changes of either are traced."""
+        from tracer.tensor import Tensor  # (tensor.py imports this module)
+        if tensor.requires_grad and not tensor.is_leaf:
             raise TracingError(
-                f"the traced function uses a tensor of shape {list(tensor.shape)} that requires "
-                f"grad but is not one of its arguments; pass it as an argument so that its "
-                f"gradient can be computed")
-        value = self.parameter(f"captured{len(self.captured)}", TensorType(tensor.shape, tensor.dtype))
-        self.captured.append((tensor, value))
-        self._captured_ids[id(tensor)] = value
+                f"the traced function uses a tensor of shape {list(tensor.shape)} computed outside "
+                f"it from tensors that require grad; gradients cannot flow from the compiled code "
+                f"into that computation. Compute it inside the traced function, pass it as an "
+                f"argument, or use its .detach()")
+        saved = tuple(getattr(tensor, slot) for slot in _CAPTURED_SLOTS)
+        name = f"captured{len(self.captured)}"
+        value = self.parameter(name, TensorType(tensor.shape, tensor.dtype))
+        grad = tensor._grad
+        tensor._handle, tensor._trace, tensor._node, tensor._leaf = value, self, None, True
+        tensor._base = tensor._view_base = tensor._accumulator = None
+        tensor._saved_by = []  # the eager tape learns of changes when the compiled code runs
+        grad_value = None
+        if grad is not None:
+            grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
+            tensor._grad = Tensor._make(grad_value, self, False)
+        if tensor.requires_grad:
+            self.leaves.append(tensor)
+        self.captured.append(Captured(tensor, saved, value, grad_value, constant))
         return value
+
+    def release(self) -> None:
+        """Give every captured tensor back the state it had before tracing."""
+        for captured in self.captured:
+            for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
+                setattr(captured.tensor, slot, value)
+
+    def grad_of(self, tensor: "Tensor") -> "Tensor | None":
+        """The traced .grad of an untraced `tensor` read inside the trace."""
+        return self.stand_in(tensor)._grad
+
+    def set_grad(self, tensor: "Tensor", grad: "Tensor | None") -> None:
+        self.stand_in(tensor)._grad = grad
+
+    def stand_in(self, tensor: "Tensor") -> "Tensor":
+        """What stands for `tensor` in this trace: an argument's proxy, or the tensor captured."""
+        if id(tensor) in self.arguments:
+            return self.arguments[id(tensor)]
+        self.capture(tensor)
+        return tensor
 
     def rebind(self, tensor: "Tensor", value: Value, changing: Value) -> None:
         """`tensor` now holds `value`, computed in place from its old value by the instruction

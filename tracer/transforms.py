@@ -99,19 +99,35 @@ def _value_and_gradients(f: Callable, argnums, has_aux: bool, args, kwargs):
         state.differentiating = False
 
 
+def _tree_map(function: Callable, tree):
+    """`tree` (nested lists, tuples, named tuples and dicts: a pytree) with `function` applied to
+    every other value in it, in order."""
+    if isinstance(tree, (list, tuple)):
+        items = [_tree_map(function, item) for item in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
+    if isinstance(tree, dict):
+        return type(tree)((key, _tree_map(function, value)) for key, value in tree.items())
+    return function(tree)
+
+
 def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     numbers = _argnums(argnums, len(args))
     args = list(args)
     trace = state.trace
     leaves = []
-    for n in numbers:
-        x = as_tensor(args[n], accept_data=True)
+
+    def make_leaf(value, n: int) -> Tensor:
+        x = as_tensor(value, accept_data=True)
         if x.dtype.kind != "f":
-            raise ArgumentError(f"grad: argument {n} must be a float tensor, got {x.dtype}")
+            raise ArgumentError(f"grad: argument {n} must be a float tensor (or a list, tuple or "
+                                f"dict of them), got {x.dtype}")
         handle = x._handle if trace is None else trace.handle_of(x)
         leaf = Tensor._make(handle, trace, True, leaf=True)
         leaves.append(leaf)
-        args[n] = leaf
+        return leaf
+
+    for n in numbers:
+        args[n] = _tree_map(lambda value, n=n: make_leaf(value, n), args[n])
     with enable_grad():
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
@@ -128,9 +144,11 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     else:
         gradients = [zeros_like(x) if h is None else Tensor._make(h, trace, False)
                      for x, h in zip(leaves, traced_gradients(output, seed, leaves))]
-    gradients = gradients[0] if isinstance(argnums, int) else tuple(gradients)
+    # the gradient of each differentiated argument has its structure
+    flowing = iter(gradients)
+    trees = tuple(_tree_map(lambda _: next(flowing), args[n]) for n in numbers)
     value = output.detach()
-    return ((value, aux) if has_aux else value), gradients
+    return ((value, aux) if has_aux else value), (trees[0] if isinstance(argnums, int) else trees)
 
 
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
