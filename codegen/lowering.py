@@ -7,8 +7,9 @@
   register holding the result. The loop vectorizer widens these, so none of them calls libm:
   transcendentals are the inline approximations of templates/math.ll.j2.
 - kind "index": a layout primitive or a source; it changes which element is read, not the value.
-  codegen/kernels.py maps the index (broadcast, transpose, slice, pad, reshape, iota, constant).
-- kind "reduction": an inline reduction loop or an `accumulate` kernel (codegen/kernels.py).
+  The scheduler (ir/schedule.py) maps the index (broadcast, transpose, slice, pad, reshape, iota,
+  constant).
+- kind "reduction": an inline reduction loop or an `accumulate` kernel (ir/schedule.py).
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """

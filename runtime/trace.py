@@ -25,6 +25,7 @@ from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, ow
                                      parameter_arrays, parameter_name, unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
+from tracer.runtime.pipeline import STAGES
 from tracer.runtime.differentiable import record_backward
 from tracer.runtime.guards import captured_change, captured_types, scope_guards
 from tracer.runtime.report import write_report, write_report_to
@@ -36,7 +37,6 @@ from tracer.tracing import Trace, tracing
 
 LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
-STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
 
 
 
