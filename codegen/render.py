@@ -20,8 +20,8 @@ import jinja2
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, double_hex, literal
 from tracer.ir.graph import Value
-from tracer.ir.loops import (Accumulate, Accumulator, Compute, Gemm, IndexOp, Load, Loop,
-                             LoopKernel, Store)
+from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, Compute, Gemm, IndexOp, Load,
+                             Loop, LoopKernel, Store)
 from tracer.ir.types import bool_, float32, float64, is_float
 
 ENVIRONMENT = jinja2.Environment(
@@ -39,6 +39,7 @@ MATMUL_BLOCK = 256
 INDEX_INSTRUCTIONS = {"add": "add nsw i64", "sub": "sub i64", "mul": "mul nsw i64",
                       "div": "udiv i64", "rem": "urem i64", "lt": "icmp ult i64",
                       "eq": "icmp eq i64", "and": "and i1"}
+assert {*INDEX_INSTRUCTIONS, "select"} == set(INDEX_OPS)
 
 
 def record_register(sites: Sites | None) -> list[str]:

@@ -35,6 +35,7 @@ Operand = Union[str, bool, int, float]
 # "begin" and "end" name the kernel's range, which the entry passes.
 Bound = Union[int, str]
 
+# The operations of IndexOp (the renderer and the interpreter each implement all of them).
 INDEX_OPS = ("add", "sub", "mul", "div", "rem", "lt", "eq", "and", "select")
 
 
@@ -159,8 +160,8 @@ class LoopKernel:
     @property
     def splittable(self) -> bool:
         """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
-        independent; an accumulate kernel's add into shared elements, a gemm's may be shapes
-        too small to pay for a thread."""
+        independent, an accumulate kernel's add into the same elements, and a matmul kernel
+        leaves threads to the BLAS."""
         return self.kind == "loop"
 
 
