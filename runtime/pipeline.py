@@ -18,6 +18,7 @@ from tracer.ir.graph import Function, gc_paused
 from tracer.ir.loops import LoopProgram
 from tracer.ir.memory import MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
+from tracer.ir.verify import verify_loops
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
@@ -66,6 +67,7 @@ def back_end(function: Function, write_into: dict[int, int] | None, *, blas: boo
         if overflow is not None:
             raise BoundsError(f"compiling {function.name}: {overflow}")
         loops = schedule(fused, plan, threads)
+        verify_loops(loops)
         lap("schedule")
         llvm_ir, sites = generate_module(loops, plan, triple, blas, layout, profile, checked)
         lap("codegen")

@@ -20,6 +20,7 @@ from tracer.ir.loops import (Buffer, Compute, Load, Loop, LoopKernel, LoopProgra
 from tracer.ir.memory import Location, MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
 from tracer.ir.types import TensorType
+from tracer.ir.verify import VerificationError, verify_loops
 from tracer.runtime import jit
 from tracer.runtime.compiled import CompiledFunction
 
@@ -213,3 +214,24 @@ def test_the_loops_stage_through_the_api_and_tracer_dump(tmp_path, monkeypatch):
     # the listing names the user's line of each computation
     line = step.python_function.__code__.co_firstlineno + 2
     assert f"# test_ir_loops.py:{line}" in text
+
+
+def test_the_verifier_refuses_a_register_used_outside_its_loop_and_an_unknown_buffer():
+    f = ir.Function("rows")
+    x = f.add_parameter("x", TensorType((3, 4), "f32"))
+    f.outputs = [ir.GraphBuilder(f).reduce_sum(x, (1,))]
+    program = scheduled(f)
+    verify_loops(program)  # as scheduled (the pipeline checks every program so)
+    (kernel,) = program.kernels
+    (outer,) = kernel.body
+    # %v6 is one element of x, loaded inside the reduction loop (see the test above)
+    kernel.body.append(Store("out0", 0, "%v6", f.outputs[0]))
+    with pytest.raises(VerificationError, match="kernel_0: %v6 is used where it is not defined"):
+        verify_loops(program)
+    kernel.body[-1] = Store("out9", 0, 1.0, f.outputs[0])
+    with pytest.raises(VerificationError, match="out9 is not a buffer of the kernel"):
+        verify_loops(program)
+    outer.body.insert(0, Compute("%i1", "neg", ("%i1",), (np.dtype(np.int64),),
+                                 np.dtype(np.int64)))
+    with pytest.raises(VerificationError, match="%i1 is defined twice"):
+        verify_loops(program)
