@@ -29,8 +29,9 @@ STAGES = (
     "llvm",       # the LLVM IR rendered from the loops (codegen/), after LLVM's optimizer
     "asm",        # the machine code for the host CPU
 )
-FRONT_END_STAGES = STAGES[:STAGES.index("fused")]  # kept as text by the traced function
-BACK_END_STAGES = STAGES[STAGES.index("fused"):]  # printed on demand by the compiled function
+# The stages before "fused" are kept as text by the traced function (runtime/trace.py); these are
+# printed on demand by the compiled function (runtime/compiled.py).
+BACK_END_STAGES = STAGES[STAGES.index("fused"):]
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
 
 
