@@ -16,7 +16,7 @@ import torch
 
 import tracer as tr
 from benchmarks.harness import Timing, median_times
-from tracer.codegen import kernels
+from tracer.codegen import render
 
 ROWS, WIDTH, LOOKUPS = 50_000, 64, 32_768
 BATCH, CLASSES = 4096, 1000
@@ -25,18 +25,16 @@ BATCH, CLASSES = 4096, 1000
 @contextlib.contextmanager
 def without_index_checks():
     """Compile with the index check left out (wrapping kept): only to measure what it costs."""
-    checked = kernels.KernelEmitter.checked_index
+    checked = render.KernelRenderer.checked_index
 
-    def unchecked(self, position, operand, axis, size):
-        negative = self.w.value(f"icmp slt i64 {position}, 0")
-        shifted = self.w.value(f"add i64 {position}, {size}", "i")
-        return self.w.value(f"select i1 {negative}, i64 {shifted}, i64 {position}", "i")
+    def unchecked(self, statement):
+        return render.wrap_index(self.w, self.index(statement.position), statement.size)
 
-    kernels.KernelEmitter.checked_index = unchecked
+    render.KernelRenderer.checked_index = unchecked
     try:
         yield
     finally:
-        kernels.KernelEmitter.checked_index = checked
+        render.KernelRenderer.checked_index = checked
 
 
 def embedding_calls(rng) -> dict:

@@ -7,13 +7,14 @@
   register holding the result. The loop vectorizer widens these, so none of them calls libm:
   transcendentals are the inline approximations of templates/math.ll.j2.
 - kind "index": a layout primitive or a source; it changes which element is read, not the value.
-  codegen/kernels.py maps the index (broadcast, transpose, slice, pad, reshape, iota, constant).
-- kind "reduction": an inline reduction loop or an `accumulate` kernel (codegen/kernels.py).
+  The scheduler (ir/schedule.py) maps the index (broadcast, transpose, slice, pad, reshape, iota,
+  constant).
+- kind "reduction": an inline reduction loop or an `accumulate` kernel (ir/schedule.py).
 - kind "gather": a load at a computed index inside a loop kernel: each index operand is read at
   the current index, wrapped if negative and checked against its dimension (always, not only
-  under TRACER_CHECK_BOUNDS: an index is data), then the operand is read there.
+  under TRACER_CHECK_BOUNDS: an index is data), then the operand is read there (ir/schedule.py).
 - kind "scatter": its own kernel, a copy of the target then a loop over the updates storing (or
-  adding) each at its checked computed index (codegen/kernels.py).
+  adding) each at its checked computed index (ir/schedule.py).
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """

@@ -27,18 +27,18 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from tracer.codegen.bounds import RECORD_BYTES, arena_overflow
-from tracer.codegen.kernels import KernelCode, generate_module
-from tracer.ir.fusion import FusedFunction, format_fused, fuse
-from tracer.ir.graph import Function, gc_paused
-from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
+from tracer.codegen.bounds import RECORD_BYTES
+from tracer.ir.fusion import FusedFunction, format_fused
+from tracer.ir.graph import Function
+from tracer.ir.loops import LoopKernel, LoopProgram, format_program
+from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
 from tracer.runtime import jit
 from tracer.runtime.cache import cache_directory, cache_key, open_entry
+from tracer.runtime.pipeline import BACK_END_STAGES, back_end
 from tracer.errors import BoundsError, IndexOutOfRangeError
 from tracer.ir.primitives import INDEXING
 
-STAGES = ("fused", "llvm", "asm")
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 LOG = logging.getLogger("tracer.cache")
 
@@ -106,7 +106,7 @@ class CompiledFunction:
     copy of the argument and returns the copy, which the caller copies back. So the caller writes
     back with `if output is not target: np.copyto(target, output)`."""
 
-    stages: tuple[str, ...] = STAGES  # the back-end stages `stage_text` prints
+    stages: tuple[str, ...] = BACK_END_STAGES  # the stages `stage_text` prints
 
     def __init__(self, function: Function, write_into: dict[int, int] | None = None):
         self.function = function
@@ -114,29 +114,22 @@ class CompiledFunction:
         host = jit.host()
         layout = array_layout()
         self.profiling = profile_setting()
-        self.timings: dict[str, float] = {}  # seconds per back-end stage
-        started = time.perf_counter()
         checked = bounds_setting()
-        with gc_paused():  # see ir.graph.gc_paused
-            self.fused: FusedFunction = fuse(function, matmul_updates=blas)
-            self.timings["fuse"] = time.perf_counter() - started
-            self.plan: MemoryPlan = plan_memory(self.fused, write_into)
-            self.timings["memory"] = time.perf_counter() - started - sum(self.timings.values())
-            # The kernels check offsets relative to each buffer's pointer; that the temporaries
-            # lie inside the arena is a fact of the plan, checked here once.
-            overflow = arena_overflow(self.fused, self.plan) if checked else None
-            if overflow is not None:
-                raise BoundsError(f"compiling {function.name}: {overflow}")
-            # sites: the checked accesses (codegen.bounds.Sites), None unless bounds-checked
-            self.llvm_ir, self.kernels, self.sites = generate_module(
-                self.fused, self.plan, host.triple, blas, thread_setting(), layout,
-                self.profiling, checked)
-            self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
+        built = back_end(function, write_into, blas=blas, threads=thread_setting(),
+                         triple=host.triple, layout=layout, profile=self.profiling,
+                         checked=checked)
+        self.timings: dict[str, float] = built.timings  # seconds per back-end step
+        self.fused: FusedFunction = built.fused
+        self.plan: MemoryPlan = built.plan
+        self.loops: LoopProgram = built.loops
+        self.llvm_ir = built.llvm_ir
+        self.sites = built.sites  # the checked accesses (codegen.bounds.Sites), None if none
+        self.kernels: list[LoopKernel] = self.loops.kernels
         self.in_place: dict[int, int] = dict(self.plan.in_place)
-        self.kernels: list[KernelCode]
+        started = time.perf_counter()
         cache = open_entry(cache_key(self.llvm_ir, host.triple, host.cpu, host.features, checked))
         self._jit = jit.JitModule(self.llvm_ir, cache)
-        self.timings["llvm"] = time.perf_counter() - started - sum(self.timings.values())
+        self.timings["llvm"] = time.perf_counter() - started
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
         if self.profiling:
@@ -284,12 +277,16 @@ class CompiledFunction:
                 for i, code in enumerate(self.kernels)]
 
     def stage_text(self, stage: str) -> str:
-        """The printed form of a later pipeline stage: "fused", "llvm" (optimized) or "asm"."""
-        if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        """The printed form of a back-end stage: "fused", "loops", "llvm" (optimized) or
+        "asm"."""
+        if stage not in BACK_END_STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of "
+                             f"{', '.join(BACK_END_STAGES)}")
         if stage not in self._stages:
             if stage == "fused":
                 self._stages[stage] = format_fused(self.fused)
+            elif stage == "loops":
+                self._stages[stage] = format_program(self.loops)
             elif stage == "llvm":
                 self._stages[stage] = jit.optimized_ir(self.llvm_ir)
             else:

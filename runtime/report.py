@@ -21,11 +21,11 @@ import jinja2
 import numpy as np
 
 from tracer.ir.fusion import FusedFunction
+from tracer.runtime.pipeline import REPORT_STAGES
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry, TracedFunction
 
-REPORT_STAGES = ("traced", "grad", "optimized", "fused", "llvm")
 ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
     autoescape=True, undefined=jinja2.StrictUndefined)

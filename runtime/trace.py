@@ -24,6 +24,7 @@ from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, ow
                                      parameter_arrays, unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
+from tracer.runtime.pipeline import STAGES
 from tracer.runtime.differentiable import record_backward
 from tracer.runtime.guards import (captured_change, captured_names, captured_state,
                                    captured_variant, compile_check, guards_for)
@@ -37,7 +38,6 @@ from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
-STAGES = ("traced", "grad", "optimized", "fused", "llvm", "asm")
 
 
 # What a compiled signature needs at call time -----------------------------------------------------

@@ -2,7 +2,10 @@
 
 Every signature any test compiles through @trace is also checked here: each printed stage parses
 back into a graph that prints the same and passes the verifier, and every call of the compiled code
-is compared with the reference interpreter running the same optimized graph on the same inputs.
+is compared with the reference interpreter running the same optimized graph on the same inputs,
+and the first call of a small one with the interpreter of its loop IR (the `loops` stage) too. A
+call the interpreter refuses (an index out of range) the compiled code and the loop IR must
+refuse too.
 """
 import os
 import sys
@@ -11,6 +14,8 @@ import numpy as np
 import pytest
 
 from tracer import ir
+from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
+from tracer.ir.loops import Loop
 from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.trace
 
@@ -59,6 +64,26 @@ def assert_matches_interpreter(actual: np.ndarray, expected: np.ndarray, what: s
                                atol=relative * scale, err_msg=what)
 
 
+# The loop IR interpreter takes some microseconds per statement: programs that run at most this
+# many are checked (most of the suite's).
+LOOPS_CHECKED = 3000
+
+
+def executed_statements(program) -> int:
+    """How many statements running `program` executes (a gemm counts as one)."""
+    def count(statements, extent: int) -> int:
+        total = 0
+        for statement in statements:
+            if isinstance(statement, Loop):
+                begin, end = (extent if bound == "end" else 0 if bound == "begin" else bound
+                              for bound in (statement.begin, statement.end))
+                total += max(end - begin, 0) * (1 + count(statement.body, extent))
+            else:
+                total += 1
+        return total
+    return sum(count(kernel.body, kernel.extent) for kernel in program.kernels)
+
+
 def distance(values: np.ndarray, exact: np.ndarray) -> np.ndarray:
     """How far `values` are from `exact`, elementwise, in float64: 0 where they are equal (equal
     infinities included, whose difference is NaN) or both NaN, infinite where only one is NaN."""
@@ -98,12 +123,14 @@ def in_float64(function: ir.Function) -> ir.Function:
 
 
 class CheckedFunction:
-    """A CompiledFunction whose every call is checked against the interpreter."""
+    """A CompiledFunction whose every call is checked against the interpreter; on the first call
+    of a small program, its loop IR (run by ir/loop_interpreter.py, without LLVM) is too."""
 
     def __init__(self, compiled):
         self.compiled = compiled
         self.stages = compiled.stages
         self.in_place = compiled.in_place
+        self.loops_checked = False
 
     def __call__(self, arguments):
         # copies: the compiled call may write outputs into the argument arrays (in place)
@@ -112,12 +139,22 @@ class CheckedFunction:
         try:
             expected = ir.interpret(self.compiled.function, inputs)
         except IndexRangeError:  # then the compiled call must refuse too (and raise its error)
+            if executed_statements(self.compiled.loops) <= LOOPS_CHECKED:
+                with pytest.raises(IndexCheckFailed):  # as must its loop IR
+                    run_program(self.compiled.loops, inputs)
             self.compiled(arguments)
             raise AssertionError("the interpreter found an index out of range, the compiled "
                                  "code ran") from None
         actual = self.compiled(arguments)
+        self.check(actual, expected, inputs, "")
+        if not self.loops_checked and executed_statements(self.compiled.loops) <= LOOPS_CHECKED:
+            self.check(run_program(self.compiled.loops, inputs), expected, inputs, " (loop IR)")
+            self.loops_checked = True
+        return actual
+
+    def check(self, actual, expected, inputs, source: str) -> None:
         for index, (a, e) in enumerate(zip(actual, expected)):
-            what = f"output {index} of {self.compiled.function.name}"
+            what = f"output {index} of {self.compiled.function.name}{source}"
             try:
                 assert_matches_interpreter(a, e, what)
             except AssertionError:
@@ -137,7 +174,6 @@ class CheckedFunction:
                 # numpy's small ones are not, so inf - inf can be NaN in one and not the other)
                 closer = distance(a, exact) <= distance(e, exact) * (1 + 1e-6)
                 assert (within | closer | beyond_float32(a, exact)).all(), what
-        return actual
 
     def stage_text(self, stage):
         return self.compiled.stage_text(stage)

@@ -8,6 +8,7 @@ import pytest
 
 from tracer import ir
 import tracer as tr
+from tracer.runtime.pipeline import STAGES
 
 
 class MyReLU(tr.Function):
@@ -447,7 +448,7 @@ def test_tracer_dump_writes_every_stage(tmp_path, monkeypatch):
     args = golden_args()
     f(*args)
     files = sorted(p.name for p in tmp_path.iterdir())
-    for stage in ("traced", "grad", "optimized"):
+    for stage in STAGES:
         matching = [name for name in files if name.startswith("small_step.") and f".{stage}." in name]
         assert len(matching) == 1, (stage, files)
         text = (tmp_path / matching[0]).read_text()

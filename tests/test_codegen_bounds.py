@@ -9,10 +9,10 @@ import pytest
 
 import tracer as tr
 from tracer import ir
-from tracer.codegen import kernels
+from tracer.ir import schedule, schedule_index
 from tracer.ir.types import TensorType
 from tracer.runtime import compiled as compiled_module
-from tracer.runtime import jit
+from tracer.runtime import jit, pipeline
 from tracer.runtime.compiled import CompiledFunction
 
 N = 1000
@@ -49,8 +49,8 @@ def guarded(n: int, guard: int = 64) -> tuple[np.ndarray, np.ndarray]:
 
 def loop_runs_past_the_end(monkeypatch, extra: int = 3):
     """Loop kernels get an outer loop `extra` iterations longer than their results."""
-    split_extent = kernels.split_extent
-    monkeypatch.setattr(kernels, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
+    split_extent = schedule.split_extent
+    monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (extra if kernel.kind == "loop" else 0))
 
 
@@ -90,8 +90,8 @@ def test_a_loop_past_the_end_stops_at_the_first_element_outside(monkeypatch):
 
 
 def test_wrong_strides_are_caught_and_name_the_users_line(monkeypatch):
-    strides = kernels.contiguous_strides
-    monkeypatch.setattr(kernels, "contiguous_strides", lambda shape: tuple(
+    strides = schedule_index.contiguous_strides
+    monkeypatch.setattr(schedule_index, "contiguous_strides", lambda shape: tuple(
         2 * s for s in strides(shape)))
 
     @tr.trace
@@ -113,7 +113,7 @@ def test_wrong_strides_are_caught_and_name_the_users_line(monkeypatch):
 
 def test_a_failure_on_one_thread_stops_the_kernel_and_later_kernels(monkeypatch):
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
-    monkeypatch.setattr(kernels, "PARALLEL_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(schedule, "PARALLEL_WORK_PER_THREAD", 1)
     loop_runs_past_the_end(monkeypatch, extra=10)
     f = ir.Function("two")
     x = f.add_parameter("x", TensorType((N,), "f32"))
@@ -131,8 +131,8 @@ def test_a_matmul_batch_too_many_is_caught_before_the_gemm(monkeypatch, blas):
     if blas and not jit.blas_available():
         pytest.skip("no BLAS")
     monkeypatch.setattr(jit, "blas_available", lambda: blas)
-    split_extent = kernels.split_extent
-    monkeypatch.setattr(kernels, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
+    split_extent = schedule.split_extent
+    monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (kernel.kind == "matmul"))
     f = ir.Function("batched")
     a = f.add_parameter("a", TensorType((2, 3, 4), "f32"))
@@ -150,8 +150,8 @@ def test_a_matmul_batch_too_many_is_caught_before_the_gemm(monkeypatch, blas):
 def test_a_matmul_update_checks_its_product_operands(monkeypatch):
     if not jit.blas_available():
         pytest.skip("no BLAS: no fused matmul update")
-    split_extent = kernels.split_extent
-    monkeypatch.setattr(kernels, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
+    split_extent = schedule.split_extent
+    monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (kernel.update is not None))
     f = ir.Function("sgd")
     w = f.add_parameter("w", TensorType((1, 4, 5), "f32"))
@@ -167,14 +167,14 @@ def test_a_matmul_update_checks_its_product_operands(monkeypatch):
 
 
 def test_a_memory_plan_that_overflows_the_arena_is_refused_at_compile_time(monkeypatch):
-    plan_memory = compiled_module.plan_memory
+    plan_memory = pipeline.plan_memory
 
     def short_arena(fused, write_into):
         plan = plan_memory(fused, write_into)
         plan.arena_size -= 64
         return plan
 
-    monkeypatch.setattr(compiled_module, "plan_memory", short_arena)
+    monkeypatch.setattr(pipeline, "plan_memory", short_arena)
     f = ir.Function("temporaries")
     x = f.add_parameter("x", TensorType((4, 4), "f32"))
     b = ir.GraphBuilder(f)

@@ -15,6 +15,7 @@ import pytest
 
 from tracer import ir
 from tracer.codegen.lowering import LOWERING
+from tracer.ir.loop_interpreter import run_program
 from tracer.ir.primitives import GRADIENT_MARKERS, PRIMITIVES
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import CompiledFunction, compile_function
@@ -78,6 +79,9 @@ def run_both(function: ir.Function, arguments, ulps: float = 4, layouts_too: boo
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
             assert_matches(a, e, ulps)
+    # the loop IR the code was rendered from, run without LLVM, computes the same
+    for a, e in zip(run_program(compiled.loops, arguments), expected):
+        assert_matches(a, e, ulps)
     return compiled
 
 
@@ -446,12 +450,14 @@ def test_matmul_of_transposed_operands(transpose):
 
 
 def test_matmul_fallback_loop(monkeypatch):
-    from tracer.codegen import kernels
+    from tracer.codegen.render import render_kernel
+    from tracer.ir.memory import plan_memory
+    from tracer.ir.schedule import schedule
     f = single("matmul", [TensorType((3, 4), "f32"), TensorType((4, 5), "f32")])
-    f = ir.optimize(f)
-    fused = __import__("ir.fusion", fromlist=["fuse"]).fuse(f)
-    code = kernels.emit_kernel(fused, fused.kernels[0], "k", gemm=False)
-    assert "tracer_sgemm" not in code.text and "fmul" in code.text
+    fused = ir.fusion.fuse(ir.optimize(f))
+    (kernel,) = schedule(fused, plan_memory(fused)).kernels
+    text = render_kernel(kernel, blas=False, sites=None)
+    assert "tracer_sgemm" not in text and "fmul" in text
 
 
 def test_gradient_markers_are_removed_before_codegen():
@@ -517,9 +523,10 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
     the runtime does not choose without BLAS today, against the exact update rounded once."""
     import tracer.runtime.compiled
+    import tracer.runtime.pipeline
     from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
-    monkeypatch.setattr(tracer.runtime.compiled, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     f = ir.Function("update")
     w = f.add_parameter("w", TensorType((300, 4), "f32"))
     x = f.add_parameter("x", TensorType((50, 300), "f32"))

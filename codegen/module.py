@@ -1,0 +1,119 @@
+"""The LLVM module of a loop program (ir/loops.py): its kernels (codegen/render.py), the entry
+point that calls them in order -- a kernel whose range is split across threads through the
+templates/parallel.ll.j2 wrapper -- and the fast entry that takes numpy array objects."""
+from __future__ import annotations
+
+from tracer.codegen.bounds import Sites
+from tracer.codegen.lowering import LLVM_TYPE
+from tracer.codegen.render import ENVIRONMENT, GEMM_SYMBOLS, record_register, render_kernel
+from tracer.ir.loops import LoopProgram, checks_indices
+from tracer.ir.memory import Location, MemoryPlan
+
+
+def location_register(location: Location) -> str:
+    return {"parameter": "%param", "output": "%output", "arena": "%tmp"}[location.kind] + \
+        f".{location.index}"
+
+
+C_CONTIGUOUS, WRITEABLE = 0x1, 0x400  # numpy's NPY_ARRAY_* flag bits
+
+
+def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, int]) -> str:
+    """`i32 tracer_fast(PyArrayObject *parameters..., PyArrayObject *outputs..., ptr arena)`:
+    reads each array's data pointer from the object (numpy's public struct: `data` at byte
+    layout[0], `flags` at layout[1]), and runs the entry if every parameter is C-contiguous and
+    every parameter written in place is writeable and shares no byte with another parameter;
+    otherwise it returns 1 having done nothing (the caller then takes the general path). The
+    caller has checked that the objects are arrays of the right dtypes and shapes."""
+    data, flags = layout
+    parameters, outputs = len(parameter_bytes), len(plan.output_slots)
+    count = parameters + outputs + 1
+    targets = sorted(set(plan.in_place.values()))
+    objects = [f"ptr %o{i}" for i in range(parameters + outputs)]
+    lines = [f"define i32 @tracer_fast({', '.join(objects + ['ptr %arena'])}) #3 {{", "entry:",
+             f"  %args = alloca [{count} x ptr]"]
+    for i in range(parameters + outputs):
+        lines += [f"  %d{i}.at = getelementptr inbounds i8, ptr %o{i}, i64 {data}",
+                  f"  %d{i} = load ptr, ptr %d{i}.at, align 8",
+                  f"  %a{i} = getelementptr inbounds [{count} x ptr], ptr %args, i64 0, i64 {i}",
+                  f"  store ptr %d{i}, ptr %a{i}, align 8"]
+    lines += [f"  %a.arena = getelementptr inbounds [{count} x ptr], ptr %args, i64 0, "
+              f"i64 {count - 1}", "  store ptr %arena, ptr %a.arena, align 8"]
+    checks = []
+    for i in range(parameters):
+        mask = C_CONTIGUOUS | (WRITEABLE if i in targets else 0)
+        lines += [f"  %f{i}.at = getelementptr inbounds i8, ptr %o{i}, i64 {flags}",
+                  f"  %f{i} = load i32, ptr %f{i}.at, align 4",
+                  f"  %m{i} = and i32 %f{i}, {mask}",
+                  f"  %ok{i} = icmp eq i32 %m{i}, {mask}"]
+        checks.append(f"%ok{i}")
+    for t in targets:
+        if parameter_bytes[t] == 0:
+            continue
+        lines.append(f"  %p{t} = ptrtoint ptr %d{t} to i64")
+        lines.append(f"  %e{t} = add i64 %p{t}, {parameter_bytes[t]}")
+        for j in range(parameters):
+            if j == t or parameter_bytes[j] == 0:
+                continue
+            lines += [f"  %q{t}.{j} = ptrtoint ptr %d{j} to i64",
+                      f"  %r{t}.{j} = add i64 %q{t}.{j}, {parameter_bytes[j]}",
+                      f"  %x{t}.{j} = icmp ult i64 %p{t}, %r{t}.{j}",
+                      f"  %y{t}.{j} = icmp ult i64 %q{t}.{j}, %e{t}",
+                      f"  %v{t}.{j} = and i1 %x{t}.{j}, %y{t}.{j}",
+                      f"  %n{t}.{j} = xor i1 %v{t}.{j}, true"]
+            checks.append(f"%n{t}.{j}")
+    all_ok = "true"
+    for number, check in enumerate(checks):
+        lines.append(f"  %all{number} = and i1 {all_ok}, {check}")
+        all_ok = f"%all{number}"
+    lines += [f"  br i1 {all_ok}, label %run, label %refuse", "run:",
+              "  call void @tracer_entry(ptr %args)", "  ret i32 0", "refuse:", "  ret i32 1", "}"]
+    return "\n".join(lines)
+
+
+def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
+                    layout: tuple[int, int] | None = None, profile: bool = False,
+                    checked: bool = False) -> tuple[str, Sites | None]:
+    """The LLVM IR text of the whole function (the program scheduled on `plan`) and, if `checked`
+    (every access) or if it checks indices (a gather's or scatter's, always), the table of its
+    checked accesses (the error record is RECORD_BYTES at byte plan.arena_size of the arena).
+    With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
+    each kernel's calls and nanoseconds in the global @tracer_profile."""
+    sites = (Sites(plan, every_access=checked) if checked or checks_indices(program)
+             else None)
+    texts = [render_kernel(kernel, blas, sites) for kernel in program.kernels]
+    parameters = program.parameters
+    slots = [(f"%param.{i}", i) for i in range(len(parameters))]
+    slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
+    slots.append(("%arena", len(parameters) + len(program.output_slots)))
+    arena_offsets = sorted({b.location.index for k in program.kernels for b in k.buffers
+                            if b.location.kind == "arena"})
+    calls, parallel = [], []
+    for kernel in program.kernels:
+        pointers = record_register(sites) + [location_register(b.location)
+                                             for b in kernel.buffers]
+        arguments = "".join(f"ptr {p}, " for p in pointers)
+        if kernel.threads > 1:
+            parallel.append(ENVIRONMENT.get_template("parallel.ll.j2").render(
+                name=kernel.name, buffers=len(pointers), threads=kernel.threads))
+            calls.append(f"call void @{kernel.name}.parallel({arguments}i64 {kernel.extent})")
+        else:
+            calls.append(f"call void @{kernel.name}({arguments}i64 0, i64 {kernel.extent})")
+    declarations = []
+    if parallel:
+        declarations += ["declare i32 @pthread_create(ptr, ptr, ptr, ptr) nounwind",
+                         "declare i32 @pthread_join(i64, ptr) nounwind"]
+    if blas:
+        for dtype, symbol in GEMM_SYMBOLS.items():
+            t = LLVM_TYPE[dtype]
+            declarations.append(f"declare void @{symbol}(i32, i32, i32, i64, i64, i64, {t}, ptr, "
+                                f"i64, ptr, i64, {t}, ptr, i64) nounwind")
+    fast = "" if layout is None else fast_entry(
+        plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
+    text = ENVIRONMENT.get_template("module.ll.j2").render(
+        function_name=program.name, triple=triple, declarations=declarations,
+        kernels=texts + parallel, slots=slots,
+        arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
+        fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
+        record_offset=program.arena_size)
+    return text, sites

@@ -1,0 +1,224 @@
+"""Rendering: one kernel of the loop IR (ir/loops.py) becomes one LLVM function.
+
+Each statement becomes its LLVM instructions: a `Compute` is its row of the lowering table
+(codegen/lowering.py), a `Loop` the skeleton of templates/loops.ll.j2, a `Load` or `Store` an
+`inbounds` GEP and the access, an accumulator a stack slot (promoted to a register by mem2reg), a
+`Gemm` a call of the function templates/matmul.ll.j2 renders (BLAS or a loop nest). Loop IR
+registers map to LLVM registers one to one, so the structure of the printed `loops` stage is that
+of the function.
+
+A `CheckIndex` (a gather's or scatter's index, checked always: an index is data) wraps the index
+and puts the `check` of templates/bounds.ll.j2 before its use. In the bounds-checked mode
+(`sites.every_access`, TRACER_CHECK_BOUNDS=1) every access also goes through
+`KernelRenderer.address`, which puts a `check` before it. Whenever a module has checks (`sites`
+given), every kernel takes the error record `%bounds` as its first pointer (codegen/bounds.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from tracer.codegen.bounds import Sites
+from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, double_hex, literal
+from tracer.ir.graph import Value
+from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, CheckIndex, Compute, Gemm,
+                             IndexOp, Load, Loop, LoopKernel, Store)
+from tracer.ir.types import bool_, float32, float64, is_float
+
+ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+ENVIRONMENT.filters["d"] = double_hex
+LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
+BOUNDS = ENVIRONMENT.get_template("bounds.ll.j2").module
+
+GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+# The float32 matmul fallback sums a row of C in float64 this many columns at a time.
+MATMUL_BLOCK = 256
+# Offsets never wrap (nsw lets LLVM's scalar evolution see strides); the unsigned division,
+# remainder and comparison are those of a padded position (see ir/schedule_index.py).
+INDEX_INSTRUCTIONS = {"add": "add nsw i64", "sub": "sub i64", "mul": "mul nsw i64",
+                      "div": "udiv i64", "rem": "urem i64", "lt": "icmp ult i64",
+                      "eq": "icmp eq i64", "and": "and i1"}
+assert {*INDEX_INSTRUCTIONS, "select"} == set(INDEX_OPS)
+
+
+def record_register(sites: Sites | None) -> list[str]:
+    """The error record's register, first among a kernel's pointers whenever the module checks."""
+    return [] if sites is None else ["%bounds"]
+
+
+class KernelRenderer:
+    """Writes the LLVM function of one loop IR kernel."""
+
+    def __init__(self, kernel: LoopKernel, blas: bool, sites: Sites | None):
+        self.kernel = kernel
+        self.blas = blas
+        self.sites = sites
+        self.w = Writer()
+        self.registers: dict[str, str] = {}  # loop IR register -> LLVM register
+        self.accumulators: dict[str, tuple[str, str]] = {}  # name -> (stack slot, LLVM type)
+        self.functions: list[str] = []  # the gemm function a Gemm calls
+
+    def operand(self, operand, dtype) -> str:
+        """An operand as an LLVM value of `dtype` (an accumulator is read where it is used)."""
+        if isinstance(operand, str):
+            if operand in self.accumulators:
+                slot, t = self.accumulators[operand]
+                return self.w.value(f"load {t}, ptr {slot}")
+            return self.registers[operand]
+        return literal(operand, dtype)
+
+    def index(self, operand) -> str:
+        return self.registers[operand] if isinstance(operand, str) else str(operand)
+
+    def address(self, buffer: str, value: Value, offset, access: str, line: str) -> str:
+        """A pointer to element `offset` of `buffer`: every load and store comes here, so in the
+        bounds-checked mode this is where its check is emitted."""
+        offset = self.index(offset)
+        if self.sites is not None and self.sites.every_access:
+            site = self.sites.add(self.kernel.name, value, access, line)
+            self.w.raw(str(BOUNDS.check(self.w.label("bounds"), site, offset, value.type.size)))
+        return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[value.dtype]}, ptr %{buffer}, "
+                            f"i64 {offset}", "p")
+
+    def render(self, statements: list) -> None:
+        for statement in statements:
+            if isinstance(statement, Loop):
+                name = self.w.label("L")
+                counter = f"%{name}.i"
+                self.w.allocas.append(f"{counter}.addr = alloca i64")
+                begin, end = (f"%{b}" if isinstance(b, str) else b
+                              for b in (statement.begin, statement.end))
+                self.w.raw(LOOPS.loop_open(name, counter, begin, end))
+                self.registers[statement.counter] = counter
+                self.render(statement.body)
+                self.w.raw(LOOPS.loop_close(name, counter))
+            elif isinstance(statement, IndexOp):
+                self.registers[statement.target] = self.index_op(statement)
+            elif isinstance(statement, CheckIndex):
+                self.registers[statement.target] = self.checked_index(statement)
+            elif isinstance(statement, Compute):
+                operands = [self.operand(x, d) for x, d in zip(statement.operands,
+                                                               statement.in_dtypes)]
+                self.registers[statement.target] = LOWERING[statement.primitive].emit(
+                    self.w, list(statement.in_dtypes), statement.dtype, operands,
+                    statement.attributes)
+            elif isinstance(statement, Load):
+                self.registers[statement.target] = self.load(statement)
+            elif isinstance(statement, Store):
+                self.store(statement)
+            elif isinstance(statement, Accumulator):
+                t = LLVM_TYPE[statement.dtype]
+                slot = self.w.alloca(t, "acc")
+                self.w.emit(f"store {t} {self.operand(statement.initial, statement.dtype)}, "
+                            f"ptr {slot}")
+                self.accumulators[statement.name] = (slot, t)
+            elif isinstance(statement, Accumulate):
+                self.accumulate(statement)
+            elif isinstance(statement, Gemm):
+                self.gemm(statement)
+            else:
+                raise TypeError(f"not a loop IR statement: {statement!r}")
+
+    def index_op(self, statement: IndexOp) -> str:
+        operands = [self.index(x) for x in statement.operands]
+        if statement.op == "select":
+            condition, on_true, on_false = operands
+            return self.w.value(f"select i1 {condition}, i64 {on_true}, i64 {on_false}", "i")
+        a, b = operands
+        return self.w.value(f"{INDEX_INSTRUCTIONS[statement.op]} {a}, {b}", "i")
+
+    def checked_index(self, statement: CheckIndex) -> str:
+        """The index wrapped into [0, size) if negative, checked with one unsigned comparison of
+        the wrapped value; a failure records the index as read and returns from the kernel."""
+        position, size = self.index(statement.position), statement.size
+        wrapped = wrap_index(self.w, position, size)
+        site = self.sites.add_index(self.kernel.name, statement.operand, statement.axis, size,
+                                    statement.line)
+        self.w.raw(str(BOUNDS.check(self.w.label("index"), site, wrapped, size, position)))
+        return wrapped
+
+    def load(self, statement: Load) -> str:
+        value = statement.value
+        pointer = self.address(statement.buffer, value, statement.offset, "read", statement.line)
+        loaded = self.w.value(f"load {STORAGE_TYPE[value.dtype]}, ptr {pointer}, "
+                              f"align {value.dtype.itemsize}")
+        if value.dtype == bool_:  # one byte in memory, i1 in registers
+            return self.w.value(f"icmp ne i8 {loaded}, 0")
+        return loaded
+
+    def store(self, statement: Store) -> None:
+        value = statement.value
+        register = self.operand(statement.operand, value.dtype)
+        pointer = self.address(statement.buffer, value, statement.offset, "write", statement.line)
+        if value.dtype == bool_:
+            register = self.w.value(f"zext i1 {register} to i8")
+        self.w.emit(f"store {STORAGE_TYPE[value.dtype]} {register}, ptr {pointer}, "
+                    f"align {value.dtype.itemsize}")
+
+    def accumulate(self, statement: Accumulate) -> None:
+        dtype = statement.dtype
+        slot, t = self.accumulators[statement.name]
+        accumulated = self.w.value(f"load {t}, ptr {slot}")
+        element = self.operand(statement.operand, dtype)
+        if statement.primitive == "add" and is_float(dtype):
+            # reassociable, so the loop vectorizer may keep several partial sums
+            combined = self.w.value(f"fadd reassoc contract nsz {t} {accumulated}, {element}")
+        else:
+            combined = LOWERING[statement.primitive].emit(self.w, [dtype, dtype], dtype,
+                                                          [accumulated, element], {})
+        self.w.emit(f"store {t} {combined}, ptr {slot}")
+
+    def gemm(self, gemm: Gemm) -> None:
+        """A call of the kernel's gemm function on the kernel's range of batches."""
+        name = f"{self.kernel.name}.gemm"
+        buffers = {b.name: b.value for b in self.kernel.buffers}
+        values = {"a": buffers[gemm.a], "b": buffers[gemm.b], "c": gemm.result}
+        # a plain matmul kernel is its gemm: its accesses are named after the kernel
+        site_name = name if gemm.accumulate else self.kernel.name
+        self.functions.append(render_matmul(name, site_name, gemm, values, self.blas, self.sites))
+        pointers = record_register(self.sites) + [f"%{b}" for b in (gemm.a, gemm.b, gemm.c)]
+        alpha = (f"{LLVM_TYPE[gemm.dtype]} {self.operand(gemm.alpha, gemm.dtype)}, "
+                 if gemm.accumulate else "")
+        arguments = "".join(f"ptr {p}, " for p in pointers)
+        self.w.emit(f"call void @{name}({arguments}{alpha}i64 %begin, i64 %end)")
+
+
+def wrap_index(w: Writer, position: str, size: int) -> str:
+    """`position` + `size` if `position` is negative, else `position` (an index counted from the
+    end, as numpy and PyTorch allow)."""
+    negative = w.value(f"icmp slt i64 {position}, 0")
+    shifted = w.value(f"add i64 {position}, {size}", "i")
+    return w.value(f"select i1 {negative}, i64 {shifted}, i64 {position}", "i")
+
+
+def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value], blas: bool,
+                  sites: Sites | None) -> str:
+    """The function `name` computing c (= or += alpha *) a @ b on a range of batches."""
+    block = min(gemm.n, MATMUL_BLOCK)
+    checks = None
+    if sites is not None and sites.every_access:
+        c_access = "read-modify-write" if gemm.accumulate else "write"
+        checks = {"a": (sites.add(site_name, values["a"], "read", gemm.line), values["a"].type.size),
+                  "b": (sites.add(site_name, values["b"], "read", gemm.line), values["b"].type.size),
+                  "c": (sites.add(site_name, values["c"], c_access, gemm.line),
+                        values["c"].type.size),
+                  "accumulator": (sites.add_internal(site_name, "the float64 row accumulator",
+                                                     block, "read-modify-write", gemm.line), block)}
+    return ENVIRONMENT.get_template("matmul.ll.j2").render(
+        name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
+        size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
+        transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
+        accumulate=gemm.accumulate, checks=checks, record=sites is not None)
+
+
+def render_kernel(kernel: LoopKernel, blas: bool, sites: Sites | None) -> str:
+    """The LLVM function of `kernel` (and the gemm function it calls, if any)."""
+    renderer = KernelRenderer(kernel, blas, sites)
+    renderer.render(kernel.body)
+    pointers = record_register(sites) + [f"%{b.name}" for b in kernel.buffers]
+    text = str(LOOPS.kernel(kernel.name, pointers, renderer.w.allocas,
+                            "\n".join(renderer.w.lines)))
+    return "\n\n".join([text, *renderer.functions])

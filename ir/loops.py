@@ -1,0 +1,289 @@
+"""The loop-level kernel IR: the `loops` stage, between fusion and LLVM.
+
+A `LoopProgram` is what the native entry runs: its kernels in order, each a function of the
+buffers it reads and writes (pointers into the parameters, the outputs and the arena, as the
+memory plan placed them) whose body is a tree of statements:
+
+- `Loop`: a counted loop; the kernel's outermost loop may run over the range [begin, end) that
+  the entry passes (and splits across threads), every other loop over fixed bounds.
+- `Load` / `Store`: one element of a buffer at an element offset, an `IndexOp` register or an
+  int. Offsets are computed, not assumed affine, so a gather's index read from memory fits.
+- `Compute`: one scalar primitive, exactly a row of the lowering table (codegen/lowering.py).
+- `IndexOp`: i64 arithmetic on offsets (never wrapping: offsets are small and nonnegative, except
+  a padded position below its low edge, whose unsigned comparison fails).
+- `CheckIndex`: an index read from data (a gather's or scatter's), wrapped if negative and checked
+  against its dimension; out of range, the kernel records the index in the error record and
+  returns before any access at it, and the entry runs no later kernel.
+- `Accumulator` / `Accumulate`: a reduction's running value (reassociable, so it vectorizes).
+- `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end), a BLAS call or a loop nest.
+
+Registers are written once (`%v3`), except accumulators, which `Accumulate` updates in place. A
+register defined inside a loop is used only inside it; an accumulator is read after its loops.
+codegen/render.py renders a program to LLVM IR and ir/loop_interpreter.py runs it in numpy, so the
+schedule can be checked without LLVM. The printed form is the `loops` stage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from tracer.ir.graph import Value
+from tracer.ir.memory import Location
+from tracer.ir.types import SHORT_NAMES
+
+# A register ("%v3", "%i0") or a literal (a Python bool, int or float in the operand's dtype).
+Operand = Union[str, bool, int, float]
+# "begin" and "end" name the kernel's range, which the entry passes.
+Bound = Union[int, str]
+
+# The operations of IndexOp (the renderer and the interpreter each implement all of them).
+INDEX_OPS = ("add", "sub", "mul", "div", "rem", "lt", "eq", "and", "select")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A pointer parameter of a kernel: the buffer of `value`, where the memory plan put it.
+
+    An input and a result written in place into it share one pointer (so `noalias` holds)."""
+
+    name: str  # "in0", "out0"
+    value: Value
+    location: Location
+
+    def __str__(self) -> str:
+        where = (f"arena+{self.location.index}" if self.location.kind == "arena"
+                 else f"{self.location.kind} {self.location.index}")
+        return f"{self.name} = %{self.value.name}: {self.value.type} ({where})"
+
+
+@dataclass(eq=False)
+class Compute:
+    """target = primitive(operands): one element of an elementwise primitive."""
+
+    target: str
+    primitive: str
+    operands: tuple
+    in_dtypes: tuple
+    dtype: np.dtype
+    attributes: dict[str, Any] = field(default_factory=dict)
+    line: str = ""
+
+
+@dataclass(eq=False)
+class IndexOp:
+    """target = op(operands) on i64 offsets ("lt" compares unsigned; "and", "select" on its i1)."""
+
+    target: str
+    op: str
+    operands: tuple
+
+
+@dataclass(eq=False)
+class CheckIndex:
+    """target = position (+ size if negative), after checking -size <= position < size: the
+    index operand `operand` (a Value of the program, for the error message) into dimension
+    `axis` of `size` elements. A failed check stops the kernel and the program."""
+
+    target: str
+    position: Operand
+    size: int
+    operand: Value
+    axis: int
+    line: str = ""
+
+
+@dataclass(eq=False)
+class Load:
+    target: str
+    buffer: str
+    offset: Operand
+    value: Value  # whose element is read: its dtype, and the name a failed bounds check gives
+    line: str = ""
+
+
+@dataclass(eq=False)
+class Store:
+    buffer: str
+    offset: Operand
+    operand: Operand
+    value: Value  # whose element is written
+    line: str = ""
+
+
+@dataclass(eq=False)
+class Loop:
+    counter: str
+    begin: Bound
+    end: Bound
+    body: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Accumulator:
+    """Declares `name` holding `initial`; an `Accumulate` in the loops after it updates it."""
+
+    name: str
+    dtype: np.dtype
+    initial: Operand
+
+
+@dataclass(eq=False)
+class Accumulate:
+    """name = primitive(name, operand), primitive "add", "maximum" or "minimum"."""
+
+    name: str
+    primitive: str
+    operand: Operand
+    dtype: np.dtype
+
+
+@dataclass(eq=False)
+class Gemm:
+    """c[b] = a[b] @ b[b] (or c[b] += alpha * a[b] @ b[b] with `accumulate`) for b in the kernel's
+    range; `a` (or `b`) holds its operand with the last two axes swapped when transposed."""
+
+    a: str
+    b: str
+    c: str
+    result: Value  # whose buffer c is
+    m: int
+    n: int
+    k: int
+    transpose_a: bool
+    transpose_b: bool
+    dtype: np.dtype
+    accumulate: bool = False
+    alpha: Operand = 1
+    line: str = ""
+
+
+Statement = Union[Compute, IndexOp, CheckIndex, Load, Store, Loop, Accumulator, Accumulate, Gemm]
+
+
+@dataclass(eq=False)
+class LoopKernel:
+    """One kernel: the entry calls it with its buffers and the range [0, extent), cut into
+    `threads` contiguous chunks run at once when threads > 1."""
+
+    name: str
+    kind: str  # the fused kernel's: "loop", "accumulate", "scatter" or "matmul"
+    buffers: list[Buffer]
+    body: list
+    extent: int
+    threads: int = 1
+
+    @property
+    def splittable(self) -> bool:
+        """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
+        independent, an accumulate kernel's add into the same elements, and a matmul kernel
+        leaves threads to the BLAS."""
+        return self.kind == "loop"
+
+
+@dataclass(eq=False)
+class LoopProgram:
+    name: str
+    parameters: list[Value]
+    output_slots: list[Value]  # the value each fresh output buffer receives
+    returns: list[Location]  # where each output of the function is after the kernels ran
+    arena_size: int
+    kernels: list[LoopKernel]
+
+
+def nested_statements(statements: list):
+    """Every statement of `statements` and, inside each loop, of its body, in order."""
+    for statement in statements:
+        yield statement
+        if isinstance(statement, Loop):
+            yield from nested_statements(statement.body)
+
+
+def checks_indices(program: LoopProgram) -> bool:
+    """Whether any kernel of `program` checks an index (and so takes the error record)."""
+    return any(isinstance(statement, CheckIndex) for kernel in program.kernels
+               for statement in nested_statements(kernel.body))
+
+
+# Printing ----------------------------------------------------------------------------------------
+
+def format_operand(operand: Operand) -> str:
+    if isinstance(operand, bool):
+        return "true" if operand else "false"
+    return str(operand)
+
+
+def _comment(text: str, line: str) -> str:
+    """`text` and, in a column of its own, the user's line it computes for."""
+    return f"{text:<54}  # {line}" if line else text
+
+
+def _statement_lines(statement: Statement, indent: str) -> list[str]:
+    def operands(values) -> str:
+        return ", ".join(map(format_operand, values))
+
+    if isinstance(statement, Loop):
+        lines = [f"{indent}for {statement.counter} in [{statement.begin}, {statement.end}):"]
+        for inner in statement.body:
+            lines += _statement_lines(inner, indent + "  ")
+        return lines
+    if isinstance(statement, Compute):
+        # (a cast's dtype attribute is the type printed)
+        attributes = "".join(f" {{{k}={v}}}" for k, v in statement.attributes.items()
+                             if k != "dtype")
+        text = (f"{statement.target} : {SHORT_NAMES[statement.dtype]} = {statement.primitive} "
+                f"{operands(statement.operands)}{attributes}")
+        return [_comment(indent + text, statement.line)]
+    if isinstance(statement, IndexOp):
+        return [f"{indent}{statement.target} : index = {statement.op} "
+                f"{operands(statement.operands)}"]
+    if isinstance(statement, CheckIndex):
+        text = (f"{statement.target} : index = checked_index {format_operand(statement.position)}, "
+                f"{statement.size} {{dimension {statement.axis}, %{statement.operand.name}}}")
+        return [_comment(indent + text, statement.line)]
+    if isinstance(statement, Load):
+        text = (f"{statement.target} : {SHORT_NAMES[statement.value.dtype]} = load "
+                f"{statement.buffer}[{format_operand(statement.offset)}]")
+        return [_comment(indent + text, statement.line)]
+    if isinstance(statement, Store):
+        text = (f"store {statement.buffer}[{format_operand(statement.offset)}] = "
+                f"{format_operand(statement.operand)}")
+        return [_comment(indent + text, statement.line)]
+    if isinstance(statement, Accumulator):
+        return [f"{indent}{statement.name} : {SHORT_NAMES[statement.dtype]} = accumulator "
+                f"{format_operand(statement.initial)}"]
+    if isinstance(statement, Accumulate):
+        return [f"{indent}{statement.name} = {statement.primitive} {statement.name}, "
+                f"{format_operand(statement.operand)}"]
+    if isinstance(statement, Gemm):
+        a = statement.a + ("^T" if statement.transpose_a else "")
+        b = statement.b + ("^T" if statement.transpose_b else "")
+        shape = f"[{statement.m}x{statement.k}] @ [{statement.k}x{statement.n}]"
+        if statement.accumulate:
+            text = (f"gemm {statement.c}[batch] += {format_operand(statement.alpha)} * "
+                    f"{a}[batch] @ {b}[batch] {shape}")
+        else:
+            text = f"gemm {statement.c}[batch] = {a}[batch] @ {b}[batch] {shape}"
+        return [f"{indent}for batch in [begin, end):",
+                _comment(f"{indent}  {text}", statement.line)]
+    raise TypeError(f"not a loop IR statement: {statement!r}")
+
+
+def format_kernel(kernel: LoopKernel) -> str:
+    parallel = f", {kernel.threads} threads" if kernel.threads > 1 else ""
+    lines = [f"  {kernel.name} {kernel.kind}, range [0, {kernel.extent}){parallel}:"]
+    lines += [f"    {buffer}" for buffer in kernel.buffers]
+    for statement in kernel.body:
+        lines += _statement_lines(statement, "    ")
+    return "\n".join(lines)
+
+
+def format_program(program: LoopProgram) -> str:
+    """The `loops` stage: each kernel's buffers, then its loop nest."""
+    parameters = ", ".join(f"%{p.name}: {p.type}" for p in program.parameters)
+    lines = [f"def {program.name}({parameters}):  # arena {program.arena_size} bytes"]
+    lines += [format_kernel(kernel) for kernel in program.kernels]
+    returns = ", ".join(f"{location.kind} {location.index}" for location in program.returns)
+    lines.append(f"  return {returns}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,466 @@
+"""Scheduling: the fused kernels and the memory plan become the loop IR (ir/loops.py).
+
+A loop kernel is a loop nest over the shape of its results (one flat loop when every value it
+touches has all the elements in the same order, or one). The body asks for each result "at the
+current index", and `KernelScheduler.evaluate` answers recursively: a buffer is loaded at the
+index's offset, an elementwise op evaluates its operands at the broadcast-adjusted index, a layout
+op maps the index (transpose permutes it, slice scales and shifts it, pad tests it), and a
+reduction opens an inner loop around an accumulator, and a gather reads its index operands at the
+index, checks each (`CheckIndex`) and evaluates its operand where they point. Results are memoized
+per (value, index), so a value shared by several results of the kernel is computed once. An
+`accumulate` kernel zeroes its result and adds its operand into it in memory order; a `scatter`
+kernel copies its target into its result, then stores (or adds) each element of the updates at
+its checked index; a matmul kernel is a gemm, after (for a MatmulUpdate) the loop that stores the
+rest of the expression. The index arithmetic is in ir/schedule_index.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
+from tracer.ir.graph import Instruction, Value
+from tracer.ir.loops import (Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm, Load,
+                             LoopKernel, LoopProgram, Store)
+from tracer.ir.memory import MemoryPlan
+from tracer.ir.passes import scalar_constant
+from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
+from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
+from tracer.ir.types import bool_, float32, float64, int64, is_float
+
+# A kernel runs on several threads when it does at least this many element operations per thread
+# (starting and joining a thread costs some tens of microseconds).
+PARALLEL_WORK_PER_THREAD = 1 << 21
+FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant"}
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+# The scalar primitive that combines a reduction's accumulator with one element.
+COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
+
+
+def literal(value, dtype: np.dtype):
+    """`value` rounded to `dtype`, as the Python bool, int or float a loop IR operand holds."""
+    return np.asarray(value, dtype).item()
+
+
+def line_of(value: Value) -> str:
+    """The user's line that computed `value` ("" for a parameter)."""
+    return "" if value.producer is None else value.producer.location
+
+
+def is_flat(kernel: Kernel) -> bool:
+    """Whether a loop kernel can run as one flat loop over the elements: every value it touches
+    has all the elements of the result (in the same row-major order) or just one."""
+    if kernel.kind != "loop" or kernel.shape == ():
+        return False
+    count = math.prod(kernel.shape)
+    for instruction in kernel.instructions:
+        if instruction.primitive not in FLAT_PRIMITIVES:
+            return False
+        for value in (*instruction.inputs, *instruction.outputs):
+            if value.type.size not in (1, count):
+                return False
+    return all(v.type.size in (1, count) for v in kernel.inputs)
+
+
+def split_extent(kernel: Kernel, flat: bool) -> int:
+    """The range the entry passes a kernel: its outermost loop's, or a matmul's batch count."""
+    if kernel.kind == "matmul":
+        return math.prod(kernel.results[0].shape[:-2])
+    shape = (kernel.results[0].type.size,) if flat else kernel.shape
+    return next((size for size in shape if size != 1), 1)
+
+
+def initial_value(primitive: str, dtype: np.dtype):
+    """What a reduction starts from: 0, or the identity of max/min (-inf, INT64_MIN, ...)."""
+    if primitive == "reduce_sum":
+        return literal(0, dtype)
+    low = primitive == "reduce_max"
+    if is_float(dtype):
+        return -np.inf if low else np.inf
+    return INT64_MIN if low else INT64_MAX
+
+
+class KernelScheduler(IndexBuilder):
+    """Writes the statements of one loop or accumulate kernel."""
+
+    def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
+        super().__init__()
+        self.fused = fused
+        self.kernel = kernel
+        self.buffers = buffers  # value id -> the name of the kernel's pointer to its buffer
+        self.location = line_of(kernel.results[0])  # the user's line being computed
+        self.own = {id(v) for v in kernel.results}
+        self.flat = is_flat(kernel)
+        self.memo: list[dict] = [{}]
+        self.zeros: set[int] = set()  # values taken as 0 (the product a matmul update adds later)
+
+    def shape_of(self, value: Value) -> tuple[int, ...]:
+        return (value.type.size,) if self.flat else value.shape
+
+    def in_memory(self, value: Value) -> bool:
+        """Whether `value` is read from a buffer rather than computed here."""
+        return value.producer is None or (self.fused.is_materialized(value)
+                                          and id(value) not in self.own)
+
+    # Memory -----------------------------------------------------------------------------------
+
+    def load(self, value: Value, offset, buffer: str | None = None) -> str:
+        """`value`'s element at `offset`, from its buffer (or from `buffer`)."""
+        target = self.fresh("v")
+        self.emit(Load(target, buffer or self.buffers[id(value)], offset, value, self.location))
+        return target
+
+    def compute(self, primitive: str, operands, in_dtypes, dtype, attributes=None) -> str:
+        target = self.fresh("v")
+        attributes = {"dtype": dtype} if primitive == "cast" else dict(attributes or {})
+        self.emit(Compute(target, primitive, tuple(operands), tuple(in_dtypes), dtype, attributes,
+                          self.location))
+        return target
+
+    # Evaluation -------------------------------------------------------------------------------
+
+    def evaluate(self, value: Value, index: Index):
+        key = (id(value), index)
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        result = self._evaluate(value, index)
+        self.memo[-1][key] = result
+        return result
+
+    def _evaluate(self, value: Value, index: Index):
+        if id(value) in self.zeros:
+            return literal(0, value.dtype)
+        if self.in_memory(value):
+            return self.load(value, self.linear(index, self.shape_of(value)))
+        reader = self.location
+        self.location = value.producer.location or reader
+        result = self.element(value, index)
+        self.location = reader
+        return result
+
+    def element(self, value: Value, index: Index):
+        """`value` at `index`, from its instruction."""
+        instruction = value.producer
+        primitive, attributes, inputs = (instruction.primitive, instruction.attributes,
+                                         instruction.inputs)
+        if primitive in ELEMENTWISE:
+            shape = self.shape_of(value)
+            operands = [self.evaluate(x, broadcast_index(index, shape, self.shape_of(x)))
+                        for x in inputs]
+            if primitive == "pow":
+                special = self.constant_power(inputs[1], operands[0], value.dtype)
+                if special is not None:
+                    return special
+            return self.compute(primitive, operands, [x.dtype for x in inputs], value.dtype,
+                                attributes)
+        if primitive in REDUCE:
+            return self.reduce_inline(value, index)
+        if primitive == "constant":
+            return literal(attributes["value"], value.dtype)
+        if primitive == "gather":
+            x = inputs[0]
+            return self.evaluate(x, self.index_position(instruction, x, index))
+        if primitive == "iota":
+            position = index[attributes["dimension"]]
+            if isinstance(position, int):
+                return literal(position, value.dtype)
+            return self.compute("cast", [position], [int64], value.dtype)
+        if primitive not in LAYOUT:
+            raise NotImplementedError(f"{primitive} cannot be computed inside a loop kernel")
+        (x,) = inputs
+        if primitive == "broadcast":
+            return self.evaluate(x, broadcast_index(index, self.shape_of(value), self.shape_of(x)))
+        if primitive == "reshape":
+            if self.flat:
+                return self.evaluate(x, index)
+            if self.in_memory(x):
+                return self.load(x, self.linear(index, value.shape))
+            return self.evaluate(x, self.reshape_index(index, value.shape, x.shape))
+        if primitive == "transpose":
+            mapped = [0] * len(index)
+            for position, axis in zip(index, attributes["permutation"]):
+                mapped[axis] = position
+            return self.evaluate(x, tuple(mapped))
+        if primitive == "slice":
+            return self.evaluate(x, tuple(
+                self.add(start, self.mul(position, step))
+                for position, start, step in zip(index, attributes["starts"], attributes["steps"])))
+        return self.pad(x, value, index, attributes)
+
+    def index_position(self, instruction: Instruction, x: Value, index: Index) -> Index:
+        """Where a gather reads x (a scatter writes its result) for the element at `index` of its
+        result (of its updates): the index operands are read at the leading positions of `index`
+        and checked against their dimensions; x's other dimensions take the rest, in order."""
+        axes = instruction.attributes["axes"]
+        operands = instruction.inputs[-len(axes):]
+        index_shape = broadcast_shapes(*(v.shape for v in operands))
+        leading, rest = index[:len(index_shape)], iter(index[len(index_shape):])
+        mapped = {}
+        for operand, axis in zip(operands, axes):
+            position = self.evaluate(operand, broadcast_index(leading, index_shape,
+                                                              self.shape_of(operand)))
+            mapped[axis] = self.checked_index(position, operand, axis, x.shape[axis])
+        return tuple(mapped[axis] if axis in mapped else next(rest) for axis in range(len(x.shape)))
+
+    def checked_index(self, position, operand: Value, axis: int, size: int):
+        """`position` wrapped into [0, size) if negative, once checked (once per open block); an
+        index known at compile time and in range is folded (one out of range is still checked,
+        so that it fails)."""
+        if isinstance(position, int) and -size <= position < size:
+            return position % size
+        key = ("checked_index", position, size)  # a scatter checks the index its gather did
+        target = self.known(key)
+        if target is None:
+            target = self.fresh("o")
+            self.emit(CheckIndex(target, position, size, operand, axis, self.location))
+            self.computed[-1][key] = target
+        return target
+
+    def pad(self, x: Value, value: Value, index: Index, attributes):
+        zero = literal(0, value.dtype)
+        if x.type.size == 0:
+            return zero
+        mapped, valid = self.pad_index(index, x.shape, value.shape, attributes["low"],
+                                       attributes["interior"])
+        if mapped is None:
+            return zero
+        element = self.evaluate(x, mapped)
+        if valid is None:
+            return element
+        return self.compute("select", [valid, element, zero], [bool_, value.dtype, value.dtype],
+                            value.dtype)
+
+    def constant_power(self, exponent: Value, x, dtype):
+        """x ** c for a few constant c, as multiplications (exact where pow is exact)."""
+        c = scalar_constant(exponent)
+        if c is None:
+            return None
+        floating = is_float(dtype)
+        if c == 1:
+            return x
+        if c in (2, 3) or (floating and c == -2):
+            power = self.compute("mul", [x, x], [dtype, dtype], dtype)
+            if c == 3:
+                power = self.compute("mul", [power, x], [dtype, dtype], dtype)
+            if c == -2:
+                power = self.compute("div", [literal(1, dtype), power], [dtype, dtype], dtype)
+            return power
+        if floating and c == -1:
+            return self.compute("div", [literal(1, dtype), x], [dtype, dtype], dtype)
+        if floating and c == 0.5:
+            # pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf, where sqrt gives -0 and nan.
+            root = self.compute("sqrt", [x], [dtype], dtype)
+            positive = self.compute("add", [root, 0.0], [dtype, dtype], dtype)
+            minus_infinity = self.compute("eq", [x, -np.inf], [dtype, dtype], bool_)
+            return self.compute("select", [minus_infinity, np.inf, positive],
+                                [bool_, dtype, dtype], dtype)
+        return None
+
+    # Reductions -------------------------------------------------------------------------------
+
+    def reduce_inline(self, value: Value, index: Index):
+        """An accumulator and the loops over the reduced axes around it: float32 sums add in
+        float64 (rounded once at the end), max and min propagate nan as numpy's do."""
+        instruction = value.producer
+        (x,), primitive = instruction.inputs, instruction.primitive
+        axes = instruction.attributes["axes"]
+        dtype = x.dtype
+        wide = float64 if primitive == "reduce_sum" and dtype == float32 else dtype
+        accumulator = self.fresh("acc")
+        self.emit(Accumulator(accumulator, wide, initial_value(primitive, wide)))
+        kept = iter(index)
+        mapped, loops = [], 0
+        for axis, size in enumerate(x.shape):
+            if axis not in axes:
+                mapped.append(next(kept))
+            elif size == 1:
+                mapped.append(0)
+            else:
+                mapped.append(self.open_loop(0, size))
+                loops += 1
+        self.memo.append({})
+        element = self.evaluate(x, tuple(mapped))
+        if wide != dtype:
+            element = self.compute("cast", [element], [dtype], wide)
+        self.emit(Accumulate(accumulator, COMBINE[primitive], element, wide))
+        self.memo.pop()
+        for _ in range(loops):
+            self.close_loop()
+        if wide == dtype:
+            return accumulator
+        return self.compute("cast", [accumulator], [wide], dtype)
+
+    # Kernels ----------------------------------------------------------------------------------
+
+    def open_nest(self, shape: tuple[int, ...], split: bool) -> Index:
+        """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs over the
+        kernel's range [begin, end) instead of the whole dimension."""
+        index = []
+        for size in shape:
+            if size == 1:
+                index.append(0)
+            elif split and self.depth == 0:
+                index.append(self.open_loop("begin", "end"))
+            else:
+                index.append(self.open_loop(0, size))
+        return tuple(index)
+
+    def loop_kernel(self, results: list[str], split: bool = True) -> None:
+        shape = (math.prod(self.kernel.shape),) if self.flat else self.kernel.shape
+        depth = self.depth
+        index = self.open_nest(shape, split)
+        # Every result is computed before any is stored: a result written in place into an
+        # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
+        elements = []
+        for value in self.kernel.results:
+            self.location = line_of(value)
+            elements.append(self.evaluate(value, index))
+        offset = self.linear(index, shape)
+        for value, element, buffer in zip(self.kernel.results, elements, results):
+            self.emit(Store(buffer, offset, element, value, line_of(value)))
+        while self.depth > depth:
+            self.close_loop()
+
+    def scatter_kernel(self, buffer: str) -> None:
+        """The result set to the target, then each element of the updates stored into (or,
+        accumulating, added to) the result at its checked index, in order (of repeated indices
+        the last store stays, as in the reference)."""
+        (result,) = self.kernel.results
+        instruction = result.producer
+        target, updates = instruction.inputs[:2]
+        for shape, copying in ((result.shape, True), (updates.shape, False)):
+            # each nest has its own memo: a register computed in the first is not seen by the
+            # second
+            self.memo.append({})
+            index = self.open_nest(shape, split=False)
+            if copying:
+                self.emit(Store(buffer, self.linear(index, shape), self.evaluate(target, index),
+                                result, self.location))
+            else:
+                element = self.evaluate(updates, index)
+                offset = self.linear(self.index_position(instruction, result, index),
+                                     result.shape)
+                if instruction.attributes["accumulate"]:
+                    dtype = result.dtype
+                    old = self.load(result, offset, buffer)
+                    element = self.compute("add", [old, element], [dtype, dtype], dtype)
+                self.emit(Store(buffer, offset, element, result, self.location))
+            while self.depth:
+                self.close_loop()
+            self.memo.pop()
+
+    def accumulate_kernel(self, buffer: str) -> None:
+        """The result set to the reduction's initial value, then one pass over the operand in
+        memory order combining each element into the result's element it reduces to."""
+        (result,) = self.kernel.results
+        instruction = result.producer
+        (x,), primitive = instruction.inputs, instruction.primitive
+        axes = instruction.attributes["axes"]
+        dtype = result.dtype
+        (position,) = self.open_nest((result.type.size,), split=False)
+        self.emit(Store(buffer, position, initial_value(primitive, dtype), result, self.location))
+        while self.depth:
+            self.close_loop()
+        index = self.open_nest(x.shape, split=False)
+        element = self.evaluate(x, index)
+        offset = self.linear(tuple(p for axis, p in enumerate(index) if axis not in axes),
+                             result.shape)
+        accumulated = self.load(result, offset, buffer)
+        combined = self.compute(COMBINE[primitive], [accumulated, element], [dtype, dtype], dtype)
+        self.emit(Store(buffer, offset, combined, result, self.location))
+        while self.depth:
+            self.close_loop()
+
+
+def shared_buffers(kernel: Kernel, plan: MemoryPlan) -> dict[int, int]:
+    """result position -> input position, for the results written into the buffer an input is read
+    from (an in-place update): the kernel gets one pointer for both, so `noalias` stays true."""
+    reads = {plan.read(v): i for i, v in enumerate(kernel.inputs)}
+    return {j: reads[plan.write(v)] for j, v in enumerate(kernel.results)
+            if plan.write(v) in reads}
+
+
+def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: MemoryPlan,
+                    threads: int) -> LoopKernel:
+    """The loop IR of one fused kernel; it may run on up to `threads` threads."""
+    shared = shared_buffers(kernel, plan)
+    buffers = [Buffer(f"in{i}", v, plan.read(v)) for i, v in enumerate(kernel.inputs)]
+    result_names = [f"in{shared[j]}" if j in shared else f"out{j}"
+                    for j in range(len(kernel.results))]
+    buffers += [Buffer(result_names[j], v, plan.write(v)) for j, v in enumerate(kernel.results)
+                if j not in shared]
+    names = {id(b.value): b.name for b in buffers if b.name.startswith("in")}
+    if kernel.kind == "matmul":
+        scheduler = schedule_matmul(fused, kernel, names, result_names[0], plan)
+    else:
+        scheduler = KernelScheduler(fused, kernel, names)
+        if kernel.kind == "loop":
+            scheduler.loop_kernel(result_names)
+        elif kernel.kind == "scatter":
+            scheduler.scatter_kernel(result_names[0])
+        else:
+            scheduler.accumulate_kernel(result_names[0])
+    scheduled = LoopKernel(name, kernel.kind, buffers, scheduler.body,
+                           split_extent(kernel, scheduler.flat))
+    work = max(kernel.results[0].type.size, 1) * max(1, len(kernel.instructions))
+    scheduled.threads = thread_count(scheduled, work, threads)
+    return scheduled
+
+
+def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str], output: str,
+                    plan: MemoryPlan) -> KernelScheduler:
+    """A gemm; for a MatmulUpdate (result = rest + alpha * a @ b), first the loop that stores
+    `rest` (the result's expression with the product taken as 0) -- skipped when rest is the
+    parameter whose buffer the result is written into -- then the gemm adds alpha * a @ b."""
+    update = kernel.update
+    matmul = kernel.instructions[-1] if update is None else update.matmul
+    (a, transpose_a), (b, transpose_b) = map(matmul_operand, matmul.inputs)
+    m, k = matmul.inputs[0].shape[-2:]
+    n = matmul.inputs[1].shape[-1]
+    (result,) = kernel.results
+    dtype = result.dtype
+    if update is None:
+        scheduler = KernelScheduler(fused, kernel, names)
+        scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
+                            transpose_b, dtype, line=matmul.location))
+        return scheduler
+    skipped = {id(matmul), *(id(v.producer) for v in matmul.inputs if matmul_operand(v)[1])}
+    instructions = [i for i in kernel.instructions if id(i) not in skipped]
+    read = {id(x) for i in instructions for x in i.inputs}
+    rest = Kernel("loop", [result], instructions, [v for v in kernel.inputs if id(v) in read])
+    scheduler = KernelScheduler(fused, rest, names)
+    scheduler.zeros.add(id(matmul.outputs[0]))
+    alpha = literal(1, dtype)
+    for factor in update.factors:  # evaluated first: they come before the loop and the gemm
+        value = scheduler.evaluate(factor, ())
+        alpha = value if alpha == literal(1, dtype) else scheduler.compute(
+            "mul", [alpha, value], [dtype, dtype], dtype)
+    if update.sign < 0:
+        alpha = scheduler.compute("neg", [alpha], [dtype], dtype)
+    in_place_rest = (update.rest_is is not None
+                     and plan.write(result) == plan.read(update.rest_is))
+    if not in_place_rest:
+        scheduler.loop_kernel([output], split=False)
+    scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
+                        transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location))
+    return scheduler
+
+
+def thread_count(kernel: LoopKernel, work: int, threads: int) -> int:
+    """How many threads a kernel runs on: 1 unless it is splittable and does enough work (a
+    rough count of element operations)."""
+    if not kernel.splittable or threads <= 1:
+        return 1
+    return max(1, min(threads, kernel.extent, work // PARALLEL_WORK_PER_THREAD))
+
+
+def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:
+    """The loop IR of a fused function placed in memory by `plan`: the `loops` stage."""
+    function = fused.function
+    kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
+               for number, kernel in enumerate(fused.kernels)]
+    returns = [plan.write(v) for v in function.outputs]
+    return LoopProgram(function.name, list(function.parameters), list(plan.output_slots),
+                       returns, plan.arena_size, kernels)

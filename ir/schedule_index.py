@@ -1,0 +1,153 @@
+"""Index arithmetic for the scheduler (ir/schedule.py): where in a buffer an element is.
+
+An index is a tuple with one position per axis, each a Python int (folded at compile time) or the
+register of an `IndexOp` or loop counter. `IndexBuilder` also keeps the statement being written:
+`emit` appends to the innermost open loop's body.
+"""
+from __future__ import annotations
+
+from tracer.ir.loops import IndexOp, Loop
+
+Index = tuple  # of registers (str) and Python ints
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def broadcast_index(index: Index, shape: tuple[int, ...], operand_shape: tuple[int, ...]) -> Index:
+    """The index of an operand broadcast to `shape` (size-1 axes read element 0)."""
+    lead = len(shape) - len(operand_shape)
+    return tuple(0 if size == 1 else index[lead + k] for k, size in enumerate(operand_shape))
+
+
+class IndexBuilder:
+    """Statements of one kernel body, and the index arithmetic in them (ints folded)."""
+
+    def __init__(self) -> None:
+        self.body: list = []
+        self.blocks: list[list] = [self.body]  # the open loops' bodies, innermost last
+        # per open block: (op, operands) -> the register computed in it, reused while it is open
+        self.computed: list[dict] = [{}]
+        self.counter = 0
+
+    @property
+    def depth(self) -> int:
+        """How many loops are open."""
+        return len(self.blocks) - 1
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"%{hint}{self.counter}"
+
+    def emit(self, statement) -> None:
+        self.blocks[-1].append(statement)
+
+    def open_loop(self, begin, end) -> str:
+        """Opens a loop; returns its counter."""
+        loop = Loop(self.fresh("i"), begin, end)
+        self.emit(loop)
+        self.blocks.append(loop.body)
+        self.computed.append({})
+        return loop.counter
+
+    def close_loop(self) -> None:
+        self.blocks.pop()
+        self.computed.pop()
+
+    def known(self, key) -> str | None:
+        """The register computed for `key` in an open block, if any."""
+        for computed in reversed(self.computed):
+            if key in computed:
+                return computed[key]
+        return None
+
+    def index_op(self, op: str, *operands) -> str:
+        key = (op, operands)
+        target = self.known(key)
+        if target is None:
+            target = self.fresh("o")
+            self.emit(IndexOp(target, op, operands))
+            self.computed[-1][key] = target
+        return target
+
+    def add(self, a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if a == 0:
+            return b
+        if b == 0:
+            return a
+        return self.index_op("add", a, b)
+
+    def mul(self, a, factor: int):
+        if isinstance(a, int):
+            return a * factor
+        if factor == 1:
+            return a
+        if factor == 0:
+            return 0
+        return self.index_op("mul", a, factor)
+
+    def linear(self, index: Index, shape: tuple[int, ...]):
+        """The element offset of `index` in a row-major buffer of `shape`."""
+        offset = 0
+        for position, size, stride in zip(index, shape, contiguous_strides(shape)):
+            if size != 1:
+                offset = self.add(offset, self.mul(position, stride))
+        return offset
+
+    def reshape_index(self, index: Index, shape, operand_shape) -> Index:
+        """The operand's index of a reshape's element at `index`: the same positions when only
+        size-1 axes differ, else the row-major offset split along the operand's shape."""
+        kept = [(k, d) for k, d in enumerate(shape) if d != 1]
+        operand_kept = [(k, d) for k, d in enumerate(operand_shape) if d != 1]
+        if [d for _, d in kept] == [d for _, d in operand_kept]:
+            mapped = [0] * len(operand_shape)
+            for (k, _), (j, _) in zip(kept, operand_kept):
+                mapped[j] = index[k]
+            return tuple(mapped)
+        flat = self.linear(index, shape)
+        mapped = []
+        for size, stride in zip(operand_shape, contiguous_strides(operand_shape)):
+            if size == 1:
+                mapped.append(0)
+            elif isinstance(flat, int):
+                mapped.append(flat // stride % size)
+            else:
+                quotient = flat if stride == 1 else self.index_op("div", flat, stride)
+                mapped.append(self.index_op("rem", quotient, size))
+        return tuple(mapped)
+
+    def pad_index(self, index: Index, sizes, out_sizes, lows, interiors):
+        """The operand's index of a pad's element at `index` and the i1 register telling whether
+        that element is the operand's (None: always), or (None, None) when it is known not to be.
+        Outside the operand the index is clamped to 0, an element read and discarded."""
+        mapped, valid = [], None
+        for position, size, out_size, low, gap in zip(index, sizes, out_sizes, lows, interiors):
+            if isinstance(position, int):
+                shifted = position - low
+                on_grid = shifted >= 0 and shifted % (gap + 1) == 0 and shifted // (gap + 1) < size
+                if not on_grid:
+                    return None, None
+                mapped.append(shifted // (gap + 1))
+                continue
+            if low == 0 and gap == 0 and out_size == size:
+                mapped.append(position)
+                continue
+            shifted = self.index_op("sub", position, low) if low else position
+            if gap:
+                quotient = self.index_op("div", shifted, gap + 1)
+                remainder = self.index_op("rem", shifted, gap + 1)
+                ok = self.index_op("and", self.index_op("eq", remainder, 0),
+                                   self.index_op("lt", quotient, size))
+            else:
+                quotient = shifted
+                ok = self.index_op("lt", shifted, size)
+            mapped.append(self.index_op("select", ok, quotient, 0))
+            valid = ok if valid is None else self.index_op("and", valid, ok)
+        return tuple(mapped), valid
