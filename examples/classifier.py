@@ -38,21 +38,13 @@ def train_step(model, optimizer, x, labels):
 
 
 def train(model, x, labels, steps: int, lr: float = 0.01, traced: bool = False) -> list[float]:
-    """Adam steps on the whole batch; the losses. Traced, the step takes the tensors it changes
-    as arguments (the parameters, Adam's state, dropout's generator state)."""
+    """Adam steps on the whole batch; the losses. Traced, the same step compiles into one call
+    that reads the parameters, Adam's state and dropout's generator state from their objects and
+    updates them in place."""
     optimizer = tr.optim.Adam(model.parameters(), lr=lr)
     model.train()
-    if not traced:
-        return [train_step(model, optimizer, x, labels).item() for _ in range(steps)]
-
-    @tr.trace
-    def step(x, labels, parameters, optimizer_state, generator_state):
-        return train_step(model, optimizer, x, labels)
-
-    parameters = list(model.parameters())
-    optimizer_state = [t for entry in optimizer.state.values() for t in entry.values()]
-    return [step(x, labels, parameters, optimizer_state, tr.default_generator.state).item()
-            for _ in range(steps)]
+    step = tr.trace(train_step) if traced else train_step
+    return [step(model, optimizer, x, labels).item() for _ in range(steps)]
 
 
 def accuracy(model, x, labels) -> float:

@@ -228,17 +228,17 @@ def test_traced_training_step_with_the_parameters_as_arguments():
                                    atol=1e-14)
 
 
-def test_traced_module_reading_parameters_only_as_attributes_is_a_clear_error():
-    # Until tensors read from object attributes become runtime inputs (another branch), a
-    # parameter that is not an argument is refused rather than baked in.
+def test_traced_module_reading_parameters_only_as_attributes():
+    """A module's parameters read as attributes are runtime inputs: their .grad is filled."""
     model = nn.Linear(3, 1)
 
     @tr.trace
     def loss(x):
         return model(x).sum()
 
-    with pytest.raises(tr.TracingError, match="requires grad but is not one of its arguments"):
-        loss(tr.ones(2, 3))
+    loss(tr.ones(2, 3)).backward()
+    np.testing.assert_array_equal(model.weight.grad.numpy(), np.full((1, 3), 2.0, np.float32))
+    np.testing.assert_array_equal(model.bias.grad.numpy(), [2.0])
 
     with tr.no_grad():
         frozen = loss(tr.ones(2, 3))  # without gradients, the weights are runtime inputs

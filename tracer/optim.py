@@ -2,9 +2,10 @@
 
 The state (momentum buffers, moment estimates, the step count) is made of tensors when the
 optimizer is made and updated in place under no_grad, so that `opt.step()` inside a traced step
-is recorded like any in-place update: the parameters passed as arguments are updated in the
-compiled call. Reading a parameter's `.grad` goes through `current_tensor`, which finds the
-argument's stand-in in the trace (where the traced backward put the gradient).
+is recorded like any in-place update: the parameters and the state, runtime inputs of the traced
+function (arguments, or tensors read from the optimizer object), are updated in the compiled call.
+Reading a parameter's `.grad` goes through `current_tensor`, which finds an argument's stand-in in
+the trace (where the traced backward put the gradient).
 """
 from __future__ import annotations
 
