@@ -17,14 +17,13 @@ that failed one (codegen/bounds.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-import jinja2
 import numpy as np
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer,
-                              cast, double_hex, literal)
+                              cast, literal)
+from tracer.codegen.rendering import macros, render
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.memory import Location, MemoryPlan
@@ -32,12 +31,6 @@ from tracer.ir.passes import scalar_constant
 from tracer.ir.primitives import ELEMENTWISE
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
-ENVIRONMENT = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-ENVIRONMENT.filters["d"] = double_hex
-LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
-BOUNDS = ENVIRONMENT.get_template("bounds.ll.j2").module
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
@@ -138,7 +131,8 @@ class KernelEmitter:
         comes here, so in the bounds-checked mode this is where its check is emitted."""
         if self.sites is not None:
             site = self.sites.add(self.name, value, access, self.location)
-            self.w.raw(str(BOUNDS.check(self.w.label("bounds"), site, offset, value.type.size)))
+            check = macros("bounds.ll.j2").check
+            self.w.raw(str(check(self.w.label("bounds"), site, offset, value.type.size)))
         return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[value.dtype]}, ptr {buffer}, "
                             f"i64 {offset}", "p")
 
@@ -164,11 +158,11 @@ class KernelEmitter:
         name = self.w.label("L")
         counter = f"%{name}.i"
         self.w.allocas.append(f"{counter}.addr = alloca i64")
-        self.w.raw(LOOPS.loop_open(name, counter, begin, end))
+        self.w.raw(macros("loops.ll.j2").loop_open(name, counter, begin, end))
         return name, counter
 
     def close_loop(self, loop: tuple[str, str]) -> None:
-        self.w.raw(LOOPS.loop_close(*loop))
+        self.w.raw(macros("loops.ll.j2").loop_close(*loop))
 
     def open_nest(self, shape: tuple[int, ...], split: bool) -> tuple[Index, list]:
         """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs
@@ -489,9 +483,9 @@ def render_matmul(name: str, matmul: Instruction, result: Value, gemm: bool, acc
                                   line), result.type.size),
                   "accumulator": (sites.add_internal(name, "the float64 row accumulator", block,
                                                      "read-modify-write", line), block)}
-    return ENVIRONMENT.get_template("matmul.ll.j2").render(
-        name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize, block=block,
-        transpose_a=transpose_a, transpose_b=transpose_b,
+    return render(
+        "matmul.ll.j2", name=name, type=LLVM_TYPE[dtype], m=m, n=n, k=k, size=dtype.itemsize,
+        block=block, transpose_a=transpose_a, transpose_b=transpose_b,
         gemm=GEMM_SYMBOLS.get(dtype) if gemm else None, accumulate=accumulate, checks=checks)
 
 
@@ -521,8 +515,9 @@ def emit_kernel(fused: FusedFunction, kernel: Kernel, name: str, gemm: bool,
         emitter.accumulate_kernel(result_registers)
     own_registers = [r for j, r in enumerate(result_registers) if j not in shared]
     results = [v for j, v in enumerate(results) if j not in shared]
-    text = LOOPS.kernel(name, record_register(sites) + list(buffers.values()) + own_registers,
-                        emitter.w.allocas, "\n".join(emitter.w.lines))
+    text = macros("loops.ll.j2").kernel(
+        name, record_register(sites) + list(buffers.values()) + own_registers,
+        emitter.w.allocas, "\n".join(emitter.w.lines))
     extent = split_extent(kernel, emitter.flat)
     size = max(kernel.results[0].type.size, 1)
     if kernel.kind == "accumulate":
@@ -576,7 +571,8 @@ def emit_matmul_update(fused: FusedFunction, kernel: Kernel, name: str, gemm: bo
     emitter.w.emit(f"call void @{name}.gemm({pointers}{LLVM_TYPE[dtype]} {alpha}, "
                    f"i64 %begin, i64 %end)")
     registers = record_register(sites) + list(buffers.values()) + ([] if 0 in shared else [output])
-    text = str(LOOPS.kernel(name, registers, emitter.w.allocas, "\n".join(emitter.w.lines)))
+    text = str(macros("loops.ll.j2").kernel(name, registers, emitter.w.allocas,
+                                            "\n".join(emitter.w.lines)))
     text += "\n\n" + render_matmul(f"{name}.gemm", update.matmul, result, gemm, True, sites)
     results = [] if 0 in shared else [result]
     return KernelCode(text, name, arguments, results, extent, False,
@@ -676,8 +672,8 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
         arguments = "".join(f"ptr {p}, " for p in pointers)
         count = thread_count(code, threads)
         if count > 1:
-            parallel.append(ENVIRONMENT.get_template("parallel.ll.j2").render(
-                name=code.name, buffers=len(pointers), threads=count))
+            parallel.append(render(
+                "parallel.ll.j2", name=code.name, buffers=len(pointers), threads=count))
             calls.append(f"call void @{code.name}.parallel({arguments}i64 {code.extent})")
         else:
             calls.append(f"call void @{code.name}({arguments}i64 0, i64 {code.extent})")
@@ -692,8 +688,8 @@ def generate_module(fused: FusedFunction, plan: MemoryPlan, triple: str,
                                 f"i64, ptr, i64, {t}, ptr, i64) nounwind")
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in function.parameters], layout)
-    text = ENVIRONMENT.get_template("module.ll.j2").render(
-        function_name=function.name, triple=triple, declarations=declarations,
+    text = render(
+        "module.ll.j2", function_name=function.name, triple=triple, declarations=declarations,
         kernels=[c.text for c in codes] + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record_offset=plan.arena_size)

@@ -4,8 +4,10 @@
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
 
 Everything that does not depend on the argument values is done once, at construction: fusion,
-memory planning, code generation, compilation (or loading object code from the disk cache),
-the output shapes and dtypes and the layout of the pointer array. A call converts the arguments
+memory planning, the disk-cache key (from the program and the settings), then either loading the
+object code of a hit, or code generation and compilation; the output shapes and dtypes and the
+layout of the pointer array. The LLVM text of a hit is generated only if asked for (`llvm_ir`,
+`stage_text`, a bounds failure's message). A call converts the arguments
 to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
 outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
 
@@ -25,14 +27,14 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from tracer.codegen.bounds import RECORD_BYTES, arena_overflow
+from tracer.codegen.bounds import RECORD_BYTES, Sites, arena_overflow
 from tracer.codegen.kernels import KernelCode, generate_module
 from tracer.ir.fusion import FusedFunction, format_fused, fuse
 from tracer.ir.graph import Function, gc_paused
 from tracer.ir.memory import ALIGNMENT, MemoryPlan, plan_memory
 from tracer.ir.text import format_function
 from tracer.runtime import jit
-from tracer.runtime.cache import cache_directory, cache_key, open_entry
+from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
 from tracer.errors import BoundsError
 
 STAGES = ("fused", "llvm", "asm")
@@ -71,6 +73,21 @@ def bounds_setting() -> bool:
     return os.environ.get("TRACER_CHECK_BOUNDS") == "1"
 
 
+class CodeSettings(NamedTuple):
+    """What shapes the generated code besides the program, read when a signature compiles (so
+    part of both cache keys)."""
+    threads: int
+    blas: bool
+    profile: bool
+    checked: bool
+    layout: tuple[int, int] | None
+
+    @classmethod
+    def current(cls) -> CodeSettings:
+        return cls(thread_setting(), jit.blas_available(), profile_setting(), bounds_setting(),
+                   array_layout())
+
+
 @functools.cache
 def array_layout() -> tuple[int, int] | None:
     """Byte offsets of `data` and `flags` in numpy's PyArrayObject (its public struct: PyObject_HEAD,
@@ -105,46 +122,40 @@ class CompiledFunction:
 
     stages: tuple[str, ...] = STAGES  # the back-end stages `stage_text` prints
 
-    def __init__(self, function: Function, write_into: dict[int, int] | None = None):
+    def __init__(self, function: Function, write_into: dict[int, int] | None = None,
+                 settings: CodeSettings | None = None, text: str | None = None):
+        """`text`: the printed `function` if the caller has it already."""
         self.function = function
-        blas = jit.blas_available()
-        host = jit.host()
-        layout = array_layout()
-        self.profiling = profile_setting()
+        self.settings = settings = settings or CodeSettings.current()
+        self.profiling = settings.profile
         self.timings: dict[str, float] = {}  # seconds per back-end stage
         started = time.perf_counter()
-        checked = bounds_setting()
         with gc_paused():  # see ir.graph.gc_paused
-            self.fused: FusedFunction = fuse(function, matmul_updates=blas)
+            self.fused: FusedFunction = fuse(function, matmul_updates=settings.blas)
             self.timings["fuse"] = time.perf_counter() - started
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             self.timings["memory"] = time.perf_counter() - started - sum(self.timings.values())
             # The kernels check offsets relative to each buffer's pointer; that the temporaries
             # lie inside the arena is a fact of the plan, checked here once.
-            overflow = arena_overflow(self.fused, self.plan) if checked else None
+            overflow = arena_overflow(self.fused, self.plan) if settings.checked else None
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
-            # sites: the checked accesses (codegen.bounds.Sites), None unless bounds-checked
-            self.llvm_ir, self.kernels, self.sites = generate_module(
-                self.fused, self.plan, host.triple, blas, thread_setting(), layout,
-                self.profiling, checked)
-            self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
         self.in_place: dict[int, int] = dict(self.plan.in_place)
-        self.kernels: list[KernelCode]
-        cache = open_entry(cache_key(self.llvm_ir, host.triple, host.cpu, host.features, checked))
-        self._jit = jit.JitModule(self.llvm_ir, cache)
+        # The disk key comes from the program and the settings, so a hit needs no LLVM text.
+        host = jit.host()
+        program = "\n".join([text or format_function(function),
+                             f"write_into={sorted((write_into or {}).items())}", repr(settings)])
+        self.disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
+                                  host.llvm_version)
+        cache = open_entry(self.disk_key)
+        cached = cache.load() if cache is not None else None
+        self._jit = self._loaded(cached, cache) if cached is not None else None
+        if self._jit is None:
+            llvm_ir = self.llvm_ir  # generated on a miss only
+            self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
+            self._jit = jit.JitModule.compile(llvm_ir, cache)
+            self._bind()
         self.timings["llvm"] = time.perf_counter() - started - sum(self.timings.values())
-        self._entry = _ENTRY(self._jit.address("tracer_entry"))
-        self._counters = None
-        if self.profiling:
-            self._counters = (ctypes.c_int64 * (2 * len(self.kernels))).from_address(
-                self._jit.global_address("tracer_profile"))
-        self._fast = None
-        if layout is not None:
-            objects = len(function.parameters) + len(self.plan.output_slots)
-            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * objects,
-                                         ctypes.c_void_p)
-            self._fast = prototype(self._jit.address("tracer_fast"))
         self._stages: dict[str, str] = {}
 
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
@@ -163,9 +174,58 @@ class CompiledFunction:
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
-        self._arena_size = self.plan.arena_size + (RECORD_BYTES if checked else 0)
+        self._arena_size = self.plan.arena_size + (RECORD_BYTES if settings.checked else 0)
         self._arena, self._arena_address = self._new_arena()
         self._arena_lock = threading.Lock()
+
+    def _loaded(self, object_code: bytes, cache: ObjectCache) -> jit.JitModule | None:
+        """The engine running `object_code` from the disk cache, or None if LLVM refuses it (an
+        entry this user's processes wrote, so only a bug of ours: it is compiled again)."""
+        try:
+            self._jit = jit.JitModule.load(object_code, cache.path)
+            self._bind()
+        except RuntimeError as error:
+            LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
+                        self.function.name, cache.path, error)
+            return None
+        return self._jit
+
+    def _bind(self) -> None:
+        """The native entry points of `self._jit` as Python callables."""
+        self._entry = _ENTRY(self._jit.address("tracer_entry"))
+        self._counters = None
+        if self.profiling:
+            self._counters = (ctypes.c_int64 * (2 * len(self.fused.kernels))).from_address(
+                self._jit.global_address("tracer_profile"))
+        self._fast = None
+        if self.settings.layout is not None:
+            objects = len(self.function.parameters) + len(self.plan.output_slots)
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * objects,
+                                         ctypes.c_void_p)
+            self._fast = prototype(self._jit.address("tracer_fast"))
+
+    @functools.cached_property
+    def _module(self) -> tuple[str, list[KernelCode], Sites | None]:
+        """The LLVM IR text, the kernels and the bounds-checked accesses: made when compiling,
+        and otherwise only when asked for (a disk-cache hit runs without them)."""
+        settings = self.settings
+        with gc_paused():
+            return generate_module(self.fused, self.plan, jit.host().triple, settings.blas,
+                                   settings.threads, settings.layout, settings.profile,
+                                   settings.checked)
+
+    @property
+    def llvm_ir(self) -> str:
+        return self._module[0]
+
+    @property
+    def kernels(self) -> list[KernelCode]:
+        return self._module[1]
+
+    @property
+    def sites(self) -> Sites | None:
+        """The checked accesses (codegen.bounds.Sites), None unless bounds-checked."""
+        return self._module[2]
 
     def _new_arena(self) -> tuple[np.ndarray, int]:
         storage = np.empty(self._arena_size + ALIGNMENT, np.uint8)
@@ -248,7 +308,7 @@ class CompiledFunction:
 
     def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
         """The message and user line of the failed check the error record holds, if any."""
-        if self.sites is None:
+        if not self.settings.checked:
             return None
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
         return None if code == 0 else self.sites.message(code - 1, offset)
@@ -301,15 +361,15 @@ def compile_function(function: Function,
     """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
     (and the settings that change the generated code) while it is in use."""
     write_into = dict(write_into or {})
-    key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           jit.blas_available(), cache_directory(), profile_setting(), bounds_setting())
+    text, settings = format_function(function), CodeSettings.current()
+    key = (text, tuple(sorted(write_into.items())), settings, cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
         LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
                   function.name)
     else:
-        compiled = CompiledFunction(function, write_into)
+        compiled = CompiledFunction(function, write_into, settings, text)
         with _compiled_lock:
             compiled = _compiled.setdefault(key, compiled)
     return compiled
