@@ -171,12 +171,15 @@ class CompiledFunction:
                 continue
             self._returns.append((slot_of[id(value)], id(value) in seen))
             seen.add(id(value))
+        # the common case: each result is its own output slot, in order
+        self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
+        self._checked = settings.checked
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
         self._arena_size = self.plan.arena_size + (RECORD_BYTES if settings.checked else 0)
-        self._arena, self._arena_address = self._new_arena()
-        self._arena_lock = threading.Lock()
+        self._arena, address = self._new_arena()
+        self._free_arena = [address]  # empty while a call runs on it
 
     def _loaded(self, object_code: bytes, cache: ObjectCache) -> jit.JitModule | None:
         """The engine running `object_code` from the disk cache, or None if LLVM refuses it (an
@@ -200,8 +203,7 @@ class CompiledFunction:
         self._fast = None
         if self.settings.layout is not None:
             objects = len(self.function.parameters) + len(self.plan.output_slots)
-            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * objects,
-                                         ctypes.c_void_p)
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * (objects + 1))
             self._fast = prototype(self._jit.address("tracer_fast"))
 
     @functools.cached_property
@@ -243,10 +245,16 @@ class CompiledFunction:
                     break
             else:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-                if self._run(lambda address: fast(*arguments, *outputs, address)) == 0:
-                    return [arguments[-1 - slot] if slot < 0 else outputs[slot].copy()
-                            if duplicate else outputs[slot] for slot, duplicate in self._returns]
+                # The objects' addresses (ctypes converts integers faster than objects): the
+                # lists `arguments` and `outputs` keep them alive until the call returns.
+                if self._run(fast, list(map(id, [*arguments, *outputs]))) == 0:
+                    return outputs if self._returns_outputs else self._results(arguments, outputs)
         return self._call(arguments)
+
+    def _results(self, parameters: Sequence[np.ndarray],
+                 outputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
+                else outputs[slot] for slot, duplicate in self._returns]
 
     def _call(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The general path: converts, copies and checks everything in Python."""
@@ -277,30 +285,30 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
+        self._run(self._run_entry, [pointers])
+        return self._results(keep_alive, outputs)
 
-        def run(address: int) -> int:
-            pointers[-1] = address
-            self._entry(pointers.ctypes.data)
-            return 0
+    def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
+        pointers[-1] = arena_address
+        self._entry(pointers.ctypes.data)
+        return 0
 
-        self._run(run)
-        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
-
-    def _run(self, native: Callable[[int], int]) -> int:
-        """`native(arena address)` on the one arena every call reuses, or on a fresh one while
-        another call holds it; returns its status (0: the entry ran). In the bounds-checked mode,
-        raises the BoundsError the entry recorded in the arena (read before the arena is free)."""
-        if self._arena_lock.acquire(blocking=False):
-            try:
-                status = native(self._arena_address)
-                failure = self._bounds_failure(self._arena_address) if status == 0 else None
-            finally:
-                self._arena_lock.release()
-        else:
+    def _run(self, native: Callable[..., int], arguments: list) -> int:
+        """`native(*arguments, arena address)` on the one arena every call reuses, or on a fresh
+        one while another call holds it; returns its status (0: the entry ran). In the
+        bounds-checked mode, raises the BoundsError the entry recorded in the arena (read before
+        the arena is free)."""
+        try:
+            address = self._free_arena.pop()  # atomic: a concurrent call finds the list empty
+            arena = None
+        except IndexError:
             arena, address = self._new_arena()  # kept alive until the call has returned
-            status = native(address)
-            failure = self._bounds_failure(address) if status == 0 else None
+        try:
+            status = native(*arguments, address)
+            failure = self._bounds_failure(address) if self._checked and status == 0 else None
+        finally:
+            if arena is None:
+                self._free_arena.append(address)
         if failure is not None:
             message, line = failure
             raise BoundsError(message, line or None)
@@ -308,8 +316,6 @@ class CompiledFunction:
 
     def _bounds_failure(self, arena_address: int) -> tuple[str, str] | None:
         """The message and user line of the failed check the error record holds, if any."""
-        if not self.settings.checked:
-            return None
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
         return None if code == 0 else self.sites.message(code - 1, offset)
 
