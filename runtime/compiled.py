@@ -7,9 +7,9 @@ Everything that does not depend on the argument values is done once, at construc
 memory planning, the disk-cache key (from the program and the settings), then either loading the
 object code of a hit, or code generation and compilation; the output shapes and dtypes and the
 layout of the pointer array. The LLVM text of a hit is generated only if asked for (`llvm_ir`,
-`stage_text`, a bounds failure's message). A call converts the arguments
-to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
-outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
+`stage_text`, a bounds failure's message). A call converts the arguments to C-contiguous arrays of
+the parameter dtypes (a no-op when they already are), allocates the outputs, fills the pointer
+array and makes one ctypes call, which releases the GIL.
 
 With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
 a call whose native code caught an access outside a buffer raises `tr.BoundsError`.
@@ -149,8 +149,7 @@ class CompiledFunction:
                                   host.llvm_version)
         cache = open_entry(self.disk_key)
         cached = cache.load() if cache is not None else None
-        self._jit = self._loaded(cached, cache) if cached is not None else None
-        if self._jit is None:
+        if cached is None or not self._load(cached, cache):
             llvm_ir = self.llvm_ir  # generated on a miss only
             self.timings["codegen"] = time.perf_counter() - started - sum(self.timings.values())
             self._jit = jit.JitModule.compile(llvm_ir, cache)
@@ -181,17 +180,17 @@ class CompiledFunction:
         self._arena, address = self._new_arena()
         self._free_arena = [address]  # empty while a call runs on it
 
-    def _loaded(self, object_code: bytes, cache: ObjectCache) -> jit.JitModule | None:
-        """The engine running `object_code` from the disk cache, or None if LLVM refuses it (an
-        entry this user's processes wrote, so only a bug of ours: it is compiled again)."""
+    def _load(self, object_code: bytes, cache: ObjectCache) -> bool:
+        """Run `object_code` from the disk cache; False if LLVM refuses it (an entry this user's
+        processes wrote, so only a bug of ours: the caller compiles again)."""
         try:
             self._jit = jit.JitModule.load(object_code, cache.path)
             self._bind()
         except RuntimeError as error:
             LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
                         self.function.name, cache.path, error)
-            return None
-        return self._jit
+            return False
+        return True
 
     def _bind(self) -> None:
         """The native entry points of `self._jit` as Python callables."""

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -170,7 +171,7 @@ class JitModule:
         return cls(engine)
 
     @classmethod
-    def load(cls, object_code: bytes, path: object = None) -> JitModule:
+    def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
         """Link `object_code` (authenticated by the disk cache) into a new engine."""
         _initialize()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
