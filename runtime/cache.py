@@ -1,18 +1,18 @@
 """The on-disk cache of compiled object code, shared across this user's processes.
 
-An entry's key hashes the program (the optimized IR text and the settings that shape its code, so
-the key is known before any LLVM text is generated: a hit neither renders nor parses LLVM IR), the
-compiler itself (`compiler_fingerprint`: a hash of the sources and templates of `tracer.ir`,
-`tracer.codegen` and `tracer.runtime`, so a changed compiler never loads an object an older one
-wrote, also when running from a checkout), the host (triple, CPU name, CPU features, LLVM version),
-the cache format and whether the code is bounds-checked (TRACER_CHECK_BOUNDS: a checked and an
-unchecked object must never be confused); the file is named after the key. Each file holds a
-header (magic, format version, the full key, payload length, HMAC-SHA256 of all of these and the
-payload) then the object code. The HMAC's secret is 32 random bytes in the file `secret` of the
-cache directory, created 0600 by the first process that needs it, so only this user's processes
-can write an entry that is ever run: an entry whose header, length or HMAC does not match
-(corrupt, stale, or object code from anywhere else, re-labelled) is treated as absent, compiled
-again and rewritten.
+An entry's key hashes the program (the optimized IR text without the user's lines, and the
+settings that shape its code, so the key is known before any LLVM text is generated: a hit neither
+renders nor parses LLVM IR), the compiler itself (`compiler_fingerprint`: a hash of the sources and
+templates of `tracer.ir`, `tracer.codegen` and `tracer.runtime`, so a changed compiler never loads
+an object an older one wrote, also when running from a checkout), the host (triple, CPU name, CPU
+features, LLVM version), the cache format and whether the code is bounds-checked
+(TRACER_CHECK_BOUNDS: a checked and an unchecked object must never be confused); the file is named
+after the key. Each file holds a header (magic, format version, the full key, payload length,
+HMAC-SHA256 of all of these and the payload) then the object code. The HMAC's secret is 32 random
+bytes in the file `secret` of the cache directory, created 0600 by the first process that needs
+it, so only this user's processes can write an entry that is ever run: an entry whose header,
+length or HMAC does not match (corrupt, stale, or object code from anywhere else, re-labelled) is
+treated as absent, compiled again and rewritten.
 
 What is not trusted, and then only the in-memory cache is used (the reason is logged on the
 `tracer.cache` logger): a directory not owned by this user or writable by others, and a secret

@@ -123,8 +123,7 @@ class CompiledFunction:
     stages: tuple[str, ...] = STAGES  # the back-end stages `stage_text` prints
 
     def __init__(self, function: Function, write_into: dict[int, int] | None = None,
-                 settings: CodeSettings | None = None, text: str | None = None):
-        """`text`: the printed `function` if the caller has it already."""
+                 settings: CodeSettings | None = None):
         self.function = function
         self.settings = settings = settings or CodeSettings.current()
         self.profiling = settings.profile
@@ -141,9 +140,11 @@ class CompiledFunction:
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
         self.in_place: dict[int, int] = dict(self.plan.in_place)
-        # The disk key comes from the program and the settings, so a hit needs no LLVM text.
+        # The disk key comes from the program and the settings, so a hit needs no LLVM text. The
+        # user's lines do not change the object code (the table of bounds-checked accesses that
+        # names them is made from `function` when needed): an edit that moves the code still hits.
         host = jit.host()
-        program = "\n".join([text or format_function(function),
+        program = "\n".join([format_function(function, locations=False),
                              f"write_into={sorted((write_into or {}).items())}", repr(settings)])
         self.disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
                                   host.llvm_version)
@@ -366,15 +367,16 @@ def compile_function(function: Function,
     """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
     (and the settings that change the generated code) while it is in use."""
     write_into = dict(write_into or {})
-    text, settings = format_function(function), CodeSettings.current()
-    key = (text, tuple(sorted(write_into.items())), settings, cache_directory())
+    settings = CodeSettings.current()
+    key = (format_function(function), tuple(sorted(write_into.items())), settings,
+           cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
         LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
                   function.name)
     else:
-        compiled = CompiledFunction(function, write_into, settings, text)
+        compiled = CompiledFunction(function, write_into, settings)
         with _compiled_lock:
             compiled = _compiled.setdefault(key, compiled)
     return compiled

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A training step: a gradient, an in-place update of the argument and of its .grad, two results.
 STEP = textwrap.dedent("""
-    import json, sys
+    import gc, json, sys
     import numpy as np
     import tracer as tr
 
@@ -42,8 +42,9 @@ STEP = textwrap.dedent("""
     from tracer.runtime.compiled import CompiledFunction
     x = tr.tensor(np.linspace(-1, 1, 16, dtype=np.float32), requires_grad=True)
     loss, grad = step(x, 0.25)
-    import gc
-    generated = [("_module" in vars(o)) for o in gc.get_objects() if isinstance(o, CompiledFunction)]
+    # whether each compiled signature generated its LLVM text
+    generated = [("_module" in vars(o)) for o in gc.get_objects()
+                 if isinstance(o, CompiledFunction)]
     print(json.dumps(dict(jit.STATISTICS, loss=float(loss.item()), grad=grad.numpy().tolist(),
                           x=x.detach().numpy().tolist(), jinja2="jinja2" in sys.modules,
                           generated=generated)))
@@ -180,3 +181,29 @@ def test_a_bounds_failure_in_code_from_the_disk_names_the_same_access(fresh_cach
         messages.append(str(caught.value))
     assert "read of element 100 of %x (f32[100], parameter 0)" in messages[0]
     assert messages[0] == messages[1]
+
+
+def located(location: str) -> ir.Function:
+    function = scale()
+    for instruction in function.instructions:
+        instruction.location = location
+    return function
+
+
+def test_code_that_moved_in_the_users_file_hits_and_names_its_new_line(fresh_cache, monkeypatch):
+    """The user's lines are not part of the disk key (they change no object code); the message of
+    a failed bounds check in code from the disk names the line of the program that loaded it."""
+    monkeypatch.setenv("TRACER_CHECK_BOUNDS", "1")
+    split_extent = kernels.split_extent
+    monkeypatch.setattr(kernels, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
+                        + (3 if kernel.kind == "loop" else 0))
+    before = dict(jit.STATISTICS)
+    first = CompiledFunction(located("step.py:10"))
+    moved = CompiledFunction(located("step.py:12"))
+    assert jit.STATISTICS["compiled"] - before["compiled"] == 1
+    assert jit.STATISTICS["disk_hits"] - before["disk_hits"] == 1
+    assert moved.disk_key == first.disk_key
+    for compiled, line in ((first, "step.py:10"), (moved, "step.py:12")):
+        with pytest.raises(tr.BoundsError) as caught:
+            compiled([np.arange(100, dtype=np.float32)])
+        assert caught.value.line == line
