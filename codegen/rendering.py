@@ -12,7 +12,7 @@ from tracer.codegen.lowering import double_hex
 
 @functools.cache
 def _environment():
-    import jinja2  # noqa: PLC0415 - deferred: see the module docstring
+    import jinja2  # here, on first use: see the module docstring
 
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

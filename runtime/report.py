@@ -31,7 +31,7 @@ _LEAF_KINDS = {"I": "Python int (runtime input)", "F": "Python float (runtime in
 
 @functools.cache
 def _environment():
-    import jinja2  # noqa: PLC0415 - deferred: a process that writes no report never imports it
+    import jinja2  # here: a process that writes no report never imports it
 
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

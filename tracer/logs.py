@@ -20,7 +20,7 @@ def configure_from_environment() -> None:
         warnings.warn(f"TRACER_LOG={setting!r} is not one of {', '.join(_LEVELS)}; not logging",
                       stacklevel=2)
         return
-    import logging  # noqa: PLC0415 - see the module docstring
+    import logging  # here, only when asked for: see the module docstring
 
     logger = logging.getLogger("tracer")
     if not any(getattr(h, "tracer_environment", False) for h in logger.handlers):
