@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from tracer.runtime.trace import Entry
 
 
+LEAF = ("leaf",)  # a runtime leaf's place in a structure
+
+
 def _is_runtime_leaf(value) -> bool:
     return isinstance(value, (Tensor, np.ndarray)) or (
         isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
@@ -26,7 +29,7 @@ def flatten(tree, leaves: list, path: str) -> tuple:
     structure, in which static (non-array, non-number) values stand for themselves."""
     if _is_runtime_leaf(tree):
         leaves.append((tree, path))
-        return ("leaf",)
+        return LEAF
     if isinstance(tree, (list, tuple)):
         kind = "list" if isinstance(tree, list) else "tuple"
         items = tuple(flatten(item, leaves, f"{path}_{i}") for i, item in enumerate(tree))
@@ -37,7 +40,7 @@ def flatten(tree, leaves: list, path: str) -> tuple:
         return ("dict", tuple(tree), tuple(flatten(v, leaves, f"{path}_{k}") for k, v in tree.items()))
     if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
         leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
-        return ("leaf",)
+        return LEAF
     try:
         hash(tree)
     except TypeError:
@@ -47,6 +50,10 @@ def flatten(tree, leaves: list, path: str) -> tuple:
 
 
 def unflatten(structure: tuple, leaves: Sequence):
+    kind = structure[0]
+    if kind in ("tuple", "list") and len(structure) == 2 and (
+            structure[1].count(LEAF) == len(structure[1])):  # the common results: a flat sequence
+        return tuple(leaves) if kind == "tuple" else list(leaves)
     iterator = iter(leaves)
 
     def build(node):

@@ -977,12 +977,19 @@ def broadcast_shapes_or_none(*shapes):
 
 
 # Creation ---------------------------------------------------------------------------------------
-_generator = np.random.default_rng(0)
+# The generator of tr.randn/tr.rand, made on first use: importing numpy.random takes about as long
+# as importing the rest of the tracer.
+_seeded: list = []  # [the generator], once made
 
 
 def manual_seed(seed: int) -> None:
-    global _generator
-    _generator = np.random.default_rng(seed)
+    _seeded[:] = [np.random.default_rng(seed)]
+
+
+def _generator() -> np.random.Generator:
+    if not _seeded:
+        manual_seed(0)
+    return _seeded[0]
 
 
 def _leaf(array: np.ndarray, requires_grad: builtins.bool) -> Tensor:
@@ -1062,7 +1069,8 @@ def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
         raise TracingError(f"tr.{kind} inside a traced function would give the same numbers on "
                            f"every call; make the random tensor outside and pass it as an argument")
     shape = _shape_arguments(shape)
-    sample = _generator.standard_normal(shape) if kind == "randn" else _generator.random(shape)
+    generator = _generator()
+    sample = generator.standard_normal(shape) if kind == "randn" else generator.random(shape)
     return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
 
 
