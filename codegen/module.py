@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
-from tracer.codegen.render import ENVIRONMENT, GEMM_SYMBOLS, record_register, render_kernel
+from tracer.codegen.render import GEMM_SYMBOLS, record_register, render_kernel
+from tracer.codegen.rendering import render
 from tracer.ir.loops import LoopProgram, checks_indices
 from tracer.ir.memory import Location, MemoryPlan
 
@@ -94,8 +95,8 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
                                              for b in kernel.buffers]
         arguments = "".join(f"ptr {p}, " for p in pointers)
         if kernel.threads > 1:
-            parallel.append(ENVIRONMENT.get_template("parallel.ll.j2").render(
-                name=kernel.name, buffers=len(pointers), threads=kernel.threads))
+            parallel.append(render(
+                "parallel.ll.j2", name=kernel.name, buffers=len(pointers), threads=kernel.threads))
             calls.append(f"call void @{kernel.name}.parallel({arguments}i64 {kernel.extent})")
         else:
             calls.append(f"call void @{kernel.name}({arguments}i64 0, i64 {kernel.extent})")
@@ -110,8 +111,8 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
                                 f"i64, ptr, i64, {t}, ptr, i64) nounwind")
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
-    text = ENVIRONMENT.get_template("module.ll.j2").render(
-        function_name=program.name, triple=triple, declarations=declarations,
+    text = render(
+        "module.ll.j2", function_name=program.name, triple=triple, declarations=declarations,
         kernels=texts + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,

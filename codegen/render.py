@@ -15,23 +15,13 @@ given), every kernel takes the error record `%bounds` as its first pointer (code
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import jinja2
-
 from tracer.codegen.bounds import Sites
-from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, double_hex, literal
+from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, literal
+from tracer.codegen.rendering import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, CheckIndex, Compute, Gemm,
                              IndexOp, Load, Loop, LoopKernel, Store)
 from tracer.ir.types import bool_, float32, float64, is_float
-
-ENVIRONMENT = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-ENVIRONMENT.filters["d"] = double_hex
-LOOPS = ENVIRONMENT.get_template("loops.ll.j2").module
-BOUNDS = ENVIRONMENT.get_template("bounds.ll.j2").module
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
@@ -79,7 +69,8 @@ class KernelRenderer:
         offset = self.index(offset)
         if self.sites is not None and self.sites.every_access:
             site = self.sites.add(self.kernel.name, value, access, line)
-            self.w.raw(str(BOUNDS.check(self.w.label("bounds"), site, offset, value.type.size)))
+            check = macros("bounds.ll.j2").check
+            self.w.raw(str(check(self.w.label("bounds"), site, offset, value.type.size)))
         return self.w.value(f"getelementptr inbounds {STORAGE_TYPE[value.dtype]}, ptr %{buffer}, "
                             f"i64 {offset}", "p")
 
@@ -91,10 +82,10 @@ class KernelRenderer:
                 self.w.allocas.append(f"{counter}.addr = alloca i64")
                 begin, end = (f"%{b}" if isinstance(b, str) else b
                               for b in (statement.begin, statement.end))
-                self.w.raw(LOOPS.loop_open(name, counter, begin, end))
+                self.w.raw(macros("loops.ll.j2").loop_open(name, counter, begin, end))
                 self.registers[statement.counter] = counter
                 self.render(statement.body)
-                self.w.raw(LOOPS.loop_close(name, counter))
+                self.w.raw(macros("loops.ll.j2").loop_close(name, counter))
             elif isinstance(statement, IndexOp):
                 self.registers[statement.target] = self.index_op(statement)
             elif isinstance(statement, CheckIndex):
@@ -137,7 +128,8 @@ class KernelRenderer:
         wrapped = wrap_index(self.w, position, size)
         site = self.sites.add_index(self.kernel.name, statement.operand, statement.axis, size,
                                     statement.line)
-        self.w.raw(str(BOUNDS.check(self.w.label("index"), site, wrapped, size, position)))
+        self.w.raw(str(macros("bounds.ll.j2").check(self.w.label("index"), site, wrapped, size,
+                                                    position)))
         return wrapped
 
     def load(self, statement: Load) -> str:
@@ -207,8 +199,8 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
                         values["c"].type.size),
                   "accumulator": (sites.add_internal(site_name, "the float64 row accumulator",
                                                      block, "read-modify-write", gemm.line), block)}
-    return ENVIRONMENT.get_template("matmul.ll.j2").render(
-        name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
+    return render(
+        "matmul.ll.j2", name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
         size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
         transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
@@ -219,6 +211,6 @@ def render_kernel(kernel: LoopKernel, blas: bool, sites: Sites | None) -> str:
     renderer = KernelRenderer(kernel, blas, sites)
     renderer.render(kernel.body)
     pointers = record_register(sites) + [f"%{b.name}" for b in kernel.buffers]
-    text = str(LOOPS.kernel(kernel.name, pointers, renderer.w.allocas,
-                            "\n".join(renderer.w.lines)))
+    text = str(macros("loops.ll.j2").kernel(kernel.name, pointers, renderer.w.allocas,
+                                            "\n".join(renderer.w.lines)))
     return "\n\n".join([text, *renderer.functions])

@@ -31,7 +31,7 @@ def format_attribute(value: Any) -> str:
     return repr(value)
 
 
-def format_instruction(instruction: Instruction) -> str:
+def format_instruction(instruction: Instruction, locations: bool = True) -> str:
     names = ", ".join(f"%{v.name}" for v in instruction.outputs)
     types = ", ".join(str(v.type) for v in instruction.outputs)
     text = f"{names} : {types} = {instruction.primitive}"
@@ -40,15 +40,16 @@ def format_instruction(instruction: Instruction) -> str:
     if instruction.attributes:
         text += " {" + ", ".join(f"{k}={format_attribute(v)}"
                                  for k, v in instruction.attributes.items()) + "}"
-    if instruction.location:
+    if instruction.location and locations:
         text = f"{text:<{COMMENT_COLUMN}}  # {instruction.location}"
     return text
 
 
-def format_function(function: Function) -> str:
+def format_function(function: Function, locations: bool = True) -> str:
+    """The text of `function`; `locations=False` leaves out the user's lines (the comments)."""
     parameters = ", ".join(f"%{p.name}: {p.type}" for p in function.parameters)
     lines = [f"def {function.name}({parameters}):"]
-    lines += ["  " + format_instruction(i) for i in function.instructions]
+    lines += ["  " + format_instruction(i, locations) for i in function.instructions]
     lines.append("  return " + ", ".join(f"%{v.name}" for v in function.outputs))
     return "\n".join(lines) + "\n"
 

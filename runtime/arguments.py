@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from tracer.runtime.trace import Entry
 
 
+LEAF = ("leaf",)  # a runtime leaf's place in a structure
+
+
 def _is_runtime_leaf(value) -> bool:
     return isinstance(value, (Tensor, np.ndarray)) or (
         isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_)))
@@ -27,7 +30,7 @@ def flatten(tree, leaves: list, path: str, static_ints: frozenset[str] = frozens
     `static_ints`) stand for themselves."""
     if _is_runtime_leaf(tree) and not (path in static_ints and isinstance(tree, numbers.Integral)):
         leaves.append((tree, path))
-        return ("leaf",)
+        return LEAF
     if isinstance(tree, (list, tuple)):
         kind = "list" if isinstance(tree, list) else "tuple"
         items = tuple(flatten(item, leaves, f"{path}_{i}", static_ints)
@@ -40,7 +43,7 @@ def flatten(tree, leaves: list, path: str, static_ints: frozenset[str] = frozens
                                            for k, v in tree.items()))
     if is_foreign_array(tree):  # a torch tensor is hashable, but its values change: never static
         leaves.append((foreign_to_numpy(tree, f"argument {path}"), path))
-        return ("leaf",)
+        return LEAF
     try:
         hash(tree)
     except TypeError:
@@ -50,6 +53,10 @@ def flatten(tree, leaves: list, path: str, static_ints: frozenset[str] = frozens
 
 
 def unflatten(structure: tuple, leaves: Sequence):
+    kind = structure[0]
+    if kind in ("tuple", "list") and len(structure) == 2 and (
+            structure[1].count(LEAF) == len(structure[1])):  # the common results: a flat sequence
+        return tuple(leaves) if kind == "tuple" else list(leaves)
     iterator = iter(leaves)
 
     def build(node):

@@ -1,14 +1,18 @@
 """The on-disk cache of compiled object code, shared across this user's processes.
 
-An entry's key hashes the LLVM IR text, the host (triple, CPU name, CPU features), the project
-version, the cache format and whether the code is bounds-checked (TRACER_CHECK_BOUNDS; the checked
-text differs anyway, but a checked and an unchecked object must never be confused); the file is
-named after the key. Each file holds a header (magic, format version, the full key, payload length,
-HMAC-SHA256 of all of these and the payload) then the
-object code. The HMAC's secret is 32 random bytes in the file `secret` of the cache directory,
-created 0600 by the first process that needs it, so only this user's processes can write an entry
-that is ever run: an entry whose header, length or HMAC does not match (corrupt, stale, or object
-code from anywhere else, re-labelled) is treated as absent, compiled again and rewritten.
+An entry's key hashes the program (the optimized IR text without the user's lines, and the
+settings that shape its code, so the key is known before any LLVM text is generated: a hit neither
+renders nor parses LLVM IR), the compiler itself (`compiler_fingerprint`: a hash of the sources and
+templates of `tracer.ir`, `tracer.codegen` and `tracer.runtime`, so a changed compiler never loads
+an object an older one wrote, also when running from a checkout), the host (triple, CPU name, CPU
+features, LLVM version), the cache format and whether the code is bounds-checked
+(TRACER_CHECK_BOUNDS: a checked and an unchecked object must never be confused); the file is named
+after the key. Each file holds a header (magic, format version, the full key, payload length,
+HMAC-SHA256 of all of these and the payload) then the object code. The HMAC's secret is 32 random
+bytes in the file `secret` of the cache directory, created 0600 by the first process that needs
+it, so only this user's processes can write an entry that is ever run: an entry whose header,
+length or HMAC does not match (corrupt, stale, or object code from anywhere else, re-labelled) is
+treated as absent, compiled again and rewritten.
 
 What is not trusted, and then only the in-memory cache is used (the reason is logged on the
 `tracer.cache` logger): a directory not owned by this user or writable by others, and a secret
@@ -27,6 +31,7 @@ TRACER_DISABLE_CACHE=1 turns the disk cache off.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import hmac
 import logging
@@ -34,13 +39,12 @@ import os
 import stat
 import struct
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 from tracer.runtime.settings import byte_size_setting
 
 MAGIC = b"TRACEROBJ"
-FORMAT = 2
+FORMAT = 3
 _HEADER = struct.Struct("<9sI32sQ32s")  # magic, format, key, payload length, HMAC-SHA256
 MAX_ENTRY_BYTES = 64 * 2**20
 DEFAULT_CACHE_SIZE = 2**30
@@ -52,11 +56,30 @@ log = logging.getLogger("tracer.cache")
 _reported: set[tuple[str, str]] = set()  # (directory, reason) already logged by this process
 
 
-def project_version() -> str:
-    try:
-        return metadata.version("tracer")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+def source_fingerprint(directories: list[str]) -> str:
+    """SHA-256 of the Python sources and templates under `directories` (names and contents)."""
+    digest = hashlib.sha256()
+    for directory in directories:
+        for root, subdirectories, files in os.walk(directory):
+            subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".j2")):
+                    path = os.path.join(root, name)
+                    digest.update(os.path.relpath(path, os.path.dirname(directory)).encode())
+                    with open(path, "rb") as file:
+                        digest.update(b"\0" + file.read() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """The fingerprint of the compiler this process runs: what turns a program into object code
+    (the IR, the code generator and its templates, the runtime). Computed once per process."""
+    import tracer.codegen
+    import tracer.ir
+    import tracer.runtime
+    return source_fingerprint([package.__path__[0] for package in (tracer.ir, tracer.codegen,
+                                                                   tracer.runtime)])
 
 
 def cache_directory() -> Path | None:
@@ -70,10 +93,13 @@ def cache_directory() -> Path | None:
     return Path(base) / "tracer"
 
 
-def cache_key(llvm_ir: str, triple: str, cpu: str, features: str, checked: bool) -> bytes:
+def cache_key(program: str, triple: str, cpu: str, features: str, checked: bool,
+              llvm_version: str = "") -> bytes:
+    """The key of `program` (the optimized IR text and the code-generation settings) compiled by
+    this compiler, on LLVM `llvm_version`, for this host."""
     digest = hashlib.sha256()
-    for part in (f"format={FORMAT}", f"version={project_version()}", triple, cpu, features,
-                 f"checked={int(checked)}", llvm_ir):
+    for part in (f"format={FORMAT}", f"compiler={compiler_fingerprint()}", f"llvm={llvm_version}",
+                 triple, cpu, features, f"checked={int(checked)}", program):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.digest()

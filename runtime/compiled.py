@@ -4,10 +4,13 @@
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
 
 Everything that does not depend on the argument values is done once, at construction: fusion,
-memory planning, code generation, compilation (or loading object code from the disk cache),
-the output shapes and dtypes and the layout of the pointer array. A call converts the arguments
-to C-contiguous arrays of the parameter dtypes (a no-op when they already are), allocates the
-outputs, fills the pointer array and makes one ctypes call, which releases the GIL.
+memory planning, the disk-cache key (from the program and the settings), then either loading the
+object code of a hit, or scheduling, code generation and compilation (runtime/pipeline.py); the
+output shapes and dtypes and the layout of the pointer array. The loop IR and the LLVM text of a
+hit are made only if asked for (`loops`, `llvm_ir`, `stage_text`, a bounds failure's message). A
+call converts the arguments to C-contiguous arrays of the parameter dtypes (a no-op when they
+already are), allocates the outputs, fills the pointer array and makes one ctypes call, which
+releases the GIL.
 
 With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
 a call whose native code caught an access outside a buffer raises `tr.BoundsError`. The indices of
@@ -27,15 +30,15 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from tracer.codegen.bounds import RECORD_BYTES
+from tracer.codegen.bounds import RECORD_BYTES, Sites
 from tracer.ir.fusion import FusedFunction, format_fused
 from tracer.ir.graph import Function
 from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
 from tracer.runtime import jit
-from tracer.runtime.cache import cache_directory, cache_key, open_entry
-from tracer.runtime.pipeline import BACK_END_STAGES, back_end
+from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
+from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.errors import BoundsError, IndexOutOfRangeError
 from tracer.ir.primitives import INDEXING
 
@@ -74,6 +77,21 @@ def bounds_setting() -> bool:
     return os.environ.get("TRACER_CHECK_BOUNDS") == "1"
 
 
+class CodeSettings(NamedTuple):
+    """What shapes the generated code besides the program, read when a signature compiles (so
+    part of both cache keys)."""
+    threads: int
+    blas: bool
+    profile: bool
+    checked: bool
+    layout: tuple[int, int] | None
+
+    @classmethod
+    def current(cls) -> CodeSettings:
+        return cls(thread_setting(), jit.blas_available(), profile_setting(), bounds_setting(),
+                   array_layout())
+
+
 @functools.cache
 def array_layout() -> tuple[int, int] | None:
     """Byte offsets of `data` and `flags` in numpy's PyArrayObject (its public struct: PyObject_HEAD,
@@ -108,39 +126,37 @@ class CompiledFunction:
 
     stages: tuple[str, ...] = BACK_END_STAGES  # the stages `stage_text` prints
 
-    def __init__(self, function: Function, write_into: dict[int, int] | None = None):
+    def __init__(self, function: Function, write_into: dict[int, int] | None = None,
+                 settings: CodeSettings | None = None):
         self.function = function
-        blas = jit.blas_available()
+        self.settings = settings = settings or CodeSettings.current()
+        self.profiling = settings.profile
         host = jit.host()
-        layout = array_layout()
-        self.profiling = profile_setting()
-        checked = bounds_setting()
-        built = back_end(function, write_into, blas=blas, threads=thread_setting(),
-                         triple=host.triple, layout=layout, profile=self.profiling,
-                         checked=checked)
-        self.timings: dict[str, float] = built.timings  # seconds per back-end step
-        self.fused: FusedFunction = built.fused
-        self.plan: MemoryPlan = built.plan
-        self.loops: LoopProgram = built.loops
-        self.llvm_ir = built.llvm_ir
-        self.sites = built.sites  # the checked accesses (codegen.bounds.Sites), None if none
-        self.kernels: list[LoopKernel] = self.loops.kernels
+        self.back_end = BackEnd(function, write_into, blas=settings.blas,
+                                threads=settings.threads, triple=host.triple,
+                                layout=settings.layout, profile=settings.profile,
+                                checked=settings.checked)
+        self.timings: dict[str, float] = self.back_end.timings  # seconds per back-end step
+        self.fused: FusedFunction = self.back_end.fused
+        self.plan: MemoryPlan = self.back_end.plan
         self.in_place: dict[int, int] = dict(self.plan.in_place)
+        # The disk key comes from the program and the settings, so a hit needs neither the loop
+        # IR nor the LLVM text. The user's lines do not change the object code (the table of
+        # bounds-checked accesses that names them is made from `function` when needed): an edit
+        # that moves the code still hits.
+        program = "\n".join([format_function(function, locations=False),
+                             f"write_into={sorted((write_into or {}).items())}", repr(settings)])
+        self.disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
+                                  host.llvm_version)
+        cache = open_entry(self.disk_key)
         started = time.perf_counter()
-        cache = open_entry(cache_key(self.llvm_ir, host.triple, host.cpu, host.features, checked))
-        self._jit = jit.JitModule(self.llvm_ir, cache)
-        self.timings["llvm"] = time.perf_counter() - started
-        self._entry = _ENTRY(self._jit.address("tracer_entry"))
-        self._counters = None
-        if self.profiling:
-            self._counters = (ctypes.c_int64 * (2 * len(self.kernels))).from_address(
-                self._jit.global_address("tracer_profile"))
-        self._fast = None
-        if layout is not None:
-            objects = len(function.parameters) + len(self.plan.output_slots)
-            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * objects,
-                                         ctypes.c_void_p)
-            self._fast = prototype(self._jit.address("tracer_fast"))
+        cached = cache.load() if cache is not None else None
+        if cached is None or not self._load(cached, cache):
+            llvm_ir = self.llvm_ir  # scheduled and rendered on a miss only (timed by the back end)
+            started = time.perf_counter()
+            self._jit = jit.JitModule.compile(llvm_ir, cache)
+            self._bind()
+        self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
         self._stages: dict[str, str] = {}
 
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
@@ -156,13 +172,64 @@ class CompiledFunction:
                 continue
             self._returns.append((slot_of[id(value)], id(value) in seen))
             seen.add(id(value))
+        # the common case: each result is its own output slot, in order
+        self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
+        # the code has an error record: bounds-checked, or gather and scatter indices checked
+        self._checked = settings.checked or any(
+            i.primitive in INDEXING for kernel in self.fused.kernels for i in kernel.instructions)
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
-        self._arena_size = self.plan.arena_size + (RECORD_BYTES if self.sites is not None else 0)
-        self._arena, self._arena_address = self._new_arena()
-        self._arena_lock = threading.Lock()
+        self._arena_size = self.plan.arena_size + (RECORD_BYTES if self._checked else 0)
+        self._arena, address = self._new_arena()
+        self._free_arena = [address]  # empty while a call runs on it
+
+    def _load(self, object_code: bytes, cache: ObjectCache) -> bool:
+        """Run `object_code` from the disk cache; False if LLVM refuses it (an entry this user's
+        processes wrote, so only a bug of ours: the caller compiles again)."""
+        try:
+            self._jit = jit.JitModule.load(object_code, cache.path)
+            self._bind()
+        except RuntimeError as error:
+            LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
+                        self.function.name, cache.path, error)
+            return False
+        return True
+
+    def _bind(self) -> None:
+        """The native entry points of `self._jit` as Python callables."""
+        self._entry = _ENTRY(self._jit.address("tracer_entry"))
+        self._counters = None
+        if self.profiling:
+            self._counters = (ctypes.c_int64 * (2 * len(self.fused.kernels))).from_address(
+                self._jit.global_address("tracer_profile"))
+        self._fast = None
+        if self.settings.layout is not None:
+            objects = len(self.function.parameters) + len(self.plan.output_slots)
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * (objects + 1))
+            self._fast = prototype(self._jit.address("tracer_fast"))
+
+    @property
+    def loops(self) -> LoopProgram:
+        """The loop IR (the `loops` stage), scheduled when compiling and otherwise only when asked
+        for (a disk-cache hit runs without it)."""
+        return self.back_end.loops
+
+    @property
+    def kernels(self) -> list[LoopKernel]:
+        return self.loops.kernels
+
+    @property
+    def llvm_ir(self) -> str:
+        """The LLVM IR text, rendered when compiling and otherwise only when asked for."""
+        return self.back_end.llvm_ir
+
+    @property
+    def sites(self) -> Sites | None:
+        """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's and the index
+        checks of gather and scatter; None when there are none."""
+        return self.back_end.sites
 
     def _index_check_may_follow_a_write(self) -> bool:
         """Whether a kernel that checks gather or scatter indices runs at or after one that writes
@@ -193,10 +260,16 @@ class CompiledFunction:
                     break
             else:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
-                if self._run(lambda address: fast(*arguments, *outputs, address)) == 0:
-                    return [arguments[-1 - slot] if slot < 0 else outputs[slot].copy()
-                            if duplicate else outputs[slot] for slot, duplicate in self._returns]
+                # The objects' addresses (ctypes converts integers faster than objects): the
+                # lists `arguments` and `outputs` keep them alive until the call returns.
+                if self._run(fast, list(map(id, [*arguments, *outputs]))) == 0:
+                    return outputs if self._returns_outputs else self._results(arguments, outputs)
         return self._call(arguments)
+
+    def _results(self, parameters: Sequence[np.ndarray],
+                 outputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
+                else outputs[slot] for slot, duplicate in self._returns]
 
     def _call(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The general path: converts, copies and checks everything in Python."""
@@ -227,30 +300,30 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
+        self._run(self._run_entry, [pointers])
+        return self._results(keep_alive, outputs)
 
-        def run(address: int) -> int:
-            pointers[-1] = address
-            self._entry(pointers.ctypes.data)
-            return 0
+    def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
+        pointers[-1] = arena_address
+        self._entry(pointers.ctypes.data)
+        return 0
 
-        self._run(run)
-        return [keep_alive[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
-
-    def _run(self, native: Callable[[int], int]) -> int:
-        """`native(arena address)` on the one arena every call reuses, or on a fresh one while
-        another call holds it; returns its status (0: the entry ran). In the bounds-checked mode,
-        raises the BoundsError the entry recorded in the arena (read before the arena is free)."""
-        if self._arena_lock.acquire(blocking=False):
-            try:
-                status = native(self._arena_address)
-                failure = self._bounds_failure(self._arena_address) if status == 0 else None
-            finally:
-                self._arena_lock.release()
-        else:
+    def _run(self, native: Callable[..., int], arguments: list) -> int:
+        """`native(*arguments, arena address)` on the one arena every call reuses, or on a fresh
+        one while another call holds it; returns its status (0: the entry ran). In code with
+        checks, raises the BoundsError or IndexOutOfRangeError the entry recorded in the arena
+        (read before the arena is free)."""
+        try:
+            address = self._free_arena.pop()  # atomic: a concurrent call finds the list empty
+            arena = None
+        except IndexError:
             arena, address = self._new_arena()  # kept alive until the call has returned
-            status = native(address)
-            failure = self._bounds_failure(address) if status == 0 else None
+        try:
+            status = native(*arguments, address)
+            failure = self._bounds_failure(address) if self._checked and status == 0 else None
+        finally:
+            if arena is None:
+                self._free_arena.append(address)
         if failure is not None:
             error, message, line = failure
             raise error(message, line or None)
@@ -259,8 +332,6 @@ class CompiledFunction:
     def _bounds_failure(self, arena_address: int) -> tuple[type, str, str] | None:
         """The error class, message and user line of the failed check the error record holds, if
         any."""
-        if self.sites is None:
-            return None
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
         if code == 0:
             return None
@@ -319,15 +390,16 @@ def compile_function(function: Function,
     """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
     (and the settings that change the generated code) while it is in use."""
     write_into = dict(write_into or {})
-    key = (format_function(function), tuple(sorted(write_into.items())), thread_setting(),
-           jit.blas_available(), cache_directory(), profile_setting(), bounds_setting())
+    settings = CodeSettings.current()
+    key = (format_function(function), tuple(sorted(write_into.items())), settings,
+           cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
         LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
                   function.name)
     else:
-        compiled = CompiledFunction(function, write_into)
+        compiled = CompiledFunction(function, write_into, settings)
         with _compiled_lock:
             compiled = _compiled.setdefault(key, compiled)
     return compiled

@@ -1,9 +1,11 @@
 """llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
 
-Object code goes through `tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`), so a
-module whose authenticated object is on disk is neither optimized nor compiled again. BLAS is not linked: JIT code
-calls `tracer_sgemm`/`tracer_dgemm`, registered by name with `llvmlite.binding.add_symbol` to the
-gemm of the OpenBLAS that numpy ships (no raw address ever appears in the IR or in cached objects).
+`JitModule.compile` builds a module from LLVM IR text and hands its object code to
+`tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`); `JitModule.load` runs
+object code from the disk cache without any IR (an engine over an empty module, the object
+added). BLAS is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
+`llvmlite.binding.add_symbol` to the gemm of the OpenBLAS that numpy ships (no raw address ever
+appears in the IR or in cached objects).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -42,13 +45,14 @@ class Host:
     triple: str
     cpu: str
     features: str
+    llvm_version: str
 
 
 @functools.cache
 def host() -> Host:
     _initialize()
     return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
-                .flatten())
+                .flatten(), ".".join(map(str, llvm.llvm_version_info)))
 
 
 def new_target_machine() -> llvm.TargetMachine:
@@ -139,14 +143,17 @@ class JitModule:
     dropped once the code is built), so releasing the last CompiledFunction that holds a JitModule
     disposes the engine and unmaps the code."""
 
-    def __init__(self, text: str, cache: ObjectCache | None):
+    def __init__(self, engine: llvm.ExecutionEngine):
+        self.engine = engine
+
+    @classmethod
+    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
+        """Parse, verify, optimize and compile `text`; its object code goes into `cache`."""
         _initialize()
         module = llvm.parse_assembly(text)
         module.verify()
-        cached = cache.load() if cache is not None else None
-        if cached is None:
-            optimize(module)
-        self.engine = llvm.create_mcjit_compiler(module, new_target_machine())
+        optimize(module)
+        engine = llvm.create_mcjit_compiler(module, new_target_machine())
 
         def notify(_module, buffer: bytes) -> None:
             with _lock:
@@ -154,17 +161,26 @@ class JitModule:
             if cache is not None:
                 cache.store(buffer)
 
-        self.engine.set_object_cache(notify, lambda _module: cached)
-        self.engine.finalize_object()
-        self.engine.set_object_cache()  # the callbacks hold the object code: let it go
-        if cached is not None:
-            with _lock:
-                STATISTICS["disk_hits"] += 1
-            LOG.debug("disk cache hit: %s", cache.path)
-        elif cache is not None:
+        engine.set_object_cache(notify)
+        engine.finalize_object()
+        engine.set_object_cache()  # the callbacks hold the object code: let it go
+        if cache is not None:
             LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
         else:
             LOG.debug("disk cache off: compiled to machine code")
+        return cls(engine)
+
+    @classmethod
+    def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
+        """Link `object_code` (authenticated by the disk cache) into a new engine."""
+        _initialize()
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        engine.finalize_object()
+        with _lock:
+            STATISTICS["disk_hits"] += 1
+        LOG.debug("disk cache hit: %s", path)
+        return cls(engine)
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)

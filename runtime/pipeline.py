@@ -1,14 +1,16 @@
 """The compiler's pipeline, top to bottom: the stages every compiled signature goes through, each
 printable (`f.ir(*args, stage=...)`, `TRACER_DUMP`, the compile report).
 
-The front end (runtime/trace.py) traces and optimizes; the back end (`back_end`, which
+The front end (runtime/trace.py) traces and optimizes; the back end (`BackEnd`, which
 runtime/compiled.py runs) fuses, places the buffers in memory, schedules the loops and renders
-them to LLVM IR, which LLVM optimizes and compiles.
+them to LLVM IR, which LLVM optimizes and compiles (or a disk-cache hit replaces).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from dataclasses import dataclass, field
+from typing import Iterator
 
 from tracer.codegen.bounds import Sites, arena_overflow
 from tracer.codegen.module import generate_module
@@ -35,41 +37,60 @@ BACK_END_STAGES = STAGES[STAGES.index("fused"):]
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
 
 
-@dataclass
 class BackEnd:
-    """What the back end made of one optimized Function, up to the LLVM IR text."""
+    """What the back end makes of one optimized Function. The fused kernels and the memory plan
+    are made at once: calling the code needs the plan (the outputs, the arena, the in-place
+    pairs). The loop IR and the LLVM text are made when first asked for: compiling asks at once,
+    while a disk-cache hit runs the object code without them (they are made for `stage_text`, the
+    report or a bounds failure's message)."""
 
-    fused: FusedFunction
-    plan: MemoryPlan
-    loops: LoopProgram
-    llvm_ir: str
-    sites: Sites | None  # the checked accesses, if any (bounds-checked mode or index checks)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+    def __init__(self, function: Function, write_into: dict[int, int] | None, *, blas: bool,
+                 threads: int, triple: str, layout: tuple[int, int] | None, profile: bool,
+                 checked: bool):
+        self.function = function
+        self.blas, self.threads, self.triple = blas, threads, triple
+        self.layout, self.profile, self.checked = layout, profile, checked
+        self.timings: dict[str, float] = {}  # seconds per step, in the order they ran
+        with self.step("fuse"):
+            self.fused: FusedFunction = fuse(function, matmul_updates=blas)
+        with self.step("memory"):
+            self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+            # The kernels check offsets relative to each buffer's pointer; that the temporaries
+            # lie inside the arena is a fact of the plan, checked here once.
+            overflow = arena_overflow(self.fused, self.plan) if checked else None
+            if overflow is not None:
+                raise BoundsError(f"compiling {function.name}: {overflow}")
 
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Times the step `name` into `timings`, with the cyclic garbage collector paused."""
+        started = time.perf_counter()
+        with gc_paused():  # see ir.graph.gc_paused
+            yield
+        self.timings[name] = time.perf_counter() - started
 
-def back_end(function: Function, write_into: dict[int, int] | None, *, blas: bool, threads: int,
-             triple: str, layout: tuple[int, int] | None, profile: bool,
-             checked: bool) -> BackEnd:
-    """Fuse, plan memory, schedule and render `function` (the `optimized` stage)."""
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
+    @functools.cached_property
+    def loops(self) -> LoopProgram:
+        """The `loops` stage: the fused kernels scheduled on the plan, verified."""
+        with self.step("schedule"):
+            loops = schedule(self.fused, self.plan, self.threads)
+            verify_loops(loops)
+        return loops
 
-    def lap(step: str) -> None:
-        timings[step] = time.perf_counter() - started - sum(timings.values())
+    @functools.cached_property
+    def _module(self) -> tuple[str, Sites | None]:
+        loops = self.loops
+        with self.step("codegen"):
+            return generate_module(loops, self.plan, self.triple, self.blas, self.layout,
+                                   self.profile, self.checked)
 
-    with gc_paused():  # see ir.graph.gc_paused
-        fused = fuse(function, matmul_updates=blas)
-        lap("fuse")
-        plan = plan_memory(fused, write_into)
-        lap("memory")
-        # The kernels check offsets relative to each buffer's pointer; that the temporaries lie
-        # inside the arena is a fact of the plan, checked here once.
-        overflow = arena_overflow(fused, plan) if checked else None
-        if overflow is not None:
-            raise BoundsError(f"compiling {function.name}: {overflow}")
-        loops = schedule(fused, plan, threads)
-        verify_loops(loops)
-        lap("schedule")
-        llvm_ir, sites = generate_module(loops, plan, triple, blas, layout, profile, checked)
-        lap("codegen")
-    return BackEnd(fused, plan, loops, llvm_ir, sites, timings)
+    @property
+    def llvm_ir(self) -> str:
+        """The LLVM IR text rendered from the loops (before LLVM's optimizer)."""
+        return self._module[0]
+
+    @property
+    def sites(self) -> Sites | None:
+        """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's, and the index
+        checks of gather and scatter; None when there are none."""
+        return self._module[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import functools
 import os
 import shutil
 import subprocess
@@ -17,7 +18,6 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import jinja2
 import numpy as np
 
 from tracer.ir.fusion import FusedFunction
@@ -26,10 +26,16 @@ from tracer.runtime.pipeline import REPORT_STAGES
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry, TracedFunction
 
-ENVIRONMENT = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-    autoescape=True, undefined=jinja2.StrictUndefined)
 _LEAF_KINDS = {"I": "Python int (runtime input)", "F": "Python float (runtime input)"}
+
+
+@functools.cache
+def _environment():
+    import jinja2  # here: a process that writes no report never imports it
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 def type_text(shape, dtype: str) -> str:
@@ -144,7 +150,7 @@ def render_report(traced: "TracedFunction") -> str:
     """The HTML page of every signature `traced` has compiled."""
     signatures = [_signature(key, entry, number)
                   for number, (key, entry) in enumerate(list(traced._signatures.entries.items()))]
-    return ENVIRONMENT.get_template("report.html.j2").render(
+    return _environment().get_template("report.html.j2").render(
         name=traced._name, signatures=signatures, cache_info=traced.cache_info(),
         created=datetime.datetime.now().isoformat(timespec="seconds"))
 

@@ -117,7 +117,9 @@ class SignatureCache:
     def __init__(self, name: str):
         self.name = name
         self.entries: OrderedDict[tuple, Any] = OrderedDict()
-        self._quick: dict[tuple, tuple] = {}  # quick key -> full key
+        # quick key -> (full key, its entry): a hit hashes only the small quick key
+        self._quick: dict[tuple, tuple[tuple, Any]] = {}
+        self._latest: tuple | None = None  # the last key of `entries` (the most recently used)
         self._building: dict[tuple, Future] = {}
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -128,6 +130,7 @@ class SignatureCache:
         with self._lock:
             self.entries.clear()
             self._quick.clear()
+            self._latest = None
             self.hits = self.misses = 0
             self._reasons.clear()
             self._warned = False
@@ -135,11 +138,13 @@ class SignatureCache:
     def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
         """The entry a quick key was last seen with, if it is still cached and not stale."""
         with self._lock:
-            key = self._quick.get(quick_key)
-            entry = self.entries.get(key) if key is not None else None
-            if entry is None or stale(entry):
+            found = self._quick.get(quick_key)
+            if found is None or stale(found[1]):
                 return None
-            self.entries.move_to_end(key)
+            key, entry = found
+            if key is not self._latest:  # calls of one signature in a row leave the order as is
+                self.entries.move_to_end(key)
+                self._latest = key
             self.hits += count
             return entry
 
@@ -161,8 +166,9 @@ class SignatureCache:
                 reason = stale(entry) if entry is not None else reason
             if entry is not None and not reason:
                 self.entries.move_to_end(key)
+                self._latest = key
                 self.hits += count
-                self._remember(quick_key, key)
+                self._remember(quick_key, key, entry)
                 return entry
             if not reason:
                 previous = next(reversed(self.entries), None)
@@ -185,10 +191,13 @@ class SignatureCache:
             with self._lock:
                 del self._building[key]
         with self._lock:
+            if key in self.entries:  # a stale entry replaced: no quick key may still find it
+                self._forget(key)
             self.entries[key] = entry
             self.entries.move_to_end(key)
+            self._latest = key
             self.misses += count
-            self._remember(quick_key, key)
+            self._remember(quick_key, key, entry)
             if reason != "first call":
                 self._reasons.update(part.split(":")[0] for part in reason.split("; "))
             warning = self._evict(reason)
@@ -197,9 +206,12 @@ class SignatureCache:
             warn_at_user_line(warning, CacheLimitWarning)
         return entry
 
-    def _remember(self, quick_key: tuple | None, key: tuple) -> None:
+    def _remember(self, quick_key: tuple | None, key: tuple, entry: Any) -> None:
         if quick_key is not None:
-            self._quick[quick_key] = key
+            self._quick[quick_key] = (key, entry)
+
+    def _forget(self, key: tuple) -> None:
+        self._quick = {q: found for q, found in self._quick.items() if found[0] != key}
 
     def _evict(self, reason: str) -> str:
         """Drop the least recently used entries past the limit; the warning to give, if any."""
@@ -208,7 +220,7 @@ class SignatureCache:
             return ""
         while len(self.entries) > limit:
             evicted, _ = self.entries.popitem(last=False)
-            self._quick = {q: k for q, k in self._quick.items() if k != evicted}
+            self._forget(evicted)
         if self._warned:
             return ""
         self._warned = True

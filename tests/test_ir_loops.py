@@ -186,7 +186,7 @@ def test_a_load_at_a_computed_index_runs_in_the_interpreter_and_in_llvm():
     np.testing.assert_array_equal(interpreted, values[indices] * 2)
     text, _ = generate_module(program, MemoryPlan(output_slots=[result]), jit.host().triple,
                               blas=False)
-    module = jit.JitModule(text, None)
+    module = jit.JitModule.compile(text, None)
     native = np.zeros(7)
     pointers = (ctypes.c_void_p * 3)(values.ctypes.data, indices.ctypes.data, native.ctypes.data)
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(module.address("tracer_entry"))(

@@ -40,10 +40,7 @@ def scaled(factor: float, size: int = 64) -> ir.Function:
 
 
 def entry_path(compiled: CompiledFunction, directory: Path) -> Path:
-    host = jit.host()
-    key = cache.cache_key(compiled.llvm_ir, host.triple, host.cpu, host.features,
-                          checked=compiled.sites is not None)
-    return directory / f"{key.hex()}.o"
+    return directory / f"{compiled.disk_key.hex()}.o"
 
 
 def compile_counting(function: ir.Function) -> tuple[np.ndarray, int, int]:

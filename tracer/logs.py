@@ -1,15 +1,14 @@
 """The `tracer` logger and its children (tracer.trace, tracer.compile, tracer.cache), and
-TRACER_LOG: a library only adds a handler when the user asked for one without writing code."""
+TRACER_LOG: a library only adds a handler when the user asked for one without writing code.
+(`import tracer` imports the logging module only then: the compiler's modules, which log, import
+it when they are first used.)"""
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import warnings
 
-LOGGER = logging.getLogger("tracer")
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = ("debug", "info", "warning", "error")
 
 
 def configure_from_environment() -> None:
@@ -17,14 +16,16 @@ def configure_from_environment() -> None:
     setting = os.environ.get("TRACER_LOG", "").strip().lower()
     if not setting:
         return
-    level = _LEVELS.get(setting)
-    if level is None:
+    if setting not in _LEVELS:
         warnings.warn(f"TRACER_LOG={setting!r} is not one of {', '.join(_LEVELS)}; not logging",
                       stacklevel=2)
         return
-    if not any(getattr(h, "tracer_environment", False) for h in LOGGER.handlers):
+    import logging  # here, only when asked for: see the module docstring
+
+    logger = logging.getLogger("tracer")
+    if not any(getattr(h, "tracer_environment", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
         handler.tracer_environment = True  # marks the one handler this module owns
-        LOGGER.addHandler(handler)
-    LOGGER.setLevel(level)
+        logger.addHandler(handler)
+    logger.setLevel(getattr(logging, setting.upper()))

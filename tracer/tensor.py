@@ -1053,12 +1053,19 @@ def broadcast_shapes_or_none(*shapes):
 
 
 # Creation ---------------------------------------------------------------------------------------
-_generator = np.random.default_rng(0)
+# The generator of tr.randn/tr.rand, made on first use: importing numpy.random takes about as long
+# as importing the rest of the tracer.
+_seeded: list = []  # [the generator], once made
 
 
 def manual_seed(seed: int) -> None:
-    global _generator
-    _generator = np.random.default_rng(seed)
+    _seeded[:] = [np.random.default_rng(seed)]
+
+
+def _generator() -> np.random.Generator:
+    if not _seeded:
+        manual_seed(0)
+    return _seeded[0]
 
 
 def _leaf(array: np.ndarray, requires_grad: builtins.bool) -> Tensor:
@@ -1146,7 +1153,7 @@ def eager_generator(kind: str) -> np.random.Generator:
     if state.trace is not None:
         raise TracingError(f"tr.{kind} inside a traced function would give the same numbers on "
                            f"every call; make the random tensor outside and pass it as an argument")
-    return _generator
+    return _generator()
 
 
 def _random(kind: str, shape, dtype, requires_grad) -> Tensor:

@@ -1,0 +1,32 @@
+"""The Jinja2 templates of codegen/templates/, loaded and compiled on first use (once per process):
+importing the code generator costs nothing until it generates code, and a disk-cache hit, which
+generates none, never imports jinja2."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from tracer.codegen.lowering import double_hex
+
+
+@functools.cache
+def _environment():
+    import jinja2  # here, on first use: see the module docstring
+
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.filters["d"] = double_hex
+    return environment
+
+
+def render(template: str, /, **context: Any) -> str:
+    """`template` (e.g. "module.ll.j2") rendered with `context`."""
+    return _environment().get_template(template).render(**context)
+
+
+@functools.cache
+def macros(name: str) -> Any:
+    """The macros of template `name` as callables (`macros("loops.ll.j2").kernel(...)`)."""
+    return _environment().get_template(name).module
