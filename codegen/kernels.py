@@ -28,7 +28,6 @@ from tracer.codegen.lowering import (INT64_MAX, INT64_MIN, LLVM_TYPE, LOWERING, 
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.memory import Location, MemoryPlan
-from tracer.ir.passes import scalar_constant
 from tracer.ir.primitives import ELEMENTWISE
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
@@ -219,10 +218,6 @@ class KernelEmitter:
             shape = self.shape_of(value)
             operands = [self.evaluate(x, self.broadcast_index(index, shape, self.shape_of(x)))
                         for x in inputs]
-            if primitive == "pow":
-                special = self.constant_power(inputs, operands, value.dtype)
-                if special is not None:
-                    return special
             return lowering.emit(self.w, [x.dtype for x in inputs], value.dtype, operands,
                                  attributes)
         if lowering.kind == "reduction":
@@ -318,33 +313,6 @@ class KernelEmitter:
             return element
         return self.w.value(f"select i1 {valid}, {LLVM_TYPE[value.dtype]} {element}, "
                             f"{LLVM_TYPE[value.dtype]} {zero}")
-
-    def constant_power(self, inputs: list[Value], operands: list[str], dtype) -> str | None:
-        """x ** c for a few constant c, as multiplications (exact where pow is exact)."""
-        c = scalar_constant(inputs[1])
-        if c is None:
-            return None
-        x, t = operands[0], LLVM_TYPE[dtype]
-        floating = is_float(dtype)
-        multiply = "fmul" if floating else "mul"
-        if c == 1:
-            return x
-        if c == 2:
-            return self.w.value(f"{multiply} {t} {x}, {x}")
-        if c == 3:
-            square = self.w.value(f"{multiply} {t} {x}, {x}")
-            return self.w.value(f"{multiply} {t} {square}, {x}")
-        if floating and c in (-1, -2):
-            base = x if c == -1 else self.w.value(f"fmul {t} {x}, {x}")
-            return self.w.value(f"fdiv {t} {literal(1, dtype)}, {base}")
-        if floating and c == 0.5:
-            # pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf, where sqrt gives -0 and nan.
-            root = self.w.call(t, f"llvm.sqrt.{'f32' if dtype == float32 else 'f64'}", (t, x))
-            positive = self.w.value(f"fadd {t} {root}, 0.0")
-            is_minus_inf = self.w.value(f"fcmp oeq {t} {x}, {literal(-np.inf, dtype)}")
-            return self.w.value(f"select i1 {is_minus_inf}, {t} {literal(np.inf, dtype)}, "
-                                f"{t} {positive}")
-        return None
 
     # Reductions -------------------------------------------------------------------------------
 
