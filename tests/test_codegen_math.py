@@ -5,15 +5,13 @@ float64 results are checked in ulps against numpy's float64 functions (accurate 
 the bounds documented in the template. float32 results are checked against numpy's float64 result
 rounded to float32 (correctly rounded but for the rare double rounding), over every 4096th float32
 bit pattern (about a million points: both signs, subnormals, inf and nan payloads) plus the special
-values and thresholds; the slow run sweeps every 64th pattern (67 million points). Constant exponents (`x ** c`, which
-ir/passes.py turns into multiplications, sqrt and reciprocals) are checked the same way, traced.
+values and thresholds; the slow run sweeps every 64th pattern (67 million points).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import tracer as tr
 from tracer import ir
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import CompiledFunction
