@@ -64,25 +64,28 @@ def _rewrite(instruction: Instruction, primitive: str, inputs: list[Value], **at
     instruction.primitive, instruction.inputs, instruction.attributes = primitive, inputs, attributes
 
 
-def constant_power(builder: GraphBuilder, x: Value, exponent: float | int) -> Value | None:
-    """`x ** exponent` without pow, for the exponents 0, 1 to 4 and, for float x, -1 to -4, 0.5
-    and -0.5; None for any other. Each is a few multiplications, a division or a square root
-    where pow is exp(exponent * log x); the values are numpy's (the reference semantics) at 0,
-    -0, inf and nan, and within the ulps tests/test_codegen_math.py documents elsewhere."""
+def constant_power(builder: GraphBuilder, x: Value, exponent: float | int,
+                   shape: tuple[int, ...]) -> Value | None:
+    """`x ** exponent` broadcast to `shape` without pow, for the exponents 0, 1 to 4 and, for
+    float x, -1 to -4, 0.5 and -0.5; None (adding nothing) for any other. Each is a few
+    multiplications, a division or a square root where pow is exp(exponent * log x); the values
+    are numpy's (the reference semantics) at 0, -0, inf and nan, and within the ulps that
+    tests/test_codegen_constant_pow.py documents elsewhere."""
     floating = is_float(x.dtype)
-    if not floating and x.dtype != int64:
+    small_integer = float(exponent).is_integer() and abs(exponent) <= 4  # False for inf and nan
+    if not (floating and (small_integer or abs(exponent) == 0.5)
+            or x.dtype == int64 and small_integer and exponent >= 0):
         return None
+    x = builder.broadcast(x, shape)
     if exponent == 0:
-        return builder.full(x.shape, 1, x.dtype)  # even for nan, as numpy and PyTorch
-    if floating and exponent == 0.5:
-        return builder.op("sqrt", x)  # numpy and PyTorch compute x ** 0.5 as sqrt: (-0) ** 0.5 = -0
-    if floating and exponent == -0.5:
+        return builder.full(shape, 1, x.dtype)  # even for nan, as numpy and PyTorch
+    if exponent == 0.5:
+        return builder.op("sqrt", x)  # as numpy's and PyTorch's x ** 0.5: (-0) ** 0.5 = -0
+    if exponent == -0.5:
         # numpy's power (C99): (-0) ** -0.5 = +inf and (-inf) ** -0.5 = 0, where 1/sqrt gives
         # -inf and nan (PyTorch's rsqrt does).
         root = builder.op("abs", builder.op("sqrt", x))
         return builder.div(1.0, builder.select(builder.eq(x, float("-inf")), float("inf"), root))
-    if exponent != int(exponent) or not 1 <= abs(exponent) <= 4 or (exponent < 0 and not floating):
-        return None
     # x ** -n = (1/x) ** n: the reciprocal is rounded once and overflows or underflows only where
     # the result does, unlike 1 / x ** n (x ** n overflows for |x| > 2^32 in float32 when n = 4).
     base = builder.div(1.0, x) if exponent < 0 else x
@@ -118,7 +121,7 @@ def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder) -> V
     elif primitive == "div" and constants[1] == 1:
         return same_type(inputs[0])
     elif primitive == "pow" and constants[1] is not None and inputs[0].dtype == out.dtype:
-        return constant_power(builder, builder.broadcast(inputs[0], out.shape), constants[1])
+        return constant_power(builder, inputs[0], constants[1], out.shape)
     elif (primitive == "neg" and inputs[0].producer is not None
           and inputs[0].producer.primitive == "neg"):
         return inputs[0].producer.inputs[0]
@@ -145,10 +148,11 @@ def simplify_algebra(function: Function) -> Function:
     broadcasts and of transposes -> one step; -(-x) -> x."""
     replacements: dict[int, Value] = {}
     body: list[Instruction] = []  # the instructions, with those the rewrites add before their use
+    # what a rewrite adds comes from the line of the instruction it replaces (the loop variable)
+    builder = GraphBuilder(function, lambda: instruction.location, body)
     for instruction in function.instructions:
         instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
         if len(instruction.outputs) == 1:
-            builder = GraphBuilder(function, lambda: instruction.location, body)
             replacement = _algebraic_replacement(instruction, builder)
             if replacement is not None:
                 replacements[id(instruction.outputs[0])] = replacement
