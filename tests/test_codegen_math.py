@@ -95,8 +95,9 @@ TRIGONOMETRIC_RANGE = 2 ** 20 * np.pi / 2
 EDGES = np.float32([88.72283, 88.72284, -87.33654, -87.33655, -103.27892, -103.97207, -103.97208,
                     -104.0, 89.0, 9.01, 9.02, 20.0, 0.55, 3.4028235e38, 1.1754944e-38, 1e-45,
                     np.pi, np.pi / 2, TRIGONOMETRIC_RANGE, 1e9, 1.0, 0.0, np.inf, np.nan])
-EDGES = np.concatenate([EDGES, -EDGES, np.nextafter(EDGES, np.float32(np.inf)),
-                        np.nextafter(EDGES, np.float32(-np.inf))])
+with np.errstate(over="ignore"):
+    EDGES = np.concatenate([EDGES, -EDGES, np.nextafter(EDGES, np.float32(np.inf)),
+                            np.nextafter(EDGES, np.float32(-np.inf))])
 
 
 def float32_sweep(stride: int, start: int = 0, stop: int = 2 ** 32) -> np.ndarray:
@@ -123,6 +124,21 @@ def test_float32_within_documented_ulps(primitive):
     distance = float32_ulps(primitive, inputs, compile_unary(primitive, "f32", inputs.size))
     worst = int(np.argmax(distance))
     assert distance[worst] <= FLOAT32_BOUNDS[primitive], (inputs[worst], distance[worst])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("primitive", sorted(CASES))
+def test_signs_of_zero_and_of_the_smallest_subnormals(primitive, dtype):
+    # (ulp_distance takes -0 and +0 as equal)
+    numpy_dtype = {"f32": np.float32, "f64": np.float64}[dtype]
+    tiny = np.finfo(numpy_dtype).smallest_subnormal
+    inputs = np.array([-0.0, 0.0, -tiny, tiny], numpy_dtype)
+    (actual,) = compile_unary(primitive, dtype, inputs.size)([inputs])
+    with np.errstate(all="ignore"):
+        expected = REFERENCE[primitive](inputs)
+    both = ~np.isnan(expected)
+    np.testing.assert_array_equal(actual[both], expected[both])
+    np.testing.assert_array_equal(np.signbit(actual[both]), np.signbit(expected[both]))
 
 
 @pytest.mark.slow
