@@ -4,10 +4,12 @@ Each pass rewrites the function it is given in place and returns it; `optimize` 
 """
 from __future__ import annotations
 
+from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value, gc_paused
 from tracer.ir.primitives import ELEMENTWISE
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.text import format_attribute
+from tracer.ir.types import int64, is_float
 
 
 def _replace_uses(function: Function, replacements: dict[int, Value]) -> None:
@@ -62,8 +64,43 @@ def _rewrite(instruction: Instruction, primitive: str, inputs: list[Value], **at
     instruction.primitive, instruction.inputs, instruction.attributes = primitive, inputs, attributes
 
 
-def _algebraic_replacement(instruction: Instruction) -> Value | None:
-    """A value `instruction`'s result equals, or None; may instead rewrite it into a cheaper form."""
+def constant_power(builder: GraphBuilder, x: Value, exponent: float | int,
+                   shape: tuple[int, ...]) -> Value | None:
+    """`x ** exponent` broadcast to `shape` without pow, for the exponents 0, 1 to 4 and, for
+    float x, -1 to -4, 0.5 and -0.5; None (adding nothing) for any other. Each is a few
+    multiplications, a division or a square root where pow is exp(exponent * log x); the values
+    are numpy's (the reference semantics) at 0, -0, inf and nan, and within the ulps that
+    tests/test_codegen_constant_pow.py documents elsewhere."""
+    floating = is_float(x.dtype)
+    small_integer = float(exponent).is_integer() and abs(exponent) <= 4  # False for inf and nan
+    if not (floating and (small_integer or abs(exponent) == 0.5)
+            or x.dtype == int64 and small_integer and exponent >= 0):
+        return None
+    x = builder.broadcast(x, shape)
+    if exponent == 0:
+        return builder.full(shape, 1, x.dtype)  # even for nan, as numpy and PyTorch
+    if exponent == 0.5:
+        return builder.op("sqrt", x)  # as numpy's and PyTorch's x ** 0.5: (-0) ** 0.5 = -0
+    if exponent == -0.5:
+        # numpy's power (C99): (-0) ** -0.5 = +inf and (-inf) ** -0.5 = 0, where 1/sqrt gives
+        # -inf and nan (PyTorch's rsqrt does).
+        root = builder.op("abs", builder.op("sqrt", x))
+        return builder.div(1.0, builder.select(builder.eq(x, float("-inf")), float("inf"), root))
+    # x ** -n = (1/x) ** n: the reciprocal is rounded once and overflows or underflows only where
+    # the result does, unlike 1 / x ** n (x ** n overflows for |x| > 2^32 in float32 when n = 4).
+    base = builder.div(1.0, x) if exponent < 0 else x
+    n = abs(int(exponent))
+    if n == 1:
+        return base
+    square = builder.mul(base, base)
+    if n == 2:
+        return square
+    return builder.mul(square, base if n == 3 else square)
+
+
+def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder) -> Value | None:
+    """A value `instruction`'s result equals, or None; may instead rewrite it into a cheaper form,
+    adding the instructions that form needs through `builder`."""
     primitive, inputs, out = instruction.primitive, instruction.inputs, instruction.outputs[0]
     constants = [scalar_constant(v) for v in inputs]
 
@@ -83,10 +120,8 @@ def _algebraic_replacement(instruction: Instruction) -> Value | None:
         return same_type(inputs[1])
     elif primitive == "div" and constants[1] == 1:
         return same_type(inputs[0])
-    elif primitive == "pow" and constants[1] == 1:
-        return same_type(inputs[0])
-    elif primitive == "pow" and constants[1] == 2 and inputs[0].type == out.type:
-        _rewrite(instruction, "mul", [inputs[0], inputs[0]])
+    elif primitive == "pow" and constants[1] is not None and inputs[0].dtype == out.dtype:
+        return constant_power(builder, inputs[0], constants[1], out.shape)
     elif (primitive == "neg" and inputs[0].producer is not None
           and inputs[0].producer.primitive == "neg"):
         return inputs[0].producer.inputs[0]
@@ -108,15 +143,21 @@ def _algebraic_replacement(instruction: Instruction) -> Value | None:
 
 
 def simplify_algebra(function: Function) -> Function:
-    """x*1, x+0, x/1, x**1 -> x; x**2 -> x*x; select on a constant condition -> one branch;
-    chains of reshapes, of broadcasts and of transposes -> one step; -(-x) -> x."""
+    """x*1, x+0, x/1 -> x; x ** c for a constant c -> multiplications, sqrt or a reciprocal
+    (`constant_power`); select on a constant condition -> one branch; chains of reshapes, of
+    broadcasts and of transposes -> one step; -(-x) -> x."""
     replacements: dict[int, Value] = {}
+    body: list[Instruction] = []  # the instructions, with those the rewrites add before their use
+    # what a rewrite adds comes from the line of the instruction it replaces (the loop variable)
+    builder = GraphBuilder(function, lambda: instruction.location, body)
     for instruction in function.instructions:
         instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
         if len(instruction.outputs) == 1:
-            replacement = _algebraic_replacement(instruction)
+            replacement = _algebraic_replacement(instruction, builder)
             if replacement is not None:
                 replacements[id(instruction.outputs[0])] = replacement
+        body.append(instruction)
+    function.instructions = body
     _replace_uses(function, replacements)
     return function
 
@@ -171,8 +212,9 @@ PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce)
 
 
 def _fingerprint(function: Function) -> tuple:
-    """What the passes can change: they rewrite instructions in place (primitive, operands) and
-    drop some, never create any, so equal fingerprints mean an unchanged function."""
+    """What the passes can change: they rewrite instructions in place (primitive, operands), drop
+    some and create new ones only in place of a pow they remove, so equal fingerprints mean an
+    unchanged function."""
     return (tuple((id(i), i.primitive, *map(id, i.inputs)) for i in function.instructions),
             tuple(map(id, function.outputs)))
 

@@ -24,7 +24,6 @@ from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import (Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm, Load,
                              LoopKernel, LoopProgram, Store)
 from tracer.ir.memory import MemoryPlan
-from tracer.ir.passes import scalar_constant
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.types import bool_, float32, float64, int64, is_float
@@ -149,10 +148,6 @@ class KernelScheduler(IndexBuilder):
             shape = self.shape_of(value)
             operands = [self.evaluate(x, broadcast_index(index, shape, self.shape_of(x)))
                         for x in inputs]
-            if primitive == "pow":
-                special = self.constant_power(inputs[1], operands[0], value.dtype)
-                if special is not None:
-                    return special
             return self.compute(primitive, operands, [x.dtype for x in inputs], value.dtype,
                                 attributes)
         if primitive in REDUCE:
@@ -231,32 +226,6 @@ class KernelScheduler(IndexBuilder):
             return element
         return self.compute("select", [valid, element, zero], [bool_, value.dtype, value.dtype],
                             value.dtype)
-
-    def constant_power(self, exponent: Value, x, dtype):
-        """x ** c for a few constant c, as multiplications (exact where pow is exact)."""
-        c = scalar_constant(exponent)
-        if c is None:
-            return None
-        floating = is_float(dtype)
-        if c == 1:
-            return x
-        if c in (2, 3) or (floating and c == -2):
-            power = self.compute("mul", [x, x], [dtype, dtype], dtype)
-            if c == 3:
-                power = self.compute("mul", [power, x], [dtype, dtype], dtype)
-            if c == -2:
-                power = self.compute("div", [literal(1, dtype), power], [dtype, dtype], dtype)
-            return power
-        if floating and c == -1:
-            return self.compute("div", [literal(1, dtype), x], [dtype, dtype], dtype)
-        if floating and c == 0.5:
-            # pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf, where sqrt gives -0 and nan.
-            root = self.compute("sqrt", [x], [dtype], dtype)
-            positive = self.compute("add", [root, 0.0], [dtype, dtype], dtype)
-            minus_infinity = self.compute("eq", [x, -np.inf], [dtype, dtype], bool_)
-            return self.compute("select", [minus_infinity, np.inf, positive],
-                                [bool_, dtype, dtype], dtype)
-        return None
 
     # Reductions -------------------------------------------------------------------------------
 

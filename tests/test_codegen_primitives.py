@@ -2,7 +2,7 @@
 
 Tolerances: float64 results match to 4 ulp (exact ops are exact; the transcendentals are within
 the bounds of codegen/templates/math.ll.j2); float32 results to 4 ulp (numpy's own float32 exp/log/
-tanh/sin/cos are up to ~3 ulp off; ours are within 1 ulp of the correctly rounded value: see
+tanh/sin/cos are up to ~3 ulp off; ours are within 2 ulp of the correctly rounded value: see
 test_codegen_math.py); integers and bools exactly. Sums are compared relative to the sum of
 magnitudes, since any summation order is as good as numpy's pairwise one.
 """
