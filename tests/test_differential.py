@@ -1198,6 +1198,27 @@ F17_EAGER = Program(
     outputs=[9], argnums=(), updates=("sub", "sub"), value_and_grad=False)
 
 
+# F27 (FINDINGS.md): a view-copy read after its base was changed in place and then dropped (the
+# staleness check followed a weak reference to the base; now the base tells its view-copies).
+F27_TRANSPOSE = Program(
+    kind="backward",
+    inputs=[Input(shape=(1, 1, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=0)],
+    ops=[("arg", 0), ("unary", "abs", 0),
+         ("layout", "index", 1, (None, [None], None, [None], None, "...")),
+         ("inplace", "zero_", 1, None, None), ("layout", "transpose", 2, (0, 0))],
+    outputs=[4], argnums=(), updates=("sub",), value_and_grad=False)
+F27_MASK = Program(
+    kind="backward",
+    inputs=[Input(shape=(1, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=requires_grad, grad=requires_grad, seed=0)
+            for requires_grad in (True, False, False)],
+    ops=[("arg", 0), ("arg", 1), ("binary", "div", 0, 1), ("unary", "abs", 0),
+         ("layout", "index", 3, ([0, None, 1], 0, "...")), ("arg", 2),
+         ("setitem", 3, "mask_other", (5, 0.25)), ("layout", "t", 4, None)],
+    outputs=[7], argnums=(), updates=("sub", "sub", "sub"), value_and_grad=False)
+
+
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
 # machine, compiling each (TRACER_DISABLE_CACHE=1) or not. The slow runs' findings come first.
 @settings(max_examples=300, derandomize=True, **SETTINGS)
@@ -1205,6 +1226,8 @@ F17_EAGER = Program(
 @example(F17)
 @example(F17_TANH)
 @example(F17_EAGER)
+@example(F27_TRANSPOSE)
+@example(F27_MASK)
 def test_random_programs_agree(program):
     check_program(program)
 

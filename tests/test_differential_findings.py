@@ -268,3 +268,25 @@ def test_f17_float32_matmul_overflow_gives_the_float64_result():
     np.testing.assert_array_equal(exact, [[-np.inf]])
     np.testing.assert_array_equal(compiled, exact)
     np.testing.assert_array_equal(gemm, exact)
+
+
+def test_f27_a_view_copy_stays_stale_after_its_base_is_dropped():
+    # The staleness check of F3 followed a weak reference to the base: once the base (changed in
+    # place) was garbage-collected, the stale copy was read silently. PyTorch's view shows zeros.
+    def make():
+        y = tr.tensor([[0.25]]) * 1
+        view = y[None, :]
+        y.zero_()
+        return view  # y is dropped here
+
+    view = make()
+    with pytest.raises(tr.InplaceError, match="changed in place"):
+        view.transpose(0, 0) * 1
+    with pytest.raises(tr.InplaceError, match="changed in place"):
+        view.t() if view.ndim <= 2 else view.sum()
+    y = tr.tensor([[0.25]]) * 1
+    second = y[0:1][:, 0:1]  # a view-copy of a view-copy
+    y.mul_(2)
+    del y
+    with pytest.raises(tr.InplaceError, match="changed in place"):
+        second * 1

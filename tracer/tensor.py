@@ -291,17 +291,18 @@ def mark_view(result: "Tensor", base: "Tensor", what: str) -> "Tensor":
     """Mark what a PyTorch view operation returns: here it is a copy. An in-place change to it is
     refused (it could not reach the tensor it came from), and so is reading it after its base was
     changed in place (a PyTorch view would show the change): never a silently stale value."""
-    root = base._view_base() if base._view_base is not None else None
-    root = base if root is None else root
+    root = base if base._view_base is None else base._view_base
     result._view_of = what
-    result._view_base = weakref.ref(root)
+    # A reference, not a weak one, as a PyTorch view keeps its base alive: the check must still
+    # see the in-place change after the caller dropped the base.
+    result._view_base = root
     result._view_version = root._version
     return result
 
 
 def check_current(tensor: "Tensor") -> None:
     """Raise if `tensor` is a view-copy whose base has been changed in place since it was taken."""
-    base = tensor._view_base() if tensor._view_base is not None else None
+    base = tensor._view_base
     if base is not None and base._version != tensor._view_version:
         raise InplaceError(
             f"this tensor is the result of {tensor._view_of}, a copy here, taken before the tensor "
@@ -363,7 +364,7 @@ class Tensor:
         self._base = None  # the tensor this detaches: in-place changes go through to it
         self._base_version = 0  # traced: the base's version this alias's value was taken at
         self._view_of = None  # the view operation (a copy here) this tensor is the result of
-        self._view_base = None  # a weak reference to the tensor it is a view-copy of
+        self._view_base = None  # the tensor it is a view-copy of (kept alive, as PyTorch does)
         self._view_version = 0  # that tensor's version when the copy was taken
         if trace is not None and requires_grad and self._leaf:
             trace.leaves.append(self)
