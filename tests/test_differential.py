@@ -1199,7 +1199,7 @@ F17_EAGER = Program(
 
 
 # F27 (FINDINGS.md): a view-copy read after its base was changed in place and then dropped (the
-# staleness check followed a weak reference to the base; now the base tells its view-copies).
+# staleness check followed a weak reference to the base; now a view-copy holds its base).
 F27_TRANSPOSE = Program(
     kind="backward",
     inputs=[Input(shape=(1, 1, 1), dtype="float32", layout="C", via="from_numpy",
