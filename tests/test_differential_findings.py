@@ -268,3 +268,59 @@ def test_f17_float32_matmul_overflow_gives_the_float64_result():
     np.testing.assert_array_equal(exact, [[-np.inf]])
     np.testing.assert_array_equal(compiled, exact)
     np.testing.assert_array_equal(gemm, exact)
+
+
+def _assign_float32(m):
+    x = m.zeros(3, dtype=m.float64)
+    x[m.tensor([0, 2])] = m.ones(2)  # a float32 source into a float64 tensor
+    return (x,)
+
+
+def _index_add_float32(m):
+    x = m.zeros(3, dtype=m.float64)
+    x.index_add_(0, m.tensor([0, 0]), m.ones(2))
+    return (x,)
+
+
+@pytest.mark.xfail(strict=True, reason="F18: an index assignment or index_add_ converts a source "
+                                       "of another dtype; PyTorch refuses it")
+@pytest.mark.parametrize("build", [_assign_float32, _index_add_float32],
+                         ids=["index assignment", "index_add_"])
+def test_f18_index_assignment_of_another_dtype(build):
+    assert_same(build)
+
+
+# F19: PyTorch saves these results or inputs for backward (and refuses an in-place change of them);
+# tracer's compositions of primitives do not read them, so it computes the gradient of the values
+# as they were.
+F19_CASES = {
+    "gather's input": (lambda m, y: y.gather(1, m.tensor([[0], [2]])), "input"),
+    "take_along_dim's input": (lambda m, y: y.take_along_dim(m.tensor([[0], [2]]), 1), "input"),
+    "var's input": (lambda m, y: y.var(1), "input"),
+    "std's input": (lambda m, y: y.std(1), "input"),
+    "logsumexp's input": (lambda m, y: y.logsumexp(1), "input"),
+    "logsumexp's result": (lambda m, y: y.logsumexp(1), "result"),
+    "norm's result": (lambda m, y: y.norm(2, 1), "result"),
+    "amin's input": (lambda m, y: y.amin(1), "input"),
+    "amin's result": (lambda m, y: y.amin(1), "result"),
+    "log_softmax's result": (lambda m, y: y.log_softmax(1), "result"),
+    "gelu's input": (lambda m, y: m.nn.functional.gelu(y), "input"),
+    "layer_norm's input": (lambda m, y: m.nn.functional.layer_norm(y, (3,)), "input"),
+    "mse_loss's input": (lambda m, y: m.nn.functional.mse_loss(y, m.ones(2, 3)), "input"),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="F19: an in-place change of a value PyTorch saves for the "
+                                       "backward of a newer operation is not refused")
+@pytest.mark.parametrize("case", list(F19_CASES))
+def test_f19_inplace_change_of_a_value_pytorch_saves(case):
+    operation, changed = F19_CASES[case]
+
+    def build(m):
+        x = m.tensor([[1.0, 2.0, -0.5], [3.0, 0.5, -2.0]], requires_grad=True)
+        y = x * 1
+        result = operation(m, y)
+        (result if changed == "result" else y).mul_(2)
+        result.sum().backward()
+        return (x.grad,)
+    assert_same(build)
