@@ -717,9 +717,17 @@ def changes_viewed_base(program: Program) -> bool:
             obj_of.append(target)
         else:
             obj_of.append(k)
-            if op[0] == "layout":
+            if op[0] == "layout" or is_view_key(program, op):
                 viewed.add(obj_of[op[2]])
     return False
+
+
+def is_view_key(program: Program, op) -> bool:
+    """Whether `op` indexes with 0-d index tensors only: ints to PyTorch, so its result is a view
+    (in tracer a view-copy, as for x[0])."""
+    tensors = [entry for entry in op[3] if isinstance(entry, tuple)] if op[:2] == (
+        "call", "getitem") else []
+    return bool(tensors) and all(program.inputs[k].shape == () for _, k in tensors)
 
 
 def is_view_refusal(error) -> bool:
@@ -1261,7 +1269,8 @@ class Generator:
         return tuple(shape)
 
     def index_key(self, shape, distinct):
-        """A key with index tensors for a tensor of `shape` (rank >= 1) and the shape it selects.
+        """A key with index tensors for a tensor of `shape` (rank >= 1), the shape it selects and
+        the index tensors' shapes.
         With `distinct`, no two index positions select the same element: each index tensor's
         entries differ, and two index tensors (of rank <= 2) either have one of them the
         broadcast shape or vary along different dimensions (an outer product)."""
@@ -1293,20 +1302,27 @@ class Generator:
                 key.append([self.integer(-3, 3), self.choice([None, -1, 2]), self.choice([1, 2])])
             else:
                 key.append([None])
-        # PyTorch drops the dimensions of ints first, then places the broadcast index dimensions
-        # as numpy does (where the index tensors stand when they are next to each other)
+        # PyTorch drops the dimensions of ints (and of 0-d index tensors, which it takes as ints)
+        # first, then places the broadcast index dimensions as numpy does (where the index
+        # tensors stand when they are next to each other)
         shapes = iter(index_shapes)
-        kept = [d for d, entry in zip(shape, key) if not isinstance(entry, int)]
-        numpy_key = tuple(np.zeros(next(shapes), np.int64) if isinstance(entry, tuple)
-                          else slice(*entry) for entry in key if not isinstance(entry, int))
-        return tuple(key), np.empty(kept + list(shape[len(key):]))[numpy_key].shape
+        entries = [(d, entry, next(shapes) if isinstance(entry, tuple) else None)
+                   for d, entry in zip(shape, key)]
+        entries = [(d, entry, s) for d, entry, s in entries
+                   if not isinstance(entry, int) and s != ()]
+        numpy_key = tuple(slice(*entry) if s is None else np.zeros(s, np.int64)
+                          for _, entry, s in entries)
+        kept = [d for d, _, _ in entries] + list(shape[len(key):])
+        return tuple(key), np.empty(kept)[numpy_key].shape, index_shapes
 
     def op_take(self):
         i = self.pick(lambda v: len(v.shape) >= 1, fresh_shape=self.shape(self.integer(1, 3)))
         v = self.values[i]
-        key, out = self.index_key(v.shape, distinct=False)
-        # a new tensor, not a view, in PyTorch and in tracer
-        self.emit(("call", "getitem", i, key, {}), Value(out, v.dtype, v.requires_grad, True,
+        key, out, index_shapes = self.index_key(v.shape, distinct=False)
+        # a new tensor, in PyTorch and in tracer, but for 0-d index tensors only (ints to
+        # PyTorch): then a view, not to be changed in place (see VIEW_REFUSAL)
+        view = all(s == () for s in index_shapes)
+        self.emit(("call", "getitem", i, key, {}), Value(out, v.dtype, v.requires_grad, not view,
                                                          False))
 
     def op_index_put(self):
@@ -1316,7 +1332,7 @@ class Generator:
         if i is None:
             return self.op_take()
         v = self.values[i]
-        key, out = self.index_key(v.shape, distinct=True)
+        key, out, _ = self.index_key(v.shape, distinct=True)
         rg = v.requires_grad
         if self.integer(0, 2) == 0:
             op = ("setitem", i, key, (self.choice([0, 1.5, -2]),))
