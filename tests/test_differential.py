@@ -285,7 +285,7 @@ def make_integers(rng, spec: Input) -> np.ndarray:
 def _lay_out(values: np.ndarray, layout: str) -> np.ndarray:
     """`values` held in `layout` (the values themselves unchanged)."""
     if layout == "F":
-        return np.asfortranarray(values)
+        return np.array(values, order="F")  # (np.asfortranarray makes a 0-d array 1-d)
     if layout == "T" and values.ndim >= 2:
         return np.ascontiguousarray(values.T).T
     if layout == "S" and values.ndim >= 1:
@@ -717,17 +717,17 @@ def changes_viewed_base(program: Program) -> bool:
             obj_of.append(target)
         else:
             obj_of.append(k)
-            if op[0] == "layout" or is_view_key(program, op):
+            if op[0] == "layout" or is_view_key(program.inputs, op):
                 viewed.add(obj_of[op[2]])
     return False
 
 
-def is_view_key(program: Program, op) -> bool:
+def is_view_key(inputs: list, op) -> bool:
     """Whether `op` indexes with 0-d index tensors only: ints to PyTorch, so its result is a view
     (in tracer a view-copy, as for x[0])."""
     tensors = [entry for entry in op[3] if isinstance(entry, tuple)] if op[:2] == (
         "call", "getitem") else []
-    return bool(tensors) and all(program.inputs[k].shape == () for _, k in tensors)
+    return bool(tensors) and all(inputs[k].shape == () for _, k in tensors)
 
 
 def is_view_refusal(error) -> bool:
@@ -919,7 +919,7 @@ class Generator:
         for operand, consumer in _reads(op):
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
-        if op[0] == "layout":
+        if op[0] == "layout" or is_view_key(self.inputs, op):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
         self.values.append(value)
@@ -1257,6 +1257,11 @@ class Generator:
         self.inputs.append(spec)
         return ("input", len(self.inputs) - 1)
 
+    def overlaps(self, source, target):
+        """Whether value `source` is value `target` or a PyTorch view of it (PyTorch refuses to
+        write a tensor into itself at computed indices)."""
+        return self.obj_of[target] in (self.obj_of[source], self.layout_source.get(source))
+
     def index_shape(self, size, distinct, rank=None):
         """The shape of an index tensor into a dimension of `size`: no elements when `size` is 0,
         at most `size` when its entries must all differ."""
@@ -1343,7 +1348,7 @@ class Generator:
             # F18: of x's own dtype (PyTorch refuses another, tracer converts it)
             j = self.pick(lambda u: u.shape == shape and u.dtype == v.dtype, fresh_shape=shape,
                           dtype=v.dtype)
-            if self.obj_of[j] == self.obj_of[i]:
+            if self.overlaps(j, i):
                 j = self.new_input(shape, dtype=v.dtype)
             op = ("setitem", i, key, j)
             rg = rg or self.values[j].requires_grad
@@ -1357,7 +1362,10 @@ class Generator:
         i = self.pick()
         v = self.values[i]
         rank = len(v.shape)
-        if how == "take_along_dim_flat" or (how == "take_along_dim" and rank == 0):
+        flat = how == "take_along_dim_flat" or (how == "take_along_dim" and rank == 0)
+        if flat and not v.contiguous:  # PyTorch flattens with view: it refuses other values
+            how, flat = "gather" if rank == 0 else "take_along_dim", False
+        if flat:
             size = int(np.prod(v.shape))
             index = self.index_shape(size, False)
             self.emit(("call", "take_along_dim", i, (self.new_index_input(index, size),), {}),
@@ -1402,7 +1410,7 @@ class Generator:
         # F18: a source of x's own dtype (PyTorch refuses another, tracer converts it)
         j = self.pick(lambda u: u.shape == shape and u.dtype == v.dtype, fresh_shape=shape,
                       dtype=v.dtype)
-        if self.obj_of[j] == self.obj_of[i]:
+        if self.overlaps(j, i):
             j = self.new_input(shape, dtype=v.dtype)
         rg = v.requires_grad or self.values[j].requires_grad
         self.emit(("call", "index_add_" if inplace else "index_add", i,
