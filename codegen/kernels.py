@@ -392,7 +392,7 @@ class KernelEmitter:
         t = LLVM_TYPE[dtype]
         if primitive == "reduce_sum":
             if is_float(dtype):
-                return self.w.value(f"fadd reassoc contract nsz {t} {accumulated}, {element}")
+                return self.w.value(f"fadd reassoc contract {t} {accumulated}, {element}")
             return self.w.value(f"add i64 {accumulated}, {element}")
         # llvm.maximum/minimum propagate nan, as numpy's max/min do
         name = "maximum" if primitive == "reduce_max" else "minimum"

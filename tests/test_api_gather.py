@@ -457,3 +457,16 @@ def test_zero_dimensional_index_tensors_give_a_view_whose_change_is_refused():
     with pytest.raises(tr.InplaceError, match="copy, not a view"):
         y[tr.tensor(0)].mul_(2)  # PyTorch changes y through its view; tracer's copy cannot
     np.testing.assert_array_equal(y.numpy(), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_index_operations_of_a_zero_dimensional_tensor_give_new_tensors(traced):
+    # Found by the differential tester: they ended in a reshape, whose result is a view-copy that
+    # refuses an in-place change; PyTorch's are new tensors.
+    def changed(m, x):
+        picked, gathered = x.index_select(0, m.tensor([0])), x.gather(0, m.tensor(0))
+        picked.add_(1)
+        gathered.mul_(3)
+        return picked, gathered
+    compare_with_torch(lambda x: changed(tr, x * 1), lambda x: changed(torch, x * 1),
+                       [np.array(1.5)], traced=traced)

@@ -60,6 +60,11 @@ CASES = [
                                            a.lerp(b, 0.3), a.lerp(b, 0.9)),
      lambda a, b: (a.addcmul(b, b, value=0.5), a.addcdiv(b, b * b + 1, value=-2), a.lerp(b, 0.3),
                    a.lerp(b, 0.9)), [X, X[::-1]]),
+    # where the variance is 0 (one element, or equal ones) std's gradient is 0, as PyTorch's
+    # (found by the differential tester: tracer's sqrt gave 0 * inf = nan)
+    ("std where the variance is 0",
+     lambda x: (x[..., :1].std(-1, unbiased=False), x[..., :1].expand(3, 4, 5).std(-1)),
+     lambda x: (x[..., :1].std(-1, unbiased=False), x[..., :1].expand(3, 4, 5).std(-1)), [X]),
     # over an empty dimension: PyTorch gives -inf (log of an empty sum) and empty softmaxes
     # (found by the differential tester: tracer refused the maximum over the empty dimension)
     ("logsumexp softmax log_softmax over an empty dimension",

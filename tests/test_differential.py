@@ -87,8 +87,9 @@ KNOWN_RESTRICTIONS = {
           "dtype",
     "F18": "an index assignment's and index_add's source has the changed tensor's dtype",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
-           "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin and "
-           "log_softmax",
+           "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
+           "log_softmax and amax (tracer's amax of a 0-d tensor is a copy)",
+    "F22": "no norm with p=0 (its result does not require grad in tracer)",
 }
 # Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14, F15. F3 is a documented
 # difference (README "Where this differs from PyTorch"), accepted by `compare`: see
@@ -826,7 +827,8 @@ class Value:
 DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:rdiv",
                          "binary:pow", "binary:pow_method",
                          "reduce:max:dim", "reduce:min:dim",
-                         "call:logsumexp", "call:norm", "call:amin", "call:log_softmax"}
+                         "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
+                         "call:amax"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "matmul:1d",
@@ -1463,7 +1465,8 @@ class Generator:
             else:
                 kwargs["unbiased"] = bool(self.integer(0, 1))
         elif how == "norm":
-            args, kwargs = (self.choice(["fro", 2, 1, 3, 0.5, float("inf"), float("-inf"), 0]),
+            # F22: not p=0
+            args, kwargs = (self.choice(["fro", 2, 1, 3, 0.5, float("inf"), float("-inf")]),
                             dim, keepdim), {}
         elif how in ("amax", "amin") and dim is None:
             args = ()

@@ -303,6 +303,7 @@ F19_CASES = {
     "norm's result": (lambda m, y: y.norm(2, 1), "result"),
     "amin's input": (lambda m, y: y.amin(1), "input"),
     "amin's result": (lambda m, y: y.amin(1), "result"),
+    "amax's result of a 0-d tensor": (lambda m, y: y[0, 0].amax(), "result"),
     "log_softmax's result": (lambda m, y: y.log_softmax(1), "result"),
     "gelu's input": (lambda m, y: m.nn.functional.gelu(y), "input"),
     "layer_norm's input": (lambda m, y: m.nn.functional.layer_norm(y, (3,)), "input"),
@@ -322,5 +323,15 @@ def test_f19_inplace_change_of_a_value_pytorch_saves(case):
         result = operation(m, y)
         (result if changed == "result" else y).mul_(2)
         result.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F22: norm with p=0 (the count of non-zeros) does not "
+                                       "require grad; PyTorch's does, with a zero gradient")
+def test_f22_norm_with_p_0_has_a_zero_gradient():
+    def build(m):
+        x = m.tensor([1.5, 0.0, -2.0], requires_grad=True)
+        (x.norm(0) + 0).backward()
         return (x.grad,)
     assert_same(build)

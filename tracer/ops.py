@@ -85,7 +85,8 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
 
 def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         correction=None) -> Tensor:
-    return var(x, dim, unbiased, keepdim, correction=correction).sqrt()
+    # (where the variance is 0 the gradient is 0, as PyTorch's, not 0 * inf = nan)
+    return _safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def _safe_sqrt(squares: Tensor) -> Tensor:
