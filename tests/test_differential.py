@@ -88,7 +88,7 @@ KNOWN_RESTRICTIONS = {
     "F18": "an index assignment's and index_add's source has the changed tensor's dtype",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
            "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
-           "log_softmax and amax (tracer's amax of a 0-d tensor is a copy)",
+           "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
     "F22": "no norm with p=0 (its result does not require grad in tracer)",
 }
 # Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14, F15. F3 is a documented
@@ -800,6 +800,7 @@ def check_program(program: Program):
 # ---------------------------------------------------------------------------------------------
 # The generator
 
+inf = float("inf")  # (a Program's repr writes norm's p=inf so; pasted here, it evaluates back)
 DIMS = [1, 2, 3, 4, 1, 2, 3, 0]
 # Keys with index tensors ("t"), full slices (":"), ints ("i") and slices ("s"), one per dimension.
 INDEX_KEYS = [("t",), (":", "t"), ("t", "t"), ("t", ":", "t"), ("i", ":", "t"), ("s", "t"),
@@ -828,7 +829,7 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "binary:pow", "binary:pow_method",
                          "reduce:max:dim", "reduce:min:dim",
                          "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
-                         "call:amax"}
+                         "call:amax", "call:std"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "matmul:1d",
@@ -1249,11 +1250,11 @@ class Generator:
 
     # -- integer-tensor indexing, the index operations, the new reductions, tr.nn.functional --
 
-    def new_index_input(self, shape, size, negative=False, distinct=False):
+    def new_index_input(self, shape, size, negative=False, distinct=False, layouts=None):
         """An int64 input of `shape` indexing a dimension of `size` (values in [0, size), or
         [-size, size) with `negative`; all different when `distinct`): ("input", its number).
         It is an argument (a runtime input of the traced function), never a value."""
-        spec = Input(tuple(shape), "int64", self.choice(["C", "C", "F", "T", "S"]),
+        spec = Input(tuple(shape), "int64", self.choice(layouts or ["C", "C", "F", "T", "S"]),
                      self.choice(["from_numpy", "tensor"]), False, False,
                      self.integer(0, 2 ** 16), -size if negative else 0, size, distinct)
         self.inputs.append(spec)
@@ -1365,12 +1366,14 @@ class Generator:
         v = self.values[i]
         rank = len(v.shape)
         flat = how == "take_along_dim_flat" or (how == "take_along_dim" and rank == 0)
-        if flat and not v.contiguous:  # PyTorch flattens with view: it refuses other values
+        if flat and not v.contiguous:  # PyTorch flattens x and the indices with view: it
+            # refuses other values (and the indices are made C-contiguous below)
             how, flat = "gather" if rank == 0 else "take_along_dim", False
         if flat:
             size = int(np.prod(v.shape))
             index = self.index_shape(size, False)
-            self.emit(("call", "take_along_dim", i, (self.new_index_input(index, size),), {}),
+            self.emit(("call", "take_along_dim", i,
+                       (self.new_index_input(index, size, layouts=["C"]),), {}),
                       Value((int(np.prod(index)),), v.dtype, v.requires_grad, True, False))
             return
         dim = self.integer(-max(rank, 1), max(rank, 1) - 1)
@@ -1453,10 +1456,8 @@ class Generator:
         rank = len(v.shape)
         how = self.choice(["var", "std", "logsumexp", "norm", "amax", "amin"])
         dim, axes = self.reduced_dims(rank)
-        if how == "logsumexp" and dim is None:  # it needs a dim
-            dim, axes = (-1, (0,)) if rank == 0 else (tuple(range(rank)), tuple(range(rank)))
-            if rank == 0:
-                dim = self.choice([0, -1])
+        if how == "logsumexp" and dim is None:  # it needs a dim: all, or 0 of a 0-d tensor
+            dim = tuple(range(rank)) if rank else self.choice([0, -1])
         keepdim = bool(self.integer(0, 1))
         args, kwargs = (dim,), {"keepdim": keepdim}
         if how in ("var", "std"):
@@ -1466,8 +1467,7 @@ class Generator:
                 kwargs["unbiased"] = bool(self.integer(0, 1))
         elif how == "norm":
             # F22: not p=0
-            args, kwargs = (self.choice(["fro", 2, 1, 3, 0.5, float("inf"), float("-inf")]),
-                            dim, keepdim), {}
+            args, kwargs = (self.choice(["fro", 2, 1, 3, 0.5, inf, -inf]), dim, keepdim), {}
         elif how in ("amax", "amin") and dim is None:
             args = ()
         out = tuple(1 if k in axes else d for k, d in enumerate(v.shape) if keepdim

@@ -301,6 +301,7 @@ F19_CASES = {
     "logsumexp's input": (lambda m, y: y.logsumexp(1), "input"),
     "logsumexp's result": (lambda m, y: y.logsumexp(1), "result"),
     "norm's result": (lambda m, y: y.norm(2, 1), "result"),
+    "std's result": (lambda m, y: y.std(1), "result"),
     "amin's input": (lambda m, y: y.amin(1), "input"),
     "amin's result": (lambda m, y: y.amin(1), "result"),
     "amax's result of a 0-d tensor": (lambda m, y: y[0, 0].amax(), "result"),
