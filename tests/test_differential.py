@@ -90,6 +90,7 @@ KNOWN_RESTRICTIONS = {
            "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
     "F22": "no norm with p=0 (its result does not require grad in tracer)",
+    "F26": "no in-place change of a tensor after an operation read a view of it",
 }
 # Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14, F15. F3 is a documented
 # difference (README "Where this differs from PyTorch"), accepted by `compare`: see
@@ -904,6 +905,7 @@ class Generator:
         self.layout_source: dict[int, int] = {}
         self.producer: dict[int, str] = {}
         self.consumers: dict[int, set] = {}
+        self.view_read: set[int] = set()  # objects a view of which an op has read (F26)
         self.dtype = draw(st.sampled_from(["float32", "float64"]))
 
     def integer(self, low, high):
@@ -922,6 +924,8 @@ class Generator:
         for operand, consumer in _reads(op):
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
+            if operand in self.layout_source:
+                self.view_read.add(self.layout_source[operand])
         if op[0] == "layout" or is_view_key(self.inputs, op):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
@@ -934,7 +938,8 @@ class Generator:
         obj = self.obj_of[index]
         return (self.values[index].inplace
                 and self.producer[obj] not in DISAGREEING_PRODUCERS
-                and not self.consumers[obj] & DISAGREEING_CONSUMERS)
+                and not self.consumers[obj] & DISAGREEING_CONSUMERS
+                and obj not in self.view_read)  # F26
 
     def new_input(self, shape, requires_grad=None, dtype=None):
         if dtype is None:  # now and then another dtype: promotion, weak scalars
