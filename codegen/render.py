@@ -157,7 +157,7 @@ class KernelRenderer:
         element = self.operand(statement.operand, dtype)
         if statement.primitive == "add" and is_float(dtype):
             # reassociable, so the loop vectorizer may keep several partial sums
-            combined = self.w.value(f"fadd reassoc contract nsz {t} {accumulated}, {element}")
+            combined = self.w.value(f"fadd reassoc contract {t} {accumulated}, {element}")
         else:
             combined = LOWERING[statement.primitive].emit(self.w, [dtype, dtype], dtype,
                                                           [accumulated, element], {})

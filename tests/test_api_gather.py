@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracer as tr
+from torch_oracle import compare_with_torch
 
 RNG = np.random.default_rng(7)
 
@@ -423,3 +424,49 @@ def test_random_keys_match_pytorch(key, traced, assigning):
 @given(keys(), st.booleans(), st.booleans())
 def test_random_keys_match_pytorch_exhaustively(key, traced, assigning):
     (_check_setitem if assigning else _check_getitem)(*key, traced)
+
+
+# Found by the differential tester: PyTorch takes a 0-d index tensor as an int -- its dimension
+# goes first, before the other index tensors are placed, and with only 0-d ones the result is a
+# view (tracer's is a copy that refuses an in-place change, as x[0]'s does).
+ZERO_D_KEYS = {
+    "0-d, slice, 1-d": lambda m: (m.tensor(1), slice(None), m.tensor([0, 1, 1])),
+    "slice, 0-d, 1-d": lambda m: (slice(None), m.tensor(-1), m.tensor([0, 3])),
+    "1-d, slice, 0-d": lambda m: (m.tensor([1, 0]), slice(None), m.tensor(2)),
+    "0-d, 2-d, 1-d": lambda m: (m.tensor(1), m.tensor([[0], [2]]), m.tensor([1, 3])),
+    "0-d, 0-d": lambda m: (m.tensor(0), m.tensor(-1)),
+}
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("key", sorted(ZERO_D_KEYS))
+def test_zero_dimensional_index_tensors_act_as_ints(key, traced):
+    x = RNG.standard_normal((2, 3, 4))
+    values = RNG.standard_normal(torch.from_numpy(x)[ZERO_D_KEYS[key](torch)].shape)
+
+    def read_and_assign(m, x, values):
+        y = x * 1
+        y[ZERO_D_KEYS[key](m)] = values
+        return x[ZERO_D_KEYS[key](m)], y
+    compare_with_torch(lambda x, v: read_and_assign(tr, x, v),
+                       lambda x, v: read_and_assign(torch, x, v), [x, values], traced=traced)
+
+
+def test_zero_dimensional_index_tensors_give_a_view_whose_change_is_refused():
+    y = tr.ones(2, 3) * 1
+    with pytest.raises(tr.InplaceError, match="copy, not a view"):
+        y[tr.tensor(0)].mul_(2)  # PyTorch changes y through its view; tracer's copy cannot
+    np.testing.assert_array_equal(y.numpy(), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_index_operations_of_a_zero_dimensional_tensor_give_new_tensors(traced):
+    # Found by the differential tester: they ended in a reshape, whose result is a view-copy that
+    # refuses an in-place change; PyTorch's are new tensors.
+    def changed(m, x):
+        picked, gathered = x.index_select(0, m.tensor([0])), x.gather(0, m.tensor(0))
+        picked.add_(1)
+        gathered.mul_(3)
+        return picked, gathered
+    compare_with_torch(lambda x: changed(tr, x * 1), lambda x: changed(torch, x * 1),
+                       [np.array(1.5)], traced=traced)

@@ -60,6 +60,18 @@ CASES = [
                                            a.lerp(b, 0.3), a.lerp(b, 0.9)),
      lambda a, b: (a.addcmul(b, b, value=0.5), a.addcdiv(b, b * b + 1, value=-2), a.lerp(b, 0.3),
                    a.lerp(b, 0.9)), [X, X[::-1]]),
+    # where the variance is 0 (one element, or equal ones) std's gradient is 0, as PyTorch's
+    # (found by the differential tester: tracer's sqrt gave 0 * inf = nan)
+    ("std where the variance is 0",
+     lambda x: (x[..., :1].std(-1, unbiased=False), x[..., :1].expand(3, 4, 5).std(-1)),
+     lambda x: (x[..., :1].std(-1, unbiased=False), x[..., :1].expand(3, 4, 5).std(-1)), [X]),
+    # over an empty dimension: PyTorch gives -inf (log of an empty sum) and empty softmaxes
+    # (found by the differential tester: tracer refused the maximum over the empty dimension)
+    ("logsumexp softmax log_softmax over an empty dimension",
+     lambda x: (x.logsumexp(1), x.logsumexp((0, 1), keepdim=True), x.softmax(1),
+                x.log_softmax(0), x.t().log_softmax(1)),
+     lambda x: (x.logsumexp(1), x.logsumexp((0, 1), keepdim=True), x.softmax(1),
+                x.log_softmax(0), x.t().log_softmax(1)), [np.zeros((3, 0))]),
 ]
 
 

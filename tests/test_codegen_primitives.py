@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
+import tracer as tr
 from tracer import ir
 from tracer.codegen.lowering import LOWERING
 from tracer.ir.loop_interpreter import run_program
@@ -597,3 +598,17 @@ def test_stage_text():
     assert "tracer_entry" in compiled.stage_text("asm")
     with pytest.raises(ValueError):
         compiled.stage_text("bogus")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_a_sum_of_negative_zeros_is_positive_zero(dtype, size):
+    # Found by the differential tester: the sum's fadd carried `nsz`, which let LLVM drop the
+    # +0 the sum starts from, so a sum of -0.0 entries (a cross-entropy over one class) came out
+    # -0.0 where numpy and PyTorch give +0.0, and 1 / sum the opposite infinity.
+    zeros = np.full((2, size), -0.0, dtype)
+    expected = np.sum(zeros, axis=1)
+    assert not np.signbit(expected).any()
+    summed = tr.trace(lambda x: x.sum(1))(tr.from_numpy(zeros)).numpy()
+    np.testing.assert_array_equal(np.signbit(summed), np.signbit(expected))
+    assert (1 / summed == np.inf).all()

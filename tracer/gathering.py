@@ -19,6 +19,12 @@ def _index(index, what: str, max_ndim: int | None = None) -> Tensor:
     return index
 
 
+def _scalar(x: Tensor) -> Tensor:
+    """A one-element result as a 0-d tensor: a new tensor, as PyTorch's (Tensor.reshape would
+    make it a view-copy, whose change in place is refused)."""
+    return apply("reshape", [x], shape=())
+
+
 def _move_first_to(x: Tensor, dim: int) -> Tensor:
     """x with its first dimension moved to position `dim` (the others keep their order)."""
     if dim == 0:
@@ -32,7 +38,7 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     dim = _normalize_dim(_as_dim(dim), x.ndim)
     index = _index(index, "index_select", max_ndim=1).reshape(-1)
     if x.ndim == 0:
-        return apply("gather", [x.reshape(1), index], axes=(0,)).reshape(())
+        return _scalar(apply("gather", [x.reshape(1), index], axes=(0,)))
     return _move_first_to(apply("gather", [x, index], axes=(dim,)), dim)
 
 
@@ -48,7 +54,7 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     index = _index(index, "gather")
     if x.ndim == 0 and index.ndim == 0:
         _normalize_dim(_as_dim(dim), 0)
-        return _gather_along(x.reshape(1), 0, index.reshape(1)).reshape(())
+        return _scalar(_gather_along(x.reshape(1), 0, index.reshape(1)))
     dim = _normalize_dim(_as_dim(dim), x.ndim)
     if index.ndim != x.ndim or any(i > s for axis, (i, s) in enumerate(zip(index.shape, x.shape))
                                    if axis != dim):
@@ -92,7 +98,7 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
                                  f"{list(x.shape)} along dimension {dim}; expected "
                                  f"{list(expected)}")
     if x.ndim == 0:
-        flat = apply("scatter", [x.reshape(1), source, index], axes=(0,), accumulate=True)
-        return flat.reshape(())
+        return _scalar(apply("scatter", [x.reshape(1), source, index], axes=(0,),
+                             accumulate=True))
     updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
     return apply("scatter", [x, updates, index], axes=(dim,), accumulate=True)

@@ -170,13 +170,18 @@ def _advanced(shape: tuple[int, ...], key: tuple) -> _Advanced | None:
             basic_key.append(entry)
         # ints drop their dimension (PyTorch applies them first); None, slices and tensors keep one
         position += not isinstance(entry, numbers.Integral)
+    # A 0-d index tensor is an int to PyTorch: it drops its dimension before the other index
+    # tensors are placed (and add nothing to their broadcast shape).
+    scalars = [axis for axis, index in zip(axes, indices) if index.ndim == 0]
+    placed = [axis - sum(s < axis for s in scalars) for axis, index in zip(axes, indices)
+              if index.ndim]
     permutation = None
-    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:
+    if placed and placed == list(range(placed[0], placed[0] + len(placed))) and placed[0] > 0:
         # Next to each other: the broadcast index dimensions stand where the index tensors did.
         count = len(shapes_broadcast(*(t.shape for t in indices)))
         rest = position - len(axes)
-        permutation = (*range(count, count + axes[0]), *range(count),
-                       *range(count + axes[0], count + rest))
+        permutation = (*range(count, count + placed[0]), *range(count),
+                       *range(count + placed[0], count + rest))
     return _Advanced(tuple(basic_key), indices, tuple(axes), permutation)
 
 
@@ -190,6 +195,10 @@ def getitem(x: Tensor, key) -> Tensor:
     result = apply("gather", [box, *advanced.indices], axes=advanced.axes)
     if advanced.permutation is not None:
         result = apply("transpose", [result], permutation=advanced.permutation)
+    if not any(index.ndim for index in advanced.indices):
+        # only 0-d index tensors, ints to PyTorch: its result is a view, so this copy is one too
+        # (changing it in place is refused, as for x[0])
+        return mark_view(result, x, "indexing")
     return result
 
 

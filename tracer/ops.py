@@ -85,7 +85,8 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
 
 def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         correction=None) -> Tensor:
-    return var(x, dim, unbiased, keepdim, correction=correction).sqrt()
+    # (where the variance is 0 the gradient is 0, as PyTorch's, not 0 * inf = nan)
+    return _safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def _safe_sqrt(squares: Tensor) -> Tensor:
@@ -128,10 +129,11 @@ def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
 
 def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
     """log(sum(exp(x))) over `dim`, computed around the maximum so that exp cannot overflow; an
-    infinite maximum (all -inf, or some +inf) is not subtracted, as in PyTorch."""
+    infinite maximum (all -inf, or some +inf) is not subtracted, as in PyTorch; over an empty
+    dimension (no maximum) the shift is 0 and the result log(0) = -inf, as in PyTorch."""
     if not irtypes.is_float(x.dtype):
         x = x.to(float32)
-    shift = amax(x, dim, keepdim=True).detach()
+    shift = (amax(x, dim, keepdim=True) if x.numel() else x.sum(dim, keepdim=True)).detach()
     shift = where(shift.abs() == float("inf"), 0.0, shift)
     total = (x - shift).exp().sum(dim, keepdim=keepdim).log()
     return total + shift.reshape(total.shape)

@@ -911,7 +911,10 @@ class Tensor:
         return self.max(dim, keepdim).indices
 
     def _shifted_down(self, dim: int) -> "Tensor":
-        """self minus its maximum along `dim`: the same softmax, and exp cannot overflow."""
+        """self minus its maximum along `dim`: the same softmax, and exp cannot overflow. Without
+        elements there is nothing to shift (and no maximum along an empty `dim`)."""
+        if self.numel() == 0:
+            return self
         return self - self.max(dim, keepdim=True).values.detach()
 
     def softmax(self, dim: int) -> "Tensor":
