@@ -373,3 +373,15 @@ def test_f26_inplace_change_of_a_base_after_its_view_was_saved_for_backward():
         r.sum().backward()
         return (w.grad,)
     assert_same(build)
+
+
+@pytest.mark.xfail(strict=True, reason="F28: compiled index checks run per element read, so an "
+                                       "empty result checks no index")
+def test_f28_out_of_range_index_with_an_empty_result_is_refused_compiled():
+    x, index = np.zeros((0, 0), np.float32), np.array([0])
+    with pytest.raises(IndexError):
+        torch.from_numpy(x)[:, torch.from_numpy(index)]
+    with pytest.raises(tr.IndexOutOfRangeError):
+        tr.tensor(x)[:, tr.tensor(index)]  # eager refuses, as PyTorch
+    with pytest.raises(tr.IndexOutOfRangeError):
+        tr.trace(lambda x, i: x[:, i])(tr.tensor(x), tr.tensor(index))
