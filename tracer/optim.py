@@ -16,7 +16,7 @@ from tracer.context import enable_grad, no_grad
 from tracer.errors import ArgumentError
 from tracer.ir.types import float64, is_float
 from tracer.tensor import Tensor, where, zeros, zeros_like
-from tracer.tracing import current_tensor
+from tracer.tracing import clear_grads, current_tensor
 
 
 class Optimizer:
@@ -90,15 +90,7 @@ class Optimizer:
                     own[name].copy_(value)
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
-        for group in self.param_groups:
-            for parameter in group["params"]:
-                parameter = current_tensor(parameter)
-                if parameter.grad is None:
-                    continue
-                if set_to_none:
-                    parameter.grad = None
-                else:
-                    parameter.grad.zero_()
+        clear_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure: Callable | None = None):
         """One update of every parameter that has a gradient; `closure` recomputes the loss."""

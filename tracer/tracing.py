@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
@@ -172,3 +172,16 @@ def current_tensor(tensor: "Tensor") -> "Tensor":
     tensors, as an optimizer does, reads `.grad` and writes through this."""
     trace = state.trace
     return tensor if trace is None else trace.arguments.get(id(tensor), tensor)
+
+
+def clear_grads(tensors: Iterable["Tensor"], set_to_none: bool = True) -> None:
+    """`zero_grad` of modules and optimizers: each tensor's `.grad` (its stand-in's, when tracing)
+    set to None, or zeroed in place."""
+    for tensor in tensors:
+        tensor = current_tensor(tensor)
+        if tensor.grad is None:
+            continue
+        if set_to_none:
+            tensor.grad = None
+        else:
+            tensor.grad.zero_()

@@ -11,7 +11,7 @@ from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
 from tracer.tensor import Tensor, as_dtype, as_tensor, float32, ones, rand, randn, zeros
-from tracer.tracing import current_tensor
+from tracer.tracing import clear_grads, current_tensor
 
 
 class Parameter(Tensor):
@@ -194,14 +194,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
-        for parameter in self.parameters():
-            parameter = current_tensor(parameter)
-            if parameter.grad is None:
-                continue
-            if set_to_none:
-                parameter.grad = None
-            else:
-                parameter.grad.zero_()
+        clear_grads(self.parameters(), set_to_none)
 
     def to(self, dtype) -> Module:
         """Convert every parameter and buffer to `dtype` (new Parameters: make optimizers after)."""
