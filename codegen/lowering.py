@@ -11,10 +11,14 @@
   constant).
 - kind "reduction": an inline reduction loop or an `accumulate` kernel (ir/schedule.py).
 - kind "gather": a load at a computed index inside a loop kernel: each index operand is read at
-  the current index, wrapped if negative and checked against its dimension (always, not only
-  under TRACER_CHECK_BOUNDS: an index is data), then the operand is read there (ir/schedule.py).
+  the current index (checked there too unless it comes from `check_index` or an `iota` that fits),
+  then the operand is read there (ir/schedule.py).
 - kind "scatter": its own kernel, a copy of the target then a loop over the updates storing (or
   adding) each at its checked computed index (ir/schedule.py).
+- kind "check": `check_index`, computed in a loop kernel over its whole operand (fusion always
+  stores it): each index is wrapped if negative and checked against its dimension (always, not only
+  under TRACER_CHECK_BOUNDS: an index is data); a gather or scatter then reads the checked index
+  as it is.
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """
@@ -248,6 +252,7 @@ def _table() -> dict[str, Lowering]:
     table["matmul"] = Lowering("matmul")
     table["gather"] = Lowering("gather")
     table["scatter"] = Lowering("scatter")
+    table["check_index"] = Lowering("check")
     table.update({name: Lowering("removed") for name in GRADIENT_MARKERS})
     return table
 

@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tracer.ir.graph import Function, Instruction, Value
-from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
+from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 from tracer.ir.text import format_instruction
 from tracer.ir.types import FLOAT_DTYPES
 
-# gather is a load at a computed index, so it fuses into loops like a layout change.
-LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | {"gather"}
+# gather is a load at a computed index, so it fuses into loops like a layout change; a check is
+# computed in a loop over its whole operand.
+LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | CHECKS | {"gather"}
 EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
 # An inline expression larger than this is stored once it has a second user.
 MAX_SHARED_EXPRESSION = 48
@@ -131,6 +132,8 @@ def _choose_materialized(function: Function) -> set[int]:
     for instruction in function.instructions:
         (output, *_) = instruction.outputs or [None]
         if instruction.primitive == "scatter":  # its operands are computed inline in its kernel
+            materialized.add(id(output))
+        elif instruction.primitive in CHECKS:  # stored, so that every element is checked
             materialized.add(id(output))
         elif instruction.primitive not in LOOP_FUSIBLE:
             materialized.update(id(v) for v in instruction.outputs)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value, gc_paused
-from tracer.ir.primitives import ELEMENTWISE
+from tracer.ir.index_checks import check_is_needed
+from tracer.ir.primitives import CHECKS, ELEMENTWISE
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.text import format_attribute
 from tracer.ir.types import int64, is_float
@@ -26,7 +27,7 @@ def _replace_uses(function: Function, replacements: dict[int, Value]) -> None:
 def _forwarded_operands(instruction: Instruction) -> list[Value] | None:
     """The operands an instruction merely passes through, or None if it computes something."""
     primitive, (x, *_) = instruction.primitive, instruction.inputs or [None]
-    if primitive == "stop_gradient":
+    if primitive == "stop_gradient" or (primitive in CHECKS and not check_is_needed(instruction)):
         return [x]
     if primitive == "custom_vjp":
         return instruction.inputs[:instruction.attributes["num_outputs"]]
@@ -40,7 +41,8 @@ def _forwarded_operands(instruction: Instruction) -> list[Value] | None:
 
 
 def simplify(function: Function) -> Function:
-    """Drop gradient markers (needed only by autodiff) and layout changes that change nothing."""
+    """Drop gradient markers (needed only by autodiff), layout changes that change nothing and
+    index checks that cannot fail."""
     replacements: dict[int, Value] = {}
     for instruction in function.instructions:
         forwarded = _forwarded_operands(instruction)
@@ -197,11 +199,13 @@ def cse(function: Function) -> Function:
 
 
 def dce(function: Function) -> Function:
-    """Remove instructions none of whose results are used (every primitive is pure)."""
+    """Remove instructions none of whose results are used: every primitive is pure except the
+    checks, which can fail and so stay (PyTorch raises for an index it never reads)."""
     live = {id(v) for v in function.outputs}
     kept = []
     for instruction in reversed(function.instructions):
-        if any(id(v) in live for v in instruction.outputs):
+        if ((instruction.primitive in CHECKS and check_is_needed(instruction))
+                or any(id(v) in live for v in instruction.outputs)):
             kept.append(instruction)
             live.update(id(v) for v in instruction.inputs)
     function.instructions = kept[::-1]

@@ -12,6 +12,12 @@ shape B and index the dimensions `axes` of x; the result has shape B followed by
 dimensions, in order. `scatter target, updates, i1..ik {axes, accumulate}` is target with updates
 (of gather's result shape) written, or with `accumulate` added, at those positions. Negative
 indices count from the end; one outside [-size, size) is an IndexRangeError.
+
+`check_index i {size, axis}` is i with negative values wrapped (+ size), after checking every
+element lies in [-size, size): the tracer passes each index tensor a user gives through it before
+the gather or scatter reads it. It checks the whole tensor even where the gather reads only some
+of it or nothing (an empty or sliced result, a result never used), as PyTorch does, so the passes
+keep it when its result is unused and fusion always stores it.
 """
 from __future__ import annotations
 
@@ -33,17 +39,21 @@ REDUCE = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 SOURCES = frozenset({"constant", "iota"})
 # Integer indexing: a read at computed indices, and a write (or accumulation) at computed indices.
 INDEXING = frozenset({"gather", "scatter"})
+# A check that can fail: kept by dead-code elimination, computed over its whole shape.
+CHECKS = frozenset({"check_index"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
 
-PRIMITIVES = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | INDEXING | GRADIENT_MARKERS | {"matmul"}
+PRIMITIVES = (ELEMENTWISE | LAYOUT | REDUCE | SOURCES | INDEXING | CHECKS | GRADIENT_MARKERS
+              | {"matmul"})
 
 # Not primitives but requests to a pass: `gradient %output, %seed, %wrt...` stands for the gradients
 # of %output (seeded by %seed) with respect to each %wrt until the autodiff pass expands it in place.
 DIRECTIVES = frozenset({"gradient"})
 
 # Primitives through which no gradient flows, whatever their operands.
-NON_DIFFERENTIABLE = COMPARE | LOGICAL | {"logical_not", "constant", "iota", "stop_gradient"}
+NON_DIFFERENTIABLE = COMPARE | LOGICAL | CHECKS | {"logical_not", "constant", "iota",
+                                                   "stop_gradient"}
 
 # Primitives whose gradient needs none of their operand or result values: an eager in-place change
 # to one of their inputs cannot invalidate a later backward.
@@ -232,6 +242,13 @@ def _gather(in_types: list[TensorType], axes: tuple[int, ...]) -> list[TensorTyp
     return [TensorType(gathered_shape(x.shape, index_shape, axes), x.dtype)]
 
 
+def _check_index(in_types: list[TensorType], size: int, axis: int) -> list[TensorType]:
+    (index,) = in_types
+    if index.dtype != int64:
+        raise ShapeError(f"check_index needs an int64 operand, got {index.dtype}")
+    return [index]
+
+
 def _scatter(in_types: list[TensorType], axes: tuple[int, ...],
              accumulate: bool) -> list[TensorType]:
     target, updates, *indices = in_types
@@ -279,6 +296,7 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
         "matmul": lambda in_types: _matmul(*in_types),
         "gather": _gather,
         "scatter": _scatter,
+        "check_index": _check_index,
         "constant": lambda in_types, value, dtype: [TensorType((), dtype)],
         "iota": lambda in_types, shape, dimension, dtype: _iota(shape, dimension, dtype),
         "stop_gradient": lambda in_types: list(in_types),
@@ -292,7 +310,7 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
 SHAPE_RULES = _table()
 
 # How many operands each primitive takes (None: any number).
-ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | {"cast"}}
+ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | CHECKS | {"cast"}}
 ARITY.update({name: 2 for name in BINARY | {"matmul"}})
 ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom_vjp": None,
               "gradient": None, "gather": None, "scatter": None})

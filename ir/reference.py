@@ -24,19 +24,19 @@ def _iota(shape, dimension, dtype):
     return np.broadcast_to(line, shape)
 
 
-def _index_key(shape, indices, axes) -> tuple:
-    """The indices wrapped into [0, size) as PyTorch does for negative ones; IndexRangeError for
+def _check_index(index, size, axis):
+    """The index wrapped into [0, size) as PyTorch does for negative values; IndexRangeError for
     one outside [-size, size), worded as PyTorch's message."""
-    key = []
-    for index, axis in zip(indices, axes):
-        size = shape[axis]
-        outside = (index < -size) | (index >= size)
-        if np.any(outside):
-            value = int(index[outside].flat[0])
-            raise IndexRangeError(f"index {value} is out of bounds for dimension {axis} with "
-                                  f"size {size}")
-        key.append(np.where(index < 0, index + size, index))
-    return tuple(key)
+    outside = (index < -size) | (index >= size)
+    if np.any(outside):
+        value = int(index[outside].flat[0])
+        raise IndexRangeError(f"index {value} is out of bounds for dimension {axis} with "
+                              f"size {size}")
+    return np.where(index < 0, index + size, index)
+
+
+def _index_key(shape, indices, axes) -> tuple:
+    return tuple(_check_index(index, shape[axis], axis) for index, axis in zip(indices, axes))
 
 
 def _moved(x, axes):
@@ -117,6 +117,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "matmul": np.matmul,
     "gather": _gather,
     "scatter": _scatter,
+    "check_index": _check_index,
     "constant": lambda value, dtype: np.array(value, dtype),
     "iota": _iota,
     "stop_gradient": lambda x: x,

@@ -6,7 +6,9 @@ current index", and `KernelScheduler.evaluate` answers recursively: a buffer is 
 index's offset, an elementwise op evaluates its operands at the broadcast-adjusted index, a layout
 op maps the index (transpose permutes it, slice scales and shifts it, pad tests it), and a
 reduction opens an inner loop around an accumulator, and a gather reads its index operands at the
-index, checks each (`CheckIndex`) and evaluates its operand where they point. Results are memoized
+index and evaluates its operand where they point. A `check_index` wraps and checks each element
+(`CheckIndex`); a gather checks an index operand itself only when it does not come from one (or
+from an iota that fits). Results are memoized
 per (value, index), so a value shared by several results of the kernel is computed once. An
 `accumulate` kernel zeroes its result and adds its operand into it in memory order; a `scatter`
 kernel copies its target into its result, then stores (or adds) each element of the updates at
@@ -25,13 +27,14 @@ from tracer.ir.loops import (Accumulate, Accumulator, Buffer, CheckIndex, Comput
                              LoopKernel, LoopProgram, Store)
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
+from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 # A kernel runs on several threads when it does at least this many element operations per thread
 # (starting and joining a thread costs some tens of microseconds).
 PARALLEL_WORK_PER_THREAD = 1 << 21
-FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant"}
+FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # The scalar primitive that combines a reduction's accumulator with one element.
 COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
@@ -157,6 +160,10 @@ class KernelScheduler(IndexBuilder):
         if primitive == "gather":
             x = inputs[0]
             return self.evaluate(x, self.index_position(instruction, x, index))
+        if primitive == "check_index":
+            (operand,) = inputs
+            return self.checked_index(self.evaluate(operand, index), operand,
+                                      attributes["axis"], attributes["size"])
         if primitive == "iota":
             position = index[attributes["dimension"]]
             if isinstance(position, int):
@@ -187,7 +194,8 @@ class KernelScheduler(IndexBuilder):
     def index_position(self, instruction: Instruction, x: Value, index: Index) -> Index:
         """Where a gather reads x (a scatter writes its result) for the element at `index` of its
         result (of its updates): the index operands are read at the leading positions of `index`
-        and checked against their dimensions; x's other dimensions take the rest, in order."""
+        (and checked against their dimensions unless known in range); x's other dimensions take
+        the rest, in order."""
         axes = instruction.attributes["axes"]
         operands = instruction.inputs[-len(axes):]
         index_shape = broadcast_shapes(*(v.shape for v in operands))
@@ -196,7 +204,8 @@ class KernelScheduler(IndexBuilder):
         for operand, axis in zip(operands, axes):
             position = self.evaluate(operand, broadcast_index(leading, index_shape,
                                                               self.shape_of(operand)))
-            mapped[axis] = self.checked_index(position, operand, axis, x.shape[axis])
+            mapped[axis] = (position if index_in_range(operand, x.shape[axis])
+                            else self.checked_index(position, operand, axis, x.shape[axis]))
         return tuple(mapped[axis] if axis in mapped else next(rest) for axis in range(len(x.shape)))
 
     def checked_index(self, position, operand: Value, axis: int, size: int):

@@ -40,7 +40,7 @@ from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.errors import BoundsError, IndexOutOfRangeError
-from tracer.ir.primitives import INDEXING
+from tracer.ir.index_checks import checks_an_index
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 LOG = logging.getLogger("tracer.cache")
@@ -176,7 +176,7 @@ class CompiledFunction:
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
         # the code has an error record: bounds-checked, or gather and scatter indices checked
         self._checked = settings.checked or any(
-            i.primitive in INDEXING for kernel in self.fused.kernels for i in kernel.instructions)
+            checks_an_index(i) for kernel in self.fused.kernels for i in kernel.instructions)
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
@@ -239,7 +239,7 @@ class CompiledFunction:
         every gather, so no copy is made.)"""
         kernels = self.fused.kernels
         checking = [n for n, kernel in enumerate(kernels)
-                    if any(i.primitive in INDEXING for i in kernel.instructions)]
+                    if any(checks_an_index(i) for i in kernel.instructions)]
         writing = [n for n, kernel in enumerate(kernels)
                    if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
         return bool(checking and writing) and min(writing) <= max(checking)

@@ -135,7 +135,11 @@ def test_gather_fuses_into_the_loop_as_a_checked_load():
 
     arguments = (tr.randn(8, 10), tr.tensor(RNG.integers(0, 10, 8)))
     fused = picked.ir(*arguments, stage="fused")
-    assert fused.count("kernel_") == 1 and "gather" in fused  # read in the loop that sums it
+    # the labels are checked whole in a loop of their own (the arange needs no check), then read
+    # in the loop that sums the gathered values
+    check, gather = fused.split("kernel_")[1:]
+    assert "check_index %labels {size=10, axis=1}" in check and check.count(" = ") == 2
+    assert "gather" in gather and "reduce_sum" in gather and "check_index" not in gather
     assert "index" in picked.ir(*arguments, stage="llvm")  # the range check's blocks
 
 

@@ -1635,6 +1635,19 @@ GATHER_BESIDE_MATMUL = Program(
     outputs=[5], argnums=(), updates=("sub", "add"), value_and_grad=False)
 
 
+# F28: an out-of-range index whose gather result is empty (`x[:, idx]`, x of shape (0, 0)): the
+# compiled code checked an index only where the result read it, so it returned an empty tensor
+# where PyTorch and eager tracer raise. Index tensors are now checked whole (check_index).
+F28 = Program(
+    kind="value",
+    inputs=[Input(shape=(0, 0), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=False, grad=False, seed=0),
+            Input(shape=(1,), dtype="int64", layout="C", via="tensor", requires_grad=False,
+                  grad=False, seed=1, low=0, high=1)],
+    ops=[("arg", 0), ("call", "getitem", 0, ([None], ("input", 1)), {})],
+    outputs=[1], argnums=(), updates=(), value_and_grad=False)
+
+
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
 # machine, compiling each (TRACER_DISABLE_CACHE=1) or not (19.8 s with the newer operations, 17.2 s
 # before them, both compiling each, on 2026-11-23). The slow runs' findings come first.
@@ -1646,6 +1659,7 @@ GATHER_BESIDE_MATMUL = Program(
 @example(F27_TRANSPOSE)
 @example(F27_MASK)
 @example(GATHER_BESIDE_MATMUL)
+@example(F28)
 def test_random_programs_agree(program):
     check_program(program)
 

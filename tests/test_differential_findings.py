@@ -375,13 +375,57 @@ def test_f26_inplace_change_of_a_base_after_its_view_was_saved_for_backward():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F28: compiled index checks run per element read, so an "
-                                       "empty result checks no index")
-def test_f28_out_of_range_index_with_an_empty_result_is_refused_compiled():
-    x, index = np.zeros((0, 0), np.float32), np.array([0])
-    with pytest.raises(IndexError):
-        torch.from_numpy(x)[:, torch.from_numpy(index)]
+# F28: an index tensor is checked whole, whatever the gather or scatter reads of it, eagerly and
+# compiled. PyTorch refuses an out-of-range index where the result is sliced, broadcast to nothing
+# or unused, and where the indexed dimension has size 0; where the result is empty otherwise, some
+# of its operations skip the check (the third entry: False), tracer refuses (README, "Where this
+# differs from PyTorch").
+F28_CASES = {
+    "empty result": ((0, 0), lambda m, x, i: x[:, i], True),
+    "sliced result": ((2, 3), lambda m, x, i: x[i][:1], True),
+    "unused result": ((2, 3), lambda m, x, i: (x[i], x * 2)[1], True),
+    "broadcast to nothing": ((2, 3), lambda m, x, i: x[i] * m.zeros(0, 1, 3), True),
+    "index_select, empty": ((0, 3), lambda m, x, i: x.index_select(1, i), True),
+    "written first": ((2, 3), lambda m, x, i: (x.mul_(2), x[i][:0])[0], True),
+    "empty rows": ((0, 3), lambda m, x, i: x[:, i], False),
+    "index_add, empty": ((0, 3), lambda m, x, i: x.index_add(1, i, m.zeros(0, 2)), False),
+    "assignment, empty": ((0, 3), lambda m, x, i: _assigned(x, i), False),
+}
+
+
+def _assigned(x, i):
+    y = x.clone()
+    y[:, i] = 1.0
+    return y
+
+
+@pytest.mark.parametrize("case", list(F28_CASES))
+def test_f28_an_out_of_range_index_is_refused_whatever_reads_it(case):
+    shape, program, torch_refuses = F28_CASES[case]
+    data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    index = [0, 7] if shape[0] else [-4, 1]
+    try:
+        program(torch, torch.from_numpy(data.copy()), torch.tensor(index))
+        refused = False
+    except (IndexError, RuntimeError):
+        refused = True
+    assert refused == torch_refuses
     with pytest.raises(tr.IndexOutOfRangeError):
-        tr.tensor(x)[:, tr.tensor(index)]  # eager refuses, as PyTorch
-    with pytest.raises(tr.IndexOutOfRangeError):
-        tr.trace(lambda x, i: x[:, i])(tr.tensor(x), tr.tensor(index))
+        program(tr, tr.tensor(data), tr.tensor(index))  # eagerly
+    x = tr.tensor(data)
+    with pytest.raises(tr.IndexOutOfRangeError, match="out of bounds"):
+        tr.trace(lambda x, i: program(tr, x, i))(x, tr.tensor(index))
+    np.testing.assert_array_equal(x.numpy(), data)  # nothing was changed
+
+
+@pytest.mark.parametrize("case", list(F28_CASES))
+def test_f28_an_index_in_range_gives_torchs_values(case):
+    shape, program, _ = F28_CASES[case]
+    data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) - 2
+    index = ([0, -1] if shape[0] else [0, 2]) if shape[-1] else []
+    expected = program(torch, torch.from_numpy(data.copy()), torch.tensor(index, dtype=torch.int64))
+    for run in (lambda f, *a: f(*a), lambda f, *a: tr.trace(f)(*a)):
+        x = tr.tensor(data)
+        actual = run(lambda x, i: program(tr, x, i), x, tr.tensor(np.array(index, np.int64)))
+        assert actual.shape == tuple(expected.shape)
+        np.testing.assert_array_equal(actual.numpy(), expected.numpy())

@@ -29,7 +29,7 @@ def test_primitive_set_is_the_documented_closed_set():
         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",
-        "gather", "scatter", "stop_gradient", "custom_vjp",
+        "gather", "scatter", "check_index", "stop_gradient", "custom_vjp",
     }
     assert PRIMITIVES == expected
     assert DIRECTIVES == {"gradient"}

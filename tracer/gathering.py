@@ -19,6 +19,14 @@ def _index(index, what: str, max_ndim: int | None = None) -> Tensor:
     return index
 
 
+def checked(x: Tensor, indices, axes) -> list[Tensor]:
+    """Each index tensor checked whole against the dimension of `x` it indexes, negative values
+    wrapped (the check_index primitive): PyTorch refuses an out-of-range index even where the
+    result reads none of it (an empty or sliced result, one never used)."""
+    return [apply("check_index", [index], size=x.shape[axis], axis=axis)
+            for index, axis in zip(indices, axes)]
+
+
 def _scalar(x: Tensor) -> Tensor:
     """A one-element result as a 0-d tensor: a new tensor, as PyTorch's (Tensor.reshape would
     make it a view-copy, whose change in place is refused)."""
@@ -38,13 +46,15 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     dim = _normalize_dim(_as_dim(dim), x.ndim)
     index = _index(index, "index_select", max_ndim=1).reshape(-1)
     if x.ndim == 0:
-        return _scalar(apply("gather", [x.reshape(1), index], axes=(0,)))
-    return _move_first_to(apply("gather", [x, index], axes=(dim,)), dim)
+        x, dim = x.reshape(1), 0
+        return _scalar(apply("gather", [x, *checked(x, [index], (0,))], axes=(0,)))
+    return _move_first_to(apply("gather", [x, *checked(x, [index], (dim,))], axes=(dim,)), dim)
 
 
 def _gather_along(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """out[i...] = x[i... with i[dim] replaced by index[i...]], for an index of x's rank whose
-    other dimensions are no larger than x's."""
+    other dimensions are no larger than x's (the iotas along them need no check)."""
+    (index,) = checked(x, [index], (dim,))
     indices = [index if axis == dim else iota(index.shape, axis) for axis in range(x.ndim)]
     return apply("gather", [x, *indices], axes=tuple(range(x.ndim)))
 
@@ -98,7 +108,9 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
                                  f"{list(x.shape)} along dimension {dim}; expected "
                                  f"{list(expected)}")
     if x.ndim == 0:
-        return _scalar(apply("scatter", [x.reshape(1), source, index], axes=(0,),
+        x = x.reshape(1)
+        return _scalar(apply("scatter", [x, source, *checked(x, [index], (0,))], axes=(0,),
                              accumulate=True))
     updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
-    return apply("scatter", [x, updates, index], axes=(dim,), accumulate=True)
+    return apply("scatter", [x, updates, *checked(x, [index], (dim,))], axes=(dim,),
+                 accumulate=True)

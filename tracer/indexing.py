@@ -14,6 +14,7 @@ from tracer.ir.primitives import slice_as_pad, slice_length
 
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.gathering import checked
 from tracer.tensor import (Tensor, apply, as_tensor, shapes_broadcast, full, int64, mark_view,
                            tensor, where)
 from tracer.tensor import bool as bool_
@@ -192,7 +193,8 @@ def getitem(x: Tensor, key) -> Tensor:
         return mark_view(_basic_getitem(x, key), x, "indexing")
     box = x if _is_everything(advanced.basic_key) else _basic_getitem(x, advanced.basic_key)
     # As in PyTorch, indexing with tensors gives a new tensor, not a view.
-    result = apply("gather", [box, *advanced.indices], axes=advanced.axes)
+    indices = checked(box, advanced.indices, advanced.axes)
+    result = apply("gather", [box, *indices], axes=advanced.axes)
     if advanced.permutation is not None:
         result = apply("transpose", [result], permutation=advanced.permutation)
     if not any(index.ndim for index in advanced.indices):
@@ -235,8 +237,8 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     if advanced.permutation is not None:
         inverse = sorted(range(len(selected)), key=lambda i: advanced.permutation[i])
         value = value.permute(*inverse)
-    box = apply("scatter", [box, value, *advanced.indices], axes=advanced.axes,
-                accumulate=False)
+    indices = checked(box, advanced.indices, advanced.axes)
+    box = apply("scatter", [box, value, *indices], axes=advanced.axes, accumulate=False)
     return box if everything else setitem(x, advanced.basic_key, box)
 
 
