@@ -122,10 +122,10 @@ class KernelRenderer:
         return self.w.value(f"{INDEX_INSTRUCTIONS[statement.op]} {a}, {b}", "i")
 
     def checked_index(self, statement: CheckIndex) -> str:
-        """The index wrapped into [0, size) if negative, checked with one unsigned comparison of
-        the wrapped value; a failure records the index as read and returns from the kernel."""
+        """The index (wrapped into [0, size) if negative, where negative indices count from the
+        end) checked with one unsigned comparison, so a negative one left unwrapped fails; a failure records the index as read and returns from the kernel."""
         position, size = self.index(statement.position), statement.size
-        wrapped = wrap_index(self.w, position, size)
+        wrapped = wrap_index(self.w, position, size) if statement.wrap else position
         site = self.sites.add_index(self.kernel.name, statement.operand, statement.axis, size,
                                     statement.line)
         self.w.raw(str(macros("bounds.ll.j2").check(self.w.label("index"), site, wrapped, size,

@@ -91,7 +91,7 @@ class KernelRun:
                 self.registers[statement.target] = _index_op(statement.op, *operands)
             elif isinstance(statement, CheckIndex):
                 position = int(self.operand(statement.position))
-                if not -statement.size <= position < statement.size:
+                if not (-statement.size if statement.wrap else 0) <= position < statement.size:
                     raise IndexCheckFailed(self.name, statement, position)
                 self.registers[statement.target] = position % statement.size
             elif isinstance(statement, Compute):

@@ -11,8 +11,8 @@ memory plan placed them) whose body is a tree of statements:
 - `Compute`: one scalar primitive, exactly a row of the lowering table (codegen/lowering.py).
 - `IndexOp`: i64 arithmetic on offsets (never wrapping: offsets are small and nonnegative, except
   a padded position below its low edge, whose unsigned comparison fails).
-- `CheckIndex`: an index read from data (a gather's or scatter's), wrapped if negative and checked
-  against its dimension; out of range, the kernel records the index in the error record and
+- `CheckIndex`: an index read from data (a gather's or scatter's), checked against its dimension
+  (and wrapped if negative, where negative indices count from the end); out of range, the kernel records the index in the error record and
   returns before any access at it, and the entry runs no later kernel.
 - `Accumulator` / `Accumulate`: a reduction's running value (reassociable, so it vectorizes).
 - `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end), a BLAS call or a loop nest.
@@ -92,6 +92,7 @@ class CheckIndex:
     operand: Value
     axis: int
     line: str = ""
+    wrap: bool = True  # a negative index counts from the end; without, it is out of range
 
 
 @dataclass(eq=False)
@@ -240,7 +241,8 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
                 f"{operands(statement.operands)}"]
     if isinstance(statement, CheckIndex):
         text = (f"{statement.target} : index = checked_index {format_operand(statement.position)}, "
-                f"{statement.size} {{dimension {statement.axis}, %{statement.operand.name}}}")
+                f"{statement.size} {{dimension {statement.axis}, %{statement.operand.name}"
+                f"{'' if statement.wrap else ', negative refused'}}}")
         return [_comment(indent + text, statement.line)]
     if isinstance(statement, Load):
         text = (f"{statement.target} : {SHORT_NAMES[statement.value.dtype]} = load "

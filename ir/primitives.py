@@ -13,8 +13,9 @@ dimensions, in order. `scatter target, updates, i1..ik {axes, accumulate}` is ta
 (of gather's result shape) written, or with `accumulate` added, at those positions. Negative
 indices count from the end; one outside [-size, size) is an IndexRangeError.
 
-`check_index i {size, axis}` is i with negative values wrapped (+ size), after checking every
-element lies in [-size, size): the tracer passes each index tensor a user gives through it before
+`check_index i {size, axis, wrap}` is i after checking every element lies in [0, size), or with
+`wrap` in [-size, size) with negative values wrapped (+ size), as PyTorch's indexing `x[i]` counts
+them from the end where its index_select, gather and losses refuse them. The tracer passes each index tensor a user gives through it before
 the gather or scatter reads it. It checks the whole tensor even where the gather reads only some
 of it or nothing (an empty or sliced result, a result never used), as PyTorch does, so the passes
 keep it when its result is unused and fusion always stores it.
@@ -242,7 +243,8 @@ def _gather(in_types: list[TensorType], axes: tuple[int, ...]) -> list[TensorTyp
     return [TensorType(gathered_shape(x.shape, index_shape, axes), x.dtype)]
 
 
-def _check_index(in_types: list[TensorType], size: int, axis: int) -> list[TensorType]:
+def _check_index(in_types: list[TensorType], size: int, axis: int,
+                 wrap: bool) -> list[TensorType]:
     (index,) = in_types
     if index.dtype != int64:
         raise ShapeError(f"check_index needs an int64 operand, got {index.dtype}")

@@ -24,10 +24,11 @@ def _iota(shape, dimension, dtype):
     return np.broadcast_to(line, shape)
 
 
-def _check_index(index, size, axis):
-    """The index wrapped into [0, size) as PyTorch does for negative values; IndexRangeError for
-    one outside [-size, size), worded as PyTorch's message."""
-    outside = (index < -size) | (index >= size)
+def _check_index(index, size, axis, wrap=True):
+    """The index, with `wrap` its negative values counted from the end as PyTorch's indexing
+    does; IndexRangeError for one outside [-size, size) (without `wrap`, [0, size)), worded as
+    PyTorch's message."""
+    outside = (index < (-size if wrap else 0)) | (index >= size)
     if np.any(outside):
         value = int(index[outside].flat[0])
         raise IndexRangeError(f"index {value} is out of bounds for dimension {axis} with "

@@ -163,7 +163,7 @@ class KernelScheduler(IndexBuilder):
         if primitive == "check_index":
             (operand,) = inputs
             return self.checked_index(self.evaluate(operand, index), operand,
-                                      attributes["axis"], attributes["size"])
+                                      attributes["axis"], attributes["size"], attributes["wrap"])
         if primitive == "iota":
             position = index[attributes["dimension"]]
             if isinstance(position, int):
@@ -208,17 +208,17 @@ class KernelScheduler(IndexBuilder):
                             else self.checked_index(position, operand, axis, x.shape[axis]))
         return tuple(mapped[axis] if axis in mapped else next(rest) for axis in range(len(x.shape)))
 
-    def checked_index(self, position, operand: Value, axis: int, size: int):
-        """`position` wrapped into [0, size) if negative, once checked (once per open block); an
-        index known at compile time and in range is folded (one out of range is still checked,
-        so that it fails)."""
-        if isinstance(position, int) and -size <= position < size:
+    def checked_index(self, position, operand: Value, axis: int, size: int, wrap: bool = True):
+        """`position` (wrapped into [0, size) if negative, with `wrap`) once checked (once per
+        open block); an index known at compile time and in range is folded (one out of range is
+        still checked, so that it fails)."""
+        if isinstance(position, int) and (-size if wrap else 0) <= position < size:
             return position % size
-        key = ("checked_index", position, size)  # a scatter checks the index its gather did
+        key = ("checked_index", position, size, wrap)  # a scatter checks its gather's index
         target = self.known(key)
         if target is None:
             target = self.fresh("o")
-            self.emit(CheckIndex(target, position, size, operand, axis, self.location))
+            self.emit(CheckIndex(target, position, size, operand, axis, self.location, wrap))
             self.computed[-1][key] = target
         return target
 

@@ -138,7 +138,7 @@ def test_gather_fuses_into_the_loop_as_a_checked_load():
     # the labels are checked whole in a loop of their own (the arange needs no check), then read
     # in the loop that sums the gathered values
     check, gather = fused.split("kernel_")[1:]
-    assert "check_index %labels {size=10, axis=1}" in check and check.count(" = ") == 2
+    assert "check_index %labels {size=10, axis=1, wrap=True}" in check and check.count(" = ") == 2
     assert "gather" in gather and "reduce_sum" in gather and "check_index" not in gather
     assert "index" in picked.ir(*arguments, stage="llvm")  # the range check's blocks
 
@@ -367,10 +367,13 @@ def test_out_of_range_compiled_scatter():
         x.index_add_(0, index, rows)
 
     x = tr.zeros(3, 2)
-    add_rows(x, tr.tensor([2, 2, -3]), tr.ones(3, 2))
+    add_rows(x, tr.tensor([2, 2, 0]), tr.ones(3, 2))
     assert x.numpy().tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]
     with pytest.raises(tr.IndexOutOfRangeError, match="index 3 is out of bounds"):
         add_rows(x, tr.tensor([0, 3, 1]), tr.ones(3, 2))
+    # negative indices are refused by index_add_, as PyTorch refuses them
+    with pytest.raises(tr.IndexOutOfRangeError, match="index -3 is out of bounds"):
+        add_rows(x, tr.tensor([0, -3, 1]), tr.ones(3, 2))
     assert x.numpy().tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]
 
 

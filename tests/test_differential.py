@@ -38,9 +38,6 @@ What the generator leaves out on purpose (DESIGN.md documents these differences 
   * `view` of a value PyTorch may hold non-contiguously (PyTorch raises, tracer copies);
   * higher-order derivatives, `x[mask]` reads (eager only);
   * index assignment with a repeated index: PyTorch leaves which write wins undefined;
-  * negative indices for index_select, gather, take_along_dim and index_add_: tracer takes them
-    from the end, PyTorch refuses them (but take_along_dim's with a dim; README "Integer
-    indexing" documents the difference);
   * in-place changes of arguments in "grad" and "through" programs (a traced function that changes
     its arguments returns detached results, on purpose);
   * a custom Function's backward returning a broadcast-shaped gradient (PyTorch reduces it).
@@ -1364,8 +1361,9 @@ class Generator:
         self.values[i] = dataclasses.replace(v, requires_grad=rg)
 
     def op_gather(self):
-        """index_select, gather and take_along_dim (with and without a dim); their indices are
-        non-negative, as PyTorch requires."""
+        """index_select, gather and take_along_dim (with and without a dim); sometimes with
+        negative indices, which take_along_dim with a dim counts from the end and the others
+        refuse, in PyTorch and tracer."""
         how = self.choice(["index_select", "gather", "take_along_dim", "take_along_dim_flat"])
         i = self.pick()
         v = self.values[i]
@@ -1378,7 +1376,8 @@ class Generator:
             size = int(np.prod(v.shape))
             index = self.index_shape(size, False)
             self.emit(("call", "take_along_dim", i,
-                       (self.new_index_input(index, size, layouts=["C"]),), {}),
+                       (self.new_index_input(index, size, negative=self.integer(0, 3) == 0,
+                                             layouts=["C"]),), {}),
                       Value((int(np.prod(index)),), v.dtype, v.requires_grad, True, False))
             return
         dim = self.integer(-max(rank, 1), max(rank, 1) - 1)
@@ -1399,8 +1398,9 @@ class Generator:
                               else self.choice([1, 2]) for k, d in enumerate(v.shape))
                 out = tuple(n if k == dim % rank else max(n, d)
                             for k, (n, d) in enumerate(zip(index, v.shape)))
-        self.emit(("call", how, i, (dim, self.new_index_input(index, size)) if how != "take_along_dim"
-                   else (self.new_index_input(index, size), dim), {}),
+        indices = self.new_index_input(index, size, negative=self.integer(0, 3) == 0)
+        self.emit(("call", how, i, (dim, indices) if how != "take_along_dim" else (indices, dim),
+                   {}),
                   Value(out, v.dtype, v.requires_grad, True, False))
 
     def op_index_add(self):
@@ -1413,7 +1413,8 @@ class Generator:
         dim = self.integer(-len(v.shape), len(v.shape) - 1)
         size = v.shape[dim]
         count = self.choice([1, 2, 3, 4]) if size else self.choice([0, 2])
-        index = self.new_index_input((count,), size) if size else None
+        index = self.new_index_input((count,), size, negative=self.integer(0, 3) == 0) if size \
+            else None
         if index is None:  # no index into an empty dimension but an empty one
             count, index = 0, self.new_index_input((0,), 0)
         shape = tuple(count if k == dim % len(v.shape) else d for k, d in enumerate(v.shape))

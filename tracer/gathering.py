@@ -19,11 +19,12 @@ def _index(index, what: str, max_ndim: int | None = None) -> Tensor:
     return index
 
 
-def checked(x: Tensor, indices, axes) -> list[Tensor]:
-    """Each index tensor checked whole against the dimension of `x` it indexes, negative values
-    wrapped (the check_index primitive): PyTorch refuses an out-of-range index even where the
-    result reads none of it (an empty or sliced result, one never used)."""
-    return [apply("check_index", [index], size=x.shape[axis], axis=axis)
+def checked(x: Tensor, indices, axes, wrap: bool) -> list[Tensor]:
+    """Each index tensor checked whole against the dimension of `x` it indexes (the check_index
+    primitive): PyTorch refuses an out-of-range index even where the result reads none of it (an
+    empty or sliced result, one never used). With `wrap`, negative indices count from the end
+    (PyTorch's `x[i]`); without, they are out of range (its index_select, gather, index_add_)."""
+    return [apply("check_index", [index], size=x.shape[axis], axis=axis, wrap=wrap)
             for index, axis in zip(indices, axes)]
 
 
@@ -47,14 +48,15 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     index = _index(index, "index_select", max_ndim=1).reshape(-1)
     if x.ndim == 0:
         x, dim = x.reshape(1), 0
-        return _scalar(apply("gather", [x, *checked(x, [index], (0,))], axes=(0,)))
-    return _move_first_to(apply("gather", [x, *checked(x, [index], (dim,))], axes=(dim,)), dim)
+        return _scalar(apply("gather", [x, *checked(x, [index], (0,), False)], axes=(0,)))
+    return _move_first_to(apply("gather", [x, *checked(x, [index], (dim,), False)], axes=(dim,)),
+                          dim)
 
 
-def _gather_along(x: Tensor, dim: int, index: Tensor) -> Tensor:
+def _gather_along(x: Tensor, dim: int, index: Tensor, wrap: bool = False) -> Tensor:
     """out[i...] = x[i... with i[dim] replaced by index[i...]], for an index of x's rank whose
     other dimensions are no larger than x's (the iotas along them need no check)."""
-    (index,) = checked(x, [index], (dim,))
+    (index,) = checked(x, [index], (dim,), wrap)
     indices = [index if axis == dim else iota(index.shape, axis) for axis in range(x.ndim)]
     return apply("gather", [x, *indices], axes=tuple(range(x.ndim)))
 
@@ -89,7 +91,7 @@ def take_along_dim(x: Tensor, indices: Tensor, dim: int | None = None) -> Tensor
                                 for t in (x, indices)))
     x = x.expand(*others[:dim], x.shape[dim], *others[dim + 1:])
     indices = indices.expand(*others[:dim], indices.shape[dim], *others[dim + 1:])
-    return _gather_along(x, dim, indices)
+    return _gather_along(x, dim, indices, wrap=True)  # as PyTorch's, only with a dim
 
 
 def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
@@ -109,8 +111,8 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
                                  f"{list(expected)}")
     if x.ndim == 0:
         x = x.reshape(1)
-        return _scalar(apply("scatter", [x, source, *checked(x, [index], (0,))], axes=(0,),
-                             accumulate=True))
+        return _scalar(apply("scatter", [x, source, *checked(x, [index], (0,), False)],
+                             axes=(0,), accumulate=True))
     updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
-    return apply("scatter", [x, updates, *checked(x, [index], (dim,))], axes=(dim,),
+    return apply("scatter", [x, updates, *checked(x, [index], (dim,), False)], axes=(dim,),
                  accumulate=True)

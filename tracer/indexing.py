@@ -193,7 +193,7 @@ def getitem(x: Tensor, key) -> Tensor:
         return mark_view(_basic_getitem(x, key), x, "indexing")
     box = x if _is_everything(advanced.basic_key) else _basic_getitem(x, advanced.basic_key)
     # As in PyTorch, indexing with tensors gives a new tensor, not a view.
-    indices = checked(box, advanced.indices, advanced.axes)
+    indices = checked(box, advanced.indices, advanced.axes, wrap=True)
     result = apply("gather", [box, *indices], axes=advanced.axes)
     if advanced.permutation is not None:
         result = apply("transpose", [result], permutation=advanced.permutation)
@@ -237,7 +237,7 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     if advanced.permutation is not None:
         inverse = sorted(range(len(selected)), key=lambda i: advanced.permutation[i])
         value = value.permute(*inverse)
-    indices = checked(box, advanced.indices, advanced.axes)
+    indices = checked(box, advanced.indices, advanced.axes, wrap=True)
     box = apply("scatter", [box, value, *indices], axes=advanced.axes, accumulate=False)
     return box if everything else setitem(x, advanced.basic_key, box)
 

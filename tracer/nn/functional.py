@@ -2,8 +2,8 @@
 
 Integer labels and embedding indices pick their entries with the gather primitive (its gradient
 is a scatter-add). Out-of-range labels and indices raise `tr.IndexOutOfRangeError`, eagerly and
-from compiled code (whose index checks are always on); negative ones too, as in PyTorch, although
-indexing itself takes negative indices from the end.
+from compiled code (whose index checks are always on); negative ones too, as in PyTorch (gather
+and index_select refuse them, where indexing `x[i]` counts them from the end).
 """
 from __future__ import annotations
 
@@ -113,12 +113,6 @@ def _along(weight: Tensor, input: Tensor, axis: int) -> Tensor:
     return weight.reshape(weight.shape + (1,) * (input.ndim - axis - 1))
 
 
-def _in_range_or_refused(index: Tensor, count: int) -> Tensor:
-    """`index` with negative entries moved out of range, so that gathering at it refuses them as
-    PyTorch's losses and embedding do (a gather would count them from the end)."""
-    return where(index < 0, count, index)
-
-
 def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
                    ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
     """Per label: -weight * input at the label (0 where ignored), the label's weight (what the
@@ -133,7 +127,7 @@ def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
     classes = input.shape[axis]
     _check_labels(target, classes, "nll_loss label", ignore_index)
     counted = target != ignore_index
-    index = _in_range_or_refused(where(counted, target, 0), classes)
+    index = where(counted, target, 0)  # gather refuses a negative label, as PyTorch's losses
     picked = input.gather(axis, index.unsqueeze(axis)).squeeze(axis)
     weights = (counted.to(input.dtype) if weight is None
                else where(counted, _class_weights(weight, input, axis)[index], 0.0))
@@ -239,7 +233,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         padding_idx = _normalize_dim(padding_idx, rows)
         padding = iota((rows, 1), 0) == padding_idx
         weight = where(padding, weight.detach(), weight)
-    return weight[_in_range_or_refused(input, rows)]
+    # index_select refuses negative indices, as PyTorch's embedding does (weight[input] would
+    # count them from the end)
+    return weight.index_select(0, input.reshape(-1)).reshape(*input.shape, *weight.shape[1:])
 
 
 def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
