@@ -40,7 +40,6 @@ What the generator leaves out on purpose (DESIGN.md documents these differences 
   * index assignment with a repeated index: PyTorch leaves which write wins undefined;
   * in-place changes of arguments in "grad" and "through" programs (a traced function that changes
     its arguments returns detached results, on purpose);
-  * a custom Function's backward returning a broadcast-shaped gradient (PyTorch reduces it).
 Accepted as agreement by design (F3): reading a view operation's result after its base was changed
 in place, tracer raises tr.InplaceError ("... a PyTorch view would show the change") where PyTorch
 returns the changed values (VIEW_REFUSAL; only in programs that change a viewed base).
@@ -80,8 +79,6 @@ KNOWN_RESTRICTIONS = {
     "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
-    "F6": "the custom Functions' tensor operands (MulPair, NoGradFirst, linear's bias) have one "
-          "dtype",
     "F18": "an index assignment's and index_add's source has the changed tensor's dtype",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
            "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
@@ -89,7 +86,7 @@ KNOWN_RESTRICTIONS = {
     "F22": "no norm with p=0 (its result does not require grad in tracer)",
     "F26": "no in-place change of a tensor after an operation read a view of it",
 }
-# Fixed on main, their restrictions removed: F1, F2, F7, F10, F11, F12, F14, F15. F3 is a documented
+# Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F14, F15. F3 is a documented
 # difference (README "Where this differs from PyTorch"), accepted by `compare`: see
 # VIEW_REFUSAL.
 
@@ -1010,11 +1007,7 @@ class Generator:
         a = self.values[i]
         shape = self.broadcast_partner(a.shape)
         name = self.choice(sorted(BINARY))
-        same_dtype = name in ("mul_pair", "no_grad_first")  # F6
-        if same_dtype:  # a custom backward must return the input's shape
-            shape = a.shape
-        j = self.pick(lambda v: v.shape == shape and (not same_dtype or v.dtype == a.dtype),
-                      fresh_shape=shape, dtype=a.dtype if same_dtype else None)
+        j = self.pick(lambda v: v.shape == shape, fresh_shape=shape)
         b = self.values[j]
         if self.integer(0, 1):
             i, j, a, b = j, i, b, a
@@ -1094,9 +1087,8 @@ class Generator:
         j = self.pick(lambda v: v.shape == (n, a.shape[1]) and v.dtype == dtype,
                       fresh_shape=(n, a.shape[1]), dtype=dtype)
         k = None
-        if self.integer(0, 1):  # F6: the bias's gradient would have the output's dtype
-            k = self.pick(lambda v: v.shape == (n,) and v.dtype == a.dtype, fresh_shape=(n,),
-                          dtype=a.dtype)
+        if self.integer(0, 1):
+            k = self.pick(lambda v: v.shape == (n,), fresh_shape=(n,))
         operands = [self.values[x] for x in (i, j, k) if x is not None]
         self.emit(("linear", i, j, k),
                   Value((a.shape[0], n), self.result_type(*operands),

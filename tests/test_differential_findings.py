@@ -125,21 +125,58 @@ def test_f8_inplace_change_of_a_power_with_a_tensor_exponent():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F6: a custom backward's gradient of another dtype is "
-                                       "refused; PyTorch casts it to the input's dtype")
-def test_f6_custom_backward_returning_another_dtype():
+# F6 (fixed): a custom backward's gradient of another dtype is cast to the input's dtype, and one
+# of a shape the input broadcasts to is summed down to the input's shape, as PyTorch's engine does.
+F6_GRADIENTS = {
+    "float64 for a float32 input": ("float32", (2, 3), lambda m, g: g.to(m.float64) * 2),
+    "float32 for a float64 input": ("float64", (2, 3), lambda m, g: g.to(m.float32) * 2),
+    "broadcast over a new leading axis": ("float32", (3,), lambda m, g: g * m.ones(4, 1, 3)),
+    "broadcast along a size-1 axis": ("float64", (1, 3), lambda m, g: g * m.ones(2, 1) + 1),
+    "both": ("float32", (1, 3), lambda m, g: (g * m.ones(2, 3, dtype=m.float64)).exp()),
+}
+
+
+@pytest.mark.parametrize("case", list(F6_GRADIENTS))
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_f6_custom_backward_gradient_of_another_dtype_or_a_broadcast_shape(case, traced):
+    dtype, shape, gradient = F6_GRADIENTS[case]
+    data = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+
     def build(m):
-        class Double(torch.autograd.Function if m is torch else tr.Function):
+        class Scaled(torch.autograd.Function if m is torch else tr.Function):
             @staticmethod
             def forward(ctx, x):
                 return x * 2
 
             @staticmethod
             def backward(ctx, g):
-                return g * m.ones(1, dtype=m.float64) * 2
+                return gradient(m, g)
 
-        x = m.tensor([1.0], requires_grad=True)
-        Double.apply(x).sum().backward()
+        def loss(x):
+            (Scaled.apply(x) * x).sum().backward()
+            return x.grad
+
+        x = m.tensor(data, requires_grad=True)
+        return loss(x) if m is torch or not traced else tr.trace(loss)(x)
+
+    expected, actual = build(torch), build(tr)
+    assert str(actual.dtype) == str(expected.dtype).replace("torch.", "")
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_f6_a_gradient_the_input_does_not_broadcast_to_is_refused_as_in_pytorch():
+    def build(m):
+        class Shrunk(torch.autograd.Function if m is torch else tr.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g.sum(0)
+
+        x = m.ones(2, 3, requires_grad=True)
+        Shrunk.apply(x).sum().backward()
         return (x.grad,)
     assert_same(build)
 

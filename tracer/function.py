@@ -13,6 +13,8 @@ import inspect
 import os
 from typing import Callable
 
+import numpy as np
+
 from tracer.ir.builder import Builder
 from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
@@ -165,14 +167,14 @@ class _FunctionRule:
             needs_by_argument[position] = need
         self.ctx.needs_input_grad = Named(self.ctx._argument_names, needs_by_argument)
         if self.trace is None:
-            return self._run(cotangents, tensor_positions)
+            return self._run(builder, cotangents, tensor_positions)
         with tracing(self.trace), self.trace.emitting_into(builder):
-            return self._run(cotangents, tensor_positions)
+            return self._run(builder, cotangents, tensor_positions)
 
     def _wrap(self, handle) -> Tensor:
         return Tensor._make(handle, self.trace, False)
 
-    def _run(self, cotangents: list, tensor_positions: list[int]) -> list:
+    def _run(self, builder: Builder, cotangents: list, tensor_positions: list[int]) -> list:
         context = self.trace.label(f"{self.name}.backward") if self.trace else contextlib.nullcontext()
         with no_grad(), context:
             grads_in: list[Tensor | None] = []
@@ -188,9 +190,11 @@ class _FunctionRule:
                 else:
                     grads_in.append(None if handle is None else self._wrap(handle))
             result = self.user_backward(self.ctx, *grads_in)
-        return self._check(result, tensor_positions)
+        return self._check(builder, result, tensor_positions)
 
-    def _check(self, result, tensor_positions: list[int]) -> list:
+    def _check(self, builder: Builder, result, tensor_positions: list[int]) -> list:
+        """The handles of the gradients `result` returned, as PyTorch's engine takes them: one
+        of a shape the input's broadcasts to is summed down to it, one of another dtype cast."""
         where = f"{self.name}.backward"
         line = _definition_line(self.user_backward)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -218,13 +222,23 @@ class _FunctionRule:
                 raise FunctionBackwardError(
                     f"{where} returned a {type(gradient).__name__} as the gradient of '{name}'; "
                     f"return a tensor or None", line)
-            if gradient.shape != argument.shape or gradient.dtype != argument.dtype:
+            if not _broadcasts_to(argument.shape, gradient.shape):
                 raise FunctionBackwardError(
-                    f"{where} returned a gradient for '{name}' of shape {list(gradient.shape)} and "
-                    f"dtype {gradient.dtype}; expected shape {list(argument.shape)} and dtype "
-                    f"{argument.dtype}", line)
-            handles.append(gradient._handle if self.trace else gradient._eager_array("backward"))
+                    f"{where} returned a gradient for '{name}' of shape {list(gradient.shape)}; "
+                    f"expected shape {list(argument.shape)} (or one it broadcasts to)", line)
+            handle = gradient._handle if self.trace else gradient._eager_array("backward")
+            handle = builder.sum_to_shape(handle, argument.shape)
+            if gradient.dtype != argument.dtype:
+                handle = builder.cast(handle, argument.dtype)
+            handles.append(handle)
         return handles
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
 
 
 def _definition_line(function: Callable) -> str:
