@@ -1640,6 +1640,15 @@ F28 = Program(
     ops=[("arg", 0), ("call", "getitem", 0, ([None], ("input", 1)), {})],
     outputs=[1], argnums=(), updates=(), value_and_grad=False)
 
+# F29: tr.grad of x.var(0, correction=2) for one element: PyTorch's gradient divides by
+# count - correction (-1), tracer's composition by max(0, count - correction) = 0, giving nan.
+F29 = Program(
+    kind="grad",
+    inputs=[Input(shape=(1,), dtype="float32", layout="C", via="from_numpy", requires_grad=False,
+                  grad=False, seed=0)],
+    ops=[("arg", 0), ("call", "var", 0, (0,), {"keepdim": False, "correction": 2})],
+    outputs=[1], argnums=(0,), updates=("sub",), value_and_grad=False)
+
 
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
 # machine, compiling each (TRACER_DISABLE_CACHE=1) or not (19.8 s with the newer operations, 17.2 s
@@ -1653,6 +1662,7 @@ F28 = Program(
 @example(F27_MASK)
 @example(GATHER_BESIDE_MATMUL)
 @example(F28)
+@example(F29)
 def test_random_programs_agree(program):
     check_program(program)
 

@@ -466,3 +466,27 @@ def test_f28_an_index_in_range_gives_torchs_values(case):
         actual = run(lambda x, i: program(tr, x, i), x, tr.tensor(np.array(index, np.int64)))
         assert actual.shape == tuple(expected.shape)
         np.testing.assert_array_equal(actual.numpy(), expected.numpy())
+
+
+# F29 (fixed): var and std with a count at or below the correction: PyTorch's value divides by
+# max(0, count - correction), its gradient by count - correction itself, with the mean taken as a
+# constant (var_backward); tracer's composition gave nan gradients there.
+@pytest.mark.parametrize("shape,dim,correction", [((1,), 0, 2), ((3,), 0, 5), ((2, 3), 1, 3),
+                                                  ((2, 3), 1, 4), ((2,), 0, 1), ((1,), 0, 1),
+                                                  ((4, 3), 0, 1)])
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+def test_f29_var_with_a_count_not_above_the_correction(shape, dim, correction, name, traced):
+    data = np.random.default_rng(0).standard_normal(shape)
+    reference = torch.tensor(data, requires_grad=True)
+    expected = getattr(reference, name)(dim, correction=correction).sum()
+    expected.backward()
+
+    def loss(x):
+        return getattr(x, name)(dim, correction=correction).sum()
+
+    x = tr.tensor(data)
+    value, gradient = (tr.trace(tr.value_and_grad(loss)) if traced else tr.value_and_grad(loss))(x)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gradient.numpy(), reference.grad.numpy(), rtol=1e-12, atol=1e-15)

@@ -78,9 +78,18 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         raise ArgumentError(f"var and std need a float tensor, got {x.dtype}; use .float() first")
     axes = _normalize_dims(dim, x.ndim)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    centered = x - x.mean(axes, keepdim=True)
-    # As PyTorch: a count not above the correction divides by zero (inf or nan).
-    return (centered * centered).sum(axes, keepdim=keepdim) / builtins.max(0, count - correction)
+    # The mean is taken as a constant on the gradient path, as PyTorch's var_backward does
+    # (2 * g * (x - mean) / divisor: the mean's own gradient is zero in exact arithmetic), which
+    # keeps the gradient finite-or-inf where the divisor is 0, as PyTorch's, rather than nan.
+    centered = x - x.mean(axes, keepdim=True).detach()
+    squares = (centered * centered).sum(axes, keepdim=keepdim)
+    divisor = count - correction
+    if divisor >= 0:  # (0, as PyTorch: inf or nan, and a nan gradient)
+        return squares / divisor
+    # A count below the correction: PyTorch's value divides by max(0, divisor) = 0 (inf or nan),
+    # its gradient by the divisor itself (var_backward), so the gradient is finite.
+    scaled = squares / divisor
+    return (squares / 0.0 - scaled).detach() + scaled
 
 
 def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
