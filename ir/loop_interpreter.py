@@ -87,7 +87,9 @@ class KernelRun:
                     self.registers[statement.counter] = position
                     self.run(statement.body)
             elif isinstance(statement, IndexOp):
-                operands = [self.operand(x) for x in statement.operands]
+                # as Python ints: an index loaded from an int64 buffer is a numpy scalar, which
+                # would overflow on the unsigned mask
+                operands = [int(self.operand(x)) for x in statement.operands]
                 self.registers[statement.target] = _index_op(statement.op, *operands)
             elif isinstance(statement, CheckIndex):
                 position = int(self.operand(statement.position))

@@ -1649,6 +1649,23 @@ F29 = Program(
     ops=[("arg", 0), ("call", "var", 0, (0,), {"keepdim": False, "correction": 2})],
     outputs=[1], argnums=(0,), updates=("sub",), value_and_grad=False)
 
+# A crash of the oracle, not of tracer: the loop interpreter's unsigned compare of an index loaded
+# from an int64 buffer (a numpy scalar) overflowed on the 64-bit mask (after check_index, a gather
+# reads the checked index from memory).
+CHECKED_INDEX_COMPARED = Program(
+    kind="backward",
+    inputs=[Input(shape=(1, 2), dtype="float32", layout="C", via="from_numpy", requires_grad=True,
+                  grad=True, seed=0),
+            Input(shape=(1,), dtype="int64", layout="C", via="from_numpy", requires_grad=False,
+                  grad=False, seed=0, low=-2, high=2),
+            Input(shape=(1, 1), dtype="float32", layout="C", via="from_numpy", requires_grad=True,
+                  grad=True, seed=0)],
+    ops=[("arg", 0), ("layout", "t", 0, None), ("arg", 2),
+         ("call", "index_add", 0, (-1, ("input", 1), ("value", 2)), {"alpha": 1}),
+         ("setitem", 3, (0, 0, "..."), (0,)), ("unary", "abs", 0), ("unary", "abs", 0),
+         ("unary", "abs", 3)],
+    outputs=[7], argnums=(), updates=("sub", "sub", "sub"), value_and_grad=False)
+
 
 # `make test`: 300 programs, the same ones on every run (derandomize); about 15-25 s on the 2-core
 # machine, compiling each (TRACER_DISABLE_CACHE=1) or not (19.8 s with the newer operations, 17.2 s
@@ -1663,6 +1680,7 @@ F29 = Program(
 @example(GATHER_BESIDE_MATMUL)
 @example(F28)
 @example(F29)
+@example(CHECKED_INDEX_COMPARED)
 def test_random_programs_agree(program):
     check_program(program)
 
