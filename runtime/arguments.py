@@ -10,7 +10,8 @@ import numpy as np
 
 from tracer.errors import ArgumentError
 from tracer.interop import foreign_to_numpy, is_foreign_array
-from tracer.tensor import Tensor, as_dtype
+from tracer.dtypes import as_dtype
+from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry

@@ -11,8 +11,9 @@ from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import enable_grad
 from tracer.runtime.arguments import copy_arrays, flatten
-from tracer.tensor import Tensor, ones_like
-from tracer.transforms import traced_gradients
+from tracer.backward import traced_gradients
+from tracer.creation import ones_like
+from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
     from tracer.runtime.trace import Entry, TracedFunction

@@ -17,7 +17,8 @@ from tracer.runtime.arguments import flatten, parameter_name
 from tracer.runtime.guards import (Reached, captured_names, reachable, recording_names,
                                    stored_tensors)
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
-from tracer.tensor import Tensor, check_current, from_numpy
+from tracer.creation import from_numpy
+from tracer.tensor import Tensor, check_current
 from tracer.tracing import Trace, tracing
 
 

@@ -19,7 +19,8 @@ from tracer.ir.vjp import CustomRule
 from tracer.autograd import custom_node, edge_of
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
-from tracer.tensor import Tensor, zeros
+from tracer.creation import zeros
+from tracer.tensor import Tensor
 from tracer.tracing import tracing
 
 

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.types import TensorType
 from tracer.context import state
 from tracer.errors import TracingError, user_line
-
-if TYPE_CHECKING:
-    from tracer.tensor import Tensor
+from tracer.tensor import Tensor
 
 
 # The slots of a captured tensor that tracing changes; `Trace.release` puts them back.
@@ -23,7 +20,7 @@ _CAPTURED_SLOTS = ("_handle", "_trace", "_node", "_output_index", "_grad", "_bas
 @dataclass
 class Captured:
     """A tensor from outside the traced function that is a runtime input of it."""
-    tensor: "Tensor"
+    tensor: Tensor
     saved: tuple           # its _CAPTURED_SLOTS on entry
     value: Value           # the parameter holding its data
     grad: Value | None     # the parameter holding its .grad, if it had one
@@ -38,10 +35,10 @@ class Trace:
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
         self.builder = GraphBuilder(self.function, self.location)
         self.captured: list[Captured] = []
-        self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
+        self.leaves: list[Tensor] = []  # traced leaf tensors that require grad
         # The proxies of the argument tensors, by id of the caller's tensor: the function may also
         # reach an argument through a global name.
-        self.arguments: dict[int, "Tensor"] = {}
+        self.arguments: dict[int, Tensor] = {}
         # (ctx, output values) of every custom Function applied, for the checks of a backward.
         self.custom_calls: list[tuple] = []
         # An in-place change rebinds a tensor to a new value. The old values it leaves behind: by
@@ -76,12 +73,11 @@ class Trace:
     def parameter(self, name: str, type: TensorType) -> Value:
         return self.function.add_parameter(name, type)
 
-    def capture(self, tensor: "Tensor", constant: bool = False) -> Value:
+    def capture(self, tensor: Tensor, constant: bool = False) -> Value:
         """A tensor from outside the traced function (read from a closure, a global or an object's
         attribute, or made by tr.tensor inside it) becomes a runtime input. Until `release`, the
         tensor itself stands for that input, as an argument's proxy does: operations on it, its
         .grad (a runtime input too) and in-place changes of either are traced."""
-        from tracer.tensor import Tensor  # (tensor.py imports this module)
         if tensor.requires_grad and not tensor.is_leaf:
             raise TracingError(
                 f"the traced function uses a tensor of shape {list(tensor.shape)} computed outside "
@@ -110,21 +106,21 @@ class Trace:
             for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
                 setattr(captured.tensor, slot, value)
 
-    def grad_of(self, tensor: "Tensor") -> "Tensor | None":
+    def grad_of(self, tensor: Tensor) -> "Tensor | None":
         """The traced .grad of an untraced `tensor` read inside the trace."""
         return self.stand_in(tensor)._grad
 
-    def set_grad(self, tensor: "Tensor", grad: "Tensor | None") -> None:
+    def set_grad(self, tensor: Tensor, grad: "Tensor | None") -> None:
         self.stand_in(tensor)._grad = grad
 
-    def stand_in(self, tensor: "Tensor") -> "Tensor":
+    def stand_in(self, tensor: Tensor) -> Tensor:
         """What stands for `tensor` in this trace: an argument's proxy, or the tensor captured."""
         if id(tensor) in self.arguments:
             return self.arguments[id(tensor)]
         self.capture(tensor)
         return tensor
 
-    def rebind(self, tensor: "Tensor", value: Value, changing: Value) -> None:
+    def rebind(self, tensor: Tensor, value: Value, changing: Value) -> None:
         """`tensor` now holds `value`, computed in place from its old value by the instruction
         that produced `changing`."""
         old = tensor._handle
@@ -133,21 +129,32 @@ class Trace:
             self._leaf_history.setdefault(id(tensor), []).append(old)
         tensor._handle = value
 
-    def leaf_values(self, tensor: "Tensor") -> list[Value]:
+    def leaf_values(self, tensor: Tensor) -> list[Value]:
         """The values `tensor` has held while it was a leaf, the current one last."""
         tensor = self.arguments.get(id(tensor), tensor)
         return self._leaf_history.get(id(tensor), []) + [self.handle_of(tensor)]
 
-    def handle_of(self, tensor: "Tensor") -> Value:
+    def handle_of(self, tensor: Tensor) -> Value:
         if tensor._trace is self:
             if tensor._base is not None:
-                tensor._follow_base(self)
+                self._follow_base(tensor)
             return tensor._handle
         if tensor._trace is not None:
             raise escaped_error()
         if id(tensor) in self.arguments:
             return self.arguments[id(tensor)]._handle
         return self.capture(tensor)
+
+    def _follow_base(self, alias: Tensor) -> None:
+        """Traced, a detach() alias is a value of its own: after an in-place change of its base it
+        takes the base's new value (eagerly the two share one buffer, as in PyTorch)."""
+        base = alias._base
+        if base._version == alias._base_version:
+            return
+        handle = self.handle_of(base)
+        if base.requires_grad:
+            (handle,) = self.builder.emit("stop_gradient", [handle], {})
+        alias._handle, alias._base_version = handle, base._version
 
 
 def escaped_error() -> TracingError:
@@ -166,22 +173,10 @@ def tracing(trace: Trace):
         state.trace = previous
 
 
-def current_tensor(tensor: "Tensor") -> "Tensor":
+def current_tensor(tensor: Tensor) -> Tensor:
     """The tensor that stands for `tensor` in the trace being recorded: the proxy of an argument
     (whose `.grad` the traced backward fills), else `tensor` itself. Code that holds the caller's
     tensors, as an optimizer does, reads `.grad` and writes through this."""
     trace = state.trace
     return tensor if trace is None else trace.arguments.get(id(tensor), tensor)
 
-
-def clear_grads(tensors: Iterable["Tensor"], set_to_none: bool = True) -> None:
-    """`zero_grad` of modules and optimizers: each tensor's `.grad` (its stand-in's, when tracing)
-    set to None, or zeroed in place."""
-    for tensor in tensors:
-        tensor = current_tensor(tensor)
-        if tensor.grad is None:
-            continue
-        if set_to_none:
-            tensor.grad = None
-        else:
-            tensor.grad.zero_()
