@@ -164,13 +164,10 @@ def _topological_order(roots: list) -> list[Node]:
     return order[::-1]
 
 
-def run_backward(roots: Sequence[tuple[Tensor, np.ndarray]], retain_graph: bool = False,
-                 inputs: Sequence[Tensor] | None = None) -> list[np.ndarray | None] | None:
-    """Propagate `roots` (tensor, cotangent) back through the tape.
-
-    Without `inputs`, gradients accumulate into the `.grad` of the leaves reached, as
-    `Tensor.backward` does. With `inputs`, nothing accumulates and their gradients are returned.
-    """
+def run_backward(roots: Sequence[tuple[Tensor, np.ndarray]],
+                 retain_graph: bool = False) -> list[tuple[Tensor, np.ndarray]]:
+    """Propagate `roots` (tensor, cotangent) back through the tape: (leaf, its gradient) for every
+    leaf reached. `Tensor.backward` accumulates them into `.grad`; `tr.grad` returns some."""
     cotangents: dict[tuple[int, int], np.ndarray] = {}
     leaf_gradients: dict[int, tuple[Tensor, np.ndarray]] = {}
 
@@ -202,14 +199,12 @@ def run_backward(roots: Sequence[tuple[Tensor, np.ndarray]], retain_graph: bool 
             if not retain_graph:
                 node.inputs = node.outputs = ()
                 node.freed = True
-    if inputs is not None:
-        return [leaf_gradients.get(id(t), (None, None))[1] for t in inputs]
-    for tensor, gradient in leaf_gradients.values():
-        gradient = gradient.astype(tensor.dtype, copy=False)
-        if tensor.grad is None:
-            tensor.grad = Tensor._make(np.array(gradient, copy=True), None, False)
-        else:
-            np.add(tensor.grad._handle, gradient, out=tensor.grad._handle)
-            tensor.grad._mark_changed()
-    return None
+    return list(leaf_gradients.values())
+
+
+def attach(tensor: Tensor, node: Node | None, index: int) -> None:
+    """Make `tensor` output `index` of `node` (None when traced: the graph holds the link): it
+    requires grad and is no longer a leaf."""
+    tensor._node, tensor._output_index = node, index
+    tensor._requires_grad, tensor._leaf = True, False
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import builtins
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from tracer.ir.autodiff import gradient_path, reaches, trace_directive
+from tracer.ir.graph import Value
 from tracer.autograd import changed_for_backward, run_backward, values_read
 from tracer.context import state
 from tracer.creation import ones
@@ -59,8 +62,9 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
                                            instruction.primitive, where)
 
 
-def traced_backward(output: Tensor, gradient: Tensor) -> None:
-    """`output.backward(gradient)` inside a trace: accumulate into the `.grad` of traced leaves."""
+def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor, Value]]:
+    """`output.backward(gradient)` inside a trace: (leaf, gradient value) for every traced leaf
+    that `output` depends on (but those for which a custom backward returned None)."""
     trace = output._trace
     if state.trace is not trace:
         raise escaped_error()
@@ -70,15 +74,26 @@ def traced_backward(output: Tensor, gradient: Tensor) -> None:
                          [v for group in groups for v in group]))
     leaves = [t for t, group in zip(leaves, groups) if any([next(flags) for _ in group])]
     if not leaves:
-        return
-    for leaf, handle in zip(leaves, traced_gradients(output, gradient, leaves)):
-        if handle is None:  # a custom backward returned None for it: .grad stays as it is
-            continue
-        gradient_tensor = Tensor._make(handle, trace, False)
-        if leaf.grad is None:
-            leaf.grad = gradient_tensor
-        else:
-            leaf.grad._assign(leaf.grad + gradient_tensor, "gradient accumulation")
+        return []
+    return [(leaf, value) for leaf, value in zip(leaves, traced_gradients(output, gradient, leaves))
+            if value is not None]
+
+
+def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Value) -> None:
+    """Add `gradient` (eagerly an array, traced a value of the leaf's trace) into `leaf.grad`, or
+    make it `leaf.grad` if there is none: the one place where backward() writes `.grad`."""
+    grad = leaf.grad
+    if isinstance(gradient, np.ndarray):
+        gradient = gradient.astype(leaf.dtype, copy=False)
+        if grad is None:
+            leaf.grad = Tensor._make(np.array(gradient, copy=True), None, False)
+        else:  # into its buffer, as PyTorch: whoever holds the .grad tensor sees the sum
+            np.add(grad._handle, gradient, out=grad._handle)
+            grad._mark_changed()
+    elif grad is None:
+        leaf.grad = Tensor._make(gradient, leaf._trace, False)
+    else:
+        grad._assign(grad + Tensor._make(gradient, leaf._trace, False), "gradient accumulation")
 
 
 class BackwardMethods:
@@ -99,9 +114,12 @@ class BackwardMethods:
             raise ShapeMismatchError(f"backward(gradient=...) of shape {list(gradient.shape)} for "
                                      f"a tensor of shape {list(self.shape)}")
         if self._trace is not None:
-            traced_backward(self, gradient)
-            return
-        run_backward([(self, gradient._eager_array("backward"))], retain_graph=retain_graph)
+            gradients = traced_leaf_gradients(self, gradient)
+        else:
+            gradients = run_backward([(self, gradient._eager_array("backward"))],
+                                     retain_graph=retain_graph)
+        for leaf, value in gradients:
+            accumulate_grad(leaf, value)
 
 
 def clear_grads(tensors: Iterable[Tensor], set_to_none: bool = True) -> None:

@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from tracer.ir.vjp import CustomRule
-from tracer.autograd import Node
+from tracer.autograd import Node, attach
 from tracer.context import is_grad_enabled, state
 from tracer.dispatch import apply, as_tensor, constant
 from tracer.dtypes import CATEGORY
@@ -101,8 +101,7 @@ class InPlaceMethods:
         else:
             trace.rebind(self, result._handle, result._handle)
         if result.requires_grad:
-            self._node, self._output_index = result._node, result._output_index
-            self._requires_grad, self._leaf = True, False
+            attach(self, result._node, result._output_index)
         self._mark_changed()
         return self
 

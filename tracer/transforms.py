@@ -72,7 +72,8 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     if not output.requires_grad:
         gradients = [zeros_like(x) for x in leaves]
     elif trace is None:
-        arrays = run_backward([(output, seed._handle)], inputs=leaves)
+        reached = {id(leaf): array for leaf, array in run_backward([(output, seed._handle)])}
+        arrays = [reached.get(id(x)) for x in leaves]
         gradients = [zeros_like(x) if a is None else Tensor._make(a, None, False)
                      for x, a in zip(leaves, arrays)]
     else:
