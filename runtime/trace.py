@@ -17,11 +17,9 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from tracer import ir
-from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, owned,
-                                     parameter_arrays, unflatten)
+from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, parameter_arrays,
+                                     unflatten)
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
 from tracer.runtime.pipeline import STAGES
@@ -31,6 +29,7 @@ from tracer.runtime.guards import (captured_change, captured_names, captured_sta
 from tracer.runtime.recording import Specialize, record
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
+from tracer.buffers import is_traced, results, state_of, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -160,10 +159,7 @@ class TracedFunction:
         for value in args:
             kind = type(value)
             if kind is Tensor:
-                grad = value._grad
-                parts.append((value._handle.shape, value._handle.dtype, value._requires_grad,
-                              None if grad is None else (grad._handle.shape, grad._handle.dtype),
-                              value._trace is None))
+                parts.append((state_of(value), is_traced(value)))
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
@@ -304,32 +300,15 @@ class TracedFunction:
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
-        for index, kind, output in entry.writebacks:
-            target = values[index]
-            # an output written in place is the argument array itself: nothing to copy
-            if kind == "data":
-                array = target._handle if isinstance(target, Tensor) else target
-                if outputs[output] is not array:
-                    np.copyto(array, outputs[output])
-                if isinstance(target, Tensor):
-                    target._mark_changed()
-            elif target._grad is None:
-                target._grad = Tensor._make(owned(outputs[output], inputs), None, False)
-            else:
-                if outputs[output] is not target._grad._handle:
-                    np.copyto(target._grad._handle, outputs[output])
-                target._grad._mark_changed()
-        for index in entry.cleared_grads:
-            values[index]._grad = None
-        results = [Tensor._make(owned(a, inputs), None, False)
-                   for a in outputs[:entry.result_count]]
+        write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
+        tensors = results(outputs[:entry.result_count], inputs)
         if entry.differentiable and is_grad_enabled():
             if leaves is None:
                 leaves = [(value, None) for value in values]
-            record_backward(self, entry, args, kwargs, leaves, results)
+            record_backward(self, entry, args, kwargs, leaves, tensors)
         if entry.structure == ("leaf",):
-            return results[0]
-        return unflatten(entry.structure, results)
+            return tensors[0]
+        return unflatten(entry.structure, tensors)
 
 
 class BoundTracedFunction:

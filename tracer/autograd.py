@@ -6,13 +6,13 @@ whatever produced each input: another node's output, or the accumulator of a lea
 from __future__ import annotations
 
 import weakref
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
 from tracer.ir.primitives import LINEAR
-from tracer.ir.vjp import apply_vjp
+from tracer.ir.vjp import CustomRule, apply_vjp
 from tracer.context import no_grad
 from tracer.errors import InplaceError, TracerError
 from tracer.tensor import Tensor
@@ -142,6 +142,25 @@ def custom_node(name: str, rule, outputs: list[np.ndarray], inputs: list[np.ndar
     attributes = {"num_outputs": len(outputs), "rule": rule}
     return Node("custom_vjp", attributes, [], list(outputs) + list(inputs), list(outputs),
                 name=f"{name}Backward", edges=[None] * len(outputs) + list(input_edges))
+
+
+def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None]],
+                outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+                saved: Sequence[Tensor]) -> None:
+    """Make the eager `outputs` the results of one call on the tape, whose gradients
+    `backward(cotangents)` computes: one cotangent tensor per output (zeros where none flows) in,
+    one gradient tensor (or None) per input out. A tensor in `saved` changed in place before the
+    backward runs is an error then."""
+    def rule(builder, cotangents: list, needs: list[bool]) -> list:
+        seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
+                 for o, c in zip(outputs, cotangents)]
+        return [None if g is None else g._handle for g in backward(seeds)]
+
+    node = custom_node(name, CustomRule(name, rule), [o._handle for o in outputs],
+                       [t._handle for t in inputs], [edge_of(t) for t in inputs])
+    node.save(saved)
+    for index, output in enumerate(outputs):
+        attach(output, node, index)
 
 
 def _topological_order(roots: list) -> list[Node]:

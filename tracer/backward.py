@@ -8,7 +8,6 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tracer.ir.autodiff import gradient_path, reaches, trace_directive
-from tracer.ir.graph import Value
 from tracer.autograd import changed_for_backward, run_backward, values_read
 from tracer.context import state
 from tracer.creation import ones
@@ -18,10 +17,10 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor, escaped_error
 
 
-def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list:
+def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list[Tensor | None]:
     """Record a `gradient` directive (the autodiff pass puts its backward in place when the trace
-    is compiled) and return the gradient values, None where no gradient flows. A leaf changed in
-    place under no_grad has held several values: its gradient sums theirs."""
+    is compiled) and return the gradients of `wrt`, None where no gradient flows. A leaf changed
+    in place under no_grad has held several values: its gradient sums theirs."""
     trace = output._trace
     groups = [trace.leaf_values(t) for t in wrt]
     values = [v for group in groups for v in group]
@@ -36,7 +35,7 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> lis
         for value, flows in (next(gradients) for _ in group):
             if flows is not None:
                 total = value if total is None else trace.builder.add(total, value)
-        totals.append(total)
+        totals.append(None if total is None else Tensor._make(total, trace, False))
     return totals
 
 
@@ -62,9 +61,9 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
                                            instruction.primitive, where)
 
 
-def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor, Value]]:
-    """`output.backward(gradient)` inside a trace: (leaf, gradient value) for every traced leaf
-    that `output` depends on (but those for which a custom backward returned None)."""
+def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """`output.backward(gradient)` inside a trace: (leaf, its gradient) for every traced leaf that
+    `output` depends on (but those for which a custom backward returned None)."""
     trace = output._trace
     if state.trace is not trace:
         raise escaped_error()
@@ -75,13 +74,14 @@ def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor
     leaves = [t for t, group in zip(leaves, groups) if any([next(flags) for _ in group])]
     if not leaves:
         return []
-    return [(leaf, value) for leaf, value in zip(leaves, traced_gradients(output, gradient, leaves))
-            if value is not None]
+    return [(leaf, grad) for leaf, grad in zip(leaves, traced_gradients(output, gradient, leaves))
+            if grad is not None]
 
 
-def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Value) -> None:
-    """Add `gradient` (eagerly an array, traced a value of the leaf's trace) into `leaf.grad`, or
-    make it `leaf.grad` if there is none: the one place where backward() writes `.grad`."""
+def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Tensor) -> None:
+    """Add `gradient` (eagerly an array from the tape, traced a tensor of the leaf's trace) into
+    `leaf.grad`, or make it `leaf.grad` if there is none: the one place where backward() writes
+    `.grad`."""
     grad = leaf.grad
     if isinstance(gradient, np.ndarray):
         gradient = gradient.astype(leaf.dtype, copy=False)
@@ -91,9 +91,9 @@ def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Value) -> None:
             np.add(grad._handle, gradient, out=grad._handle)
             grad._mark_changed()
     elif grad is None:
-        leaf.grad = Tensor._make(gradient, leaf._trace, False)
+        leaf.grad = gradient
     else:
-        grad._assign(grad + Tensor._make(gradient, leaf._trace, False), "gradient accumulation")
+        grad._assign(grad + gradient, "gradient accumulation")
 
 
 class BackwardMethods:

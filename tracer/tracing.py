@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
-from tracer.ir.types import TensorType
+from tracer.ir.types import TensorType, float64, int64
 from tracer.context import state
 from tracer.errors import TracingError, user_line
 from tracer.tensor import Tensor
@@ -47,6 +48,9 @@ class Trace:
         # held, whose gradients all go to the leaf (PyTorch's accumulator outlives the change).
         self.overwritten: dict[int, tuple[str, Instruction | None]] = {}
         self._leaf_history: dict[int, list[Value]] = {}
+        # (argument leaf index, proxy, its data and .grad values on entry) of the tensors and
+        # arrays among the arguments: what the function changes of them is written back.
+        self._argument_entries: list[tuple[int, Tensor, Value, Value | None]] = []
 
     def location(self) -> str:
         line = user_line()
@@ -72,6 +76,30 @@ class Trace:
 
     def parameter(self, name: str, type: TensorType) -> Value:
         return self.function.add_parameter(name, type)
+
+    def add_argument(self, value, name: str, index: int) -> tuple[Tensor, list[str]]:
+        """The proxy that stands for argument leaf number `index` of the traced function -- a
+        Tensor, a numpy array or a Python number -- and the kinds of the parameters made for it,
+        in order: "number"; or "leaf", then "grad" for a tensor that has a .grad."""
+        if isinstance(value, numbers.Number):
+            dtype = int64 if isinstance(value, numbers.Integral) else float64
+            proxy = Tensor._make(self.parameter(name, TensorType((), dtype)), self, False)
+            proxy._weak = True  # a Python number: it does not widen float32 tensors
+            return proxy, ["number"]
+        requires_grad = isinstance(value, Tensor) and value.requires_grad
+        proxy = Tensor._make(self.parameter(name, TensorType(value.shape, value.dtype)), self,
+                             requires_grad, leaf=True)
+        kinds = ["leaf"]
+        grad = value._grad if isinstance(value, Tensor) else None
+        if grad is not None:
+            grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
+            proxy._grad = Tensor._make(grad_value, self, False)
+            kinds.append("grad")
+        if isinstance(value, Tensor):
+            self.arguments[id(value)] = proxy  # also read through a global name
+        self._argument_entries.append((index, proxy, proxy._handle, None if grad is None
+                                       else proxy._grad._handle))
+        return proxy, kinds
 
     def capture(self, tensor: Tensor, constant: bool = False) -> Value:
         """A tensor from outside the traced function (read from a closure, a global or an object's
@@ -105,6 +133,36 @@ class Trace:
         for captured in self.captured:
             for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
                 setattr(captured.tensor, slot, value)
+
+    def writebacks(self, outputs: list, first_captured: int) -> tuple[list, list]:
+        """What the traced function changed of its arguments' tensors and arrays and of the
+        tensors it captured (leaf indices from `first_captured` on, in order): (leaf index, "data"
+        | "grad", output index) of every value to write back, each appended to `outputs`, and the
+        leaves whose .grad it set to None."""
+        entries = self._argument_entries + [
+            (first_captured + k, c.tensor, c.value, c.grad)
+            for k, c in enumerate(self.captured) if not c.constant]
+        writebacks, cleared = [], []
+        for index, tensor, original_data, original_grad in entries:
+            if tensor._handle is not original_data:
+                writebacks.append((index, "data", len(outputs)))
+                outputs.append(tensor._handle)
+            if tensor._grad is None:
+                if original_grad is not None:
+                    cleared.append(index)
+            elif tensor._grad._handle is not original_grad:
+                writebacks.append((index, "grad", len(outputs)))
+                outputs.append(self.handle_of(tensor._grad))
+        return writebacks, cleared
+
+    def owns(self, tensor: Tensor) -> bool:
+        """Whether `tensor` was made by this trace (or stands in it for an input)."""
+        return tensor._trace is self
+
+    def location_of(self, tensor: Tensor) -> str | None:
+        """The user's line that computed a tensor of this trace (None for an input)."""
+        producer = tensor._handle.producer
+        return producer.location if producer is not None else None
 
     def grad_of(self, tensor: Tensor) -> "Tensor | None":
         """The traced .grad of an untraced `tensor` read inside the trace."""

@@ -77,8 +77,8 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
         gradients = [zeros_like(x) if a is None else Tensor._make(a, None, False)
                      for x, a in zip(leaves, arrays)]
     else:
-        gradients = [zeros_like(x) if h is None else Tensor._make(h, trace, False)
-                     for x, h in zip(leaves, traced_gradients(output, seed, leaves))]
+        gradients = [zeros_like(x) if g is None else g
+                     for x, g in zip(leaves, traced_gradients(output, seed, leaves))]
     # the gradient of each differentiated argument has its structure
     flowing = iter(gradients)
     trees = tuple(_tree_map(lambda _: next(flowing), args[n]) for n in numbers)
