@@ -15,7 +15,7 @@ from tracer.dtypes import as_dtype
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry
+    from tracer.runtime.entry import Entry
 
 
 LEAF = ("leaf",)  # a runtime leaf's place in a structure

@@ -13,7 +13,8 @@ from tracer.creation import ones_like
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry, TracedFunction
+    from tracer.runtime.entry import Entry
+    from tracer.runtime.trace import TracedFunction
 
 
 def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leaves,

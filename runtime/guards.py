@@ -29,7 +29,7 @@ from tracer.errors import project_file
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry
+    from tracer.runtime.entry import Entry
 
 # (what to call it, the object its path starts at, the steps from there: ("attr" | "item", key),
 # the value when traced)
