@@ -8,9 +8,11 @@ import os
 import re
 
 import numpy as np
+import pytest
 import torch
 
 import tracer as tr
+from tracer.tensor import add_methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,6 +115,18 @@ def test_runtime_reaches_no_private_member_of_a_tensor():
              for name, source in _sources("runtime").items()
              for number, line in enumerate(source.splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_a_tensor_method_defined_twice_is_an_error_and_methods_are_named_as_tensors():
+    class Clash:  # a group that would replace LayoutMethods.reshape
+        def reshape(self):
+            return self
+
+    with pytest.raises(TypeError, match=r"Tensor.reshape is defined twice \(.*Clash\)"):
+        add_methods(Clash)
+    assert tr.Tensor.reshape is not Clash.reshape
+    assert repr(tr.ones(1).reshape).startswith("<bound method Tensor.reshape of ")
+    assert tr.Tensor.T.fget.__qualname__ == "Tensor.T"
 
 
 def _accumulate_twice(x, g0):

@@ -14,6 +14,7 @@ those modules point one way.
 from __future__ import annotations
 
 import builtins
+import types
 
 import numpy as np
 
@@ -269,4 +270,8 @@ def add_methods(group: type) -> None:
             continue
         if name in vars(Tensor):
             raise TypeError(f"Tensor.{name} is defined twice ({group.__qualname__})")
+        # What users see (repr of a bound method, help) names Tensor, not the group.
+        for function in (member.fget, member.fset) if isinstance(member, property) else (member,):
+            if isinstance(function, types.FunctionType) and function.__name__ == name:
+                function.__qualname__ = f"Tensor.{name}"
         setattr(Tensor, name, member)
