@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from tracer.buffers import buffer_of, grad_buffer_of, is_traced, state_of
 from tracer.errors import ArgumentError
 from tracer.interop import foreign_to_numpy, is_foreign_array
-from tracer.tensor import Tensor, as_dtype
+from tracer.dtypes import as_dtype
+from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry
+    from tracer.runtime.entry import Entry
 
 
 LEAF = ("leaf",)  # a runtime leaf's place in a structure
@@ -77,13 +79,13 @@ def unflatten(structure: tuple, leaves: Sequence):
 
 def leaf_signature(value, position: dict[int, int]) -> tuple:
     if isinstance(value, Tensor):
-        if value._trace is not None:
+        if is_traced(value):
             raise ArgumentError("a traced tensor escaped its trace and was passed to a traced "
                                 "function; return tensors from traced functions instead")
-        grad = value._grad
-        grad_signature = None if grad is None else (grad.shape, grad.dtype.str)
+        shape, dtype, requires_grad, grad = state_of(value)
+        grad_signature = None if grad is None else (grad[0], grad[1].str)
         alias = position.setdefault(id(value), len(position))
-        return ("T", value.shape, value.dtype.str, value.requires_grad, grad_signature, alias)
+        return ("T", shape, dtype.str, requires_grad, grad_signature, alias)
     if isinstance(value, np.ndarray):
         as_dtype(value.dtype)
         return ("A", value.shape, value.dtype.str, position.setdefault(id(value), len(position)))
@@ -101,9 +103,9 @@ def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> li
     for kind, index in sources:
         value = values[index]
         if kind == "leaf":
-            arrays.append(value._handle if isinstance(value, Tensor) else value)
+            arrays.append(buffer_of(value))
         elif kind == "grad":
-            arrays.append(value._grad._handle)
+            arrays.append(grad_buffer_of(value))
         else:
             arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                    else np.float64))
@@ -115,10 +117,9 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     with another argument (the traced function treated them as separate values)."""
     for index, kind, _ in entry.writebacks:
         value = values[index]
-        if kind == "grad" and value._grad is None:
+        target = grad_buffer_of(value) if kind == "grad" else buffer_of(value)
+        if target is None:
             continue  # a new .grad array is made
-        target = value._grad._handle if kind == "grad" else (
-            value._handle if isinstance(value, Tensor) else value)
         name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
@@ -134,13 +135,6 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
                 raise ArgumentError(
                     f"the traced function changes {name} in place, and it shares memory with "
                     f"another argument or .grad; pass separate tensors (e.g. a .clone())")
-
-
-def owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
-    """`array`, copied if it is (or views) a buffer the caller owns."""
-    if id(array) in inputs or array.base is not None or not array.flags.writeable:
-        return np.array(array, copy=True)
-    return array
 
 
 def copy_arrays(tree):

@@ -20,7 +20,8 @@ from tracer.function import _definition_line, apply_function
 from tracer.gradcheck import first_mismatch
 from tracer.ir.graph import Function, Instruction
 from tracer.ir.reference import REFERENCE, evaluate_primitive
-from tracer.tensor import Tensor, tensor
+from tracer.creation import tensor
+from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
 

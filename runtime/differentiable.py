@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
-
-from tracer.ir.vjp import CustomRule
-from tracer.autograd import custom_node, edge_of
+from tracer.autograd import record_call
 from tracer.context import enable_grad
 from tracer.runtime.arguments import copy_arrays, flatten
-from tracer.tensor import Tensor, ones_like
-from tracer.transforms import traced_gradients
+from tracer.backward import traced_gradients
+from tracer.creation import ones_like
+from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry, TracedFunction
+    from tracer.runtime.entry import Entry
+    from tracer.runtime.trace import TracedFunction
 
 
 def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leaves,
@@ -29,24 +28,17 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     # The backward runs the function again: on the arguments as they are now.
     args, kwargs = copy_arrays((args, kwargs))
 
-    def backward(builder, cotangents, needs):
+    def backward(cotangents: list[Tensor]) -> list[Tensor | None]:
         if entry.backward is None:
             entry.backward = type(traced)(_vector_jacobian_product(
                 traced.python_function, entry.differentiable, captured))
-        seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
-                 for o, c in zip(outputs, cotangents)]
         with enable_grad():  # the eager engine runs backward under no_grad
-            gradients = entry.backward(seeds, *args, **kwargs)
-        return [None if g is None else g._handle for g in gradients]
+            return entry.backward(cotangents, *args, **kwargs)
 
-    name = getattr(traced.python_function, "__name__", "traced")
-    node = custom_node(name, CustomRule(name, backward), [o._handle for o in outputs],
-                       [t._handle for t in inputs], [edge_of(t) for t in inputs])
     # The backward reads the arguments again: changing one in place first is an error.
-    node.save([v for v, _ in leaves if isinstance(v, Tensor)] + captured)
-    for index, output in enumerate(outputs):
-        output._node, output._output_index = node, index
-        output._requires_grad, output._leaf = True, False
+    saved = [v for v, _ in leaves if isinstance(v, Tensor)] + captured
+    record_call(getattr(traced.python_function, "__name__", "traced"), backward, outputs, inputs,
+                saved)
 
 
 def _vector_jacobian_product(function: Callable, differentiable: list[int],
@@ -65,9 +57,7 @@ def _vector_jacobian_product(function: Callable, differentiable: list[int],
         flatten((args, dict(sorted(kwargs.items()))), argument_leaves, "argument")
         inputs = list({id(v): v for v, _ in argument_leaves
                        if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
-        seed = ones_like(total)
         # None (a static result) where no gradient flows: eager autograd leaves that .grad None.
-        return [None if handle is None else Tensor._make(handle, total._trace, False)
-                for handle in traced_gradients(total, seed, inputs)]
+        return traced_gradients(total, ones_like(total), inputs)
     vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
     return vjp

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from tracer.buffers import state_of
 from tracer.errors import project_file
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry
+    from tracer.runtime.entry import Entry
 
 # (what to call it, the object its path starts at, the steps from there: ("attr" | "item", key),
 # the value when traced)
@@ -60,9 +61,7 @@ def _library_class(cls: type) -> bool:
 
 def captured_state(tensors: Sequence[Tensor]) -> list[tuple]:
     """What the compiled code assumes of each captured tensor."""
-    return [(t._handle.shape, t._handle.dtype, t._requires_grad,
-             None if t._grad is None else (t._grad._handle.shape, t._grad._handle.dtype))
-            for t in tensors]
+    return [state_of(t) for t in tensors]
 
 
 @dataclass
@@ -126,7 +125,7 @@ def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tu
     (the tensors it captured): state made while tracing, which the compiled code cannot store."""
     inputs_seen = {id(t) for t in inputs}
     return [(reached.paths[key][0][0], tensor) for key, tensor in reached.tensors.items()
-            if tensor._trace is trace and key not in inputs_seen]
+            if trace.owns(tensor) and key not in inputs_seen]
 
 
 def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
@@ -139,7 +138,7 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callab
     """One function, True while every guard holds and every captured tensor has the state it had
     when traced (see `captured_state`). Generated Python source, as torch.compile's guards are:
     a call to it costs a fraction of walking the guards one by one, and it runs on every call."""
-    namespace: dict[str, Any] = {"Tensor": Tensor}
+    namespace: dict[str, Any] = {"Tensor": Tensor, "state_of": state_of}
     lines = []
     for number, (_, root, steps, traced) in enumerate(guards):
         namespace[f"root{number}"] = root
@@ -160,17 +159,9 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callab
         else:
             lines.append(f"if type(value) is not type{number} or value != value{number}: "
                          f"return False")
-    for number, (tensor, (shape, dtype, requires_grad, grad)) in enumerate(
-            zip(captured, captured_state(captured))):
-        namespace.update({f"tensor{number}": tensor, f"shape{number}": shape,
-                          f"dtype{number}": dtype, f"grad{number}": grad})
-        lines += [f"array = tensor{number}._handle",
-                  f"if array.shape != shape{number} or array.dtype != dtype{number} or "
-                  f"tensor{number}._requires_grad is not {requires_grad}: return False",
-                  f"grad = tensor{number}._grad"]
-        lines.append("if grad is not None: return False" if grad is None else
-                     f"if grad is None or (grad._handle.shape, grad._handle.dtype) != "
-                     f"grad{number}: return False")
+    for number, (tensor, state) in enumerate(zip(captured, captured_state(captured))):
+        namespace.update({f"tensor{number}": tensor, f"state{number}": state})
+        lines.append(f"if state_of(tensor{number}) != state{number}: return False")
     body = "".join(f"        {line}\n" for line in lines)
     source = (f"def check():\n    try:\n{body}        return True\n"
               f"    except Exception:\n        return False\n")

@@ -12,12 +12,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tracer import ir
-from tracer.ir.types import TensorType
 from tracer.runtime.arguments import flatten, parameter_name
 from tracer.runtime.guards import (Reached, captured_names, reachable, recording_names,
                                    stored_tensors)
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
-from tracer.tensor import Tensor, check_current, from_numpy
+from tracer.creation import from_numpy
+from tracer.tensor import Tensor, check_current
 from tracer.tracing import Trace, tracing
 
 
@@ -59,8 +59,6 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
     proxies: list = []
     sources: list[tuple[str, int]] = []
     seen: dict[int, Any] = {}
-    # (leaf index, what stands for it in the trace, its data and .grad handles on entry)
-    stand_ins: list[tuple[int, Tensor, Any, Any]] = []
     reached = reachable(function, static_objects)
     with tracing(trace), recording_names() as used:
         try:
@@ -68,27 +66,20 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
                 if id(value) in seen and not isinstance(value, numbers.Number):
                     proxies.append(seen[id(value)])
                     continue
-                proxy = _proxy(trace, value, parameter_name(path), index, sources)
+                proxy, kinds = trace.add_argument(value, parameter_name(path), index)
+                sources += [(kind, index) for kind in kinds]
                 seen[id(value)] = proxy
                 proxies.append(proxy)
-                if isinstance(value, Tensor):
-                    trace.arguments[id(value)] = proxy  # also read through a global name
-                if not proxy._weak:  # a tensor or array (not a number)
-                    grad = proxy._grad
-                    stand_ins.append((index, proxy, proxy._handle,
-                                      None if grad is None else grad._handle))
             args, kwargs = rebuild(proxies)
             try:
                 result = function(*args, **kwargs)
             except SpecializationNeeded as error:
-                raise _specialization(error, leaves, proxies) from None
+                raise _specialization(trace, error, leaves, proxies) from None
             result_leaves: list = []
             result_structure = flatten(result, result_leaves, "result")
             outputs = [_result_value(trace, value) for value, _ in result_leaves]
             _check_nothing_stored(trace, reachable(function, static_objects))
-            stand_ins += [(len(leaves) + k, c.tensor, c.value, c.grad)
-                          for k, c in enumerate(trace.captured) if not c.constant]
-            writebacks, cleared = _writebacks(trace, stand_ins, outputs)
+            writebacks, cleared = trace.writebacks(outputs, len(leaves))
             traced = trace.function
             _name_captured(traced, trace.captured, reached)
             traced.outputs = outputs
@@ -127,26 +118,6 @@ def _name_captured(function: ir.Function, captured: list, reached: Reached) -> N
             entry.grad.name = grad_name
 
 
-def _proxy(trace: Trace, value, name: str, index: int, sources: list) -> Tensor:
-    if isinstance(value, numbers.Number):
-        dtype = ir.types.int64 if isinstance(value, numbers.Integral) else ir.types.float64
-        handle = trace.parameter(name, TensorType((), dtype))
-        sources.append(("number", index))
-        proxy = Tensor._make(handle, trace, False)
-        proxy._weak = True  # a Python number: it does not widen float32 tensors
-        return proxy
-    handle = trace.parameter(name, TensorType(value.shape, value.dtype))
-    sources.append(("leaf", index))
-    requires_grad = isinstance(value, Tensor) and value.requires_grad
-    proxy = Tensor._make(handle, trace, requires_grad, leaf=True)
-    grad = value._grad if isinstance(value, Tensor) else None
-    if grad is not None:
-        grad_handle = trace.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
-        sources.append(("grad", index))
-        proxy._grad = Tensor._make(grad_handle, trace, False)
-    return proxy
-
-
 def _result_value(trace: Trace, value):
     if isinstance(value, Tensor):
         check_current(value)
@@ -160,35 +131,17 @@ def _result_value(trace: Trace, value):
 def _check_nothing_stored(trace: Trace, reached: Reached) -> None:
     stored = stored_tensors(reached, trace, [c.tensor for c in trace.captured if not c.constant])
     if stored:
-        producer = stored[0][1]._handle.producer  # the line that made the first one
         raise TracingError(
             f"the traced function stored tensors it computed in "
             f"{', '.join(path for path, _ in stored)}; the compiled code cannot store them there "
             f"on later calls. Create such state before the call (in __init__, or by one eager "
             f"call) and update it in place (.copy_(), .mul_(), ...), or return the tensors. "
             f"(This trace left them there: take them out.)",
-            line=producer.location if producer is not None else None)
+            line=trace.location_of(stored[0][1]))  # the line that made the first one
 
 
-def _writebacks(trace: Trace, stand_ins: list, outputs: list) -> tuple[list, list]:
-    """What the traced function changed of the tensors standing for its arguments and captured
-    tensors: (leaf index, "data" | "grad", output index) of every value to write back, each
-    appended to `outputs`, and the leaves whose .grad it set to None."""
-    writebacks, cleared = [], []
-    for index, tensor, original_data, original_grad in stand_ins:
-        if tensor._handle is not original_data:
-            writebacks.append((index, "data", len(outputs)))
-            outputs.append(tensor._handle)
-        if tensor._grad is None:
-            if original_grad is not None:
-                cleared.append(index)
-        elif tensor._grad._handle is not original_grad:
-            writebacks.append((index, "grad", len(outputs)))
-            outputs.append(trace.handle_of(tensor._grad))
-    return writebacks, cleared
-
-
-def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequence) -> Exception:
+def _specialization(trace: Trace, error: SpecializationNeeded, leaves: Sequence,
+                    proxies: Sequence) -> Exception:
     """What to do when the trace needed the Python value of a traced tensor: if it is computed
     from number arguments alone, trace again with the int ones static, or, if floats are among
     them, an error that names them; else (it depends on tensors) the error itself."""
@@ -202,7 +155,7 @@ def _specialization(error: SpecializationNeeded, leaves: Sequence, proxies: Sequ
             else:
                 stack += value.producer.inputs
     used = [(value, path) for (value, path), proxy in zip(leaves, proxies)
-            if isinstance(value, numbers.Number) and id(proxy._handle) in sources]
+            if isinstance(value, numbers.Number) and id(trace.handle_of(proxy)) in sources]
     if not used or len(used) < len(sources):
         return error
     floats = [path for value, path in used if not isinstance(value, numbers.Integral)]

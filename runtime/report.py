@@ -24,7 +24,8 @@ from tracer.ir.fusion import FusedFunction
 from tracer.runtime.pipeline import REPORT_STAGES
 
 if TYPE_CHECKING:
-    from tracer.runtime.trace import Entry, TracedFunction
+    from tracer.runtime.entry import Entry
+    from tracer.runtime.trace import TracedFunction
 
 _LEAF_KINDS = {"I": "Python int (runtime input)", "F": "Python float (runtime input)"}
 

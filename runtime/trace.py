@@ -2,8 +2,10 @@
 
 A call flattens its arguments (Tensors, numpy arrays, Python numbers, and lists/tuples/dicts of
 them), looks the signature up in the cache, and on a miss traces the function with proxy tensors,
-expands its gradients, optimizes it and builds an executable. Running it returns the results and
-writes in-place changes and `.grad` back into the caller's tensors, as eager mode would have.
+expands its gradients, optimizes it and builds an executable (runtime/entry.py). Running it
+returns the results and writes in-place changes and `.grad` back into the caller's tensors, as
+eager mode would have; with results that require grad, it records them on the eager tape
+(runtime/differentiable.py).
 """
 from __future__ import annotations
 
@@ -11,26 +13,19 @@ import functools
 import inspect
 import logging
 import os
-import time
 import types
 from collections import namedtuple
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
-from tracer import ir
-from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, owned,
-                                     parameter_arrays, unflatten)
-from tracer.runtime.check_grads import check_custom_backwards
-from tracer.runtime.compiled import compile_function
-from tracer.runtime.pipeline import STAGES
+from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, parameter_arrays,
+                                     unflatten)
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.guards import (captured_change, captured_names, captured_state,
-                                   captured_variant, compile_check, guards_for)
-from tracer.runtime.recording import Specialize, record
+from tracer.runtime.entry import Entry, compile_entry, stage_text
+from tracer.runtime.guards import captured_change, captured_variant
+from tracer.runtime.recording import Specialize
 from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
+from tracer.buffers import is_traced, results, state_of, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -38,37 +33,6 @@ from tracer.tensor import Tensor
 
 LOG = logging.getLogger("tracer.trace")
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size"])
-
-
-# What a compiled signature needs at call time -----------------------------------------------------
-@dataclass
-class Entry:
-    structure: tuple                      # of the results
-    executable: Any
-    result_count: int
-    # (argument leaf index, "data" | "grad", output index) for every value written back.
-    writebacks: list[tuple[int, str, int]]
-    cleared_grads: list[int]              # argument leaves whose .grad the function set to None
-    # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
-    parameter_sources: list[tuple[str, int]]
-    captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
-    captured_state: list[tuple]  # their shape, dtype, requires_grad and .grad when traced
-    stages: dict[str, str] = field(default_factory=dict)
-    leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
-    # Paths to what the function reads from its globals, closure and objects, with the value
-    # when traced: a tensor, array or number there that changes means tracing again (see
-    # runtime/guards.py).
-    guards: list[tuple] = field(default_factory=list)
-    # True while the guards hold and the captured tensors are as traced (runs on every call)
-    check: Callable[[], bool] = lambda: True
-    captured_names: list[str] = field(default_factory=list)  # what messages call them
-    rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
-    # Results through which eager autograd can differentiate the call (a pure function of
-    # arguments that require grad), and the traced forward+backward that does it, made on demand.
-    differentiable: list[int] = field(default_factory=list)
-    backward: "TracedFunction | None" = None
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
-    reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
 
 class TracedFunction:
@@ -160,10 +124,7 @@ class TracedFunction:
         for value in args:
             kind = type(value)
             if kind is Tensor:
-                grad = value._grad
-                parts.append((value._handle.shape, value._handle.dtype, value._requires_grad,
-                              None if grad is None else (grad._handle.shape, grad._handle.dtype),
-                              value._trace is None))
+                parts.append((state_of(value), is_traced(value)))
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
@@ -211,45 +172,10 @@ class TracedFunction:
         return entry
 
     def _compile(self, args, kwargs, leaves) -> Entry:
-        started = time.perf_counter()
         structure, _ = self._split(args, kwargs)
-        recording = record(self.python_function, self._name, leaves,
-                           lambda proxies: unflatten(structure, proxies),
-                           self._static_objects(args, kwargs), self.check_grads)
-        function, stages, sources = recording.function, recording.stages, recording.sources
-        timings = {"trace": recording.seconds}
-        ir.verify(function)
-        stages["grad"] = ir.format_function(function)
-        timings["grad"] = time.perf_counter() - started - sum(timings.values())
-        optimized = ir.optimize(function)
-        ir.verify(optimized)
-        stages["optimized"] = ir.format_function(optimized)
-        timings["optimize"] = time.perf_counter() - started - sum(timings.values())
-        captured = recording.captured
-        if recording.unexpanded is not None:
-            check_custom_backwards(recording.unexpanded, parameter_arrays(
-                sources, [value for value, _ in leaves] + captured))
-            timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
-        # Updated data and .grad are written straight into the argument's buffer where that is safe.
-        parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
-        write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
-                      for index, kind, output in recording.writebacks
-                      if ("leaf" if kind == "data" else "grad", index) in parameter_of}
-        executable = compile_function(optimized, write_into=write_into)
-        timings["backend"] = time.perf_counter() - started - sum(timings.values())
-        entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
-                      recording.writebacks, recording.cleared, sources, captured,
-                      captured_state(captured), stages=stages, rules=recording.rules)
-        if not recording.writebacks and not recording.cleared:
-            entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
-                                    if isinstance(value, Tensor) and value.requires_grad]
-        entry.guards = guards_for(recording.reached, captured, recording.used)
-        entry.check = compile_check(entry.guards, captured)
-        entry.captured_names = captured_names(recording.reached, captured)
-        entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
-        entry.leaf_names.update({len(leaves) + k: name
-                                 for k, name in enumerate(entry.captured_names)})
-        entry.timings = timings
+        entry = compile_entry(self.python_function, self._name, leaves,
+                              lambda proxies: unflatten(structure, proxies),
+                              self._static_objects(args, kwargs), self.check_grads)
         self._dump(entry)
         return entry
 
@@ -275,24 +201,16 @@ class TracedFunction:
         os.makedirs(folder, exist_ok=True)
         number = len(self._signatures.entries)
         for stage in (*entry.stages, *entry.executable.stages):
-            text = self._stage_text(entry, stage)
+            text = stage_text(entry, stage)
             path = os.path.join(folder, f"{self.python_function.__name__}.{number}.{stage}.txt")
             with open(path, "w") as file:
                 file.write(text)
-
-    @staticmethod
-    def _stage_text(entry: Entry, stage: str) -> str:
-        if stage in entry.stages:
-            return entry.stages[stage]
-        if stage not in STAGES:
-            raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-        return entry.executable.stage_text(stage)
 
     # Calling.
     def ir(self, *args, stage: str = "traced", **kwargs) -> str:
         """The text of one pipeline stage for the signature of these arguments."""
         entry, _, _ = self._lookup(args, kwargs, count=False)
-        return self._stage_text(entry, stage)
+        return stage_text(entry, stage)
 
     def __call__(self, *args, **kwargs):
         if state.trace is not None:
@@ -304,32 +222,15 @@ class TracedFunction:
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
         inputs = {id(a) for a in arrays}
-        for index, kind, output in entry.writebacks:
-            target = values[index]
-            # an output written in place is the argument array itself: nothing to copy
-            if kind == "data":
-                array = target._handle if isinstance(target, Tensor) else target
-                if outputs[output] is not array:
-                    np.copyto(array, outputs[output])
-                if isinstance(target, Tensor):
-                    target._mark_changed()
-            elif target._grad is None:
-                target._grad = Tensor._make(owned(outputs[output], inputs), None, False)
-            else:
-                if outputs[output] is not target._grad._handle:
-                    np.copyto(target._grad._handle, outputs[output])
-                target._grad._mark_changed()
-        for index in entry.cleared_grads:
-            values[index]._grad = None
-        results = [Tensor._make(owned(a, inputs), None, False)
-                   for a in outputs[:entry.result_count]]
+        write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
+        tensors = results(outputs[:entry.result_count], inputs)
         if entry.differentiable and is_grad_enabled():
             if leaves is None:
                 leaves = [(value, None) for value in values]
-            record_backward(self, entry, args, kwargs, leaves, results)
+            record_backward(self, entry, args, kwargs, leaves, tensors)
         if entry.structure == ("leaf",):
-            return results[0]
-        return unflatten(entry.structure, results)
+            return tensors[0]
+        return unflatten(entry.structure, tensors)
 
 
 class BoundTracedFunction:

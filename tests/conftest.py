@@ -17,6 +17,7 @@ from tracer import ir
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
 from tracer.ir.loops import Loop
 from tracer.ir.primitives import IndexRangeError
+import tracer.runtime.entry
 import tracer.runtime.trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,8 +186,8 @@ class CheckedFunction:
 @pytest.fixture(autouse=True)
 def check_every_compiled_stage(monkeypatch):
     monkeypatch.setattr(tracer.runtime.trace.TracedFunction, "_compile", _checked_compile)
-    compile_function = tracer.runtime.trace.compile_function
-    monkeypatch.setattr(tracer.runtime.trace, "compile_function",
+    compile_function = tracer.runtime.entry.compile_function
+    monkeypatch.setattr(tracer.runtime.entry, "compile_function",
                         lambda function, **options: CheckedFunction(
                             compile_function(function, **options)))
     yield

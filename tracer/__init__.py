@@ -11,6 +11,8 @@ _ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
         _os.path.join(_ROOT, "ir", "__init__.py")):
     __path__.append(_ROOT)
+from tracer.tensor import Tensor
+from tracer import methods as _methods  # gives Tensor its operations, before anything uses them
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
@@ -21,9 +23,10 @@ from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
-from tracer.tensor import (Tensor, arange, bool, float32, float64, from_numpy, full, full_like,
-                           int64, ones, ones_like, rand, randn, tensor, where, zeros,
-                           zeros_like)
+from tracer.arithmetic import where
+from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_like, rand, randn,
+                             tensor, zeros, zeros_like)
+from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
 

@@ -6,18 +6,16 @@ whatever produced each input: another node's output, or the accumulator of a lea
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
 from tracer.ir.primitives import LINEAR
-from tracer.ir.vjp import apply_vjp
+from tracer.ir.vjp import CustomRule, apply_vjp
 from tracer.context import no_grad
 from tracer.errors import InplaceError, TracerError
-
-if TYPE_CHECKING:
-    from tracer.tensor import Tensor
+from tracer.tensor import Tensor
 
 ARRAYS = ArrayBuilder()
 
@@ -27,11 +25,11 @@ class LeafAccumulator:
 
     __slots__ = ("tensor",)
 
-    def __init__(self, tensor: "Tensor"):
+    def __init__(self, tensor: Tensor):
         self.tensor = tensor
 
 
-def edge_of(tensor: "Tensor"):
+def edge_of(tensor: Tensor):
     """Where a gradient for `tensor` goes: (node, output index), a LeafAccumulator, or None."""
     if not tensor.requires_grad:
         return None
@@ -79,7 +77,7 @@ class Node:
     __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed",
                  "reads_output", "changed", "__weakref__")
 
-    def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence["Tensor"],
+    def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence[Tensor],
                  inputs: list[np.ndarray], outputs: list[np.ndarray], name: str | None = None,
                  edges: list | None = None):
         self.primitive = primitive
@@ -100,23 +98,23 @@ class Node:
         self.name = name or primitive
         self.freed = False
 
-    def save(self, tensors: Sequence["Tensor"]) -> None:
+    def save(self, tensors: Sequence[Tensor]) -> None:
         """Track `tensors`, which the VJP reads: each tells this node when it changes in place
         (Tensor._mark_changed, the one place a version counter moves)."""
         for t in tensors:
             self.saved.append(weakref.ref(t))
             t._saved_by.append(weakref.ref(self))
 
-    def save_outputs(self, tensors: Sequence["Tensor"]) -> None:
+    def save_outputs(self, tensors: Sequence[Tensor]) -> None:
         """Called with the result tensors once they exist: track them if the VJP reads them."""
         if self.reads_output:
             self.save(tensors)
 
-    def forget(self, tensor: "Tensor") -> None:
+    def forget(self, tensor: Tensor) -> None:
         """Stop tracking `tensor` (the node keeps a copy of the value it read)."""
         self.saved = [reference for reference in self.saved if reference() is not tensor]
 
-    def note_change(self, tensor: "Tensor") -> None:
+    def note_change(self, tensor: Tensor) -> None:
         """`tensor` is being changed in place: an error at backward if this node reads it."""
         if self.changed is None and any(reference() is tensor for reference in self.saved):
             self.changed = (tensor.dtype, tensor.shape, tensor._changed_at)
@@ -146,6 +144,25 @@ def custom_node(name: str, rule, outputs: list[np.ndarray], inputs: list[np.ndar
                 name=f"{name}Backward", edges=[None] * len(outputs) + list(input_edges))
 
 
+def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None]],
+                outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+                saved: Sequence[Tensor]) -> None:
+    """Make the eager `outputs` the results of one call on the tape, whose gradients
+    `backward(cotangents)` computes: one cotangent tensor per output (zeros where none flows) in,
+    one gradient tensor (or None) per input out. A tensor in `saved` changed in place before the
+    backward runs is an error then."""
+    def rule(builder, cotangents: list, needs: list[bool]) -> list:
+        seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
+                 for o, c in zip(outputs, cotangents)]
+        return [None if g is None else g._handle for g in backward(seeds)]
+
+    node = custom_node(name, CustomRule(name, rule), [o._handle for o in outputs],
+                       [t._handle for t in inputs], [edge_of(t) for t in inputs])
+    node.save(saved)
+    for index, output in enumerate(outputs):
+        attach(output, node, index)
+
+
 def _topological_order(roots: list) -> list[Node]:
     """Nodes reachable from `roots`, each after every node that consumes its outputs."""
     order: list[Node] = []
@@ -166,15 +183,12 @@ def _topological_order(roots: list) -> list[Node]:
     return order[::-1]
 
 
-def run_backward(roots: Sequence[tuple["Tensor", np.ndarray]], retain_graph: bool = False,
-                 inputs: Sequence["Tensor"] | None = None) -> list[np.ndarray | None] | None:
-    """Propagate `roots` (tensor, cotangent) back through the tape.
-
-    Without `inputs`, gradients accumulate into the `.grad` of the leaves reached, as
-    `Tensor.backward` does. With `inputs`, nothing accumulates and their gradients are returned.
-    """
+def run_backward(roots: Sequence[tuple[Tensor, np.ndarray]],
+                 retain_graph: bool = False) -> list[tuple[Tensor, np.ndarray]]:
+    """Propagate `roots` (tensor, cotangent) back through the tape: (leaf, its gradient) for every
+    leaf reached. `Tensor.backward` accumulates them into `.grad`; `tr.grad` returns some."""
     cotangents: dict[tuple[int, int], np.ndarray] = {}
-    leaf_gradients: dict[int, tuple["Tensor", np.ndarray]] = {}
+    leaf_gradients: dict[int, tuple[Tensor, np.ndarray]] = {}
 
     def send(edge, gradient: np.ndarray) -> None:
         # Sums go through the builder: numpy's `+` of two 0-d arrays is a numpy scalar, which a
@@ -204,15 +218,12 @@ def run_backward(roots: Sequence[tuple["Tensor", np.ndarray]], retain_graph: boo
             if not retain_graph:
                 node.inputs = node.outputs = ()
                 node.freed = True
-    if inputs is not None:
-        return [leaf_gradients.get(id(t), (None, None))[1] for t in inputs]
-    for tensor, gradient in leaf_gradients.values():
-        gradient = gradient.astype(tensor.dtype, copy=False)
-        if tensor.grad is None:
-            from tracer.tensor import Tensor
-            tensor.grad = Tensor._make(np.array(gradient, copy=True), None, False)
-        else:
-            np.add(tensor.grad._handle, gradient, out=tensor.grad._handle)
-            tensor.grad._mark_changed()
-    return None
+    return list(leaf_gradients.values())
+
+
+def attach(tensor: Tensor, node: Node | None, index: int) -> None:
+    """Make `tensor` output `index` of `node` (None when traced: the graph holds the link): it
+    requires grad and is no longer a leaf."""
+    tensor._node, tensor._output_index = node, index
+    tensor._requires_grad, tensor._leaf = True, False
 

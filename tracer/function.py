@@ -18,10 +18,11 @@ import numpy as np
 from tracer.ir.builder import Builder
 from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
-from tracer.autograd import custom_node, edge_of
+from tracer.autograd import attach, custom_node, edge_of
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
-from tracer.tensor import Tensor, zeros
+from tracer.creation import zeros
+from tracer.tensor import Tensor
 from tracer.tracing import tracing
 
 
@@ -312,8 +313,7 @@ def _recorded_output(output: Tensor, handle, index: int, node, trace, ctx) -> Te
         # The input changed in place becomes the output (PyTorch's mark_dirty).
         if trace is not None:
             output._handle = handle
-        output._node, output._output_index = node, index
-        output._requires_grad, output._leaf = True, False
+        attach(output, node, index)
         return output
     return Tensor._make(handle, trace, True, node, index, leaf=False)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.tensor import Tensor, _normalize_dim, apply, as_tensor, promote
+from tracer.dimensions import normalize_dim
+from tracer.dispatch import apply, as_tensor, promote
+from tracer.tensor import Tensor
 
 _METHODS = ("abs sign exp log sqrt tanh sigmoid relu sin cos neg pow clamp mm matmul t transpose "
             "permute reshape unsqueeze squeeze flatten sum mean max min argmax softmax "
@@ -29,7 +31,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if not tensors:
         raise ArgumentError("cat needs at least one tensor")
     first = tensors[0]
-    axis = _normalize_dim(dim, first.ndim)
+    axis = normalize_dim(dim, first.ndim)
     for t in tensors[1:]:
         if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
                                        if i != axis):

@@ -5,8 +5,13 @@ from __future__ import annotations
 import numbers
 
 from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.tensor import (Tensor, _as_dim, _normalize_dim, apply, as_tensor, int64, iota,
-                           shapes_broadcast)
+from tracer.creation import iota
+from tracer.dimensions import as_dim as _as_dim
+from tracer.dimensions import normalize_dim as _normalize_dim
+from tracer.dispatch import apply, as_tensor
+from tracer.dtypes import int64
+from tracer.layout import shapes_broadcast
+from tracer.tensor import Tensor
 
 
 def _index(index, what: str, max_ndim: int | None = None) -> Tensor:

@@ -6,7 +6,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from tracer.errors import ArgumentError, GradcheckError
-from tracer.tensor import Tensor, tensor
+from tracer.creation import tensor
+from tracer.tensor import Tensor
 from tracer.transforms import grad
 
 

@@ -14,10 +14,14 @@ from tracer.ir.primitives import slice_as_pad, slice_length
 
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.arithmetic import where
+from tracer.creation import full, tensor
+from tracer.dispatch import apply, as_tensor
+from tracer.dtypes import int64
+from tracer.dtypes import bool as bool_
 from tracer.gathering import checked
-from tracer.tensor import (Tensor, apply, as_tensor, shapes_broadcast, full, int64, mark_view,
-                           tensor, where)
-from tracer.tensor import bool as bool_
+from tracer.layout import shapes_broadcast
+from tracer.tensor import Tensor, mark_view
 
 
 @dataclass

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor, as_dtype, from_numpy
+from tracer.creation import from_numpy
+from tracer.dtypes import as_dtype
+from tracer.tensor import Tensor
 
 
 def is_foreign_array(value) -> bool:

@@ -1,5 +1,6 @@
-"""PyTorch's everyday tensor functions beyond tensor.py's core, each a composition of primitives,
-attached to Tensor as methods (and exported as `tr.<name>` through FUNCTIONS).
+"""PyTorch's everyday tensor functions beyond the core methods (tracer/methods.py), each a
+composition of primitives, attached to Tensor as methods (and exported as `tr.<name>` through
+FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
@@ -17,8 +18,12 @@ from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.function import Function
-from tracer.tensor import (Tensor, _normalize_dim, _normalize_dims, _tensor_operand, apply,
-                           as_tensor, float32, full, iota, promote, where)
+from tracer.arithmetic import where
+from tracer.creation import full, iota
+from tracer.dimensions import normalize_dim, normalize_dims
+from tracer.dispatch import apply, as_tensor, promote, tensor_operand
+from tracer.dtypes import float32
+from tracer.tensor import Tensor
 
 # The magnitude from which every float of the dtype is an integer.
 _INTEGRAL_FROM = {irtypes.float32: 2.0 ** 23, irtypes.float64: 2.0 ** 52}
@@ -76,7 +81,7 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         correction = 0 if unbiased is False else 1
     if not irtypes.is_float(x.dtype):
         raise ArgumentError(f"var and std need a float tensor, got {x.dtype}; use .float() first")
-    axes = _normalize_dims(dim, x.ndim)
+    axes = normalize_dims(dim, x.ndim)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     # The mean is taken as a constant on the gradient path, as PyTorch's var_backward does
     # (2 * g * (x - mean) / divisor: the mean's own gradient is zero in exact arithmetic), which
@@ -127,7 +132,7 @@ def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor
 
 def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
     """The maximum over one or several dimensions (values only)."""
-    axes = _normalize_dims(dim, x.ndim)
+    axes = normalize_dims(dim, x.ndim)
     result = apply("reduce_max", [x], axes=axes) if axes else x.clone()
     return result._keep(axes, x.shape) if keepdim else result
 
@@ -168,7 +173,7 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 def masked_fill(x: Tensor, mask, value) -> Tensor:
     """`value` where `mask` holds, else x; the result keeps x's dtype and shape."""
-    mask = _tensor_operand(mask, "masked_fill")
+    mask = tensor_operand(mask, "masked_fill")
     if mask.dtype != irtypes.bool_:
         raise ArgumentError(f"masked_fill needs a bool mask, got {mask.dtype}")
     if isinstance(value, Tensor) and value.ndim:
@@ -184,7 +189,7 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
 def split(x: Tensor, split_size_or_sections, dim: int = 0) -> tuple[Tensor, ...]:
     """Pieces of `split_size_or_sections` elements along `dim` (the last may be smaller), or of
     the listed sizes."""
-    axis = _normalize_dim(dim, x.ndim)
+    axis = normalize_dim(dim, x.ndim)
     size = x.shape[axis]
     if isinstance(split_size_or_sections, numbers.Integral):
         step = int(split_size_or_sections)
@@ -207,13 +212,13 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces along `dim`, each of ceil(size / chunks) elements but the last."""
     if chunks <= 0:
         raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
-    size = x.shape[_normalize_dim(dim, x.ndim)]
+    size = x.shape[normalize_dim(dim, x.ndim)]
     return split(x, builtins.max(1, -(-size // chunks)), dim)
 
 
 def bmm(x: Tensor, y) -> Tensor:
     """Batched matrix product of two 3-d tensors with the same batch size."""
-    y = _tensor_operand(y, "bmm")
+    y = tensor_operand(y, "bmm")
     if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0]:
         raise ShapeMismatchError(f"bmm needs two 3-d tensors with the same batch size, got shapes "
                                  f"{list(x.shape)} and {list(y.shape)}")

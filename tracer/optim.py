@@ -15,8 +15,11 @@ from typing import Callable, Iterable
 from tracer.context import enable_grad, no_grad
 from tracer.errors import ArgumentError
 from tracer.ir.types import float64, is_float
-from tracer.tensor import Tensor, where, zeros, zeros_like
-from tracer.tracing import clear_grads, current_tensor
+from tracer.arithmetic import where
+from tracer.backward import clear_grads
+from tracer.creation import zeros, zeros_like
+from tracer.tensor import Tensor
+from tracer.tracing import current_tensor
 
 
 class Optimizer:

@@ -18,9 +18,13 @@ import builtins
 import numpy as np
 
 from tracer.errors import ArgumentError, TracingError
-from tracer.tensor import (Tensor, _leaf, _shape_arguments, as_dtype, eager_generator, float64,
-                           int64, iota, where)
-from tracer.tensor import manual_seed as _seed_numpy_generator
+from tracer.arithmetic import where
+from tracer.creation import eager_generator, iota
+from tracer.creation import manual_seed as _seed_numpy_generator
+from tracer.dimensions import shape_arguments
+from tracer.dispatch import leaf
+from tracer.dtypes import as_dtype, float64, int64
+from tracer.tensor import Tensor
 
 
 def randint(*args, size=None, dtype=int64, requires_grad: builtins.bool = False) -> Tensor:
@@ -35,8 +39,8 @@ def randint(*args, size=None, dtype=int64, requires_grad: builtins.bool = False)
     if high <= low:
         raise ArgumentError(f"randint needs low < high, got low={low}, high={high}")
     generator = eager_generator("randint")
-    sample = generator.integers(low, high, _shape_arguments((size,)), dtype=np.int64)
-    return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
+    sample = generator.integers(low, high, shape_arguments((size,)), dtype=np.int64)
+    return leaf(sample.astype(as_dtype(dtype)), requires_grad)
 
 
 def randperm(n: int, dtype=int64, requires_grad: builtins.bool = False) -> Tensor:
@@ -44,7 +48,7 @@ def randperm(n: int, dtype=int64, requires_grad: builtins.bool = False) -> Tenso
     if n < 0:
         raise ArgumentError(f"randperm needs n >= 0, got {n}")
     sample = eager_generator("randperm").permutation(n)
-    return _leaf(sample.astype(as_dtype(dtype)), requires_grad)
+    return leaf(sample.astype(as_dtype(dtype)), requires_grad)
 
 
 # The key of Widynski's "Squares" counter-based generator (arXiv:2004.06278): a 64-bit constant
@@ -89,7 +93,7 @@ class Generator:
     """A counter-based random generator whose state is an int64 tensor (`.state`)."""
 
     def __init__(self, seed: int = 0) -> None:
-        self.state = _leaf(np.zeros((), np.int64), False)
+        self.state = leaf(np.zeros((), np.int64), False)
         self.manual_seed(seed)
 
     def manual_seed(self, seed: int) -> "Generator":

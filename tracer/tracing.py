@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
-from tracer.ir.types import TensorType
+from tracer.ir.types import TensorType, float64, int64
 from tracer.context import state
 from tracer.errors import TracingError, user_line
-
-if TYPE_CHECKING:
-    from tracer.tensor import Tensor
+from tracer.tensor import Tensor
 
 
 # The slots of a captured tensor that tracing changes; `Trace.release` puts them back.
@@ -23,7 +21,7 @@ _CAPTURED_SLOTS = ("_handle", "_trace", "_node", "_output_index", "_grad", "_bas
 @dataclass
 class Captured:
     """A tensor from outside the traced function that is a runtime input of it."""
-    tensor: "Tensor"
+    tensor: Tensor
     saved: tuple           # its _CAPTURED_SLOTS on entry
     value: Value           # the parameter holding its data
     grad: Value | None     # the parameter holding its .grad, if it had one
@@ -38,10 +36,10 @@ class Trace:
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
         self.builder = GraphBuilder(self.function, self.location)
         self.captured: list[Captured] = []
-        self.leaves: list["Tensor"] = []  # traced leaf tensors that require grad
+        self.leaves: list[Tensor] = []  # traced leaf tensors that require grad
         # The proxies of the argument tensors, by id of the caller's tensor: the function may also
         # reach an argument through a global name.
-        self.arguments: dict[int, "Tensor"] = {}
+        self.arguments: dict[int, Tensor] = {}
         # (ctx, output values) of every custom Function applied, for the checks of a backward.
         self.custom_calls: list[tuple] = []
         # An in-place change rebinds a tensor to a new value. The old values it leaves behind: by
@@ -50,6 +48,9 @@ class Trace:
         # held, whose gradients all go to the leaf (PyTorch's accumulator outlives the change).
         self.overwritten: dict[int, tuple[str, Instruction | None]] = {}
         self._leaf_history: dict[int, list[Value]] = {}
+        # (argument leaf index, proxy, its data and .grad values on entry) of the tensors and
+        # arrays among the arguments: what the function changes of them is written back.
+        self._argument_entries: list[tuple[int, Tensor, Value, Value | None]] = []
 
     def location(self) -> str:
         line = user_line()
@@ -76,12 +77,35 @@ class Trace:
     def parameter(self, name: str, type: TensorType) -> Value:
         return self.function.add_parameter(name, type)
 
-    def capture(self, tensor: "Tensor", constant: bool = False) -> Value:
+    def add_argument(self, value, name: str, index: int) -> tuple[Tensor, list[str]]:
+        """The proxy that stands for argument leaf number `index` of the traced function -- a
+        Tensor, a numpy array or a Python number -- and the kinds of the parameters made for it,
+        in order: "number"; or "leaf", then "grad" for a tensor that has a .grad."""
+        if isinstance(value, numbers.Number):
+            dtype = int64 if isinstance(value, numbers.Integral) else float64
+            proxy = Tensor._make(self.parameter(name, TensorType((), dtype)), self, False)
+            proxy._weak = True  # a Python number: it does not widen float32 tensors
+            return proxy, ["number"]
+        requires_grad = isinstance(value, Tensor) and value.requires_grad
+        proxy = Tensor._make(self.parameter(name, TensorType(value.shape, value.dtype)), self,
+                             requires_grad, leaf=True)
+        kinds = ["leaf"]
+        grad = value._grad if isinstance(value, Tensor) else None
+        if grad is not None:
+            grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
+            proxy._grad = Tensor._make(grad_value, self, False)
+            kinds.append("grad")
+        if isinstance(value, Tensor):
+            self.arguments[id(value)] = proxy  # also read through a global name
+        self._argument_entries.append((index, proxy, proxy._handle, None if grad is None
+                                       else proxy._grad._handle))
+        return proxy, kinds
+
+    def capture(self, tensor: Tensor, constant: bool = False) -> Value:
         """A tensor from outside the traced function (read from a closure, a global or an object's
         attribute, or made by tr.tensor inside it) becomes a runtime input. Until `release`, the
         tensor itself stands for that input, as an argument's proxy does: operations on it, its
         .grad (a runtime input too) and in-place changes of either are traced."""
-        from tracer.tensor import Tensor  # (tensor.py imports this module)
         if tensor.requires_grad and not tensor.is_leaf:
             raise TracingError(
                 f"the traced function uses a tensor of shape {list(tensor.shape)} computed outside "
@@ -110,21 +134,51 @@ class Trace:
             for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
                 setattr(captured.tensor, slot, value)
 
-    def grad_of(self, tensor: "Tensor") -> "Tensor | None":
+    def writebacks(self, outputs: list, first_captured: int) -> tuple[list, list]:
+        """What the traced function changed of its arguments' tensors and arrays and of the
+        tensors it captured (leaf indices from `first_captured` on, in order): (leaf index, "data"
+        | "grad", output index) of every value to write back, each appended to `outputs`, and the
+        leaves whose .grad it set to None."""
+        entries = self._argument_entries + [
+            (first_captured + k, c.tensor, c.value, c.grad)
+            for k, c in enumerate(self.captured) if not c.constant]
+        writebacks, cleared = [], []
+        for index, tensor, original_data, original_grad in entries:
+            if tensor._handle is not original_data:
+                writebacks.append((index, "data", len(outputs)))
+                outputs.append(tensor._handle)
+            if tensor._grad is None:
+                if original_grad is not None:
+                    cleared.append(index)
+            elif tensor._grad._handle is not original_grad:
+                writebacks.append((index, "grad", len(outputs)))
+                outputs.append(self.handle_of(tensor._grad))
+        return writebacks, cleared
+
+    def owns(self, tensor: Tensor) -> bool:
+        """Whether `tensor` was made by this trace (or stands in it for an input)."""
+        return tensor._trace is self
+
+    def location_of(self, tensor: Tensor) -> str | None:
+        """The user's line that computed a tensor of this trace (None for an input)."""
+        producer = tensor._handle.producer
+        return producer.location if producer is not None else None
+
+    def grad_of(self, tensor: Tensor) -> "Tensor | None":
         """The traced .grad of an untraced `tensor` read inside the trace."""
         return self.stand_in(tensor)._grad
 
-    def set_grad(self, tensor: "Tensor", grad: "Tensor | None") -> None:
+    def set_grad(self, tensor: Tensor, grad: "Tensor | None") -> None:
         self.stand_in(tensor)._grad = grad
 
-    def stand_in(self, tensor: "Tensor") -> "Tensor":
+    def stand_in(self, tensor: Tensor) -> Tensor:
         """What stands for `tensor` in this trace: an argument's proxy, or the tensor captured."""
         if id(tensor) in self.arguments:
             return self.arguments[id(tensor)]
         self.capture(tensor)
         return tensor
 
-    def rebind(self, tensor: "Tensor", value: Value, changing: Value) -> None:
+    def rebind(self, tensor: Tensor, value: Value, changing: Value) -> None:
         """`tensor` now holds `value`, computed in place from its old value by the instruction
         that produced `changing`."""
         old = tensor._handle
@@ -133,21 +187,32 @@ class Trace:
             self._leaf_history.setdefault(id(tensor), []).append(old)
         tensor._handle = value
 
-    def leaf_values(self, tensor: "Tensor") -> list[Value]:
+    def leaf_values(self, tensor: Tensor) -> list[Value]:
         """The values `tensor` has held while it was a leaf, the current one last."""
         tensor = self.arguments.get(id(tensor), tensor)
         return self._leaf_history.get(id(tensor), []) + [self.handle_of(tensor)]
 
-    def handle_of(self, tensor: "Tensor") -> Value:
+    def handle_of(self, tensor: Tensor) -> Value:
         if tensor._trace is self:
             if tensor._base is not None:
-                tensor._follow_base(self)
+                self._follow_base(tensor)
             return tensor._handle
         if tensor._trace is not None:
             raise escaped_error()
         if id(tensor) in self.arguments:
             return self.arguments[id(tensor)]._handle
         return self.capture(tensor)
+
+    def _follow_base(self, alias: Tensor) -> None:
+        """Traced, a detach() alias is a value of its own: after an in-place change of its base it
+        takes the base's new value (eagerly the two share one buffer, as in PyTorch)."""
+        base = alias._base
+        if base._version == alias._base_version:
+            return
+        handle = self.handle_of(base)
+        if base.requires_grad:
+            (handle,) = self.builder.emit("stop_gradient", [handle], {})
+        alias._handle, alias._base_version = handle, base._version
 
 
 def escaped_error() -> TracingError:
@@ -166,22 +231,10 @@ def tracing(trace: Trace):
         state.trace = previous
 
 
-def current_tensor(tensor: "Tensor") -> "Tensor":
+def current_tensor(tensor: Tensor) -> Tensor:
     """The tensor that stands for `tensor` in the trace being recorded: the proxy of an argument
     (whose `.grad` the traced backward fills), else `tensor` itself. Code that holds the caller's
     tensors, as an optimizer does, reads `.grad` and writes through this."""
     trace = state.trace
     return tensor if trace is None else trace.arguments.get(id(tensor), tensor)
 
-
-def clear_grads(tensors: Iterable["Tensor"], set_to_none: bool = True) -> None:
-    """`zero_grad` of modules and optimizers: each tensor's `.grad` (its stand-in's, when tracing)
-    set to None, or zeroed in place."""
-    for tensor in tensors:
-        tensor = current_tensor(tensor)
-        if tensor.grad is None:
-            continue
-        if set_to_none:
-            tensor.grad = None
-        else:
-            tensor.grad.zero_()

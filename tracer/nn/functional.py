@@ -16,7 +16,11 @@ from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchErro
 from tracer.ops import erfc
 from tracer.ops import logsumexp as _logsumexp
 from tracer.random import default_generator
-from tracer.tensor import Tensor, _normalize_dim, as_tensor, iota, where
+from tracer.arithmetic import where
+from tracer.creation import iota
+from tracer.dimensions import normalize_dim
+from tracer.dispatch import as_tensor
+from tracer.tensor import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -230,7 +234,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     rows = weight.shape[0]
     _check_labels(input, rows, "embedding index")
     if padding_idx is not None:
-        padding_idx = _normalize_dim(padding_idx, rows)
+        padding_idx = normalize_dim(padding_idx, rows)
         padding = iota((rows, 1), 0) == padding_idx
         weight = where(padding, weight.detach(), weight)
     # index_select refuses negative indices, as PyTorch's embedding does (weight[input] would

@@ -10,8 +10,12 @@ from typing import Iterator
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
-from tracer.tensor import Tensor, as_dtype, as_tensor, float32, ones, rand, randn, zeros
-from tracer.tracing import clear_grads, current_tensor
+from tracer.backward import clear_grads
+from tracer.creation import ones, rand, randn, zeros
+from tracer.dispatch import as_tensor
+from tracer.dtypes import as_dtype, float32
+from tracer.tensor import Tensor
+from tracer.tracing import current_tensor
 
 
 class Parameter(Tensor):

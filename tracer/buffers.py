@@ -1,0 +1,70 @@
+"""The caller's tensors as compiled code sees them: the arrays a call reads and writes, what a
+compiled signature assumes of each tensor, its results as tensors, and the write-back of what the
+call changed. runtime/ reaches tensors only through these (and `Trace`), never through Tensor's
+private members."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from tracer.tensor import Tensor
+
+
+def is_traced(tensor: Tensor) -> bool:
+    """Whether `tensor` belongs to a trace (one that escaped it, when a call is made)."""
+    return tensor._trace is not None
+
+
+def buffer_of(value: Tensor | np.ndarray) -> np.ndarray:
+    """The array holding an eager tensor's data (a numpy array is its own)."""
+    return value._handle if isinstance(value, Tensor) else value
+
+
+def grad_buffer_of(tensor: Tensor) -> np.ndarray | None:
+    """The array holding an eager tensor's `.grad`, None without one."""
+    grad = tensor._grad
+    return None if grad is None else grad._handle
+
+
+def state_of(tensor: Tensor) -> tuple:
+    """What a compiled signature assumes of a tensor: (shape, dtype, requires_grad, and (shape,
+    dtype) of its .grad or None)."""
+    array, grad = tensor._handle, tensor._grad
+    return (array.shape, array.dtype, tensor._requires_grad,
+            None if grad is None else (grad._handle.shape, grad._handle.dtype))
+
+
+def owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
+    """`array`, copied if it is (or views) a buffer the caller owns (`inputs`: their ids)."""
+    if id(array) in inputs or array.base is not None or not array.flags.writeable:
+        return np.array(array, copy=True)
+    return array
+
+
+def results(arrays: Sequence[np.ndarray], inputs: set[int]) -> list[Tensor]:
+    """A call's results as new eager tensors (see `owned`)."""
+    return [Tensor._make(owned(array, inputs), None, False) for array in arrays]
+
+
+def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cleared: Sequence[int],
+               outputs: Sequence[np.ndarray], inputs: set[int]) -> None:
+    """Write what a call changed into the caller's tensors and arrays (`values`; `writebacks` and
+    `cleared` as `Trace.writebacks` lists them): data into their buffers, a `.grad` into its
+    buffer or, where there was none, a new one; a `.grad` set to None."""
+    for index, kind, output in writebacks:
+        target, array = values[index], outputs[output]
+        if kind == "data":
+            buffer = buffer_of(target)
+            if array is not buffer:  # an output written in place is the argument's array itself
+                np.copyto(buffer, array)
+            if isinstance(target, Tensor):
+                target._mark_changed()
+        elif target._grad is None:
+            target._grad = Tensor._make(owned(array, inputs), None, False)
+        else:
+            if array is not target._grad._handle:
+                np.copyto(target._grad._handle, array)
+            target._grad._mark_changed()
+    for index in cleared:
+        values[index]._grad = None

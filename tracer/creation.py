@@ -1,0 +1,118 @@
+"""Creation functions: `tr.tensor`, `tr.from_numpy`, `tr.zeros`, `tr.full`, `tr.randn`, `tr.arange`,
+... and the numpy generator `tr.manual_seed` seeds."""
+from __future__ import annotations
+
+import builtins
+from typing import Sequence
+
+import numpy as np
+
+from tracer.context import state
+from tracer.dimensions import shape_arguments
+from tracer.dispatch import apply, constant, from_data, leaf
+from tracer.dtypes import WEAK_OF_CATEGORY, as_dtype, float32, int64, scalar_category
+from tracer.errors import ArgumentError, TracingError
+from tracer.tensor import Tensor
+
+# The generator of tr.randn/tr.rand, made on first use: importing numpy.random takes about as long
+# as importing the rest of the tracer.
+_seeded: list = []  # [the generator], once made
+
+
+def manual_seed(seed: int) -> None:
+    _seeded[:] = [np.random.default_rng(seed)]
+
+
+def _generator() -> np.random.Generator:
+    if not _seeded:
+        manual_seed(0)
+    return _seeded[0]
+
+
+def tensor(data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, numbers or a numpy array)."""
+    if isinstance(data, Tensor):
+        data = data._eager_array("tr.tensor(tensor)")
+    return from_data(data, dtype, requires_grad)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with `array` (in-place changes show through both)."""
+    if not isinstance(array, np.ndarray):
+        raise ArgumentError(f"from_numpy needs a numpy array, got {type(array).__name__}")
+    as_dtype(array.dtype)
+    return leaf(array, False)
+
+
+def full(*shape, fill_value=None, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """`full(size, fill_value)` as in PyTorch (size a tuple or list), or `full(*size,
+    fill_value=...)`."""
+    if fill_value is None:
+        if len(shape) != 2 or not isinstance(shape[0], (tuple, list)):
+            raise ArgumentError("full takes a size (a tuple or list) and a fill value: "
+                                "tr.full((2, 3), 1.5)")
+        shape, fill_value = shape
+    shape = shape_arguments(shape)
+    dtype = as_dtype(dtype or (float32 if isinstance(fill_value, float) else
+                                       WEAK_OF_CATEGORY[scalar_category(fill_value)]))
+    if state.trace is not None:
+        value = constant(fill_value, dtype).expand(*shape) if shape else constant(fill_value, dtype)
+        return Tensor._make(value._handle, state.trace, requires_grad, leaf=True)
+    return leaf(np.full(shape, fill_value, dtype), requires_grad)
+
+
+def zeros(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*shape, fill_value=0, dtype=dtype, requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*shape, fill_value=1, dtype=dtype, requires_grad=requires_grad)
+
+
+def full_like(x: Tensor, fill_value, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full(*x.shape, fill_value=fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def zeros_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full_like(x, 0, dtype, requires_grad)
+
+
+def ones_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return full_like(x, 1, dtype, requires_grad)
+
+
+def eager_generator(kind: str) -> np.random.Generator:
+    """The generator `tr.manual_seed` seeds, for `kind` (a function name) outside a trace."""
+    if state.trace is not None:
+        raise TracingError(f"tr.{kind} inside a traced function would give the same numbers on "
+                           f"every call; make the random tensor outside and pass it as an argument")
+    return _generator()
+
+
+def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
+    generator = eager_generator(kind)
+    shape = shape_arguments(shape)
+    sample = generator.standard_normal(shape) if kind == "randn" else generator.random(shape)
+    return leaf(sample.astype(as_dtype(dtype)), requires_grad)
+
+
+def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Standard normal samples from the generator seeded by `tr.manual_seed`."""
+    return _random("randn", shape, dtype, requires_grad)
+
+
+def rand(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Uniform samples in [0, 1) from the generator seeded by `tr.manual_seed`."""
+    return _random("rand", shape, dtype, requires_grad)
+
+
+def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
+    """The index along `dimension`, broadcast to `shape`."""
+    return apply("iota", [], shape=tuple(shape), dimension=dimension, dtype=dtype)
+
+
+def arange(end, dtype=None) -> Tensor:
+    """0, 1, ..., below `end` (int64, or float32 for a float `end`)."""
+    if dtype is None:
+        dtype = float32 if isinstance(end, float) else int64
+    return iota((int(np.ceil(end)),), 0, dtype)

@@ -1,0 +1,170 @@
+"""Tensor's layout operations: reshape, permute, transpose, expand and the like, which PyTorch
+makes views and which are copies here (`mark_view` refuses what would tell the difference), and
+the matrix product."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tracer.ir.primitives import ShapeError, broadcast_shapes
+from tracer.dimensions import normalize_dim, shape_arguments
+from tracer.dispatch import apply, as_tensor, tensor_operand
+from tracer.errors import ShapeMismatchError
+from tracer.tensor import Tensor, mark_view
+
+
+def shapes_broadcast(*shapes) -> tuple[int, ...]:
+    """The broadcast shape, or a ShapeMismatchError (for the user) naming the shapes."""
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError as error:
+        raise ShapeMismatchError(str(error)) from None
+
+
+def broadcast_shapes_or_none(*shapes):
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError:
+        return None
+
+
+def _view_operation(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if result is not self:
+            mark_view(result, self, f"{method.__name__}()")
+        return result
+    wrapper.__doc__ = (method.__doc__ or "") + " (A copy here: see mark_view.)"
+    return wrapper
+
+
+def fresh(tensor: Tensor) -> Tensor:
+    """`tensor`, a result that merely used a view operation on the way: not a view-copy itself."""
+    tensor._view_of = tensor._view_base = None
+    return tensor
+
+
+class LayoutMethods:
+    """Tensor's shape and layout methods (given to Tensor by tracer/methods.py)."""
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim)]
+
+    @_view_operation
+    def reshape(self, *shape) -> Tensor:
+        shape = list(shape_arguments(shape))
+        if shape.count(-1) > 1:
+            raise ShapeMismatchError("reshape: only one dimension can be -1")
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+            if known == 0 or self.numel() % known:
+                raise ShapeMismatchError(f"cannot reshape {list(self.shape)} to {shape}")
+            shape[shape.index(-1)] = self.numel() // known
+        if tuple(shape) == self.shape:
+            return self
+        return apply("reshape", [self], shape=tuple(shape))
+
+    view = reshape
+
+    @_view_operation
+    def flatten(self) -> Tensor:
+        return self.reshape(-1)
+
+    @_view_operation
+    def permute(self, *dims) -> Tensor:
+        dims = shape_arguments(dims)
+        if len(dims) != self.ndim:
+            raise ShapeMismatchError(f"permute needs {self.ndim} dimensions, got {list(dims)}")
+        return apply("transpose", [self], permutation=[normalize_dim(d, self.ndim) for d in dims])
+
+    @_view_operation
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self if a == b else apply("transpose", [self], permutation=order)
+
+    @_view_operation
+    def t(self) -> Tensor:
+        if self.ndim > 2:
+            raise ShapeMismatchError(f"t() expects a tensor of at most 2 dimensions, got {self.ndim}; "
+                                     f"use transpose(dim0, dim1)")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    @property
+    @_view_operation
+    def T(self) -> Tensor:
+        return self.permute(*reversed(range(self.ndim)))
+
+    @_view_operation
+    def unsqueeze(self, dim: int) -> Tensor:
+        dim = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
+        if dim is None:
+            raise ShapeMismatchError(f"unsqueeze dimension out of range for {self.ndim} dimensions")
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    @_view_operation
+    def squeeze(self, dim=None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(d for d in self.shape if d != 1))
+        axis = normalize_dim(dim, self.ndim)
+        if self.ndim == 0 or self.shape[axis] != 1:
+            return self
+        return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
+
+    @_view_operation
+    def expand(self, *sizes) -> Tensor:
+        sizes = shape_arguments(sizes)
+        if len(sizes) < self.ndim:
+            raise ShapeMismatchError(f"expand: {list(sizes)} has fewer dimensions than "
+                                     f"{list(self.shape)}")
+        lead = len(sizes) - self.ndim
+        shape = tuple(self.shape[i - lead] if d == -1 else d for i, d in enumerate(sizes))
+        if any(d == -1 for d in sizes[:lead]):
+            raise ShapeMismatchError("expand: -1 is not allowed for new leading dimensions")
+        for i, d in enumerate(self.shape):
+            if d != 1 and d != shape[lead + i]:
+                raise ShapeMismatchError(f"expand: cannot expand {list(self.shape)} to {list(shape)}")
+        return self if shape == self.shape else apply("broadcast", [self], shape=shape)
+
+    @_view_operation
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(*tensor_operand(other, "expand_as").shape)
+
+    def matmul(self, other) -> Tensor:
+        """numpy/PyTorch matmul: 1-D operands are promoted and squeezed, batch dims broadcast."""
+        x, y = self, tensor_operand(other, "matmul")
+        if x.dtype != y.dtype:  # PyTorch does not promote the operands of a matrix product
+            raise ShapeMismatchError(f"matmul of a {x.dtype} and a {y.dtype} tensor; convert one "
+                                     f"(.to(...)) so that both have the same dtype")
+        if x.ndim == 0 or y.ndim == 0:
+            raise ShapeMismatchError("matmul does not take 0-d tensors; use *")
+        vector_x, vector_y = x.ndim == 1, y.ndim == 1
+        if vector_x:
+            x = x.unsqueeze(0)
+        if vector_y:
+            y = y.unsqueeze(1)
+        batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
+        x = x.expand(*batch, *x.shape[-2:])
+        y = y.expand(*batch, *y.shape[-2:])
+        if x.shape[-1] != y.shape[-2]:
+            raise ShapeMismatchError(f"matmul: shapes {list(self.shape)} and "
+                                     f"{list(as_tensor(other).shape)} "
+                                     f"do not line up ({x.shape[-1]} != {y.shape[-2]})")
+        result = apply("matmul", [x, y])
+        if vector_x:
+            result = result.squeeze(-2)
+        if vector_y:
+            result = result.squeeze(-1)
+        return fresh(result)
+
+    def mm(self, other) -> Tensor:
+        if self.ndim != 2 or as_tensor(other).ndim != 2:
+            raise ShapeMismatchError(f"mm needs two 2-d tensors, got {self.ndim}-d and "
+                                     f"{as_tensor(other).ndim}-d; use matmul")
+        return self.matmul(other)
+
+    def __matmul__(self, other): return self.matmul(other)
+    def __rmatmul__(self, other): return as_tensor(other).matmul(self)

@@ -1,0 +1,48 @@
+"""The Tensor API assembled: each group of methods, defined in the module of its job, given to the
+class (see tracer/tensor.py), and the indexing methods, which tie the index operations of
+tracer/indexing.py and tracer/gathering.py to the in-place machinery."""
+from __future__ import annotations
+
+from tracer.arithmetic import ArithmeticMethods
+from tracer.backward import BackwardMethods
+from tracer.dimensions import number_indices
+from tracer.dispatch import DispatchMethods
+from tracer.gathering import gather, index_add, index_select, take_along_dim
+from tracer.indexing import getitem, setitem
+from tracer.inplace import InPlaceMethods
+from tracer.layout import LayoutMethods
+from tracer.reductions import ReductionMethods
+from tracer.tensor import Tensor, add_methods
+
+
+class IndexMethods:
+    """Tensor's indexing, index assignment and index operations."""
+
+    def __getitem__(self, key) -> Tensor:
+        return getitem(self, number_indices(key))
+
+    def __setitem__(self, key, value) -> None:
+        self._assign(setitem(self, number_indices(key), value), "index assignment")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        return index_select(self, dim, index)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        return gather(self, dim, index)
+
+    def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
+        return take_along_dim(self, indices, dim)
+
+    def index_add(self, dim: int, index: Tensor, source, alpha=1) -> Tensor:
+        return index_add(self, dim, index, source, alpha)
+
+    def index_add_(self, dim: int, index: Tensor, source, alpha=1) -> Tensor:
+        return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
+
+
+for _group in (DispatchMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
+               InPlaceMethods, IndexMethods, BackwardMethods):
+    add_methods(_group)

@@ -1,0 +1,104 @@
+"""Tensor's reductions: sum, mean, max and min (with their indices), any and all, and the
+softmaxes built on them."""
+from __future__ import annotations
+
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from tracer.ir import types as irtypes
+from tracer.arithmetic import where
+from tracer.creation import iota, zeros
+from tracer.dimensions import as_dim, dim_or_axis, normalize_dim, normalize_dims
+from tracer.dispatch import apply
+from tracer.dtypes import bool, int64
+from tracer.errors import ArgumentError
+from tracer.layout import fresh
+from tracer.tensor import Tensor
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+class ReductionMethods:
+    """Tensor's reductions (given to Tensor by tracer/methods.py)."""
+
+    def sum(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> Tensor:
+        dim = dim_or_axis(dim, axis)
+        x = self.to(int64) if self.dtype == bool else self
+        axes = normalize_dims(dim, x.ndim)
+        # A sum over no axis (of a 0-d tensor) is still a new tensor, not `x` itself.
+        result = apply("reduce_sum", [x], axes=axes) if axes else x.clone()
+        return result._keep(axes, self.shape) if keepdim else result
+
+    def _keep(self, axes, shape) -> Tensor:
+        return fresh(self.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape))))
+
+    def any(self, dim=None, keepdim: builtins.bool = False) -> Tensor:
+        return (self != 0).to(int64).sum(dim, keepdim) > 0
+
+    def all(self, dim=None, keepdim: builtins.bool = False) -> Tensor:
+        return (self == 0).to(int64).sum(dim, keepdim) == 0
+
+    def mean(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> Tensor:
+        dim = dim_or_axis(dim, axis)
+        if not irtypes.is_float(self.dtype):
+            raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() first")
+        axes = normalize_dims(dim, self.ndim)
+        count = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
+        return self.sum(dim=axes, keepdim=keepdim) / count
+
+    def max(self, dim=None, keepdim: builtins.bool = False):
+        """The maximum; with `dim`, a (values, indices) pair as in PyTorch; with a tensor,
+        the elementwise maximum."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        return self._extremum("reduce_max", dim, keepdim)
+
+    def min(self, dim=None, keepdim: builtins.bool = False):
+        """The minimum; with `dim`, a (values, indices) pair as in PyTorch."""
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        return self._extremum("reduce_min", dim, keepdim)
+
+    def _extremum(self, reduction: str, dim, keepdim: builtins.bool):
+        if dim is None:
+            return apply(reduction, [self], axes=tuple(range(self.ndim)))
+        axis = normalize_dim(as_dim(dim), self.ndim)
+        if self.ndim == 0:
+            return MaxResult(self, zeros((), dtype=int64))
+        kept = apply(reduction, [self], axes=(axis,))._keep((axis,), self.shape)
+        hit = self == kept
+        if irtypes.is_float(self.dtype):
+            hit = hit | (self != self)  # a nan is the extremum, as in PyTorch
+        # The first index holding it: the largest (size - 1 - index) among the hits.
+        size = self.shape[axis]
+        position = iota(self.shape, axis)
+        candidates = where(hit, position * -1 + (size - 1), -1)
+        indices = (size - 1) - apply("reduce_max", [candidates], axes=(axis,)).detach()
+        # The value at that index, so that (as in PyTorch) its gradient goes there alone.
+        chosen = position == indices._keep((axis,), self.shape)
+        values = where(chosen, self, 0).sum(axis)
+        if keepdim:
+            values, indices = values._keep((axis,), self.shape), indices._keep((axis,), self.shape)
+        return MaxResult(values, indices)
+
+    def argmax(self, dim=None, keepdim: builtins.bool = False):
+        if dim is None:
+            return self.reshape(-1).max(0).indices
+        return self.max(dim, keepdim).indices
+
+    def _shifted_down(self, dim: int) -> Tensor:
+        """self minus its maximum along `dim`: the same softmax, and exp cannot overflow. Without
+        elements there is nothing to shift (and no maximum along an empty `dim`)."""
+        if self.numel() == 0:
+            return self
+        return self - self.max(dim, keepdim=True).values.detach()
+
+    def softmax(self, dim: int) -> Tensor:
+        exponentials = self._shifted_down(dim).exp()
+        return exponentials / exponentials.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim: int) -> Tensor:
+        shifted = self._shifted_down(dim)
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
