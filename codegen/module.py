@@ -1,6 +1,7 @@
 """The LLVM module of a loop program (ir/loops.py): its kernels (codegen/render.py), the entry
 point that calls them in order -- a kernel whose range is split across threads through the
-templates/parallel.ll.j2 wrapper -- and the fast entry that takes numpy array objects."""
+templates/parallel.ll.j2 wrapper, which calls the thread pool's `tracer_parallel` (runtime/pool.py
+registers it) -- and the fast entry that takes numpy array objects."""
 from __future__ import annotations
 
 from tracer.codegen.bounds import Sites
@@ -102,8 +103,7 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             calls.append(f"call void @{kernel.name}({arguments}i64 0, i64 {kernel.extent})")
     declarations = []
     if parallel:
-        declarations += ["declare i32 @pthread_create(ptr, ptr, ptr, ptr) nounwind",
-                         "declare i32 @pthread_join(i64, ptr) nounwind"]
+        declarations.append("declare void @tracer_parallel(ptr, ptr, i64) nounwind")
     if blas:
         for dtype, symbol in GEMM_SYMBOLS.items():
             t = LLVM_TYPE[dtype]

@@ -31,9 +31,10 @@ from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
-# A kernel runs on several threads when it does at least this many element operations per thread
-# (starting and joining a thread costs some tens of microseconds).
-PARALLEL_WORK_PER_THREAD = 1 << 21
+# A kernel runs on several threads when it does at least this many element operations per thread:
+# about 40 us of work at GELU's rate (~0.15 ns an operation), against a launch on the thread pool of
+# ~0.6 us (runtime/pool.py; python -m benchmarks.launch_cost), under 2% of the chunk.
+PARALLEL_WORK_PER_THREAD = 1 << 18
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # The scalar primitive that combines a reduction's accumulator with one element.

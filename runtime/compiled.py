@@ -36,7 +36,7 @@ from tracer.ir.graph import Function
 from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
-from tracer.runtime import jit
+from tracer.runtime import jit, pool
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.errors import BoundsError, IndexOutOfRangeError
@@ -61,7 +61,10 @@ def profile_setting() -> bool:
 
 def thread_setting() -> int:
     """TRACER_NUM_THREADS, or the number of cores this process may run on. Read at compile time:
-    the thread count is part of the generated code (and so of its cache key)."""
+    the thread count is part of the generated code (and so of its cache key). 1 where the thread
+    pool is not supported."""
+    if not pool.SUPPORTED:
+        return 1
     configured = os.environ.get("TRACER_NUM_THREADS")
     if configured:
         return max(1, int(configured))
@@ -154,6 +157,8 @@ class CompiledFunction:
         if cached is None or not self._load(cached, cache):
             llvm_ir = self.llvm_ir  # scheduled and rendered on a miss only (timed by the back end)
             started = time.perf_counter()
+            if pool.needed_by(llvm_ir):
+                pool.start()
             self._jit = jit.JitModule.compile(llvm_ir, cache)
             self._bind()
         self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
@@ -189,6 +194,8 @@ class CompiledFunction:
         """Run `object_code` from the disk cache; False if LLVM refuses it (an entry this user's
         processes wrote, so only a bug of ours: the caller compiles again)."""
         try:
+            if pool.needed_by(object_code):
+                pool.start()
             self._jit = jit.JitModule.load(object_code, cache.path)
             self._bind()
         except RuntimeError as error:
