@@ -31,7 +31,7 @@ import numpy as np
 
 from tracer.ir.graph import Value
 from tracer.ir.memory import Location
-from tracer.ir.types import SHORT_NAMES
+from tracer.ir.types import SHORT_NAMES, float32, float64, is_float
 
 # A register ("%v3", "%i0") or a literal (a Python bool, int or float in the operand's dtype).
 Operand = Union[str, bool, int, float]
@@ -204,6 +204,34 @@ def checks_indices(program: LoopProgram) -> bool:
     """Whether any kernel of `program` checks an index (and so takes the error record)."""
     return any(isinstance(statement, CheckIndex) for kernel in program.kernels
                for statement in nested_statements(kernel.body))
+
+
+# Reductions --------------------------------------------------------------------------------------
+
+# The scalar primitive (of `Accumulate`) that combines a reduction's accumulator with one element.
+COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def literal(value, dtype: np.dtype):
+    """`value` rounded to `dtype`, as the Python bool, int or float a loop IR operand holds."""
+    return np.asarray(value, dtype).item()
+
+
+def accumulator_dtype(primitive: str, dtype: np.dtype) -> np.dtype:
+    """The dtype a reduction of `dtype` elements accumulates in: float32 sums add in float64
+    (rounded once at the end), everything else in its own dtype."""
+    return float64 if primitive == "reduce_sum" and dtype == float32 else dtype
+
+
+def initial_value(primitive: str, dtype: np.dtype):
+    """What a reduction starts from: 0, or the identity of max/min (-inf, INT64_MIN, ...)."""
+    if primitive == "reduce_sum":
+        return literal(0, dtype)
+    low = primitive == "reduce_max"
+    if is_float(dtype):
+        return -np.inf if low else np.inf
+    return INT64_MIN if low else INT64_MAX
 
 
 # Printing ----------------------------------------------------------------------------------------

@@ -17,29 +17,20 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
-from tracer.ir.loops import (Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm, Load,
-                             LoopKernel, LoopProgram, Store)
+from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm,
+                             Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
+                             initial_value, literal)
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
-from tracer.ir.types import bool_, float32, float64, int64, is_float
+from tracer.ir.types import bool_, int64
 
 # A kernel runs on several threads when it does at least this many element operations per thread
 # (starting and joining a thread costs some tens of microseconds).
 PARALLEL_WORK_PER_THREAD = 1 << 21
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant"}
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-# The scalar primitive that combines a reduction's accumulator with one element.
-COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
-
-
-def literal(value, dtype: np.dtype):
-    """`value` rounded to `dtype`, as the Python bool, int or float a loop IR operand holds."""
-    return np.asarray(value, dtype).item()
 
 
 def line_of(value: Value) -> str:
@@ -68,16 +59,6 @@ def split_extent(kernel: Kernel, flat: bool) -> int:
         return math.prod(kernel.results[0].shape[:-2])
     shape = (kernel.results[0].type.size,) if flat else kernel.shape
     return next((size for size in shape if size != 1), 1)
-
-
-def initial_value(primitive: str, dtype: np.dtype):
-    """What a reduction starts from: 0, or the identity of max/min (-inf, INT64_MIN, ...)."""
-    if primitive == "reduce_sum":
-        return literal(0, dtype)
-    low = primitive == "reduce_max"
-    if is_float(dtype):
-        return -np.inf if low else np.inf
-    return INT64_MIN if low else INT64_MAX
 
 
 class KernelScheduler(IndexBuilder):
@@ -236,7 +217,7 @@ class KernelScheduler(IndexBuilder):
         (x,), primitive = instruction.inputs, instruction.primitive
         axes = instruction.attributes["axes"]
         dtype = x.dtype
-        wide = float64 if primitive == "reduce_sum" and dtype == float32 else dtype
+        wide = accumulator_dtype(primitive, dtype)
         accumulator = self.fresh("acc")
         self.emit(Accumulator(accumulator, wide, initial_value(primitive, wide)))
         kept = iter(index)
