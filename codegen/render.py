@@ -60,6 +60,12 @@ class KernelRenderer:
             return self.registers[operand]
         return literal(operand, dtype)
 
+    def bound(self, bound) -> str:
+        """A loop bound: an int, the kernel's %begin or %end, or an index register."""
+        if bound in ("begin", "end"):
+            return f"%{bound}"
+        return self.index(bound)
+
     def index(self, operand) -> str:
         return self.registers[operand] if isinstance(operand, str) else str(operand)
 
@@ -80,8 +86,7 @@ class KernelRenderer:
                 name = self.w.label("L")
                 counter = f"%{name}.i"
                 self.w.allocas.append(f"{counter}.addr = alloca i64")
-                begin, end = (f"%{b}" if isinstance(b, str) else b
-                              for b in (statement.begin, statement.end))
+                begin, end = (self.bound(b) for b in (statement.begin, statement.end))
                 self.w.raw(macros("loops.ll.j2").loop_open(name, counter, begin, end))
                 self.registers[statement.counter] = counter
                 self.render(statement.body)

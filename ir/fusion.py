@@ -1,6 +1,6 @@
 """Fusion: group the instructions of an optimized Function into kernels.
 
-A kernel is one unit of native code. There are four kinds:
+A kernel is one unit of native code. Fusion makes four kinds:
 
 - `loop`: one loop nest over the shape of its results. Elementwise ops, layout changes (broadcast,
   reshape, transpose, slice, pad), sources (constant, iota) and reductions over trailing axes are
@@ -18,9 +18,13 @@ A kernel is one unit of native code. There are four kinds:
   (`w`) is stored into the result, then the gemm adds alpha * x^T @ g to it (beta = 1, alpha =
   -lr read at run time), so the gradient never reaches memory (`MatmulUpdate`).
 
+and ir/rows.py merges kernels that can run one row at a time into `rows` kernels (each followed by
+a `combine` kernel when it reduces across the rows).
+
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
-results, reductions (unless computed inline into a single same-shape elementwise consumer), values
-that are expensive and read at a broadcast index, and values whose inline expression grew too large.
+results, reductions (unless computed inline into a single same-shape elementwise consumer; a
+reduction across the first axis of a tensor of two or more, a column or total sum, is always stored,
+in a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are expensive and read at a broadcast index, and values whose inline expression grew too large.
 Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
 in the backward. A loop kernel takes further results only while its code stays under a size bound
 (MAX_KERNEL_COST), so a long chain of elementwise ops becomes several loop nests and compile time
@@ -36,7 +40,6 @@ from typing import Callable
 from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
-from tracer.ir.text import format_instruction
 
 # gather is a load at a computed index, so it fuses into loops like a layout change.
 LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | {"gather"}
@@ -71,11 +74,19 @@ class Kernel:
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate", "scatter" or "matmul"
+    kind: str  # "loop", "accumulate", "scatter", "matmul", or (ir/rows.py) "rows", "combine"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
     update: MatmulUpdate | None = None  # a matmul kernel that accumulates into its result
+    # A row kernel runs its `parts` (loop and reduction kernels) on each row of shape `rows` in
+    # turn, its range being `chunks` chunks of rows. `partials` pairs each value its reduction
+    # parts reduce across the rows with the value holding one partial result per chunk: a row
+    # kernel writes those, the combine kernel after it adds them up into the values.
+    parts: list["Kernel"] = field(default_factory=list)
+    rows: tuple[int, ...] = ()
+    chunks: int = 0
+    partials: list[tuple[Value, Value]] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -104,6 +115,13 @@ def matmul_operand(value: Value) -> tuple[Value, bool]:
     return value, False
 
 
+def reduces_across_rows(instruction: Instruction) -> bool:
+    """Whether `instruction` reduces a tensor of two or more axes across its first (a column sum,
+    or a total)."""
+    return (instruction.primitive in REDUCE and instruction.inputs[0].type.ndim >= 2
+            and 0 in instruction.attributes["axes"])
+
+
 def reduction_is_inner(instruction: Instruction) -> bool:
     """Whether a reduction's axes include the operand's last axis (so the inner loop reduces)."""
     operand = instruction.inputs[0]
@@ -129,7 +147,8 @@ def _choose_materialized(function: Function) -> set[int]:
             readers = users.get(id(output), [])
             inline = (reduction_is_inner(instruction) and len(readers) == 1
                       and readers[0].primitive in ELEMENTWISE
-                      and readers[0].outputs[0].shape == output.shape)
+                      and readers[0].outputs[0].shape == output.shape
+                      and not reduces_across_rows(instruction))
             if not inline:
                 materialized.add(id(output))
 
@@ -304,7 +323,9 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             cost = sum(code_cost(i) for i in kernel.instructions)
         ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
         target = None
-        if kind == "loop":
+        # a reduction across rows stays alone, a part that ir/rows.py can take as it is
+        merges = kind == "loop" and not (producer is not None and reduces_across_rows(producer))
+        if merges:
             candidates = loops_by_shape.get(root.shape, [])
             for index in candidates[bisect.bisect_left(candidates, max(ready, 0)):]:
                 if costs[index] + cost > MAX_KERNEL_COST:
@@ -319,7 +340,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             owns.append({id(root)})
             costs.append(cost)
             producer_kernel[id(root)] = len(kernels) - 1
-            if kind == "loop":
+            if merges:
                 loops_by_shape.setdefault(root.shape, []).append(len(kernels) - 1)
             continue
         merged = kernels[target]
@@ -339,30 +360,3 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
         merged.instructions = in_order(instruction_ids)
         merged.inputs = inputs
     return FusedFunction(function, kernels, materialized)
-
-
-def format_fused(fused: FusedFunction) -> str:
-    """The `fused` stage: the optimized listing with its instructions grouped into kernels."""
-    function = fused.function
-    parameters = ", ".join(f"%{p.name}: {p.type}" for p in function.parameters)
-    lines = [f"def {function.name}({parameters}):"]
-    for number, kernel in enumerate(fused.kernels):
-        names = ", ".join(f"%{v.name}" for v in kernel.results)
-        types = ", ".join(str(v.type) for v in kernel.results)
-        reads = ", ".join(f"%{v.name}" for v in kernel.inputs)
-        header = f"{kernel.kind}"
-        if kernel.update is not None:
-            update = kernel.update
-            alpha = "*".join(f"%{v.name}" for v in update.factors) or "1"
-            header += f" accumulate(alpha={'-' if update.sign < 0 else ''}{alpha}, beta=1)"
-        if kernel.kind != "matmul":
-            header += f"[{','.join(map(str, kernel.shape))}]"
-        lines.append(f"  {names} : {types} = kernel_{number} {header}({reads}) {{")
-        for instruction in kernel.instructions:
-            lines.append("    " + format_instruction(instruction))
-        for result in kernel.results:
-            if result.producer is None:
-                lines.append(f"    copy %{result.name}")
-        lines.append("  }")
-    lines.append("  return " + ", ".join(f"%{v.name}" for v in function.outputs))
-    return "\n".join(lines) + "\n"
