@@ -82,11 +82,13 @@ class Kernel:
     # A row kernel runs its `parts` (loop and reduction kernels) on each row of shape `rows` in
     # turn, its range being `chunks` chunks of rows. `partials` pairs each value its reduction
     # parts reduce across the rows with the value holding one partial result per chunk: a row
-    # kernel writes those, the combine kernel after it adds them up into the values.
+    # kernel writes those, the combine kernel after it adds them up into the values. `kept`
+    # pairs each value several parts read with its buffer of one row per chunk.
     parts: list["Kernel"] = field(default_factory=list)
     rows: tuple[int, ...] = ()
     chunks: int = 0
     partials: list[tuple[Value, Value]] = field(default_factory=list)
+    kept: list[tuple[Value, Value]] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, ...]:

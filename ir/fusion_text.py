@@ -13,7 +13,9 @@ def _kernel_header(kernel: Kernel) -> str:
         alpha = "*".join(f"%{v.name}" for v in update.factors) or "1"
         header += f" accumulate(alpha={'-' if update.sign < 0 else ''}{alpha}, beta=1)"
     if kernel.kind == "rows":
-        return header + f"[{','.join(map(str, kernel.rows))}] in {kernel.chunks} chunks"
+        header += f"[{','.join(map(str, kernel.rows))}] in {kernel.chunks} chunks"
+        kept = ", ".join(f"%{value.name}" for value, _ in kernel.kept)
+        return header + (f" keeping rows of {kept}" if kept else "")
     if kernel.kind == "combine":
         return header + f" of {kernel.chunks} chunks"
     if kernel.kind != "matmul":

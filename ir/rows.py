@@ -16,6 +16,10 @@ kernels into one `rows` kernel whose `parts` are the original kernels in order:
   its own (float32 sums in float64), and a `combine` kernel after the row kernel adds the
   partials up in chunk order.
 
+A row of a costly value that several parts compute (the exponentials of a softmax, which its sum,
+its result and its gradient read) is kept: the first part that computes the whole row stores it
+in a buffer of one row per chunk, which stays in cache, and the later parts load it.
+
 The row kernel's range counts chunks of rows (at most ROW_CHUNKS, a number that depends on the
 shape only), which the entry splits across threads; so every result has the same bits whatever
 the thread count.
@@ -32,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tracer.ir.fusion import FusedFunction, Kernel
+from tracer.ir.fusion import FusedFunction, Kernel, code_cost
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import accumulator_dtype
 from tracer.ir.primitives import ELEMENTWISE, REDUCE
@@ -45,6 +49,10 @@ ROW_CACHE_BYTES = 512 * 1024
 # A row kernel's rows are cut into at most this many chunks: the units its threads take, each
 # with a partial result per reduction across rows.
 ROW_CHUNKS = 32
+# A value that several parts compute is kept a row at a time when computing it from memory costs
+# this much (fusion's CODE_COST units, a read 1): a transcendental function, or a long chain of
+# arithmetic, costs more than the store and the loads of its row in cache.
+KEEP_COST = 20
 
 
 @dataclass(eq=False)
@@ -183,6 +191,42 @@ def _admit(group: _Group, number: int, kernel: Kernel, producer: dict[int, int],
     return True
 
 
+def _kept_rows(group: _Group, instructions: list[Instruction], parts: list[Kernel],
+               fused: FusedFunction, chunks: int) -> list[tuple[Value, Value]]:
+    """The values computed inline in several parts whose computing costs KEEP_COST or more
+    (what they compute from a kept value costs a load), each with its buffer of a row per chunk,
+    while the row bytes fit the cache bound."""
+    k = len(group.rows)
+    computed: dict[int, int] = {}  # value id -> how many parts compute it
+    for part in parts:
+        for value in {id(v) for i in part.instructions for v in i.outputs}:
+            computed[value] = computed.get(value, 0) + 1
+    budget = ROW_CACHE_BYTES - sum(group.bytes.values())
+    kept: list[tuple[Value, Value]] = []
+    costs: dict[int, int] = {}  # the cost of computing each value from memory and kept rows
+
+    def cost(value: Value) -> int:
+        if id(value) not in costs:
+            if value.producer is None or fused.is_materialized(value):
+                costs[id(value)] = 1
+            else:
+                costs[id(value)] = code_cost(value.producer) + sum(
+                    cost(v) for v in value.producer.inputs)
+        return costs[id(value)]
+
+    for instruction in instructions:
+        for value in instruction.outputs:
+            size = math.prod(value.shape[k:])
+            row_bytes = size * value.dtype.itemsize
+            if (computed.get(id(value), 0) >= 2 and value.shape[:k] == group.rows and size > 1
+                    and row_bytes <= budget and cost(value) >= KEEP_COST):
+                budget -= row_bytes
+                costs[id(value)] = 1
+                kept.append((value, Value(f"{value.name}.row",
+                                          TensorType((chunks, *value.shape[k:]), value.dtype))))
+    return kept
+
+
 def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) -> list[Kernel]:
     """The row kernel of `group` and, if it reduces across rows, the kernel that combines its
     partial results. Values per row that only the group reads are taken out of memory (from
@@ -191,6 +235,11 @@ def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) ->
     parts = [kernels[n] for n in group.members]
     members, k = set(group.members), len(group.rows)
     outputs = {id(v) for v in function.outputs}
+    chunks = min(math.prod(group.rows), ROW_CHUNKS)
+    position = {id(i): n for n, i in enumerate(function.instructions)}
+    instructions = sorted({id(i): i for part in parts for i in part.instructions}.values(),
+                          key=lambda i: position[id(i)])
+    kept = _kept_rows(group, instructions, parts, fused, chunks)
     for part in parts:
         for value in part.results:
             if (id(value) in group.row_values and id(value) not in outputs
@@ -198,7 +247,6 @@ def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) ->
                     and all(size == 1 for size in value.shape[k:])):
                 fused.materialized.discard(id(value))
     produced = {id(v) for part in parts for v in part.results}
-    chunks = min(math.prod(group.rows), ROW_CHUNKS)
     partials = []
     for part in parts:
         (value, *_) = part.results
@@ -209,12 +257,9 @@ def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) ->
     stored = [v for part in parts for v in part.results
               if id(v) in group.row_values and fused.is_materialized(v)]
     inputs = {id(v): v for part in parts for v in part.inputs if id(v) not in produced}
-    position = {id(i): n for n, i in enumerate(function.instructions)}
-    instructions = {id(i): i for part in parts for i in part.instructions}
-    merged = [Kernel("rows", stored + [partial for _, partial in partials],
-                     sorted(instructions.values(), key=lambda i: position[id(i)]),
-                     list(inputs.values()), parts=parts, rows=group.rows, chunks=chunks,
-                     partials=partials)]
+    merged = [Kernel("rows", stored + [row for _, row in kept] + [p for _, p in partials],
+                     instructions, list(inputs.values()), parts=parts, rows=group.rows,
+                     chunks=chunks, partials=partials, kept=kept)]
     if partials:
         merged.append(Kernel("combine", [value for value, _ in partials], [],
                              [partial for _, partial in partials], chunks=chunks,

@@ -73,6 +73,8 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
         self.flat = is_flat(kernel)
         self.memo: list[dict] = [{}]
         self.zeros: set[int] = set()  # values taken as 0 (the product a matmul update adds later)
+        # a row kernel's values kept a row at a time: id -> (the row buffer's value, its name)
+        self.kept: dict[int, tuple[Value, str]] = {}
 
     def shape_of(self, value: Value) -> tuple[int, ...]:
         return (value.type.size,) if self.flat else value.shape
@@ -113,9 +115,13 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
             return literal(0, value.dtype)
         if self.in_memory(value):
             return self.load(value, self.linear(index, self.shape_of(value)))
+        loaded = self.kept_element(value, index)
+        if loaded is not None:
+            return loaded
         reader = self.location
         self.location = value.producer.location or reader
         result = self.element(value, index)
+        self.keep_element(value, index, result)
         self.location = reader
         return result
 

@@ -13,6 +13,10 @@ reduction has one element (a total), else the chunk's slice of the partial buffe
 initial value before the chunk's first row. After the chunk's last row, a total's register is
 stored into its slot. The combine kernel then reduces each partial buffer over its chunks, in
 chunk order, into the value (rounding a float64 sum of float32 once).
+
+A value the row kernel keeps is stored into the chunk's row of its buffer by the first part that
+computes it over its whole row (each element at a loop counter running over the element's
+axis), and loaded from there by the parts after it, wherever they read it in the row.
 """
 from __future__ import annotations
 
@@ -25,7 +29,15 @@ from tracer.ir.schedule_index import Index
 
 class ReductionKernels:
     """The accumulate, rows and combine kernels of KernelScheduler (ir/schedule.py), whose
-    `evaluate`, `load`, `compute`, `open_nest` and index arithmetic they use."""
+    `evaluate`, `load`, `compute`, `open_nest` and index arithmetic they use, and the kept rows
+    its `_evaluate` asks for (`kept_element`, `keep_element`)."""
+
+    # While a row kernel's body is written: its chunk's counter, the current row's index and the
+    # kept values a part before the current one stored (or the current part is storing).
+    chunk = None
+    row_index: tuple = ()
+    kept_stored: frozenset = frozenset()
+    kept_storing: frozenset = frozenset()
 
     def fill(self, buffer: str, value: Value, start, size: int, initial) -> None:
         """Elements [start, start + size) of `buffer` (holding `value`) set to `initial`."""
@@ -57,6 +69,38 @@ class ReductionKernels:
 
     # Row kernels ------------------------------------------------------------------------------
 
+    def kept_offset(self, value: Value, index: Index):
+        """Where `value`'s element at `index` (in the current row) is in its row buffer."""
+        k = len(self.row_index)
+        return self.add(self.mul(self.chunk, math.prod(value.shape[k:])),
+                        self.linear(index[k:], value.shape[k:]))
+
+    def kept_element(self, value: Value, index: Index):
+        """`value`'s element at `index` from its row buffer, where a part before the current one
+        stored the row; else None (then it is computed)."""
+        if id(value) not in self.kept_stored or index[:len(self.row_index)] != self.row_index:
+            return None
+        row, buffer = self.kept[id(value)]
+        return self.load(row, self.kept_offset(value, index), buffer)
+
+    def keep_element(self, value: Value, index: Index, element) -> None:
+        """Stores `element` into `value`'s row buffer if the row kernel keeps `value`, no part
+        stored it yet and this evaluation goes over its whole row: at the current row, each of
+        its other axes at the counter of a loop over all of it."""
+        if (id(value) not in self.kept or id(value) in self.kept_stored | self.kept_storing
+                or index[:len(self.row_index)] != self.row_index):
+            return
+        positions = [(p, size) for p, size in zip(index[len(self.row_index):],
+                                                  value.shape[len(self.row_index):]) if size != 1]
+        counters = {p for p, _ in positions}
+        if len(counters) != len(positions) or not all(
+                p in self.loops and (self.loops[p].begin, self.loops[p].end) == (0, size)
+                for p, size in positions):
+            return
+        row, buffer = self.kept[id(value)]
+        self.emit(Store(buffer, self.kept_offset(value, index), element, row, self.location))
+        self.kept_storing = self.kept_storing | {id(value)}
+
     def chunk_start(self, chunk, rows: int, chunks: int):
         """The first row of `chunk`: chunk * rows / chunks, rounded down."""
         scaled = self.mul(chunk, rows)
@@ -69,7 +113,8 @@ class ReductionKernels:
             return
         count = math.prod(kernel.rows)
         partials = {id(value): partial for value, partial in kernel.partials}
-        chunk = self.open_loop("begin", "end")
+        self.kept = {id(value): (row, names[id(row)]) for value, row in kernel.kept}
+        chunk = self.chunk = self.open_loop("begin", "end")
         totals: dict[int, str] = {}
         for value, partial in kernel.partials:
             self.location = line_of(value)
@@ -82,7 +127,7 @@ class ReductionKernels:
                           value.type.size, initial)
         row = self.open_loop(self.chunk_start(chunk, count, kernel.chunks),
                              self.chunk_start(self.add(chunk, 1), count, kernel.chunks))
-        index = self.reshape_index((row,), (count,), kernel.rows)
+        index = self.row_index = self.reshape_index((row,), (count,), kernel.rows)
         self.memo.append({})  # values per row, which every part may read
         for part in kernel.parts:
             (value, *_) = part.results
@@ -93,6 +138,7 @@ class ReductionKernels:
                                 totals.get(id(value)))
             else:
                 self.row_part(part.results, part.shape, names, index)
+            self.kept_stored, self.kept_storing = self.kept_stored | self.kept_storing, frozenset()
         self.memo.pop()
         self.close_loop()
         for value, partial in kernel.partials:

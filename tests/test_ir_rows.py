@@ -110,7 +110,8 @@ def test_layer_norm_forward_and_backward_is_one_row_kernel(dtype):
     # x and grad_output are read once, y and x.grad written once
     assert passes(function, 37 * 24) == 4
     fused = function.stage_text("fused")
-    assert "kernel_0 rows[37] in 32 chunks(" in fused
+    # the gradient's long expression before its row sum is kept for the gradient's loop
+    assert "kernel_0 rows[37] in 32 chunks keeping rows of %40(" in fused
     assert "kernel_1 combine of 32 chunks(" in fused
     assert_close_to_torch(function(arrays), torch_results(layer_norm_step, arrays), dtype)
     # through the API: the same results (conftest compares them with the reference interpreter)
@@ -127,8 +128,16 @@ def test_softmax_cross_entropy_is_one_row_kernel_and_its_loss_a_total_by_chunks(
     assert passes(function, 50 * 13) == 3  # reads logits and targets, writes the gradient
     text = function.stage_text("loops")
     assert "kernel_0 rows, range [0, 32) (chunks of 50 rows):" in text
+    # the exponentials, which the sum, the loss's gradient and its row sum read, are computed
+    # once per element: the sum's loop stores them into the chunk's row, later loops load them
+    assert "keeping rows of %23(" in function.stage_text("fused")
+    assert text.count(" = exp ") == 1
+    assert text.count("store out1[") == 1 and text.count("= load out1[") == 2
     assert_close_to_torch(function(arrays), torch_results(cross_entropy_step, arrays),
                           np.float32)
+    # a float32 loop that sums in float64 runs its float32 work at full width, 8 lanes
+    assert '!"llvm.loop.vectorize.width", i32 8' in function.llvm_ir
+    assert "fpext <8 x float>" in function.stage_text("llvm")
 
 
 # User-facing functions of rows: the forward alone reads the input once and writes the result
