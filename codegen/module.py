@@ -83,7 +83,8 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
     each kernel's calls and nanoseconds in the global @tracer_profile."""
     sites = (Sites(plan, every_access=checked) if checked or checks_indices(program)
              else None)
-    texts = [render_kernel(kernel, blas, sites) for kernel in program.kernels]
+    metadata: list[str] = []
+    texts = [render_kernel(kernel, blas, sites, metadata) for kernel in program.kernels]
     parameters = program.parameters
     slots = [(f"%param.{i}", i) for i in range(len(parameters))]
     slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
@@ -116,5 +117,5 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         kernels=texts + parallel, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
-        record_offset=program.arena_size)
+        record_offset=program.arena_size, metadata=metadata)
     return text, sites

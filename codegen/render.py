@@ -5,7 +5,9 @@ Each statement becomes its LLVM instructions: a `Compute` is its row of the lowe
 `inbounds` GEP and the access, an accumulator a stack slot (promoted to a register by mem2reg), a
 `Gemm` a call of the function templates/matmul.ll.j2 renders (BLAS or a loop nest). Loop IR
 registers map to LLVM registers one to one, so the structure of the printed `loops` stage is that
-of the function.
+of the function. An innermost loop that computes in float32 and in a 64-bit type (a float32 sum
+accumulates in float64) asks LLVM for FLOAT32_LANES lanes: LLVM would take the lanes of the
+widest type, and run the float32 work (the exponentials of a softmax) at half width.
 
 A `CheckIndex` (a gather's or scatter's index, checked always: an index is data) wraps the index
 and puts the `check` of templates/bounds.ll.j2 before its use. In the bounds-checked mode
@@ -21,9 +23,12 @@ from tracer.codegen.rendering import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, CheckIndex, Compute, Gemm,
                              IndexOp, Load, Loop, LoopKernel, Store)
-from tracer.ir.types import bool_, float32, float64, is_float
+from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+# float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
+# CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.
+FLOAT32_LANES = 8
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
 MATMUL_BLOCK = 256
 # Offsets never wrap (nsw lets LLVM's scalar evolution see strides); the unsigned division,
@@ -42,10 +47,12 @@ def record_register(sites: Sites | None) -> list[str]:
 class KernelRenderer:
     """Writes the LLVM function of one loop IR kernel."""
 
-    def __init__(self, kernel: LoopKernel, blas: bool, sites: Sites | None):
+    def __init__(self, kernel: LoopKernel, blas: bool, sites: Sites | None,
+                 metadata: list[str]):
         self.kernel = kernel
         self.blas = blas
         self.sites = sites
+        self.metadata = metadata  # the module's numbered metadata (loop hints), appended to
         self.w = Writer()
         self.registers: dict[str, str] = {}  # loop IR register -> LLVM register
         self.accumulators: dict[str, tuple[str, str]] = {}  # name -> (stack slot, LLVM type)
@@ -59,6 +66,12 @@ class KernelRenderer:
                 return self.w.value(f"load {t}, ptr {slot}")
             return self.registers[operand]
         return literal(operand, dtype)
+
+    def bound(self, bound) -> str:
+        """A loop bound: an int, the kernel's %begin or %end, or an index register."""
+        if bound in ("begin", "end"):
+            return f"%{bound}"
+        return self.index(bound)
 
     def index(self, operand) -> str:
         return self.registers[operand] if isinstance(operand, str) else str(operand)
@@ -80,12 +93,12 @@ class KernelRenderer:
                 name = self.w.label("L")
                 counter = f"%{name}.i"
                 self.w.allocas.append(f"{counter}.addr = alloca i64")
-                begin, end = (f"%{b}" if isinstance(b, str) else b
-                              for b in (statement.begin, statement.end))
+                begin, end = (self.bound(b) for b in (statement.begin, statement.end))
                 self.w.raw(macros("loops.ll.j2").loop_open(name, counter, begin, end))
                 self.registers[statement.counter] = counter
                 self.render(statement.body)
-                self.w.raw(macros("loops.ll.j2").loop_close(name, counter))
+                self.w.raw(macros("loops.ll.j2").loop_close(name, counter,
+                                                            self.vector_hint(statement)))
             elif isinstance(statement, IndexOp):
                 self.registers[statement.target] = self.index_op(statement)
             elif isinstance(statement, CheckIndex):
@@ -112,6 +125,32 @@ class KernelRenderer:
                 self.gemm(statement)
             else:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
+
+    def vector_hint(self, loop: Loop) -> str:
+        """The metadata asking for FLOAT32_LANES lanes for an innermost loop that computes in
+        float32 and in a 64-bit type, as the latch branch's suffix; else "". Only for a loop
+        LLVM can vectorize (it reports a hinted loop it cannot): without index checks, and
+        storing only at offsets that change with the counter."""
+        if (any(isinstance(s, (Loop, CheckIndex)) for s in loop.body)
+                or (self.sites is not None and self.sites.every_access)):
+            return ""
+        types = {s.dtype for s in loop.body if isinstance(s, (Compute, Accumulate))}
+        types |= {s.value.dtype for s in loop.body if isinstance(s, (Load, Store))}
+        if float32 not in types or not types & {float64, int64}:
+            return ""
+        varying = {loop.counter}  # the registers that change with the counter
+        for statement in loop.body:
+            if isinstance(statement, (IndexOp, Compute)) and varying & set(statement.operands):
+                varying.add(statement.target)
+            elif isinstance(statement, Load) and statement.offset in varying:
+                varying.add(statement.target)
+            elif isinstance(statement, Store) and statement.offset not in varying:
+                return ""  # the same element stored again and again
+        number = len(self.metadata)
+        self.metadata += [f"!{number} = distinct !{{!{number}, !{number + 1}}}",
+                          f'!{number + 1} = !{{!"llvm.loop.vectorize.width", '
+                          f'i32 {FLOAT32_LANES}}}']
+        return f", !llvm.loop !{number}"
 
     def index_op(self, statement: IndexOp) -> str:
         operands = [self.index(x) for x in statement.operands]
@@ -206,9 +245,11 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
 
 
-def render_kernel(kernel: LoopKernel, blas: bool, sites: Sites | None) -> str:
-    """The LLVM function of `kernel` (and the gemm function it calls, if any)."""
-    renderer = KernelRenderer(kernel, blas, sites)
+def render_kernel(kernel: LoopKernel, blas: bool, sites: Sites | None,
+                  metadata: list[str]) -> str:
+    """The LLVM function of `kernel` (and the gemm function it calls, if any); the metadata its
+    loops refer to is appended to `metadata`, the module's."""
+    renderer = KernelRenderer(kernel, blas, sites, metadata)
     renderer.render(kernel.body)
     pointers = record_register(sites) + [f"%{b.name}" for b in kernel.buffers]
     text = str(macros("loops.ll.j2").kernel(kernel.name, pointers, renderer.w.allocas,

@@ -1,6 +1,6 @@
 """Fusion: group the instructions of an optimized Function into kernels.
 
-A kernel is one unit of native code. There are four kinds:
+A kernel is one unit of native code. Fusion makes four kinds:
 
 - `loop`: one loop nest over the shape of its results. Elementwise ops, layout changes (broadcast,
   reshape, transpose, slice, pad), sources (constant, iota) and reductions over trailing axes are
@@ -18,9 +18,13 @@ A kernel is one unit of native code. There are four kinds:
   (`w`) is stored into the result, then the gemm adds alpha * x^T @ g to it (beta = 1, alpha =
   -lr read at run time), so the gradient never reaches memory (`MatmulUpdate`).
 
+and ir/rows.py merges kernels that can run one row at a time into `rows` kernels (each followed by
+a `combine` kernel when it reduces across the rows).
+
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
-results, reductions (unless computed inline into a single same-shape elementwise consumer), values
-that are expensive and read at a broadcast index, and values whose inline expression grew too large.
+results, reductions (unless computed inline into a single same-shape elementwise consumer; a
+reduction across the first axis of a tensor of two or more, a column or total sum, is always stored,
+in a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are expensive and read at a broadcast index, and values whose inline expression grew too large.
 Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
 in the backward. A loop kernel takes further results only while its code stays under a size bound
 (MAX_KERNEL_COST), so a long chain of elementwise ops becomes several loop nests and compile time
@@ -33,10 +37,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
-from tracer.ir.text import format_instruction
-from tracer.ir.types import FLOAT_DTYPES
 
 # gather is a load at a computed index, so it fuses into loops like a layout change; a check is
 # computed in a loop over its whole operand.
@@ -66,30 +69,27 @@ def code_cost(instruction: Instruction) -> int:
 
 
 @dataclass(eq=False)
-class MatmulUpdate:
-    """result = rest + alpha * matmul(a, b), where `rest` is the result's expression with the
-    matmul's value replaced by zero and alpha the product of the 0-d `factors` (and `sign`): the
-    kernel stores `rest` into the result, then one gemm adds alpha * a @ b to it (beta = 1), so the
-    matmul's value is never stored."""
-
-    matmul: Instruction
-    factors: list[Value]
-    sign: int
-    rest_is: Value | None  # the parameter `rest` is equal to, if it is just one (no loop needed)
-
-
-@dataclass(eq=False)
 class Kernel:
     """One unit of native code: computes `results` (stored to memory) from the buffers `inputs`.
 
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate", "scatter" or "matmul"
+    kind: str  # "loop", "accumulate", "scatter", "matmul", or (ir/rows.py) "rows", "combine"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
-    update: "MatmulUpdate | None" = None  # a matmul kernel that accumulates into its result
+    update: MatmulUpdate | None = None  # a matmul kernel that accumulates into its result
+    # A row kernel runs its `parts` (loop and reduction kernels) on each row of shape `rows` in
+    # turn, its range being `chunks` chunks of rows. `partials` pairs each value its reduction
+    # parts reduce across the rows with the value holding one partial result per chunk: a row
+    # kernel writes those, the combine kernel after it adds them up into the values. `kept`
+    # pairs each value several parts read with its buffer of one row per chunk.
+    parts: list["Kernel"] = field(default_factory=list)
+    rows: tuple[int, ...] = ()
+    chunks: int = 0
+    partials: list[tuple[Value, Value]] = field(default_factory=list)
+    kept: list[tuple[Value, Value]] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -116,6 +116,13 @@ def matmul_operand(value: Value) -> tuple[Value, bool]:
         if rank >= 2 and permutation == (*range(rank - 2), rank - 1, rank - 2):
             return producer.inputs[0], True
     return value, False
+
+
+def reduces_across_rows(instruction: Instruction) -> bool:
+    """Whether `instruction` reduces a tensor of two or more axes across its first (a column sum,
+    or a total)."""
+    return (instruction.primitive in REDUCE and instruction.inputs[0].type.ndim >= 2
+            and 0 in instruction.attributes["axes"])
 
 
 def reduction_is_inner(instruction: Instruction) -> bool:
@@ -145,7 +152,8 @@ def _choose_materialized(function: Function) -> set[int]:
             readers = users.get(id(output), [])
             inline = (reduction_is_inner(instruction) and len(readers) == 1
                       and readers[0].primitive in ELEMENTWISE
-                      and readers[0].outputs[0].shape == output.shape)
+                      and readers[0].outputs[0].shape == output.shape
+                      and not reduces_across_rows(instruction))
             if not inline:
                 materialized.add(id(output))
 
@@ -252,64 +260,6 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
     return reads_at_own_index(root, targets, lambda value: id(value) in materialized)
 
 
-def _matmul_update(value: Value, users: dict[int, list[Instruction]], materialized: set[int],
-                   outputs: set[int]) -> MatmulUpdate | None:
-    """`value` as rest + alpha * matmul(a, b) (see MatmulUpdate), if it is one: a chain of add, sub,
-    neg and multiplications by 0-d values of the value's shape and float dtype down to a matmul
-    whose result, like every value between, has no other reader and is no output."""
-    def descend(v: Value, top: bool):
-        instruction = v.producer
-        if instruction is None or v.dtype not in FLOAT_DTYPES:
-            return None
-        if not top:
-            if len(users.get(id(v), [])) != 1 or id(v) in outputs:
-                return None
-            if instruction.primitive == "matmul":
-                return instruction, [], 1, True
-            if id(v) in materialized:
-                return None
-        primitive, inputs = instruction.primitive, instruction.inputs
-        if primitive == "neg":
-            found = descend(inputs[0], False) if inputs[0].shape == v.shape else None
-            return found and (found[0], found[1], -found[2], found[3])
-        if primitive == "mul":
-            for k in (0, 1):
-                scalar, operand = inputs[1 - k], inputs[k]
-                if scalar.type.ndim == 0 and operand.shape == v.shape and operand is not scalar:
-                    found = descend(operand, False)
-                    if found:
-                        return found[0], [*found[1], scalar], found[2], found[3]
-            return None
-        if primitive in ("add", "sub"):
-            for k in (0, 1):
-                if inputs[k].shape != v.shape or inputs[0] is inputs[1]:
-                    continue
-                found = descend(inputs[k], False)
-                if found:
-                    sign = -found[2] if primitive == "sub" and k == 1 else found[2]
-                    return found[0], found[1], sign, False
-        return None
-
-    if value.producer is None or value.producer.primitive not in ("add", "sub", "mul", "neg"):
-        return None
-    found = descend(value, True)
-    if found is None:
-        return None
-    matmul, factors, sign, _ = found
-    rest_is = None
-    instruction = value.producer
-    if instruction.primitive in ("add", "sub"):
-        # rest is exactly a parameter when the other operand is one, taken with sign +1, and the
-        # chain below adds nothing else
-        k = 0 if descend(instruction.inputs[1], False) else 1
-        other = instruction.inputs[k]
-        below = descend(instruction.inputs[1 - k], False)
-        if (other.producer is None and other.type == value.type and below and below[3]
-                and (instruction.primitive == "add" or k == 0)):
-            rest_is = other
-    return MatmulUpdate(matmul, factors, sign, rest_is)
-
-
 def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     """Group the instructions of `function` (the `optimized` stage) into kernels. With
     `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
@@ -322,7 +272,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     for instruction in function.instructions if matmul_updates else ():
         for value in instruction.outputs:
             if id(value) in materialized:
-                update = _matmul_update(value, users, materialized, outputs)
+                update = matmul_update(value, users, materialized, outputs)
                 if update is not None:
                     updates[id(value)] = update
                     materialized.discard(id(update.matmul.outputs[0]))
@@ -378,7 +328,9 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             cost = sum(code_cost(i) for i in kernel.instructions)
         ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
         target = None
-        if kind == "loop":
+        # a reduction across rows stays alone, a part that ir/rows.py can take as it is
+        merges = kind == "loop" and not (producer is not None and reduces_across_rows(producer))
+        if merges:
             candidates = loops_by_shape.get(root.shape, [])
             for index in candidates[bisect.bisect_left(candidates, max(ready, 0)):]:
                 if costs[index] + cost > MAX_KERNEL_COST:
@@ -393,7 +345,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             owns.append({id(root)})
             costs.append(cost)
             producer_kernel[id(root)] = len(kernels) - 1
-            if kind == "loop":
+            if merges:
                 loops_by_shape.setdefault(root.shape, []).append(len(kernels) - 1)
             continue
         merged = kernels[target]
@@ -413,30 +365,3 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
         merged.instructions = in_order(instruction_ids)
         merged.inputs = inputs
     return FusedFunction(function, kernels, materialized)
-
-
-def format_fused(fused: FusedFunction) -> str:
-    """The `fused` stage: the optimized listing with its instructions grouped into kernels."""
-    function = fused.function
-    parameters = ", ".join(f"%{p.name}: {p.type}" for p in function.parameters)
-    lines = [f"def {function.name}({parameters}):"]
-    for number, kernel in enumerate(fused.kernels):
-        names = ", ".join(f"%{v.name}" for v in kernel.results)
-        types = ", ".join(str(v.type) for v in kernel.results)
-        reads = ", ".join(f"%{v.name}" for v in kernel.inputs)
-        header = f"{kernel.kind}"
-        if kernel.update is not None:
-            update = kernel.update
-            alpha = "*".join(f"%{v.name}" for v in update.factors) or "1"
-            header += f" accumulate(alpha={'-' if update.sign < 0 else ''}{alpha}, beta=1)"
-        if kernel.kind != "matmul":
-            header += f"[{','.join(map(str, kernel.shape))}]"
-        lines.append(f"  {names} : {types} = kernel_{number} {header}({reads}) {{")
-        for instruction in kernel.instructions:
-            lines.append("    " + format_instruction(instruction))
-        for result in kernel.results:
-            if result.producer is None:
-                lines.append(f"    copy %{result.name}")
-        lines.append("  }")
-    lines.append("  return " + ", ".join(f"%{v.name}" for v in function.outputs))
-    return "\n".join(lines) + "\n"

@@ -82,7 +82,8 @@ class KernelRun:
     def run(self, statements: list) -> None:
         for statement in statements:
             if isinstance(statement, Loop):
-                begin, end = (self.range.get(b, b) for b in (statement.begin, statement.end))
+                begin, end = (self.range[b] if b in self.range else int(self.operand(b))
+                              for b in (statement.begin, statement.end))
                 for position in range(begin, end):
                     self.registers[statement.counter] = position
                     self.run(statement.body)

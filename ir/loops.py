@@ -5,7 +5,8 @@ buffers it reads and writes (pointers into the parameters, the outputs and the a
 memory plan placed them) whose body is a tree of statements:
 
 - `Loop`: a counted loop; the kernel's outermost loop may run over the range [begin, end) that
-  the entry passes (and splits across threads), every other loop over fixed bounds.
+  the entry passes (and splits across threads), every other loop over fixed bounds or bounds in
+  `IndexOp` registers (the rows of one chunk of a row kernel, ir/schedule_reduce.py).
 - `Load` / `Store`: one element of a buffer at an element offset, an `IndexOp` register or an
   int. Offsets are computed, not assumed affine, so a gather's index read from memory fits.
 - `Compute`: one scalar primitive, exactly a row of the lowering table (codegen/lowering.py).
@@ -31,11 +32,12 @@ import numpy as np
 
 from tracer.ir.graph import Value
 from tracer.ir.memory import Location
-from tracer.ir.types import SHORT_NAMES
+from tracer.ir.types import SHORT_NAMES, float32, float64, is_float
 
 # A register ("%v3", "%i0") or a literal (a Python bool, int or float in the operand's dtype).
 Operand = Union[str, bool, int, float]
-# "begin" and "end" name the kernel's range, which the entry passes.
+# "begin" and "end" name the kernel's range, which the entry passes; any other string is an
+# `IndexOp` register defined before the loop.
 Bound = Union[int, str]
 
 # The operations of IndexOp (the renderer and the interpreter each implement all of them).
@@ -169,18 +171,20 @@ class LoopKernel:
     `threads` contiguous chunks run at once when threads > 1."""
 
     name: str
-    kind: str  # the fused kernel's: "loop", "accumulate", "scatter" or "matmul"
+    kind: str  # the fused kernel's: "loop", "accumulate", "scatter", "matmul", "rows", "combine"
     buffers: list[Buffer]
     body: list
     extent: int
     threads: int = 1
+    rows: int = 0  # the rows a row kernel's chunks cover (1 for every other kernel)
 
     @property
     def splittable(self) -> bool:
         """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
-        independent, an accumulate kernel's add into the same elements, and a matmul kernel
-        leaves threads to the BLAS."""
-        return self.kind == "loop"
+        independent and so are a row kernel's chunks (each writes its own rows and partial
+        results), an accumulate kernel's add into the same elements, a combine kernel is small
+        and a matmul kernel leaves threads to the BLAS."""
+        return self.kind in ("loop", "rows")
 
 
 @dataclass(eq=False)
@@ -205,6 +209,40 @@ def checks_indices(program: LoopProgram) -> bool:
     """Whether any kernel of `program` checks an index (and so takes the error record)."""
     return any(isinstance(statement, CheckIndex) for kernel in program.kernels
                for statement in nested_statements(kernel.body))
+
+
+# Reductions --------------------------------------------------------------------------------------
+
+# The scalar primitive (of `Accumulate`) that combines a reduction's accumulator with one element.
+COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def literal(value, dtype: np.dtype):
+    """`value` rounded to `dtype`, as the Python bool, int or float a loop IR operand holds."""
+    return np.asarray(value, dtype).item()
+
+
+def line_of(value: Value) -> str:
+    """The user's line that computed `value` ("" for a parameter): what statements computing
+    for it show."""
+    return "" if value.producer is None else value.producer.location
+
+
+def accumulator_dtype(primitive: str, dtype: np.dtype) -> np.dtype:
+    """The dtype a reduction of `dtype` elements accumulates in: float32 sums add in float64
+    (rounded once at the end), everything else in its own dtype."""
+    return float64 if primitive == "reduce_sum" and dtype == float32 else dtype
+
+
+def initial_value(primitive: str, dtype: np.dtype):
+    """What a reduction starts from: 0, or the identity of max/min (-inf, INT64_MIN, ...)."""
+    if primitive == "reduce_sum":
+        return literal(0, dtype)
+    low = primitive == "reduce_max"
+    if is_float(dtype):
+        return -np.inf if low else np.inf
+    return INT64_MIN if low else INT64_MAX
 
 
 # Printing ----------------------------------------------------------------------------------------
@@ -274,7 +312,8 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
 
 def format_kernel(kernel: LoopKernel) -> str:
     parallel = f", {kernel.threads} threads" if kernel.threads > 1 else ""
-    lines = [f"  {kernel.name} {kernel.kind}, range [0, {kernel.extent}){parallel}:"]
+    chunks = f" (chunks of {kernel.rows} rows)" if kernel.kind == "rows" else ""
+    lines = [f"  {kernel.name} {kernel.kind}, range [0, {kernel.extent}){chunks}{parallel}:"]
     lines += [f"    {buffer}" for buffer in kernel.buffers]
     for statement in kernel.body:
         lines += _statement_lines(statement, "    ")

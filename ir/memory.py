@@ -61,7 +61,8 @@ def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bo
         roots, stop = kernel.results, {id(update.matmul.outputs[0])}
     elif kernel.kind == "loop":
         roots, stop = kernel.results, set()
-    else:  # accumulate and scatter kernels write their result before they have read all operands
+    else:  # accumulate and scatter kernels write their result before they have read all
+        # operands; a row kernel's parts read theirs at indices of their own
         return False
     own = {id(v) for v in kernel.results}
 

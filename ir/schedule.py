@@ -19,36 +19,23 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
-from tracer.ir.loops import (Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm, Load,
-                             LoopKernel, LoopProgram, Store)
+from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm,
+                             Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
+                             initial_value, line_of, literal)
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
-from tracer.ir.types import bool_, float32, float64, int64, is_float
+from tracer.ir.schedule_reduce import ReductionKernels
+from tracer.ir.types import bool_, int64
 
 # A kernel runs on several threads when it does at least this many element operations per thread:
 # about 40 us of work at GELU's rate (~0.15 ns an operation), against a launch on the thread pool of
 # ~0.6 us (runtime/pool.py; python -m benchmarks.launch_cost), under 2% of the chunk.
 PARALLEL_WORK_PER_THREAD = 1 << 18
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-# The scalar primitive that combines a reduction's accumulator with one element.
-COMBINE = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
-
-
-def literal(value, dtype: np.dtype):
-    """`value` rounded to `dtype`, as the Python bool, int or float a loop IR operand holds."""
-    return np.asarray(value, dtype).item()
-
-
-def line_of(value: Value) -> str:
-    """The user's line that computed `value` ("" for a parameter)."""
-    return "" if value.producer is None else value.producer.location
 
 
 def is_flat(kernel: Kernel) -> bool:
@@ -67,25 +54,18 @@ def is_flat(kernel: Kernel) -> bool:
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:
-    """The range the entry passes a kernel: its outermost loop's, or a matmul's batch count."""
+    """The range the entry passes a kernel: its outermost loop's, a matmul's batch count, a row
+    kernel's chunks (a combine kernel's is not used)."""
     if kernel.kind == "matmul":
         return math.prod(kernel.results[0].shape[:-2])
+    if kernel.kind in ("rows", "combine"):
+        return kernel.chunks if kernel.kind == "rows" else 1
     shape = (kernel.results[0].type.size,) if flat else kernel.shape
     return next((size for size in shape if size != 1), 1)
 
 
-def initial_value(primitive: str, dtype: np.dtype):
-    """What a reduction starts from: 0, or the identity of max/min (-inf, INT64_MIN, ...)."""
-    if primitive == "reduce_sum":
-        return literal(0, dtype)
-    low = primitive == "reduce_max"
-    if is_float(dtype):
-        return -np.inf if low else np.inf
-    return INT64_MIN if low else INT64_MAX
-
-
-class KernelScheduler(IndexBuilder):
-    """Writes the statements of one loop or accumulate kernel."""
+class KernelScheduler(IndexBuilder, ReductionKernels):
+    """Writes the statements of one kernel (the ones that reduce across rows: schedule_reduce.py)."""
 
     def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
         super().__init__()
@@ -97,6 +77,8 @@ class KernelScheduler(IndexBuilder):
         self.flat = is_flat(kernel)
         self.memo: list[dict] = [{}]
         self.zeros: set[int] = set()  # values taken as 0 (the product a matmul update adds later)
+        # a row kernel's values kept a row at a time: id -> (the row buffer's value, its name)
+        self.kept: dict[int, tuple[Value, str]] = {}
 
     def shape_of(self, value: Value) -> tuple[int, ...]:
         return (value.type.size,) if self.flat else value.shape
@@ -137,9 +119,13 @@ class KernelScheduler(IndexBuilder):
             return literal(0, value.dtype)
         if self.in_memory(value):
             return self.load(value, self.linear(index, self.shape_of(value)))
+        loaded = self.kept_element(value, index)
+        if loaded is not None:
+            return loaded
         reader = self.location
         self.location = value.producer.location or reader
         result = self.element(value, index)
+        self.keep_element(value, index, result)
         self.location = reader
         return result
 
@@ -246,7 +232,7 @@ class KernelScheduler(IndexBuilder):
         (x,), primitive = instruction.inputs, instruction.primitive
         axes = instruction.attributes["axes"]
         dtype = x.dtype
-        wide = float64 if primitive == "reduce_sum" and dtype == float32 else dtype
+        wide = accumulator_dtype(primitive, dtype)
         accumulator = self.fresh("acc")
         self.emit(Accumulator(accumulator, wide, initial_value(primitive, wide)))
         kept = iter(index)
@@ -330,28 +316,6 @@ class KernelScheduler(IndexBuilder):
                 self.close_loop()
             self.memo.pop()
 
-    def accumulate_kernel(self, buffer: str) -> None:
-        """The result set to the reduction's initial value, then one pass over the operand in
-        memory order combining each element into the result's element it reduces to."""
-        (result,) = self.kernel.results
-        instruction = result.producer
-        (x,), primitive = instruction.inputs, instruction.primitive
-        axes = instruction.attributes["axes"]
-        dtype = result.dtype
-        (position,) = self.open_nest((result.type.size,), split=False)
-        self.emit(Store(buffer, position, initial_value(primitive, dtype), result, self.location))
-        while self.depth:
-            self.close_loop()
-        index = self.open_nest(x.shape, split=False)
-        element = self.evaluate(x, index)
-        offset = self.linear(tuple(p for axis, p in enumerate(index) if axis not in axes),
-                             result.shape)
-        accumulated = self.load(result, offset, buffer)
-        combined = self.compute(COMBINE[primitive], [accumulated, element], [dtype, dtype], dtype)
-        self.emit(Store(buffer, offset, combined, result, self.location))
-        while self.depth:
-            self.close_loop()
-
 
 def shared_buffers(kernel: Kernel, plan: MemoryPlan) -> dict[int, int]:
     """result position -> input position, for the results written into the buffer an input is read
@@ -379,13 +343,27 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
             scheduler.loop_kernel(result_names)
         elif kernel.kind == "scatter":
             scheduler.scatter_kernel(result_names[0])
+        elif kernel.kind in ("rows", "combine"):  # which read back what they wrote
+            scheduler.buffers = {**names, **{id(v): n for v, n in zip(kernel.results,
+                                                                      result_names)}}
+            method = scheduler.rows_kernel if kernel.kind == "rows" else scheduler.combine_kernel
+            method(scheduler.buffers)
         else:
             scheduler.accumulate_kernel(result_names[0])
     scheduled = LoopKernel(name, kernel.kind, buffers, scheduler.body,
-                           split_extent(kernel, scheduler.flat))
-    work = max(kernel.results[0].type.size, 1) * max(1, len(kernel.instructions))
-    scheduled.threads = thread_count(scheduled, work, threads)
+                           split_extent(kernel, scheduler.flat), rows=math.prod(kernel.rows))
+    scheduled.threads = thread_count(scheduled, kernel_work(kernel), threads)
     return scheduled
+
+
+def kernel_work(kernel: Kernel) -> int:
+    """A rough count of a kernel's element operations: its results' elements times its
+    instructions; for a row kernel, each part's largest value's elements times its
+    instructions."""
+    if kernel.kind != "rows":
+        return max(kernel.results[0].type.size, 1) * max(1, len(kernel.instructions))
+    return sum(max((v.type.size for i in part.instructions for v in (*i.inputs, *i.outputs)),
+                   default=1) * max(1, len(part.instructions)) for part in kernel.parts)
 
 
 def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str], output: str,

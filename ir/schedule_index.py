@@ -34,6 +34,7 @@ class IndexBuilder:
         # per open block: (op, operands) -> the register computed in it, reused while it is open
         self.computed: list[dict] = [{}]
         self.counter = 0
+        self.loops: dict[str, Loop] = {}  # counter -> its loop
 
     @property
     def depth(self) -> int:
@@ -50,6 +51,7 @@ class IndexBuilder:
     def open_loop(self, begin, end) -> str:
         """Opens a loop; returns its counter."""
         loop = Loop(self.fresh("i"), begin, end)
+        self.loops[loop.counter] = loop
         self.emit(loop)
         self.blocks.append(loop.body)
         self.computed.append({})

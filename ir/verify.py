@@ -55,8 +55,8 @@ def verify_loops(program: LoopProgram) -> None:
     """Raise VerificationError naming the first ill-formed statement of a loop program: every
     register is defined once and used only after its definition in the same or an enclosing
     block (a loop's counter inside it), every buffer named is one of the kernel's, every index
-    operation is one of INDEX_OPS, every loop bound an int or the kernel's begin or end and every
-    checked index's dimension size an int >= 0."""
+    operation is one of INDEX_OPS, every loop bound an int, the kernel's begin or end or a
+    register defined before the loop, and every checked index's dimension size an int >= 0."""
     for kernel in program.kernels:
         _verify_block(kernel, kernel.body, [], set(), {b.name for b in kernel.buffers})
 
@@ -90,9 +90,11 @@ def _verify_block(kernel: LoopKernel, statements: list, scopes: list[set[str]],
     for statement in statements:
         if isinstance(statement, Loop):
             for bound in (statement.begin, statement.end):
-                if not isinstance(bound, int) and bound not in ("begin", "end"):
-                    raise fail(f"the loop bound {bound!r} is neither an int nor begin/end",
-                               statement.counter)
+                if not isinstance(bound, (int, str)):
+                    raise fail(f"the loop bound {bound!r} is neither an int, begin/end nor a "
+                               f"register", statement.counter)
+                if bound not in ("begin", "end"):
+                    use(statement.counter, bound)
             _verify_block(kernel, statement.body, scopes, defined, buffers, statement.counter)
         elif isinstance(statement, (Compute, IndexOp)):
             if isinstance(statement, IndexOp) and statement.op not in INDEX_OPS:

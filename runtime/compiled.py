@@ -31,7 +31,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from tracer.codegen.bounds import RECORD_BYTES, Sites
-from tracer.ir.fusion import FusedFunction, format_fused
+from tracer.ir.fusion import FusedFunction
+from tracer.ir.fusion_text import format_fused
 from tracer.ir.graph import Function
 from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan

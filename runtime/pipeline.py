@@ -19,6 +19,7 @@ from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Function, gc_paused
 from tracer.ir.loops import LoopProgram
 from tracer.ir.memory import MemoryPlan, plan_memory
+from tracer.ir.rows import group_rows
 from tracer.ir.schedule import schedule
 from tracer.ir.verify import verify_loops
 
@@ -26,7 +27,7 @@ STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
     "grad",       # the autodiff pass replaced each gradient directive (ir.expand_gradients)
     "optimized",  # dce, cse, constant folding, simplification (ir.optimize)
-    "fused",      # the instructions grouped into kernels (ir.fusion)
+    "fused",      # the instructions grouped into kernels (ir.fusion, ir.rows)
     "loops",      # the kernels as loop nests over buffers of the memory plan (ir.schedule)
     "llvm",       # the LLVM IR rendered from the loops (codegen/), after LLVM's optimizer
     "asm",        # the machine code for the host CPU
@@ -52,7 +53,7 @@ class BackEnd:
         self.layout, self.profile, self.checked = layout, profile, checked
         self.timings: dict[str, float] = {}  # seconds per step, in the order they ran
         with self.step("fuse"):
-            self.fused: FusedFunction = fuse(function, matmul_updates=blas)
+            self.fused: FusedFunction = group_rows(fuse(function, matmul_updates=blas))
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries

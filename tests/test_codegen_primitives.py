@@ -457,7 +457,7 @@ def test_matmul_fallback_loop(monkeypatch):
     f = single("matmul", [TensorType((3, 4), "f32"), TensorType((4, 5), "f32")])
     fused = ir.fusion.fuse(ir.optimize(f))
     (kernel,) = schedule(fused, plan_memory(fused)).kernels
-    text = render_kernel(kernel, blas=False, sites=None)
+    text = render_kernel(kernel, blas=False, sites=None, metadata=[])
     assert "tracer_sgemm" not in text and "fmul" in text
 
 
