@@ -1,7 +1,9 @@
-"""examples/transformer.py: the same GPT written in PyTorch from the same initial weights, trained
-with torch.optim.AdamW in float64, gives the same losses and parameters step by step, eagerly and
-traced; and the example itself runs in a short form, its loss going down."""
-import math
+"""examples/transformer.py: the same GPT written in PyTorch (benchmarks/transformer.py's torch_gpt)
+from the same initial weights, trained with torch.optim.AdamW in float64, gives the same losses
+and parameters step by step, eagerly and traced; and the example itself runs in a short form, its
+loss going down."""
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +11,10 @@ import torch
 
 import tracer as tr
 import transformer
-from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.transformer import torch_gpt  # noqa: E402
 
 # A model small enough to compile in seconds that still has every part: two layers, two heads.
 CONFIG = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
@@ -20,59 +25,6 @@ STEPS = 4
 # its own size + eps, which makes the noise a step of lr * 1e-18 / eps: 1e-12 with eps = 1e-8,
 # the size of the differences compared; 1e-14 with eps = 1e-6.
 ADAMW = dict(lr=1e-2, eps=1e-6)
-
-
-class TorchAttention(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.n_head, self.n_embd = config.n_head, config.n_embd
-        size = config.block_size
-        self.register_buffer("bias", torch.tril(torch.ones(size, size)).view(1, 1, size, size))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
-class TorchBlock(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = TorchAttention(config)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.mlp.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp.c_proj(nn.functional.gelu(self.mlp.c_fc(self.ln_2(x))))
-
-
-class TorchGPT(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.h = nn.ModuleList([TorchBlock(config) for _ in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.h:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
 def batches(config, count, seed=0):
@@ -88,7 +40,7 @@ def batches(config, count, seed=0):
 
 def torch_run(model, data):
     """The losses of torch's AdamW steps and the parameters after them, by name."""
-    reference = TorchGPT(model.config).double()
+    reference = torch_gpt()(model.config).double()
     state = {name: torch.tensor(value.numpy()) for name, value in model.state_dict().items()}
     reference.load_state_dict(state)  # strict: every name matches the tracer model's
     optimizer = torch.optim.AdamW(reference.parameters(), **ADAMW)
