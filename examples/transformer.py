@@ -176,6 +176,16 @@ def train(model: GPT, optimizer, batches, traced: bool, report=None) -> tuple[li
     return losses, tokens / seconds if tokens else float("nan")
 
 
+@tr.no_grad()
+def generate(model: GPT, idx, new_tokens: int):
+    """Continue each row of `idx` with the most likely next character, one at a time (eagerly)."""
+    model.eval()
+    for _ in range(new_tokens):
+        logits, _ = model(idx[:, -model.config.block_size:])
+        idx = tr.cat([idx, logits[:, -1, :].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
 def main(argv=None) -> dict[str, tuple[list[float], float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="training steps (default 300, 30 with --quick)")
@@ -194,10 +204,10 @@ def main(argv=None) -> dict[str, tuple[list[float], float]]:
     print(f"corpus: {text.data.shape[0]:,} characters, {vocabulary} distinct; {steps} steps of "
           f"{options.batch_size}x{config.block_size} tokens, {config.n_layer} layers of width "
           f"{config.n_embd}")
-    results = {}
+    results, models = {}, {}
     for name, count in (("compiled", steps), ("eager", min(options.eager_steps, steps))):
         tr.manual_seed(1)  # the same initial weights for both runs
-        model = GPT(config)
+        model = models[name] = GPT(config)
         optimizer = tr.optim.AdamW(model.parameters(), lr=3e-3)
         every = max(steps // 10, 1)
         results[name] = train(model, optimizer, batches[:count], traced=name == "compiled",
@@ -209,6 +219,9 @@ def main(argv=None) -> dict[str, tuple[list[float], float]]:
     print(f"eager:    loss {eager[0]:.3f} -> {eager[-1]:.3f} after {len(eager)} steps "
           f"(compiled: {compiled[len(eager) - 1]:.3f}), {eager_speed:,.0f} tokens/s")
     print(f"compiled / eager tokens per second: {compiled_speed / eager_speed:.1f}x")
+    prompt = "The "
+    sample = generate(models["compiled"], tr.tensor([[text.code[c] for c in prompt]]), 60)
+    print(f"the compiled run's model continues {prompt!r} as {text.decode(sample[0])!r}")
     return results
 
 

@@ -102,4 +102,4 @@ def test_example_runs_and_its_loss_goes_down(capsys):
     assert compiled[-1] < compiled[0] - 0.5  # from ln(103) = 4.63 at first
     assert compiled_speed > 0 and eager_speed > 0
     output = capsys.readouterr().out
-    assert "tokens/s" in output and "compiled / eager" in output
+    assert "tokens/s" in output and "compiled / eager" in output and "continues 'The '" in output
