@@ -4,8 +4,9 @@
 
 User programs through the public API only, each run by the tracer and, in the same process, by
 numpy written by hand, PyTorch eager, torch.compile and jax.jit where installed; every result is
-checked against a float64 numpy reference before it is timed; the machine's floors (memory
-streaming, BLAS sgemm) are timed in the same rounds. `--quick` (under 2 minutes): one size per
+checked against a float64 reference before it is timed; the machine's floors (memory
+streaming, BLAS sgemm) are timed in the same rounds. `--quick` (about 5 minutes on the loaded
+2-core machine, 2.5 of them the transformer's row, mostly torch.compile compiling): one size per
 workload, fewer repeats, no torch in the fresh-process rows.
 """
 from __future__ import annotations
