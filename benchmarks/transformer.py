@@ -14,10 +14,8 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
-
 from benchmarks import floors
-from benchmarks.harness import (CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure)
+from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks.peers import installed, torch_programs
 
 # (batch, block_size, n_layer, n_head, n_embd): the example's default model, and a larger one.

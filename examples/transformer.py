@@ -120,7 +120,7 @@ class GPT(nn.Module):
         return logits, loss
 
 
-# The data ------------------------------------------------------------------------------------------
+# The data -----------------------------------------------------------------------------------------
 def corpus() -> str:
     """The Python Language Reference, as `help()` shows it: every topic, in a fixed order."""
     from pydoc_data.topics import topics
@@ -146,7 +146,7 @@ class Characters:
         return self.data[positions], self.data[positions + 1]
 
 
-# Training ------------------------------------------------------------------------------------------
+# Training -----------------------------------------------------------------------------------------
 def make_step(model: GPT, optimizer):
     """One training step: the same code runs eagerly and, under tr.trace, as one compiled call that
     reads the parameters and AdamW's state from their objects and updates them in place."""
@@ -210,9 +210,12 @@ def main(argv=None) -> dict[str, tuple[list[float], float]]:
         model = models[name] = GPT(config)
         optimizer = tr.optim.AdamW(model.parameters(), lr=3e-3)
         every = max(steps // 10, 1)
-        results[name] = train(model, optimizer, batches[:count], traced=name == "compiled",
-                              report=lambda n, loss: print(f"  {name:8} step {n:4}: loss {loss:.3f}")
-                              if n % every == 0 or n == 1 else None)
+
+        def report(number: int, loss: float) -> None:
+            if number % every == 0 or number == 1:
+                print(f"  {name:8} step {number:4}: loss {loss:.3f}")
+
+        results[name] = train(model, optimizer, batches[:count], name == "compiled", report)
     (compiled, compiled_speed), (eager, eager_speed) = results["compiled"], results["eager"]
     print(f"compiled: loss {compiled[0]:.3f} -> {compiled[-1]:.3f} after {len(compiled)} steps, "
           f"{compiled_speed:,.0f} tokens/s (after the first step, which compiles)")
