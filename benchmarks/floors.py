@@ -40,12 +40,13 @@ def thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(THREADS)
 
 
-def sgemm(shapes: list[tuple[int, int, int]]) -> dict[str, Callable[[], object]]:
-    """One float32 (m, k) @ (k, n) product per shape, in a row. (Not `np.matmul(a, b, out=c)`:
-    numpy 2.4 took 6x longer with `out` at 64x1000x100.)"""
+def sgemm(shapes: list[tuple[int, ...]]) -> dict[str, Callable[[], object]]:
+    """One float32 (m, k) @ (k, n) product per shape (m, k, n), or a batch of them per shape
+    (batch, m, k, n), in a row. (Not `np.matmul(a, b, out=c)`: numpy 2.4 took 6x longer with
+    `out` at 64x1000x100.)"""
     rng = np.random.default_rng(0)
-    operands = [(rng.random((m, k), np.float32), rng.random((k, n), np.float32))
-                for m, k, n in shapes]
+    operands = [(rng.random((*batch, m, k), np.float32), rng.random((*batch, k, n), np.float32))
+                for *batch, m, k, n in shapes]
 
     def products():
         for a, b in operands:

@@ -3,18 +3,33 @@ median timing, and the row of the results table."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import random
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
 import numpy as np
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PEERS = ("tracer", "numpy", "torch eager", "torch.compile", "torch.compile fullgraph", "jax.jit")
 # Each program is run this many times before its result is checked: a second call reaches the
 # signature that the timed calls use (a training step's `.grad` exists from the second step on).
 CALLS_BEFORE_CHECK = 2
+
+
+def load_example(filename: str):
+    """A program of examples/ (what users start from), loaded from its file as a module (named
+    apart from any module of the file's own name; registered, as dataclasses need)."""
+    name = f"benchmarks.examples.{Path(filename).stem}"
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / filename)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass

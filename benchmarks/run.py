@@ -4,8 +4,9 @@
 
 User programs through the public API only, each run by the tracer and, in the same process, by
 numpy written by hand, PyTorch eager, torch.compile and jax.jit where installed; every result is
-checked against a float64 numpy reference before it is timed; the machine's floors (memory
-streaming, BLAS sgemm) are timed in the same rounds. `--quick` (under 2 minutes): one size per
+checked against a float64 reference before it is timed; the machine's floors (memory
+streaming, BLAS sgemm) are timed in the same rounds. `--quick` (about 5 minutes on the loaded
+2-core machine, 2.5 of them the transformer's row, mostly torch.compile compiling): one size per
 workload, fewer repeats, no torch in the fresh-process rows.
 """
 from __future__ import annotations
@@ -40,13 +41,13 @@ def main() -> None:
 
 def run(quick: bool, output: Path) -> None:
     from benchmarks import (compile_time, cross_entropy, dispatch, first_result, gelu,
-                            layer_norm, peers, report, two_layer)
+                            layer_norm, peers, report, transformer, two_layer)
     from benchmarks.harness import PEERS, Timing
 
     timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
     started = time.perf_counter()
     rows = []
-    for workload in (two_layer, gelu, layer_norm, cross_entropy, dispatch):
+    for workload in (two_layer, transformer, gelu, layer_norm, cross_entropy, dispatch):
         rows += workload.rows(quick, timing)
         print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     # --quick leaves torch out: it takes seconds to import, torch.compile tens of seconds to compile

@@ -3,16 +3,12 @@ Function, squared loss, `.backward()`, in-place SGD and `w.grad.zero_()`; each p
 step on the same data (jax's update is functional, with the weights donated)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, measure
+from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks.peers import installed, jax_programs, torch_programs
 
-SEED_PATH = Path(__file__).resolve().parent.parent / "examples" / "two_layer_net.py"
 # (N, D_in, H, D_out) and a learning rate small enough that repeated steps stay finite.
 SIZES = {"64×1000→100→10": ((64, 1000, 100, 10), 1e-6),
          "512×1024→1024→1024": ((512, 1024, 1024, 1024), 1e-9)}
@@ -25,10 +21,7 @@ QUICK_SIZES = ("64×1000→100→10",)
 
 def seed_module():
     """examples/two_layer_net.py, the program users start from, loaded from its file."""
-    spec = importlib.util.spec_from_file_location("two_layer_net", SEED_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("two_layer_net.py")
 
 
 def make_inputs(sizes, seed: int = 0) -> list[np.ndarray]:

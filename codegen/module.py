@@ -28,49 +28,12 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
     otherwise it returns 1 having done nothing (the caller then takes the general path). The
     caller has checked that the objects are arrays of the right dtypes and shapes."""
     data, flags = layout
-    parameters, outputs = len(parameter_bytes), len(plan.output_slots)
-    count = parameters + outputs + 1
-    targets = sorted(set(plan.in_place.values()))
-    objects = [f"ptr %o{i}" for i in range(parameters + outputs)]
-    lines = [f"define i32 @tracer_fast({', '.join(objects + ['ptr %arena'])}) #3 {{", "entry:",
-             f"  %args = alloca [{count} x ptr]"]
-    for i in range(parameters + outputs):
-        lines += [f"  %d{i}.at = getelementptr inbounds i8, ptr %o{i}, i64 {data}",
-                  f"  %d{i} = load ptr, ptr %d{i}.at, align 8",
-                  f"  %a{i} = getelementptr inbounds [{count} x ptr], ptr %args, i64 0, i64 {i}",
-                  f"  store ptr %d{i}, ptr %a{i}, align 8"]
-    lines += [f"  %a.arena = getelementptr inbounds [{count} x ptr], ptr %args, i64 0, "
-              f"i64 {count - 1}", "  store ptr %arena, ptr %a.arena, align 8"]
-    checks = []
-    for i in range(parameters):
-        mask = C_CONTIGUOUS | (WRITEABLE if i in targets else 0)
-        lines += [f"  %f{i}.at = getelementptr inbounds i8, ptr %o{i}, i64 {flags}",
-                  f"  %f{i} = load i32, ptr %f{i}.at, align 4",
-                  f"  %m{i} = and i32 %f{i}, {mask}",
-                  f"  %ok{i} = icmp eq i32 %m{i}, {mask}"]
-        checks.append(f"%ok{i}")
-    for t in targets:
-        if parameter_bytes[t] == 0:
-            continue
-        lines.append(f"  %p{t} = ptrtoint ptr %d{t} to i64")
-        lines.append(f"  %e{t} = add i64 %p{t}, {parameter_bytes[t]}")
-        for j in range(parameters):
-            if j == t or parameter_bytes[j] == 0:
-                continue
-            lines += [f"  %q{t}.{j} = ptrtoint ptr %d{j} to i64",
-                      f"  %r{t}.{j} = add i64 %q{t}.{j}, {parameter_bytes[j]}",
-                      f"  %x{t}.{j} = icmp ult i64 %p{t}, %r{t}.{j}",
-                      f"  %y{t}.{j} = icmp ult i64 %q{t}.{j}, %e{t}",
-                      f"  %v{t}.{j} = and i1 %x{t}.{j}, %y{t}.{j}",
-                      f"  %n{t}.{j} = xor i1 %v{t}.{j}, true"]
-            checks.append(f"%n{t}.{j}")
-    all_ok = "true"
-    for number, check in enumerate(checks):
-        lines.append(f"  %all{number} = and i1 {all_ok}, {check}")
-        all_ok = f"%all{number}"
-    lines += [f"  br i1 {all_ok}, label %run, label %refuse", "run:",
-              "  call void @tracer_entry(ptr %args)", "  ret i32 0", "refuse:", "  ret i32 1", "}"]
-    return "\n".join(lines)
+    written = sorted(set(plan.in_place.values()))
+    return render("fast_entry.ll.j2", objects=len(parameter_bytes) + len(plan.output_slots),
+                  parameters=len(parameter_bytes), parameter_bytes=parameter_bytes,
+                  targets_written=written,
+                  targets=[t for t in written if parameter_bytes[t]],  # an empty one overlaps nothing
+                  data=data, flags=flags, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,

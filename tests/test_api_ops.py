@@ -47,6 +47,10 @@ CASES = [
     ("split sections", lambda x: tr.split(x, [1, 3, 1], dim=1),
      lambda x: torch.split(x, [1, 3, 1], dim=1), [X]),
     ("chunk", lambda x: x.chunk(3, dim=-1), lambda x: x.chunk(3, dim=-1), [X]),
+    # attention's heads side by side again: (B, nh, T, hs) -> (B, T, nh * hs)
+    ("transpose contiguous view", lambda x: x.reshape(1, 2, 3, 4).transpose(1, 2).contiguous()
+     .view(1, 3, 8), lambda x: x.reshape(1, 2, 3, 4).transpose(1, 2).contiguous().view(1, 3, 8),
+     [CUBE]),
     ("bmm", lambda a, b: a.bmm(b), lambda a, b: a.bmm(b), [CUBE, rng.standard_normal((2, 4, 3))]),
     ("floor_divide", lambda a, b: a // b, lambda a, b: a // b, [X * 5, X[::-1] + 0.3]),
     ("remainder", lambda a, b: a % b, lambda a, b: a % b, [X * 5, X[::-1] + 0.3]),

@@ -169,6 +169,33 @@ def test_matmul_forms():
     check(lambda x, y: x @ y, np.matmul, arr(2, 1, 3, 4), arr(5, 4, 2))      # batch broadcast
     check(lambda x, y: x @ y, np.matmul, arr(0, 4), arr(4, 3))
     check(lambda x, y: x @ y, np.matmul, arr(3, 0), arr(0, 2))               # empty contraction
+    check(lambda x, y: x @ y, np.matmul, arr(2, 3, 4), arr(4))               # batch @ vector
+    check(lambda x, y: x @ y, np.matmul, arr(0, 3, 4), arr(4, 5))            # empty batch
+
+
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4, 5)), ((2, 2, 3, 4), (4,)), ((0, 3, 4), (4, 5))])
+def test_batch_times_matrix_is_one_product_with_torch_gradients(shapes, traced):
+    """(..., m, k) @ (k, n), a linear layer on a batch, is one (... * m, k) @ (k, n) product, as
+    in PyTorch: no copy of the matrix broadcast over the batch, no batch of gradients summed."""
+    import torch
+    x, y = arr(*shapes[0]), arr(*shapes[1])
+    weights = arr(*np.matmul(x, y).shape)
+
+    def loss(a, b):
+        return (a @ b * tr.tensor(weights)).sum()
+
+    a, b = tr.tensor(x, requires_grad=True), tr.tensor(y, requires_grad=True)
+    (tr.trace(loss) if traced else loss)(a, b).backward()
+    ta, tb = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    (ta @ tb * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-12, atol=1e-12)
+    text = tr.trace(tr.grad(loss, argnums=(0, 1))).ir(a.detach(), b.detach(), stage="optimized")
+    products = [line for line in text.splitlines() if "= matmul" in line]
+    # the two of the gradients (the loss is linear in the forward product, which dce removes)
+    assert len(products) == 2 and "broadcast" not in text, text
+    assert all(line.split("[")[1].split("]")[0].count(",") == 1 for line in products), products
 
 
 UNARY = [

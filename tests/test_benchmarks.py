@@ -44,3 +44,10 @@ def test_compile_time_chain():
 
 def test_first_result_in_a_fresh_process():
     assert first_result.first_result_seconds("tracer", warm=False) > 0
+
+
+def test_transformer_training_step():
+    from benchmarks import transformer
+    inputs = transformer.make_inputs((2, 4, 1, 2, 8))
+    expected, scales = transformer.reference(inputs)
+    checked_run(transformer.tracer_program(inputs), expected, transformer.TOLERANCE, scales)

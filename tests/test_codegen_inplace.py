@@ -305,3 +305,49 @@ def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
     outputs = compiled(shared)
     np.testing.assert_allclose(outputs[1], expected[1], rtol=1e-6)
     assert len(general) == 3
+
+
+def many_updates_function(count: int) -> ir.Function:
+    """(w_k - g_k for each k): `count` parameters updated in place, as by an optimizer's step."""
+    f = ir.Function("updates")
+    weights = [f.add_parameter(f"w{k}", TensorType((3,), "f32")) for k in range(count)]
+    gradients = [f.add_parameter(f"g{k}", TensorType((3,), "f32")) for k in range(count)]
+    b = ir.GraphBuilder(f)
+    f.outputs = [b.sub(w, g) for w, g in zip(weights, gradients)]
+    return ir.optimize(f)
+
+
+def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch):
+    """A model's training step writes dozens of parameters (and AdamW's state) in place: the fast
+    entry checks each against every other parameter in a loop, so its code grows linearly (its
+    unrolled pairs once made LLVM take minutes on the transformer example's step)."""
+    from tracer.runtime.compiled import array_layout
+    if array_layout() is None:
+        pytest.skip("numpy's array struct layout not recognized: general path only")
+    count = 40
+    function = many_updates_function(count)
+    compiled = CompiledFunction(function, write_into={k: k for k in range(count)})
+    assert compiled.in_place == {k: k for k in range(count)}
+    fast = compiled.llvm_ir.split("define i32 @tracer_fast(")[1].split("\n}\n")[0]
+    assert len(fast.splitlines()) < 12 * (2 * count + count) + 60, "not linear in the parameters"
+    general = []
+    original = CompiledFunction._call
+    monkeypatch.setattr(CompiledFunction, "_call",
+                        lambda self, arguments: general.append(1) or original(self, arguments))
+    arguments = arrays_for(function)
+    expected = ir.interpret(function, [a.copy() for a in arguments])
+    outputs = compiled(arguments)
+    assert not general and all(outputs[k] is arguments[k] for k in range(count))
+    for actual, wanted in zip(outputs, expected):
+        np.testing.assert_array_equal(actual, wanted)
+    # one byte-range overlap among many disjoint buffers, in either order in memory: the last
+    # target shares an element with the first gradient (and the other way round)
+    for first, second in ((count - 1, count), (count, count - 1)):
+        arguments = arrays_for(function, seed=1)
+        storage = np.arange(5, dtype=np.float32)
+        arguments[first], arguments[second] = storage[0:3], storage[2:5]
+        expected = ir.interpret(function, [np.array(a) for a in arguments])
+        outputs = compiled(arguments)
+        for actual, wanted in zip(outputs, expected):
+            np.testing.assert_array_equal(actual, wanted)
+    assert len(general) == 2

@@ -147,13 +147,20 @@ class LayoutMethods:
         if vector_y:
             y = y.unsqueeze(1)
         batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
-        x = x.expand(*batch, *x.shape[-2:])
-        y = y.expand(*batch, *y.shape[-2:])
         if x.shape[-1] != y.shape[-2]:
             raise ShapeMismatchError(f"matmul: shapes {list(self.shape)} and "
                                      f"{list(as_tensor(other).shape)} "
                                      f"do not line up ({x.shape[-1]} != {y.shape[-2]})")
-        result = apply("matmul", [x, y])
+        if self.ndim > 2 and y.ndim == 2:
+            # (..., m, k) @ (k, n), a linear layer on a batch, is one (... * m, k) @ (k, n)
+            # product, as PyTorch folds it: one gemm, not one per batch element on a copy of y
+            # broadcast in memory, and y's gradient one product, not a batch of them summed.
+            rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+            result = apply("matmul", [x.reshape(rows, x.shape[-1]), y])
+            result = result.reshape(*x.shape[:-1], y.shape[-1])
+        else:
+            result = apply("matmul", [x.expand(*batch, *x.shape[-2:]),
+                                      y.expand(*batch, *y.shape[-2:])])
         if vector_x:
             result = result.squeeze(-2)
         if vector_y:

@@ -328,6 +328,12 @@ def format_tensor(x: Tensor, spec: str) -> str:
     return format(x.item(), spec)
 
 
+def contiguous(x: Tensor, memory_format=None) -> Tensor:
+    """x itself: every tensor here is laid out contiguously (what PyTorch's view operations
+    return are copies here), so there is nothing to copy, as for a contiguous PyTorch tensor."""
+    return x
+
+
 def eye(n: int, m: int | None = None, dtype=float32) -> Tensor:
     """The n x m identity matrix."""
     shape = (n, n if m is None else m)
@@ -359,6 +365,7 @@ METHODS = {
     "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
     "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
 }
+Tensor.contiguous = contiguous
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)
 Tensor.__floordiv__ = floor_divide

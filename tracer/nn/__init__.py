@@ -1,7 +1,8 @@
 """`tr.nn`: PyTorch's Module, Parameter and layers; `tr.nn.functional` holds the functions."""
 from tracer.nn import functional
+from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.modules import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, Parameter, ReLU,
-                               Sequential, SiLU, Tanh)
+                               SiLU, Tanh)
 
 __all__ = ["functional", "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout",
-           "Sequential", "ReLU", "GELU", "SiLU", "Tanh"]
+           "Sequential", "ModuleList", "ModuleDict", "ReLU", "GELU", "SiLU", "Tanh"]

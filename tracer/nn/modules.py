@@ -311,36 +311,6 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
-class Sequential(Module):
-    """Modules applied in order; `Sequential(a, b)` or `Sequential(OrderedDict(name=module))`."""
-
-    def __init__(self, *modules) -> None:
-        super().__init__()
-        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
-            for name, module in modules[0].items():
-                self.add_module(name, module)
-        else:
-            for index, module in enumerate(modules):
-                self.add_module(str(index), module)
-
-    def __getitem__(self, index: int) -> Module:
-        modules = list(self._modules.values())
-        if isinstance(index, slice):
-            return Sequential(*modules[index])
-        return modules[index]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def forward(self, input):
-        for module in self._modules.values():
-            input = module(input)
-        return input
-
-
 class ReLU(Module):
     def forward(self, input: Tensor) -> Tensor:
         return F.relu(input)
