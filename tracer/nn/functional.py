@@ -18,7 +18,7 @@ from tracer.ops import logsumexp as _logsumexp
 from tracer.random import default_generator
 from tracer.arithmetic import where
 from tracer.creation import iota
-from tracer.dimensions import normalize_dim
+from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import as_tensor
 from tracer.tensor import Tensor
 
@@ -234,7 +234,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     rows = weight.shape[0]
     _check_labels(input, rows, "embedding index")
     if padding_idx is not None:
-        padding_idx = normalize_dim(padding_idx, rows)
+        padding_idx = _normalize_dim(padding_idx, rows)
         padding = iota((rows, 1), 0) == padding_idx
         weight = where(padding, weight.detach(), weight)
     # index_select refuses negative indices, as PyTorch's embedding does (weight[input] would
