@@ -40,6 +40,7 @@ from tracer.ir.text import format_function
 from tracer.runtime import jit, pool
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
+from tracer.runtime.settings import count_setting
 from tracer.errors import BoundsError, IndexOutOfRangeError
 from tracer.ir.index_checks import checks_an_index
 
@@ -66,13 +67,11 @@ def thread_setting() -> int:
     pool is not supported."""
     if not pool.SUPPORTED:
         return 1
-    configured = os.environ.get("TRACER_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return count_setting("TRACER_NUM_THREADS", cores)
 
 
 def bounds_setting() -> bool:

@@ -6,6 +6,7 @@ every compiled call against the reference interpreter."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -203,3 +204,19 @@ def test_at_exit_the_workers_are_joined_and_the_process_exits_cleanly():
         assert int(joined) == 1
         assert float(before) == pytest.approx(expected, rel=1e-5)
         assert float(after) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("text", ["two", "0", "-1"])
+def test_a_bad_thread_count_is_a_clear_error(monkeypatch, tmp_path, text):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACER_NUM_THREADS", text)
+    traced = tr.trace(lambda x: x * 2)
+    x = tr.ones(3)
+    with pytest.raises(tr.SettingError, match=f"TRACER_NUM_THREADS='{text}' is not a positive "
+                                              "whole number") as error:
+        traced(x)
+    # names the nearest line outside tracer: here conftest's wrapper of compile_function
+    assert re.match(r"(conftest|test_runtime_pool)\.py:\d+: TRACER_NUM_THREADS", str(error.value))
+    np.testing.assert_array_equal(x.numpy(), [1, 1, 1])
+    monkeypatch.setenv("TRACER_NUM_THREADS", "3")
+    np.testing.assert_array_equal(traced(x).numpy(), [2, 2, 2])
