@@ -237,7 +237,7 @@ def test_one_two_and_four_threads_give_the_same_bits(monkeypatch, step):
     """The chunks of rows depend on the shape only: whichever thread runs a chunk, its rows and
     its partial sums are computed by the same code, and the combine adds the partials in chunk
     order, so every result has the same bits."""
-    monkeypatch.setattr("tracer.ir.schedule.PARALLEL_WORK_PER_THREAD", 1)
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 1)
     arrays = (layer_norm_arrays if step is layer_norm_step else cross_entropy_arrays)(
         (100, 24), np.float32)
     results = {}
