@@ -1,6 +1,6 @@
 """What a parallel kernel launch costs: `x * 2 + 1` traced on 64K float32 elements (and on 64,
 where the work is nothing and the time is the launch), compiled once on one thread and once with
-its kernel forced onto all threads (ir/schedule.py's PARALLEL_WORK_PER_THREAD set to 1 while it
+its kernel forced onto all threads (ir/schedule_threads.py's PARALLEL_WORK_PER_THREAD set to 1 while it
 compiles); the median time per call of each, from interleaved rounds, and the difference.
 
     python -m benchmarks.launch_cost [--repeats N]     (from the repository root)
@@ -22,10 +22,10 @@ def compiled_call(x_array: np.ndarray, forced_parallel: bool):
     """A call of the traced `x * 2 + 1`, compiled (by its first call) with its kernel forced
     onto all threads or kept on the calling thread; its result checked against numpy."""
     import tracer as tr
-    from tracer.ir import schedule
+    from tracer.ir import schedule_threads
 
-    saved = schedule.PARALLEL_WORK_PER_THREAD, os.environ.get("TRACER_CACHE_DIR")
-    schedule.PARALLEL_WORK_PER_THREAD = 1 if forced_parallel else 1 << 62
+    saved = schedule_threads.PARALLEL_WORK_PER_THREAD, os.environ.get("TRACER_CACHE_DIR")
+    schedule_threads.PARALLEL_WORK_PER_THREAD = 1 if forced_parallel else 1 << 62
     # The cache keys (in memory and on disk) hold the program, not PARALLEL_WORK_PER_THREAD: a
     # cache directory of its own makes each version compile.
     os.environ["TRACER_CACHE_DIR"] = tempfile.mkdtemp(prefix="launch-cost-")
@@ -36,7 +36,7 @@ def compiled_call(x_array: np.ndarray, forced_parallel: bool):
         if forced_parallel and x_array.size > 1:
             assert " threads:" in traced.ir(x, stage="loops")
     finally:
-        schedule.PARALLEL_WORK_PER_THREAD = saved[0]
+        schedule_threads.PARALLEL_WORK_PER_THREAD = saved[0]
         os.environ.pop("TRACER_CACHE_DIR")
         if saved[1] is not None:
             os.environ["TRACER_CACHE_DIR"] = saved[1]

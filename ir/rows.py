@@ -267,6 +267,25 @@ def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) ->
     return merged
 
 
+def _delay_reductions(group: _Group, kernels: list[Kernel], grouped: set[int],
+                      producer: dict[int, int], readers: dict[int, set[int]],
+                      materialized: set[int]) -> None:
+    """Takes into `group` the reductions across rows before its first kernel (a layer norm's
+    weight and bias gradients, which come before the row sums of its input's gradient) that
+    read a row of something the group reads: they run later, with the group, when nothing
+    before it and no kernel of it reads their results."""
+    for number in range(group.start - 1, -1, -1):
+        kernel = kernels[number]
+        later = set().union(*(readers.get(id(v), set()) for v in kernel.results))
+        if (number in grouped or _role(kernel, group.rows) != "reduction"
+                or any(n < group.start or n in group.members for n in later)
+                or not any(id(v) in group.bytes for v in kernel.inputs
+                           if v.shape[:len(group.rows)] == group.rows)):
+            continue
+        if _admit(group, number, kernel, producer, materialized):
+            group.members.insert(0, group.members.pop())  # before the parts that came first
+
+
 def group_rows(fused: FusedFunction) -> FusedFunction:
     """`fused` with its kernels that can run row by row merged into row kernels (see the
     module's docstring); the same object when there are none."""
@@ -281,13 +300,17 @@ def group_rows(fused: FusedFunction) -> FusedFunction:
             group = _Group(rows, number)
             if _admit(group, number, kernel, producer, fused.materialized):
                 groups.append(group)
-    groups = [group for group in groups if len(group.members) > 1]
-    if not groups:
-        return fused
     readers: dict[int, set[int]] = {}
     for number, kernel in enumerate(kernels):
         for value in kernel.inputs:
             readers.setdefault(id(value), set()).add(number)
+    assigned = {number for group in groups for number in group.members}
+    for group in groups:
+        _delay_reductions(group, kernels, assigned, producer, readers, fused.materialized)
+        assigned.update(group.members)
+    groups = [group for group in groups if len(group.members) > 1]
+    if not groups:
+        return fused
     grouped = {number: group for group in groups for number in group.members}
     result: list[Kernel] = []
     for number, kernel in enumerate(kernels):

@@ -29,12 +29,9 @@ from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.schedule_reduce import ReductionKernels
+from tracer.ir.schedule_threads import kernel_work, split_extent, thread_count
 from tracer.ir.types import bool_, int64
 
-# A kernel runs on several threads when it does at least this many element operations per thread:
-# about 40 us of work at GELU's rate (~0.15 ns an operation), against a launch on the thread pool of
-# ~0.6 us (runtime/pool.py; python -m benchmarks.launch_cost), under 2% of the chunk.
-PARALLEL_WORK_PER_THREAD = 1 << 18
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
 
 
@@ -51,17 +48,6 @@ def is_flat(kernel: Kernel) -> bool:
             if value.type.size not in (1, count):
                 return False
     return all(v.type.size in (1, count) for v in kernel.inputs)
-
-
-def split_extent(kernel: Kernel, flat: bool) -> int:
-    """The range the entry passes a kernel: its outermost loop's, a matmul's batch count, a row
-    kernel's chunks (a combine kernel's is not used)."""
-    if kernel.kind == "matmul":
-        return math.prod(kernel.results[0].shape[:-2])
-    if kernel.kind in ("rows", "combine"):
-        return kernel.chunks if kernel.kind == "rows" else 1
-    shape = (kernel.results[0].type.size,) if flat else kernel.shape
-    return next((size for size in shape if size != 1), 1)
 
 
 class KernelScheduler(IndexBuilder, ReductionKernels):
@@ -356,16 +342,6 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     return scheduled
 
 
-def kernel_work(kernel: Kernel) -> int:
-    """A rough count of a kernel's element operations: its results' elements times its
-    instructions; for a row kernel, each part's largest value's elements times its
-    instructions."""
-    if kernel.kind != "rows":
-        return max(kernel.results[0].type.size, 1) * max(1, len(kernel.instructions))
-    return sum(max((v.type.size for i in part.instructions for v in (*i.inputs, *i.outputs)),
-                   default=1) * max(1, len(part.instructions)) for part in kernel.parts)
-
-
 def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str], output: str,
                     plan: MemoryPlan) -> KernelScheduler:
     """A gemm; for a MatmulUpdate (result = rest + alpha * a @ b), first the loop that stores
@@ -403,14 +379,6 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
     scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
                         transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location))
     return scheduler
-
-
-def thread_count(kernel: LoopKernel, work: int, threads: int) -> int:
-    """How many threads a kernel runs on: 1 unless it is splittable and does enough work (a
-    rough count of element operations)."""
-    if not kernel.splittable or threads <= 1:
-        return 1
-    return max(1, min(threads, kernel.extent, work // PARALLEL_WORK_PER_THREAD))
 
 
 def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:

@@ -103,8 +103,9 @@ class ReductionKernels:
 
     def chunk_start(self, chunk, rows: int, chunks: int):
         """The first row of `chunk`: chunk * rows / chunks, rounded down."""
-        scaled = self.mul(chunk, rows)
-        return scaled if chunks == 1 else self.index_op("div", scaled, chunks)
+        if rows % chunks == 0:
+            return self.mul(chunk, rows // chunks)
+        return self.index_op("div", self.mul(chunk, rows), chunks)
 
     def rows_kernel(self, names: dict[int, str]) -> None:
         """`names`: the buffer of every value the kernel reads or writes, results included."""

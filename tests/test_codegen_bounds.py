@@ -9,7 +9,7 @@ import pytest
 
 import tracer as tr
 from tracer import ir
-from tracer.ir import schedule, schedule_index
+from tracer.ir import schedule, schedule_index, schedule_threads
 from tracer.ir.types import TensorType
 from tracer.runtime import compiled as compiled_module
 from tracer.runtime import jit, pipeline
@@ -113,7 +113,7 @@ def test_wrong_strides_are_caught_and_name_the_users_line(monkeypatch):
 
 def test_a_failure_on_one_thread_stops_the_kernel_and_later_kernels(monkeypatch):
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
-    monkeypatch.setattr(schedule, "PARALLEL_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(schedule_threads, "PARALLEL_WORK_PER_THREAD", 1)
     loop_runs_past_the_end(monkeypatch, extra=10)
     f = ir.Function("two")
     x = f.add_parameter("x", TensorType((N,), "f32"))

@@ -175,9 +175,9 @@ def test_reentrant_calls_from_threads():
 
 @pytest.mark.parametrize("size", [1000, 4097, 65_536 + 3])
 def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
-    from tracer.ir import schedule
+    from tracer.ir import schedule_threads
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(schedule, "PARALLEL_WORK_PER_THREAD", 64)  # split even small kernels
+    monkeypatch.setattr(schedule_threads, "PARALLEL_WORK_PER_THREAD", 64)  # split even small kernels
     f = ir.Function("mixed")
     x = f.add_parameter("x", TensorType((size // 7 + 1, 7), "f32"))
     b = ir.GraphBuilder(f)

@@ -142,7 +142,7 @@ def test_the_interpreter_refuses_an_access_outside_a_buffer():
 
 def test_a_large_kernel_is_split_across_threads(monkeypatch):
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
-    monkeypatch.setattr("tracer.ir.schedule.PARALLEL_WORK_PER_THREAD", 4)
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
     f = ir.Function("wide")
     x = f.add_parameter("x", TensorType((64, 3), "f32"))
     b = ir.GraphBuilder(f)

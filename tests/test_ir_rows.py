@@ -237,7 +237,7 @@ def test_one_two_and_four_threads_give_the_same_bits(monkeypatch, step):
     """The chunks of rows depend on the shape only: whichever thread runs a chunk, its rows and
     its partial sums are computed by the same code, and the combine adds the partials in chunk
     order, so every result has the same bits."""
-    monkeypatch.setattr("tracer.ir.schedule.PARALLEL_WORK_PER_THREAD", 1)
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 1)
     arrays = (layer_norm_arrays if step is layer_norm_step else cross_entropy_arrays)(
         (100, 24), np.float32)
     results = {}
@@ -319,3 +319,47 @@ def test_a_traced_training_step_with_layer_norm_accumulates_gradients_as_torch()
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
                                    atol=1e-12)
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_model_step_runs_its_layer_norm_backward_and_weight_gradients_in_one_row_kernel():
+    """layer_norm -> linear -> cross_entropy with labels -> SGD (x the output of an earlier
+    layer, so it gets a gradient): the layer norm's forward is a row kernel before the matmul;
+    its backward, after the matmul that gives its incoming gradient, is another, which also sums
+    the weight and bias gradients (those kernels came before the backward's row sums, and run
+    with them). Two steps against PyTorch's."""
+    rng = np.random.default_rng(8)
+    arrays = [rng.standard_normal((48, 20)), rng.standard_normal((20, 7)) * 0.3,
+              1 + 0.1 * rng.standard_normal(20), 0.1 * rng.standard_normal(20)]
+    labels = rng.integers(0, 7, 48)
+
+    def step(x, w, weight, bias, labels, library=tr, functional=F):
+        logits = functional.layer_norm(x, (20,), weight, bias) @ w
+        loss = functional.cross_entropy(logits, labels)
+        loss.backward()
+        with library.no_grad():
+            for parameter in (w, weight, bias):
+                parameter.sub_(0.5 * parameter.grad)
+                parameter.grad = None
+        return loss, x.grad
+
+    ours = [tr.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    traced = tr.trace(step)
+    text = traced.ir(*ours, tr.tensor(labels), stage="fused")
+    kernels = [line.split(" = kernel_")[1] for line in text.splitlines() if " = kernel_" in line]
+    assert [kernel.split("(")[0].split()[1] for kernel in kernels] == [
+        "rows[48]", "matmul", "rows[48]", "loop[]", "scatter[48,7]", "rows[48]", "matmul",
+        "rows[48]", "combine", "matmul", "loop[20]"]
+    # the backward's row kernel reads the matmul's gradient, the forward's values per row and x
+    assert kernels[7].startswith("7 rows[48] in 32 chunks(%107, %14, %3, %x, ")
+    for _ in range(2):
+        for a in ours[:1] + theirs[:1]:
+            a.grad = None
+        loss, x_grad = traced(*ours, tr.tensor(labels))
+        expected, expected_grad = step(*theirs, torch.tensor(labels), torch, torch.nn.functional)
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
+        np.testing.assert_allclose(x_grad.numpy(), expected_grad.numpy(), rtol=1e-10,
+                                   atol=1e-12)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
+                                   atol=1e-12)

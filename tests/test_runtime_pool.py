@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import tracer as tr
-from tracer.ir import schedule
+from tracer.ir import schedule_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def forced_parallel(monkeypatch, tmp_path):
     """Every splittable kernel on as many threads as it may have; a cache of its own, so nothing
     compiled under another threshold is reused."""
-    monkeypatch.setattr(schedule, "PARALLEL_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(schedule_threads, "PARALLEL_WORK_PER_THREAD", 1)
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
 
 
@@ -171,8 +171,8 @@ def test_the_child_of_a_fork_runs_parallel_kernels(forced_parallel, monkeypatch)
 
 EXIT_PROGRAM = """
 import atexit, os, threading, numpy as np, tracer as tr
-from tracer.ir import schedule
-schedule.PARALLEL_WORK_PER_THREAD = 1
+from tracer.ir import schedule_threads
+schedule_threads.PARALLEL_WORK_PER_THREAD = 1
 traced = tr.trace(lambda x: (x * 0.5).exp())
 x = np.arange(100_000, dtype=np.float32) / 100_000
 total = float(traced(tr.tensor(x)).numpy().sum())  # starts the worker
