@@ -363,3 +363,26 @@ def test_a_model_step_runs_its_layer_norm_backward_and_weight_gradients_in_one_r
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("checked", ["0", "1"], ids=["unchecked", "bounds-checked"])
+def test_the_lane_hint_is_only_on_loops_llvm_vectorizes(monkeypatch, capfd, checked):
+    """LLVM writes a remark to stderr for a loop it was asked to vectorize and cannot (one that
+    returns early at a failed index or bounds check): the hint is left off those, so compiling a
+    gather, its scatter-add gradient, bounds checks and row kernels (whose partial sums along a
+    reduced trailing axis are stored to the same element again and again, which LLVM
+    vectorizes) stays silent."""
+    monkeypatch.setenv("TRACER_CHECK_BOUNDS", checked)
+    rng = np.random.default_rng(9)
+    compare_with_torch(lambda x, y: F.cross_entropy(x, y),
+                       lambda x, y: torch.nn.functional.cross_entropy(x, y),
+                       [rng.standard_normal((40, 9)).astype(np.float32), rng.integers(0, 9, 40)],
+                       traced=True)
+
+    def sums(x):  # sums over the rows and along the first trailing axis: partials kept by column
+        centered = x - x.mean(dim=(1, 2), keepdim=True)
+        return centered.sum((0, 2)), (centered * centered).sum((0, 1))
+
+    compare_with_torch(sums, sums, [rng.standard_normal((30, 5, 6)).astype(np.float32)],
+                       traced=True)
+    assert "not vectorized" not in capfd.readouterr().err
