@@ -386,3 +386,23 @@ def test_the_lane_hint_is_only_on_loops_llvm_vectorizes(monkeypatch, capfd, chec
     compare_with_torch(sums, sums, [rng.standard_normal((30, 5, 6)).astype(np.float32)],
                        traced=True)
     assert "not vectorized" not in capfd.readouterr().err
+
+
+def test_a_reduction_read_by_an_earlier_row_kernel_is_not_delayed_past_it():
+    """x's column sum k comes before both row kernels; the row kernel over y (which runs where
+    y's row sums came, before x's) reads k, so k may not join x's row kernel, which runs later:
+    it stays a kernel of its own, before both."""
+    def program(x, y):
+        k = x.sum(0)
+        y_sums = y.sum(1, keepdim=True)
+        x_sums = x.sum(1, keepdim=True)
+        return x / x_sums, y / y_sums + k
+
+    rng = np.random.default_rng(10)
+    x, y = rng.random((6, 4)) + 1, rng.random((5, 4)) + 1
+    text = tr.trace(program).ir(x, y, stage="optimized")
+    function = CompiledFunction(ir.parse_function(text))
+    assert kinds(function) == ["accumulate", "rows", "rows"]
+    x_normalized, y_normalized = function([x, y])
+    np.testing.assert_allclose(x_normalized, x / x.sum(1, keepdims=True), rtol=1e-14)
+    np.testing.assert_allclose(y_normalized, y / y.sum(1, keepdims=True) + x.sum(0), rtol=1e-14)
