@@ -406,3 +406,16 @@ def test_a_reduction_read_by_an_earlier_row_kernel_is_not_delayed_past_it():
     x_normalized, y_normalized = function([x, y])
     np.testing.assert_allclose(x_normalized, x / x.sum(1, keepdims=True), rtol=1e-14)
     np.testing.assert_allclose(y_normalized, y / y.sum(1, keepdims=True) + x.sum(0), rtol=1e-14)
+
+
+def test_the_verifier_checks_a_loop_bound_in_a_register():
+    """A chunk's loop over its rows runs between registers: they must be defined before it."""
+    from tracer.ir.loops import Loop, nested_statements
+    from tracer.ir.verify import VerificationError, verify_loops
+    function = compiled(layer_norm_step, layer_norm_arrays((40, 3), np.float32))
+    verify_loops(function.loops)  # as scheduled
+    (rows,) = [loop for loop in nested_statements(function.kernels[0].body)
+               if isinstance(loop, Loop) and isinstance(loop.end, str) and loop.end != "end"]
+    rows.end = "%nowhere"
+    with pytest.raises(VerificationError, match="%nowhere is used where it is not defined"):
+        verify_loops(function.loops)
