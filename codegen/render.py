@@ -128,9 +128,9 @@ class KernelRenderer:
 
     def vector_hint(self, loop: Loop) -> str:
         """The metadata asking for FLOAT32_LANES lanes for an innermost loop that computes in
-        float32 and in a 64-bit type, as the latch branch's suffix; else "". Only for a loop
-        LLVM can vectorize (it reports a hinted loop it cannot): without index checks, and
-        storing only at offsets that change with the counter."""
+        float32 and in a 64-bit type, as the latch branch's suffix; else "". Not for a loop with
+        checks, which returns early: LLVM cannot vectorize it, and reports a hinted loop it
+        cannot vectorize (on stderr)."""
         if (any(isinstance(s, (Loop, CheckIndex)) for s in loop.body)
                 or (self.sites is not None and self.sites.every_access)):
             return ""
@@ -138,14 +138,6 @@ class KernelRenderer:
         types |= {s.value.dtype for s in loop.body if isinstance(s, (Load, Store))}
         if float32 not in types or not types & {float64, int64}:
             return ""
-        varying = {loop.counter}  # the registers that change with the counter
-        for statement in loop.body:
-            if isinstance(statement, (IndexOp, Compute)) and varying & set(statement.operands):
-                varying.add(statement.target)
-            elif isinstance(statement, Load) and statement.offset in varying:
-                varying.add(statement.target)
-            elif isinstance(statement, Store) and statement.offset not in varying:
-                return ""  # the same element stored again and again
         number = len(self.metadata)
         self.metadata += [f"!{number} = distinct !{{!{number}, !{number + 1}}}",
                           f'!{number + 1} = !{{!"llvm.loop.vectorize.width", '

@@ -18,13 +18,14 @@ A kernel is one unit of native code. Fusion makes four kinds:
   (`w`) is stored into the result, then the gemm adds alpha * x^T @ g to it (beta = 1, alpha =
   -lr read at run time), so the gradient never reaches memory (`MatmulUpdate`).
 
-and ir/rows.py merges kernels that can run one row at a time into `rows` kernels (each followed by
-a `combine` kernel when it reduces across the rows).
+ir/rows.py then merges kernels that can run one row at a time into `rows` kernels (each followed
+by a `combine` kernel when it reduces across the rows).
 
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
 results, reductions (unless computed inline into a single same-shape elementwise consumer; a
-reduction across the first axis of a tensor of two or more, a column or total sum, is always stored,
-in a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are expensive and read at a broadcast index, and values whose inline expression grew too large.
+reduction across the first axis of a tensor of two or more axes, a column or total sum, is always
+stored, by a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are
+expensive and read at a broadcast index, and values whose inline expression grew too large.
 Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
 in the backward. A loop kernel takes further results only while its code stays under a size bound
 (MAX_KERNEL_COST), so a long chain of elementwise ops becomes several loop nests and compile time

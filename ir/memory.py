@@ -62,7 +62,7 @@ def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bo
     elif kernel.kind == "loop":
         roots, stop = kernel.results, set()
     else:  # accumulate and scatter kernels write their result before they have read all
-        # operands; a row kernel's parts read theirs at indices of their own
+        # operands; a row kernel's parts may read them at any index (not checked, refused)
         return False
     own = {id(v) for v in kernel.results}
 

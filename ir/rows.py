@@ -29,7 +29,9 @@ computing (through elementwise ops, broadcasts along the row, reductions along t
 layout changes that keep the row axes in place: `_keeps_rows`), reads no result of the group's
 reduction parts (complete only after every row), depends on no kernel between the group's first
 kernel and itself that is not in the group (the group runs where its first kernel ran), and the
-bytes one row of everything the group reads and writes take stay within ROW_CACHE_BYTES.
+bytes one row of everything the group reads and writes take stay within ROW_CACHE_BYTES. A
+reduction across rows before the group's first kernel joins too when everything that reads its
+result runs after the group (it then runs later, with the group).
 """
 from __future__ import annotations
 
@@ -267,23 +269,25 @@ def _merge(group: _Group, fused: FusedFunction, readers: dict[int, set[int]]) ->
     return merged
 
 
-def _delay_reductions(group: _Group, kernels: list[Kernel], grouped: set[int],
+def _delay_reductions(group: _Group, kernels: list[Kernel], runs_at: dict[int, int],
                       producer: dict[int, int], readers: dict[int, set[int]],
                       materialized: set[int]) -> None:
     """Takes into `group` the reductions across rows before its first kernel (a layer norm's
     weight and bias gradients, which come before the row sums of its input's gradient) that
-    read a row of something the group reads: they run later, with the group, when nothing
-    before it and no kernel of it reads their results."""
+    read a row of something the group reads: they run later, with the group, when every kernel
+    that reads their results runs after the group. `runs_at`: where each grouped kernel runs
+    (its group's first kernel), updated."""
     for number in range(group.start - 1, -1, -1):
         kernel = kernels[number]
         later = set().union(*(readers.get(id(v), set()) for v in kernel.results))
-        if (number in grouped or _role(kernel, group.rows) != "reduction"
-                or any(n < group.start or n in group.members for n in later)
+        if (number in runs_at or _role(kernel, group.rows) != "reduction"
+                or any(runs_at.get(n, n) <= group.start for n in later)
                 or not any(id(v) in group.bytes for v in kernel.inputs
                            if v.shape[:len(group.rows)] == group.rows)):
             continue
         if _admit(group, number, kernel, producer, materialized):
             group.members.insert(0, group.members.pop())  # before the parts that came first
+            runs_at[number] = group.start
 
 
 def group_rows(fused: FusedFunction) -> FusedFunction:
@@ -304,10 +308,9 @@ def group_rows(fused: FusedFunction) -> FusedFunction:
     for number, kernel in enumerate(kernels):
         for value in kernel.inputs:
             readers.setdefault(id(value), set()).add(number)
-    assigned = {number for group in groups for number in group.members}
+    runs_at = {number: group.start for group in groups for number in group.members}
     for group in groups:
-        _delay_reductions(group, kernels, assigned, producer, readers, fused.materialized)
-        assigned.update(group.members)
+        _delay_reductions(group, kernels, runs_at, producer, readers, fused.materialized)
     groups = [group for group in groups if len(group.members) > 1]
     if not groups:
         return fused

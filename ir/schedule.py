@@ -51,7 +51,7 @@ def is_flat(kernel: Kernel) -> bool:
 
 
 class KernelScheduler(IndexBuilder, ReductionKernels):
-    """Writes the statements of one kernel (the ones that reduce across rows: schedule_reduce.py)."""
+    """Writes the statements of one kernel (those that reduce across rows: schedule_reduce.py)."""
 
     def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
         super().__init__()

@@ -366,3 +366,59 @@ def test_a_model_step_runs_its_layer_norm_backward_and_weight_gradients_in_one_r
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("checked", ["0", "1"], ids=["unchecked", "bounds-checked"])
+def test_the_lane_hint_is_only_on_loops_llvm_vectorizes(monkeypatch, capfd, checked):
+    """LLVM writes a remark to stderr for a loop it was asked to vectorize and cannot (one that
+    returns early at a failed index or bounds check): the hint is left off those, so compiling a
+    gather, its scatter-add gradient, bounds checks and row kernels (whose partial sums along a
+    reduced trailing axis are stored to the same element again and again, which LLVM
+    vectorizes) stays silent."""
+    monkeypatch.setenv("TRACER_CHECK_BOUNDS", checked)
+    rng = np.random.default_rng(9)
+    compare_with_torch(lambda x, y: F.cross_entropy(x, y),
+                       lambda x, y: torch.nn.functional.cross_entropy(x, y),
+                       [rng.standard_normal((40, 9)).astype(np.float32), rng.integers(0, 9, 40)],
+                       traced=True)
+
+    def sums(x):  # sums over the rows and along the first trailing axis: partials kept by column
+        centered = x - x.mean(dim=(1, 2), keepdim=True)
+        return centered.sum((0, 2)), (centered * centered).sum((0, 1))
+
+    compare_with_torch(sums, sums, [rng.standard_normal((30, 5, 6)).astype(np.float32)],
+                       traced=True)
+    assert "not vectorized" not in capfd.readouterr().err
+
+
+def test_a_reduction_read_by_an_earlier_row_kernel_is_not_delayed_past_it():
+    """x's column sum k comes before both row kernels; the row kernel over y (which runs where
+    y's row sums came, before x's) reads k, so k may not join x's row kernel, which runs later:
+    it stays a kernel of its own, before both."""
+    def program(x, y):
+        k = x.sum(0)
+        y_sums = y.sum(1, keepdim=True)
+        x_sums = x.sum(1, keepdim=True)
+        return x / x_sums, y / y_sums + k
+
+    rng = np.random.default_rng(10)
+    x, y = rng.random((6, 4)) + 1, rng.random((5, 4)) + 1
+    text = tr.trace(program).ir(x, y, stage="optimized")
+    function = CompiledFunction(ir.parse_function(text))
+    assert kinds(function) == ["accumulate", "rows", "rows"]
+    x_normalized, y_normalized = function([x, y])
+    np.testing.assert_allclose(x_normalized, x / x.sum(1, keepdims=True), rtol=1e-14)
+    np.testing.assert_allclose(y_normalized, y / y.sum(1, keepdims=True) + x.sum(0), rtol=1e-14)
+
+
+def test_the_verifier_checks_a_loop_bound_in_a_register():
+    """A chunk's loop over its rows runs between registers: they must be defined before it."""
+    from tracer.ir.loops import Loop, nested_statements
+    from tracer.ir.verify import VerificationError, verify_loops
+    function = compiled(layer_norm_step, layer_norm_arrays((40, 3), np.float32))
+    verify_loops(function.loops)  # as scheduled
+    (rows,) = [loop for loop in nested_statements(function.kernels[0].body)
+               if isinstance(loop, Loop) and isinstance(loop.end, str) and loop.end != "end"]
+    rows.end = "%nowhere"
+    with pytest.raises(VerificationError, match="%nowhere is used where it is not defined"):
+        verify_loops(function.loops)
