@@ -225,11 +225,9 @@ def test_a_bad_thread_count_is_a_clear_error(monkeypatch, tmp_path, text):
 
 HIT_PROGRAM = """
 import json, numpy as np, tracer as tr
-from tracer.ir import schedule
 from tracer.runtime import jit
-schedule.PARALLEL_WORK_PER_THREAD = 1
 traced = tr.trace(lambda x: (x * 0.25).tanh())
-x = np.linspace(-4, 4, 30_000, dtype=np.float32)
+x = np.linspace(-4, 4, 1 << 20, dtype=np.float32)  # enough work to run on 2 threads
 y = traced(tr.tensor(x)).numpy()
 print(json.dumps(dict(jit.STATISTICS, error=float(np.abs(y - np.tanh(x * 0.25)).max()))))
 """
