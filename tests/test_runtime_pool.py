@@ -5,6 +5,7 @@ Every kernel here is forced onto threads (PARALLEL_WORK_PER_THREAD = 1); conftes
 every compiled call against the reference interpreter."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -220,3 +221,27 @@ def test_a_bad_thread_count_is_a_clear_error(monkeypatch, tmp_path, text):
     np.testing.assert_array_equal(x.numpy(), [1, 1, 1])
     monkeypatch.setenv("TRACER_NUM_THREADS", "3")
     np.testing.assert_array_equal(traced(x).numpy(), [2, 2, 2])
+
+
+HIT_PROGRAM = """
+import json, numpy as np, tracer as tr
+from tracer.runtime import jit
+traced = tr.trace(lambda x: (x * 0.25).tanh())
+x = np.linspace(-4, 4, 1 << 20, dtype=np.float32)  # enough work to run on 2 threads
+y = traced(tr.tensor(x)).numpy()
+print(json.dumps(dict(jit.STATISTICS, error=float(np.abs(y - np.tanh(x * 0.25)).max()))))
+"""
+
+
+def test_a_disk_cache_hit_with_parallel_kernels_loads_the_pool_too(tmp_path):
+    """The second process compiles nothing: the pool's object and the function's come from the disk
+    cache, and the function's call to tracer_parallel resolves to the loaded pool."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), TRACER_NUM_THREADS="2",
+                       TRACER_CACHE_DIR=str(tmp_path), OPENBLAS_NUM_THREADS="1")
+    runs = [subprocess.run([sys.executable, "-c", HIT_PROGRAM], capture_output=True, text=True,
+                           env=environment, timeout=120) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr
+    first, second = (json.loads(run.stdout) for run in runs)
+    assert (first["compiled"], first["disk_hits"]) == (2, 0)  # the pool and the function
+    assert (second["compiled"], second["disk_hits"]) == (0, 2)
+    assert first["error"] < 1e-6 and second["error"] < 1e-6
