@@ -23,7 +23,10 @@ MAX_ENTRY_BYTES (64 MiB); anything else (a FIFO, a device, a symlink) is treated
 Writes go to a temporary file in the same directory, then `os.replace`, so readers never see a
 partial entry. A hit touches the entry's modification time; a store that takes the directory's
 entries past TRACER_CACHE_SIZE (default 1 GiB) deletes the least recently used entries until they
-fit again.
+fit again. Finding them means a stat of every entry (half a second for 90,000), so a process does
+it at its first store and then only when its own stores since might have gone past the size, or
+past an eighth of it (other processes store too): the directory goes past its size by at most an
+eighth for each process storing at once, until that process's next store.
 
 TRACER_CACHE_DIR sets the directory (default $XDG_CACHE_HOME/tracer or ~/.cache/tracer);
 TRACER_DISABLE_CACHE=1 turns the disk cache off.
@@ -39,6 +42,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 from pathlib import Path
 
 from tracer.runtime.settings import byte_size_setting
@@ -54,6 +58,9 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")
 _reported: set[tuple[str, str]] = set()  # (directory, reason) already logged by this process
+# Per directory: its entries' bytes as this process last counted them, and what it stored since.
+_counted: dict[Path, tuple[int, int]] = {}
+_counting = threading.Lock()
 
 
 def source_fingerprint(directories: list[str]) -> str:
@@ -269,14 +276,25 @@ class ObjectCache:
             except BaseException:
                 os.unlink(temporary)
                 raise
-            evict_least_recently_used(self.directory, self.capacity)
+            _account_for_store(self.directory, len(payload) + _HEADER.size, self.capacity)
         except OSError:
             pass  # a read-only or full disk only costs a recompilation next time
 
 
-def evict_least_recently_used(directory: Path, capacity: int) -> None:
+def _account_for_store(directory: Path, size: int, capacity: int) -> None:
+    with _counting:
+        counted = _counted.get(directory)
+        if counted is not None:
+            total, stored_since = counted[0] + size, counted[1] + size
+            if total <= capacity and stored_since <= capacity // 8:
+                _counted[directory] = (total, stored_since)
+                return
+        _counted[directory] = (evict_least_recently_used(directory, capacity), 0)
+
+
+def evict_least_recently_used(directory: Path, capacity: int) -> int:
     """Delete the entries of `directory` least recently used (stored or loaded) until the rest
-    take at most `capacity` bytes."""
+    take at most `capacity` bytes; return how many bytes the rest take."""
     entries = []
     with os.scandir(directory) as listing:
         for item in listing:
@@ -292,3 +310,4 @@ def evict_least_recently_used(directory: Path, capacity: int) -> None:
         except FileNotFoundError:
             pass  # another process evicted it first
         total -= size
+    return total
