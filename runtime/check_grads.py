@@ -91,7 +91,7 @@ def _check_call(instruction: Instruction, values: dict[int, np.ndarray],
         LOG.info("check_grads: %s.backward agrees with finite differences of its forward",
                  rule.name)
         return
-    name = rule.ctx._argument_names[tensor_positions[mismatch.input]]
+    name = rule.argument_names[tensor_positions[mismatch.input]]
     # an R-style autograd_function wraps the user's backward in a bound method of its own
     backward = getattr(getattr(rule.user_backward, "__self__", None), "user_backward",
                        rule.user_backward)

@@ -152,6 +152,7 @@ class _FunctionRule:
     def __init__(self, name: str, forward: Callable, backward: Callable, ctx: FunctionCtx,
                  arguments: list, outputs: list, differentiable: list[bool], trace):
         self.name, self.user_backward, self.ctx = name, backward, ctx
+        self.argument_names = ctx._argument_names  # forward's parameters after ctx, in order
         self.forward = forward  # for tr.trace(check_grads=True), which runs it again eagerly
         self.arguments = arguments
         # Per forward output: None for a non-tensor, else (shape, dtype, differentiable).
@@ -166,7 +167,7 @@ class _FunctionRule:
         needs_by_argument = [False] * len(self.arguments)
         for position, need in zip(tensor_positions, needs):
             needs_by_argument[position] = need
-        self.ctx.needs_input_grad = Named(self.ctx._argument_names, needs_by_argument)
+        self.ctx.needs_input_grad = Named(self.argument_names, needs_by_argument)
         if self.trace is None:
             return self._run(builder, cotangents, tensor_positions)
         with tracing(self.trace), self.trace.emitting_into(builder):
@@ -206,11 +207,11 @@ class _FunctionRule:
         if len(results) != expected:
             raise FunctionBackwardError(
                 f"{where} returned {len(results)} gradient(s) but forward takes {expected} "
-                f"input(s) ({', '.join(self.ctx._argument_names)}); return one per input, None "
+                f"input(s) ({', '.join(self.argument_names)}); return one per input, None "
                 f"for inputs that need no gradient", line)
         handles = []
         for position, (name, argument, gradient) in enumerate(
-                zip(self.ctx._argument_names, self.arguments, results)):
+                zip(self.argument_names, self.arguments, results)):
             if gradient is None:
                 if position in tensor_positions:
                     handles.append(None)
