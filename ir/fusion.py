@@ -132,10 +132,14 @@ def reduction_is_inner(instruction: Instruction) -> bool:
     return operand.type.ndim == 0 or operand.type.ndim - 1 in instruction.attributes["axes"]
 
 
-def _choose_materialized(function: Function) -> set[int]:
+def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
+    """The ids of the values stored in memory, and of those among them stored only so that their
+    readers do not compute them again (which need no buffer if their readers all end up in their
+    own kernel, computing them once per element)."""
     users = function.users()
     materialized = {id(p) for p in function.parameters}
     materialized.update(id(v) for v in function.outputs)
+    reused: set[int] = set()
 
     for instruction in function.instructions:
         (output, *_) = instruction.outputs or [None]
@@ -157,9 +161,11 @@ def _choose_materialized(function: Function) -> set[int]:
                       and not reduces_across_rows(instruction))
             if not inline:
                 materialized.add(id(output))
+                if reduction_is_inner(instruction) and not reduces_across_rows(instruction):
+                    reused.add(id(output))
 
     # Bound recomputation: expensive values read at a broadcast index, and large shared expressions.
-    size: dict[int, int] = {}
+    size: dict[int, int] = {}  # of the inline expression tree: shared operands count once per use
     cost: dict[int, int] = {}
     expensive: dict[int, bool] = {}
     for instruction in function.instructions:
@@ -181,7 +187,8 @@ def _choose_materialized(function: Function) -> set[int]:
                     or size[id(output)] > MAX_EXPRESSION
                     or cost[id(output)] > MAX_EXPRESSION_COST):
                 materialized.add(id(output))
-    return materialized
+                reused.add(id(output))
+    return materialized, reused
 
 
 class _Closure:
@@ -266,7 +273,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
     would add the product onto the result one term at a time, rounding differently from the
     unfused expression), linear functions of a matmul become MatmulUpdate kernels."""
-    materialized = _choose_materialized(function)
+    materialized, reused = _choose_materialized(function)
     users = function.users()
     outputs = {id(v) for v in function.outputs}
     updates: dict[int, MatmulUpdate] = {}
@@ -365,4 +372,13 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
         instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
         merged.instructions = in_order(instruction_ids)
         merged.inputs = inputs
+    # A value stored for its readers to reuse that no other kernel reads is computed once per
+    # element in its own kernel, whose readers read it at their own index (merging checked that):
+    # it needs no buffer, and the kernel's instructions stay as they are.
+    read = {id(v) for kernel in kernels for v in kernel.inputs}
+    for index in closures:
+        for value in kernels[index].results[:]:
+            if id(value) in reused and id(value) not in outputs and id(value) not in read:
+                kernels[index].results.remove(value)
+                materialized.discard(id(value))
     return FusedFunction(function, kernels, materialized)

@@ -15,6 +15,7 @@ import pytest
 
 from tracer import ir
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
+from tracer.ir.primitives import CHECKS
 from tracer.ir.loops import Loop
 from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.entry
@@ -128,12 +129,25 @@ def in_float64(function: ir.Function) -> ir.Function:
     return result
 
 
+def stored_but_unread(fused) -> list[str]:
+    """The kernel results that are neither returned nor read by another kernel: none should be
+    (a row kernel's kept rows are its own scratch, read by later passes over the row; a
+    check_index is kept, and stored, for its check alone)."""
+    read = {id(v) for kernel in fused.kernels for v in kernel.inputs}
+    read.update(id(v) for v in fused.function.outputs)
+    read.update(id(row) for kernel in fused.kernels for _, row in kernel.kept or ())
+    return [f"%{v.name}" for kernel in fused.kernels for v in kernel.results
+            if id(v) not in read and not (v.producer and v.producer.primitive in CHECKS)]
+
+
 class CheckedFunction:
     """A CompiledFunction whose every call is checked against the interpreter; on the first call
     of a small program, its loop IR (run by ir/loop_interpreter.py, without LLVM) is too."""
 
     def __init__(self, compiled):
         self.compiled = compiled
+        unread = stored_but_unread(compiled.fused)
+        assert not unread, f"kernel results stored but never read: {unread}"
         self.stages = compiled.stages
         self.in_place = compiled.in_place
         self.loops_checked = False

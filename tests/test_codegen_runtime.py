@@ -13,12 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tracer as tr
+import tracer.nn.functional as F
 from tracer import ir
 from tracer.ir.fusion import fuse
 from tracer.ir.memory import plan_memory
 from tracer.ir.types import TensorType
 from tracer.runtime import jit
 from tracer.runtime.compiled import CompiledFunction
+from conftest import stored_but_unread
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBM = ("expf", "exp", "logf", "log", "tanhf", "tanh", "sinf", "sin", "cosf", "cos", "powf", "pow")
@@ -197,6 +200,37 @@ def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
             assert single.tobytes() == multi.tobytes()
     for actual, expected in zip(results["1"], ir.interpret(f, [argument])):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def erf_gelu_step(x):
+    y = F.gelu(x)
+    y.sum().backward()
+    return y
+
+
+def shared_chain_step(x):
+    # a Clenshaw recurrence: each term is read by the next two, so its expression tree (not its
+    # graph) doubles every two terms and is stored to bound recomputation
+    b1, b2 = tr.zeros_like(x), tr.zeros_like(x)
+    for coefficient in (0.5, -0.25, 0.125, 0.3, -0.7, 0.9, 0.11, -0.13, 0.2, 0.4) * 3:
+        b1, b2 = 2 * x * b1 - b2 + coefficient, b1
+    (x * b1 - b2).sum().backward()
+    return b1
+
+
+@pytest.mark.parametrize("step", [erf_gelu_step, shared_chain_step])
+def test_a_value_stored_to_bound_recomputation_but_read_only_in_its_kernel_is_not_stored(step):
+    """A value stored only so that its readers do not recompute its expression tree is computed
+    once per element in its own kernel when all its readers joined that kernel: storing it too
+    would write a buffer nobody reads (exact GELU fwd+bwd wrote 12 of them)."""
+    x = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
+    text = tr.trace(step).ir(tr.tensor(x, requires_grad=True), stage="optimized")
+    compiled = CompiledFunction(ir.parse_function(text))
+    assert stored_but_unread(compiled.fused) == []
+    assert len(compiled.fused.kernels) == 1
+    expected = ir.interpret(compiled.function, [x])
+    for actual, wanted in zip(compiled([x]), expected):
+        np.testing.assert_allclose(actual, wanted, rtol=1e-5, atol=1e-5)
 
 
 def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_path):
