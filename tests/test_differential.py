@@ -1651,6 +1651,16 @@ F29 = Program(
     ops=[("arg", 0), ("call", "var", 0, (0,), {"keepdim": False, "correction": 2})],
     outputs=[1], argnums=(0,), updates=("sub",), value_and_grad=False)
 
+# F29 over all elements (the slow run, after F29's fix): PyTorch's gradient is nan where an
+# element equals the mean (here the only one), tracer's was finite.
+F29_ALL_ELEMENTS = Program(
+    kind="backward",
+    inputs=[Input(shape=(), dtype="float32", layout="C", via="from_numpy", requires_grad=True,
+                  grad=True, seed=0)],
+    ops=[("arg", 0), ("unary", "abs", 0),
+         ("call", "var", 0, (None,), {"keepdim": False, "correction": 2})],
+    outputs=[2], argnums=(), updates=("sub",), value_and_grad=False)
+
 # A crash of the oracle, not of tracer: the loop interpreter's unsigned compare of an index loaded
 # from an int64 buffer (a numpy scalar) overflowed on the 64-bit mask (after check_index, a gather
 # reads the checked index from memory).
@@ -1682,6 +1692,7 @@ CHECKED_INDEX_COMPARED = Program(
 @example(GATHER_BESIDE_MATMUL)
 @example(F28)
 @example(F29)
+@example(F29_ALL_ELEMENTS)
 @example(CHECKED_INDEX_COMPARED)
 def test_random_programs_agree(program):
     check_program(program)

@@ -83,18 +83,41 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         raise ArgumentError(f"var and std need a float tensor, got {x.dtype}; use .float() first")
     axes = normalize_dims(dim, x.ndim)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    divisor = count - correction
+    if divisor <= 0 and (dim is None or x.ndim == 0):
+        return _VarianceWithoutDegreesOfFreedom.apply(x, keepdim)
     # The mean is taken as a constant on the gradient path, as PyTorch's var_backward does
     # (2 * g * (x - mean) / divisor: the mean's own gradient is zero in exact arithmetic), which
     # keeps the gradient finite-or-inf where the divisor is 0, as PyTorch's, rather than nan.
     centered = x - x.mean(axes, keepdim=True).detach()
     squares = (centered * centered).sum(axes, keepdim=keepdim)
-    divisor = count - correction
     if divisor >= 0:  # (0, as PyTorch: inf or nan, and a nan gradient)
         return squares / divisor
     # A count below the correction: PyTorch's value divides by max(0, divisor) = 0 (inf or nan),
     # its gradient by the divisor itself (var_backward), so the gradient is finite.
     scaled = squares / divisor
     return (squares / 0.0 - scaled).detach() + scaled
+
+
+class _VarianceWithoutDegreesOfFreedom(Function):
+    """The variance of all elements (no dim, or a 0-d tensor) whose count is at most the
+    correction: PyTorch's value divides by 0 (nan where every element equals the mean, else inf)
+    and its var_backward multiplies the gradient by nan where an element equals the mean and by
+    inf elsewhere, whatever the sign of its difference (with a dim it divides by the count less
+    the correction instead, as `var` above does)."""
+
+    @staticmethod
+    def forward(ctx, x, keepdim):
+        ctx.save_for_backward(x)
+        centered = x - x.mean()
+        squares = (centered * centered).sum(None, keepdim=keepdim)
+        return squares / 0.0
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        factor = where(x == x.mean(), float("nan"), float("inf"))
+        return grad_output * factor, None
 
 
 def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
