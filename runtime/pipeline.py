@@ -21,7 +21,7 @@ from tracer.ir.loops import LoopProgram
 from tracer.ir.memory import MemoryPlan, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.schedule import schedule
-from tracer.ir.verify import verify_loops
+from tracer.ir.verify_loops import verify_loops
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined

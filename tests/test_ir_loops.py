@@ -20,7 +20,8 @@ from tracer.ir.loops import (Buffer, CheckIndex, Compute, Load, Loop, LoopKernel
 from tracer.ir.memory import Location, MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
 from tracer.ir.types import TensorType
-from tracer.ir.verify import VerificationError, verify_loops
+from tracer.ir.verify import VerificationError
+from tracer.ir.verify_loops import verify_loops
 from tracer.runtime import jit
 from tracer.runtime.compiled import CompiledFunction
 

@@ -414,7 +414,8 @@ def test_a_reduction_read_by_an_earlier_row_kernel_is_not_delayed_past_it():
 def test_the_verifier_checks_a_loop_bound_in_a_register():
     """A chunk's loop over its rows runs between registers: they must be defined before it."""
     from tracer.ir.loops import Loop, nested_statements
-    from tracer.ir.verify import VerificationError, verify_loops
+    from tracer.ir.verify import VerificationError
+    from tracer.ir.verify_loops import verify_loops
     function = compiled(layer_norm_step, layer_norm_arrays((40, 3), np.float32))
     verify_loops(function.loops)  # as scheduled
     (rows,) = [loop for loop in nested_statements(function.kernels[0].body)
