@@ -38,14 +38,16 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
                     layout: tuple[int, int] | None = None, profile: bool = False,
-                    checked: bool = False) -> tuple[str, Sites | None]:
-    """The LLVM IR text of the whole function (the program scheduled on `plan`) and, if `checked`
-    (every access) or if it checks indices (a gather's or scatter's, always), the table of its
-    checked accesses (the error record is RECORD_BYTES at byte plan.arena_size of the arena).
+                    checked: bool = False, error_record: bool = False) -> tuple[str, Sites | None]:
+    """The LLVM IR text of the whole function (the program scheduled on `plan`) and, with an
+    `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
+    reads: the code is `checked`, every access, or may check an index), the table of its checked
+    accesses.
     With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
     each kernel's calls and nanoseconds in the global @tracer_profile."""
-    sites = (Sites(plan, every_access=checked) if checked or checks_indices(program)
-             else None)
+    if checks_indices(program) and not error_record:
+        raise ValueError(f"{program.name} checks indices without an error record")
+    sites = Sites(plan, every_access=checked) if error_record else None
     metadata: list[str] = []
     texts = [render_kernel(kernel, blas, sites, metadata) for kernel in program.kernels]
     parameters = program.parameters

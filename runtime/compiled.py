@@ -179,9 +179,7 @@ class CompiledFunction:
             seen.add(id(value))
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
-        # the code has an error record: bounds-checked, or gather and scatter indices checked
-        self._checked = settings.checked or any(
-            checks_an_index(i) for kernel in self.fused.kernels for i in kernel.instructions)
+        self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
         self._slot_count = len(self._parameters) + len(self._outputs) + 1

@@ -387,9 +387,9 @@ def test_f19_inplace_change_of_a_value_pytorch_saves(case):
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F22: norm with p=0 (the count of non-zeros) does not "
-                                       "require grad; PyTorch's does, with a zero gradient")
-def test_f22_norm_with_p_0_has_a_zero_gradient():
+# F22 (fixed): norm with p=0 (the count of non-zeros) requires grad, as PyTorch's does, and its
+# backward gives the input no gradient (x.grad stays None).
+def test_f22_norm_with_p_0_requires_grad_and_gives_no_gradient():
     def build(m):
         x = m.tensor([1.5, 0.0, -2.0], requires_grad=True)
         (x.norm(0) + 0).backward()

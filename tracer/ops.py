@@ -99,6 +99,19 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
     return (squares / 0.0 - scaled).detach() + scaled
 
 
+class _CountOfNonzeros(Function):
+    """norm(p=0): PyTorch's result requires grad where x does, and its backward gives x no
+    gradient (x.grad stays None when nothing else reaches it)."""
+
+    @staticmethod
+    def forward(ctx, x, dim, keepdim):
+        return (x != 0).to(x.dtype).sum(dim, keepdim=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return None, None, None
+
+
 class _VarianceWithoutDegreesOfFreedom(Function):
     """The variance of all elements (no dim, or a 0-d tensor) whose count is at most the
     correction: PyTorch's value divides by 0 (nan where every element equals the mean, else inf)
@@ -147,7 +160,7 @@ def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor
     if p == float("-inf"):
         return amin(magnitude, dim, keepdim)
     if p == 0:
-        return (x != 0).to(x.dtype).sum(dim, keepdim=keepdim)
+        return _CountOfNonzeros.apply(x, dim, keepdim)
     if p == 1:
         return magnitude.sum(dim, keepdim=keepdim)
     return (magnitude ** p).sum(dim, keepdim=keepdim) ** (1.0 / p)
