@@ -79,7 +79,6 @@ KNOWN_RESTRICTIONS = {
     "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
-    "F18": "an index assignment's and index_add's source has the changed tensor's dtype",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
            "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
@@ -1341,11 +1340,12 @@ class Generator:
             shape = self.broadcast_partner(out)
             if len(shape) > len(out):
                 shape = shape[1:]
-            # F18: of x's own dtype (PyTorch refuses another, tracer converts it)
-            j = self.pick(lambda u: u.shape == shape and u.dtype == v.dtype, fresh_shape=shape,
-                          dtype=v.dtype)
+            # mostly of x's own dtype (another is refused, by PyTorch and tracer alike)
+            dtype = v.dtype if self.integer(0, 4) else self.choice(["float32", "float64"])
+            j = self.pick(lambda u: u.shape == shape and u.dtype == dtype, fresh_shape=shape,
+                          dtype=dtype)
             if self.overlaps(j, i):
-                j = self.new_input(shape, dtype=v.dtype)
+                j = self.new_input(shape, dtype=dtype)
             op = ("setitem", i, key, j)
             rg = rg or self.values[j].requires_grad
         self.emit(op, Value(v.shape, v.dtype, rg, True, v.contiguous))
@@ -1411,11 +1411,12 @@ class Generator:
         if index is None:  # no index into an empty dimension but an empty one
             count, index = 0, self.new_index_input((0,), 0)
         shape = tuple(count if k == dim % len(v.shape) else d for k, d in enumerate(v.shape))
-        # F18: a source of x's own dtype (PyTorch refuses another, tracer converts it)
-        j = self.pick(lambda u: u.shape == shape and u.dtype == v.dtype, fresh_shape=shape,
-                      dtype=v.dtype)
+        # mostly a source of x's own dtype (another is refused, by PyTorch and tracer alike)
+        dtype = v.dtype if self.integer(0, 4) else self.choice(["float32", "float64"])
+        j = self.pick(lambda u: u.shape == shape and u.dtype == dtype, fresh_shape=shape,
+                      dtype=dtype)
         if self.overlaps(j, i):
-            j = self.new_input(shape, dtype=v.dtype)
+            j = self.new_input(shape, dtype=dtype)
         rg = v.requires_grad or self.values[j].requires_grad
         self.emit(("call", "index_add_" if inplace else "index_add", i,
                    (dim, index, ("value", j)), {"alpha": self.choice([1, 2, -0.5])}),

@@ -341,8 +341,8 @@ def _index_add_float32(m):
     return (x,)
 
 
-@pytest.mark.xfail(strict=True, reason="F18: an index assignment or index_add_ converts a source "
-                                       "of another dtype; PyTorch refuses it")
+# F18 (fixed): an index assignment or index_add_ with a source of another dtype is refused, as
+# PyTorch refuses it.
 @pytest.mark.parametrize("build", [_assign_float32, _index_add_float32],
                          ids=["index assignment", "index_add_"])
 def test_f18_index_assignment_of_another_dtype(build):

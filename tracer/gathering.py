@@ -105,6 +105,9 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
     dim = _normalize_dim(_as_dim(dim), x.ndim)
     index = _index(index, "index_add_", max_ndim=1).reshape(-1)
     source = as_tensor(source)
+    if source.dtype != x.dtype:
+        raise ArgumentError(f"index_add_: the source is {source.dtype}, the tensor {x.dtype}; "
+                            f"PyTorch needs the same dtype: convert it with .to({x.dtype})")
     if isinstance(alpha, Tensor) or not (isinstance(alpha, numbers.Number) and alpha == 1):
         source = source * alpha
     source = source.to(x.dtype)

@@ -213,6 +213,8 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
         raise ShapeMismatchError(
             f"a boolean mask of shape {list(mask.shape)} cannot index a tensor of shape "
             f"{list(x.shape)}; its shape must match the leading dimensions")
+    if isinstance(value, Tensor) and value.ndim > 0:
+        _check_same_dtype(x, value, "x[mask] = value")
     value = as_tensor(value, accept_data=True)
     if value.ndim > 0 and value.shape != x.shape:
         if state.trace is None:  # eagerly: one value per True element, as in PyTorch
@@ -224,6 +226,14 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
     return where(mask, value.to(x.dtype), x)
 
 
+def _check_same_dtype(x: Tensor, value, what: str) -> None:
+    """PyTorch's index_put_ and index_add_ take a source tensor of x's own dtype only (a Python
+    number or list is converted; basic assignment, a copy_, converts a tensor too)."""
+    if isinstance(value, Tensor) and value.dtype != x.dtype:
+        raise ArgumentError(f"{what}: the value is {value.dtype}, the tensor {x.dtype}; PyTorch "
+                            f"needs the same dtype here: convert it with .to({x.dtype})")
+
+
 def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     """A scatter into what the basic key selects; of repeated indices, the last write stays."""
     everything = _is_everything(advanced.basic_key)
@@ -232,6 +242,7 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     layout = index_shape + tuple(d for i, d in enumerate(box.shape) if i not in advanced.axes)
     selected = layout if advanced.permutation is None else tuple(
         layout[p] for p in advanced.permutation)
+    _check_same_dtype(x, value, "x[indices] = value")
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
         value = value.expand(*selected)
