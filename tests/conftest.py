@@ -131,9 +131,10 @@ def in_float64(function: ir.Function) -> ir.Function:
 
 def stored_but_unread(fused) -> list[str]:
     """The kernel results that are neither returned nor read by another kernel: none should be
-    (a row kernel's kept rows are its own scratch, read by later passes over the row; a
+    (a row kernel's later parts read what its earlier parts stored, or kept as scratch rows; a
     check_index is kept, and stored, for its check alone)."""
-    read = {id(v) for kernel in fused.kernels for v in kernel.inputs}
+    read = {id(v) for kernel in fused.kernels for part in [kernel, *(kernel.parts or ())]
+            for v in part.inputs}
     read.update(id(v) for v in fused.function.outputs)
     read.update(id(row) for kernel in fused.kernels for _, row in kernel.kept or ())
     return [f"%{v.name}" for kernel in fused.kernels for v in kernel.results
