@@ -335,6 +335,13 @@ def _assign_float32(m):
     return (x,)
 
 
+def _assign_float32_at_0d_indices(m):
+    x = m.zeros(3, 4, dtype=m.float64)
+    x[m.tensor(1)] = m.ones(4)  # 0-d index tensors act as ints: a basic assignment, converted
+    x[m.tensor(2), m.tensor(3)] = m.tensor(5.0)
+    return (x,)
+
+
 def _index_add_float32(m):
     x = m.zeros(3, dtype=m.float64)
     x.index_add_(0, m.tensor([0, 0]), m.ones(2))
@@ -343,8 +350,9 @@ def _index_add_float32(m):
 
 # F18 (fixed): an index assignment or index_add_ with a source of another dtype is refused, as
 # PyTorch refuses it.
-@pytest.mark.parametrize("build", [_assign_float32, _index_add_float32],
-                         ids=["index assignment", "index_add_"])
+@pytest.mark.parametrize("build", [_assign_float32, _assign_float32_at_0d_indices,
+                                   _index_add_float32],
+                         ids=["index assignment", "at 0-d indices", "index_add_"])
 def test_f18_index_assignment_of_another_dtype(build):
     assert_same(build)
 

@@ -242,7 +242,8 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     layout = index_shape + tuple(d for i, d in enumerate(box.shape) if i not in advanced.axes)
     selected = layout if advanced.permutation is None else tuple(
         layout[p] for p in advanced.permutation)
-    _check_same_dtype(x, value, "x[indices] = value")
+    if any(index.ndim for index in advanced.indices):  # (0-d ones alone act as ints: a copy)
+        _check_same_dtype(x, value, "x[indices] = value")
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
         value = value.expand(*selected)
