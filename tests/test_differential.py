@@ -76,15 +76,13 @@ KNOWN_RESTRICTIONS = {
     "F4": "no in-place change of a quotient, of relu's result, of max/min(dim)'s input or result",
     "F8": "no in-place change of a tensor-exponent power's result",
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
-    "F13": "no in-place change of a 1-D operand of matmul after the matmul",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
            "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
-    "F26": "no in-place change of a tensor after an operation read a view of it",
 }
-# Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F14, F15. F3 is a documented
+# Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26. F3 is a documented
 # difference (README "Where this differs from PyTorch"), accepted by `compare`: see
 # VIEW_REFUSAL.
 
@@ -825,7 +823,6 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "call:amax", "call:std"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
-                         "matmul:1d",
                          "call:gather", "call:take_along_dim", "call:var", "call:std",
                          "call:logsumexp", "call:amin", "call:gelu", "call:layer_norm",
                          "call:mse_loss"}
@@ -897,7 +894,6 @@ class Generator:
         self.layout_source: dict[int, int] = {}
         self.producer: dict[int, str] = {}
         self.consumers: dict[int, set] = {}
-        self.view_read: set[int] = set()  # objects a view of which an op has read (F26)
         self.dtype = draw(st.sampled_from(["float32", "float64"]))
 
     def integer(self, low, high):
@@ -916,8 +912,6 @@ class Generator:
         for operand, consumer in _reads(op):
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
-            if operand in self.layout_source:
-                self.view_read.add(self.layout_source[operand])
         if op[0] == "layout" or is_view_key(self.inputs, op):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
@@ -930,8 +924,7 @@ class Generator:
         obj = self.obj_of[index]
         return (self.values[index].inplace
                 and self.producer[obj] not in DISAGREEING_PRODUCERS
-                and not self.consumers[obj] & DISAGREEING_CONSUMERS
-                and obj not in self.view_read)  # F26
+                and not self.consumers[obj] & DISAGREEING_CONSUMERS)
 
     def new_input(self, shape, requires_grad=None, dtype=None):
         if dtype is None:  # now and then another dtype: promotion, weak scalars
@@ -1067,9 +1060,6 @@ class Generator:
         out = np.matmul(np.zeros(a.shape), np.zeros(b.shape)).shape
         self.emit(("matmul", how, i, j), Value(out, self.result_type(a, b),
                                                a.requires_grad or b.requires_grad, True, True))
-        for operand in (i, j):  # F13: a 1-D operand changed in place later is not refused
-            if len(self.values[operand].shape) == 1:
-                self.consumers[self.obj_of[operand]].add("matmul:1d")
 
     def other_dtype(self, dtype):
         """`dtype`, or one time in eight the other float dtype."""

@@ -237,8 +237,27 @@ def test_f12_inplace_change_of_a_zero_size_saved_tensor():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F13: changing a 1-D operand of matmul in place after the "
-                                       "matmul is not refused (mul's operands are)")
+# F13 (fixed): an operand of matmul that goes through an internal reshape (a 1-D one, or a batch
+# folded into the rows of one product) changed in place after the matmul is refused, as PyTorch
+# refuses it: the backward's saved view-copy stands for its base too.
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("shapes", [((1, 1, 2), (2,)), ((2,), (2, 3)), ((3, 1, 2), (2, 4)),
+                                    ((2, 3), (3, 2)), ((1, 1, 0), (0,))])
+def test_f13_inplace_change_of_a_reshaped_matmul_operand(shapes, traced):
+    def step(x, y):
+        a = x.abs()
+        product = a @ y
+        a.mul_(2)
+        product.abs().sum().backward()
+        return x.grad, y.grad
+
+    def build(m):
+        x = m.ones(*shapes[0], requires_grad=True)
+        y = m.ones(*shapes[1], requires_grad=True)
+        return (m.trace(step) if traced and m is tr else step)(x, y)
+    assert_same(build)
+
+
 def test_f13_inplace_change_of_a_one_dimensional_matmul_operand():
     def build(m):
         x = m.tensor([1.0, 2.0], requires_grad=True)
@@ -405,9 +424,8 @@ def test_f22_norm_with_p_0_requires_grad_and_gives_no_gradient():
     assert_same(build)
 
 
-@pytest.mark.xfail(strict=True, reason="F26: a view read for backward, then its base changed in "
-                                       "place: PyTorch refuses (they share a version), tracer "
-                                       "uses the view-copy's values")
+# F26 (fixed): a view read for backward, then its base changed in place, is refused as PyTorch
+# refuses it (they share a version): the backward's saved view-copy stands for its base too.
 def test_f26_inplace_change_of_a_base_after_its_view_was_saved_for_backward():
     def build(m):
         w = m.tensor([0.5, -2.0], requires_grad=True)

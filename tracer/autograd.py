@@ -102,8 +102,10 @@ class Node:
         """Track `tensors`, which the VJP reads: each tells this node when it changes in place
         (Tensor._mark_changed, the one place a version counter moves)."""
         for t in tensors:
-            self.saved.append(weakref.ref(t))
-            t._saved_by.append(weakref.ref(self))
+            # a view-copy stands for its base, whose in-place change a PyTorch view would share
+            for tracked in (t,) if t._view_base is None else (t, t._view_base):
+                self.saved.append(weakref.ref(tracked))
+                tracked._saved_by.append(weakref.ref(self))
 
     def save_outputs(self, tensors: Sequence[Tensor]) -> None:
         """Called with the result tensors once they exist: track them if the VJP reads them."""

@@ -55,9 +55,10 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
         read = [x for x, flag in zip(instruction.inputs, reads_inputs) if flag]
         read += instruction.outputs if reads_outputs else []
         for value in read:
-            where, changing = trace.overwritten.get(id(value), (None, None))
-            if where is not None and changing is not instruction:
-                raise changed_for_backward(value.type.dtype, value.type.shape,
+            changed = trace.changed_since(value)
+            if changed is not None and changed[2] is not instruction:
+                changed_value, where, _ = changed
+                raise changed_for_backward(changed_value.type.dtype, changed_value.type.shape,
                                            instruction.primitive, where)
 
 

@@ -243,6 +243,8 @@ def mark_view(result: "Tensor", base: "Tensor", what: str) -> "Tensor":
     # see the in-place change after the caller dropped the base.
     result._view_base = root
     result._view_version = root._version
+    if result._trace is not None:
+        result._trace.note_view(result._handle, root._handle)
     return result
 
 

@@ -47,6 +47,9 @@ class Trace:
         # still read them (eager mode's version counters, as values); and every value a leaf has
         # held, whose gradients all go to the leaf (PyTorch's accumulator outlives the change).
         self.overwritten: dict[int, tuple[str, Instruction | None]] = {}
+        # The value of a view-copy's base when it was taken, by id of the view-copy's value: a
+        # backward that reads the view-copy reads the base too (a PyTorch view shares its changes).
+        self._view_bases: dict[int, Value] = {}
         self._leaf_history: dict[int, list[Value]] = {}
         # (argument leaf index, proxy, its data and .grad values on entry) of the tensors and
         # arrays among the arguments: what the function changes of them is written back.
@@ -177,6 +180,17 @@ class Trace:
             return self.arguments[id(tensor)]
         self.capture(tensor)
         return tensor
+
+    def note_view(self, view: Value, base: Value) -> None:
+        self._view_bases[id(view)] = base
+
+    def changed_since(self, value: Value) -> tuple[Value, str, Instruction | None] | None:
+        """The value overwritten in place since `value` was read -- `value` itself or the base of
+        the view-copy it is -- with where and the instruction of the change; None if neither."""
+        for candidate in (value, self._view_bases.get(id(value))):
+            if candidate is not None and id(candidate) in self.overwritten:
+                return (candidate, *self.overwritten[id(candidate)])
+        return None
 
     def rebind(self, tensor: Tensor, value: Value, changing: Value) -> None:
         """`tensor` now holds `value`, computed in place from its old value by the instruction
