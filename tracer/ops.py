@@ -297,11 +297,17 @@ _ERFC_CHEBYSHEV = (
 _TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
 
 
+# float32 needs fewer terms: the coefficients after the first 14 add up to 1.4e-9, and the Taylor
+# terms after the 7th to below 1e-9 of the sum (float32's half-ulp is 6e-8 of it). A transformer's
+# GELU (erf form) ran 7.7 ms per 1M float32 elements forward with every term.
+_TERMS = {"float32": (14, 8), "float64": (len(_ERFC_CHEBYSHEV), 14)}  # (Chebyshev, Taylor)
+
+
 def _erfc_of_magnitude(z: Tensor) -> Tensor:
     t = 2.0 / (2.0 + z)
     y = 2.0 * t - 1.0
     later, current = 0.0, 0.0  # Clenshaw's recurrence
-    for coefficient in reversed(_ERFC_CHEBYSHEV[1:]):
+    for coefficient in reversed(_ERFC_CHEBYSHEV[1:_TERMS[z.dtype.name][0]]):
         later, current = current, 2.0 * y * current - later + coefficient
     series = y * current - later + _ERFC_CHEBYSHEV[0]
     return t * (series - z * z).exp()
@@ -309,9 +315,9 @@ def _erfc_of_magnitude(z: Tensor) -> Tensor:
 
 def _erf_near_zero(x: Tensor) -> Tensor:
     """erf's Taylor series, for |x| < 0.5 where 1 - erfc would lose relative accuracy: 14 terms
-    leave a relative error below 1e-15."""
+    leave a relative error below 1e-15 (8 below 1e-9, for float32)."""
     square, term, total = x * x, x, x
-    for n in range(1, 14):
+    for n in range(1, _TERMS[x.dtype.name][1]):
         term = term * square * (-(2 * n - 1) / (n * (2 * n + 1)))
         total = total + term
     return total * _TWO_OVER_SQRT_PI
