@@ -93,7 +93,13 @@ class ReductionMethods:
         elements there is nothing to shift (and no maximum along an empty `dim`)."""
         if self.numel() == 0:
             return self
-        return self - self.max(dim, keepdim=True).values.detach()
+        # The maximum's values only (a constant to the gradient): not max(dim), whose indices
+        # cost two more passes over the row.
+        if self.ndim == 0:
+            return self - self.detach()
+        axis = normalize_dim(as_dim(dim), self.ndim)
+        maximum = apply("reduce_max", [self], axes=(axis,))._keep((axis,), self.shape)
+        return self - maximum.detach()
 
     def softmax(self, dim: int) -> Tensor:
         exponentials = self._shifted_down(dim).exp()
