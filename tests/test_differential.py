@@ -912,6 +912,9 @@ class Generator:
         for operand, consumer in _reads(op):
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
+            # what an op saves of a view, it saves of the view's base (they share a version)
+            if operand in self.layout_source and self.layout_source[operand] != obj:
+                self.consumers[self.layout_source[operand]].add(consumer)
         if op[0] == "layout" or is_view_key(self.inputs, op):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)

@@ -258,6 +258,43 @@ def test_f13_inplace_change_of_a_reshaped_matmul_operand(shapes, traced):
     assert_same(build)
 
 
+def _reshape_of_a_transpose(m):
+    w = m.ones(12, requires_grad=True)
+    x = m.ones(3, 4)
+    z = (x.t().reshape(12) * w).sum()  # PyTorch's reshape of a transpose copies
+    x.add_(1)
+    z.backward()
+    return (w.grad,)
+
+
+def _fold_of_a_transposed_batch(m):
+    a = m.ones(2, 4, 3)
+    b = m.ones(4, 5, requires_grad=True)
+    z = (a.transpose(1, 2) @ b).sum()  # the fold reshapes a transpose: a copy in PyTorch
+    a.add_(1)
+    z.backward()
+    return (b.grad,)
+
+
+@pytest.mark.parametrize("build", [_reshape_of_a_transpose, _fold_of_a_transposed_batch])
+def test_f13_a_base_changed_after_pytorch_copied_it_is_not_refused(build):
+    """(Found by review.) A reshape of a view may be a copy in PyTorch, with a version of its
+    own: changing the base after it is allowed there, and here."""
+    assert_same(build)
+
+
+def test_a_weight_read_by_every_step_keeps_no_dead_references():
+    """(Found by review.) Each step's tape node that read `weight.t()` left a reference to itself
+    in the weight's list, walked by every in-place update: the list grew by one per step."""
+    layer = tr.nn.Linear(4, 3)
+    optimizer = tr.optim.SGD(layer.parameters(), lr=0.1)
+    for _ in range(50):
+        layer(tr.randn(2, 4, requires_grad=True)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert len(layer.weight._saved_by) <= 2
+
+
 def test_f13_inplace_change_of_a_one_dimensional_matmul_operand():
     def build(m):
         x = m.tensor([1.0, 2.0], requires_grad=True)
@@ -361,6 +398,20 @@ def _assign_float32_at_0d_indices(m):
     return (x,)
 
 
+def _mask_assignment_of_one_element(m):
+    x = m.zeros(2, 3)
+    x[m.tensor([True, False])] = m.tensor([1])  # one element: PyTorch's masked_fill_ converts
+    x[:, m.tensor([True, False, True])] = m.tensor(2)
+    x[0, m.tensor([False, True, False])] = m.tensor([[3.0]], dtype=m.float64)
+    return (x,)
+
+
+def _mask_assignment_of_several_elements(m):
+    x = m.zeros(3)
+    x[m.tensor([True, False, True])] = m.tensor([1, 2])  # an index_put_: refused
+    return (x,)
+
+
 def _index_add_float32(m):
     x = m.zeros(3, dtype=m.float64)
     x.index_add_(0, m.tensor([0, 0]), m.ones(2))
@@ -370,8 +421,10 @@ def _index_add_float32(m):
 # F18 (fixed): an index assignment or index_add_ with a source of another dtype is refused, as
 # PyTorch refuses it.
 @pytest.mark.parametrize("build", [_assign_float32, _assign_float32_at_0d_indices,
-                                   _index_add_float32],
-                         ids=["index assignment", "at 0-d indices", "index_add_"])
+                                   _mask_assignment_of_one_element,
+                                   _mask_assignment_of_several_elements, _index_add_float32],
+                         ids=["index assignment", "at 0-d indices", "a mask, one element",
+                              "a mask, several elements", "index_add_"])
 def test_f18_index_assignment_of_another_dtype(build):
     assert_same(build)
 

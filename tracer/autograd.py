@@ -103,8 +103,12 @@ class Node:
         (Tensor._mark_changed, the one place a version counter moves)."""
         for t in tensors:
             # a view-copy stands for its base, whose in-place change a PyTorch view would share
-            for tracked in (t,) if t._view_base is None else (t, t._view_base):
+            shares = t._view_shares_version and t._view_base is not None
+            for tracked in (t, t._view_base) if shares else (t,):
                 self.saved.append(weakref.ref(tracked))
+                # (the nodes gone since are dropped: a weight read by every step would otherwise
+                # collect one reference per step, each walked by every in-place update)
+                tracked._saved_by = [r for r in tracked._saved_by if r() is not None]
                 tracked._saved_by.append(weakref.ref(self))
 
     def save_outputs(self, tensors: Sequence[Tensor]) -> None:

@@ -213,12 +213,15 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
         raise ShapeMismatchError(
             f"a boolean mask of shape {list(mask.shape)} cannot index a tensor of shape "
             f"{list(x.shape)}; its shape must match the leading dimensions")
-    if isinstance(value, Tensor) and value.ndim > 0:
+    if isinstance(value, Tensor) and value.numel() != 1:  # (one element: masked_fill converts)
         _check_same_dtype(x, value, "x[mask] = value")
     value = as_tensor(value, accept_data=True)
+    if value.ndim > 0 and value.numel() == 1 and value.shape != x.shape:
+        value = value.reshape(())  # PyTorch's masked_fill_ takes any one-element shape
     if value.ndim > 0 and value.shape != x.shape:
         if state.trace is None:  # eagerly: one value per True element, as in PyTorch
-            return _advanced_setitem(x, _advanced(x.shape, _full_key(x.shape, mask)), value)
+            return _advanced_setitem(x, _advanced(x.shape, _full_key(x.shape, mask)), value,
+                                     one_mask=True)
         raise ShapeMismatchError(
             "x[mask] = value takes a scalar (or a tensor of x's own shape) here; the number of "
             "selected elements is only known at run time")
@@ -234,7 +237,7 @@ def _check_same_dtype(x: Tensor, value, what: str) -> None:
                             f"needs the same dtype here: convert it with .to({x.dtype})")
 
 
-def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
+def _advanced_setitem(x: Tensor, advanced: _Advanced, value, one_mask: bool = False) -> Tensor:
     """A scatter into what the basic key selects; of repeated indices, the last write stays."""
     everything = _is_everything(advanced.basic_key)
     box = x if everything else _basic_getitem(x, advanced.basic_key)
@@ -242,7 +245,11 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value) -> Tensor:
     layout = index_shape + tuple(d for i, d in enumerate(box.shape) if i not in advanced.axes)
     selected = layout if advanced.permutation is None else tuple(
         layout[p] for p in advanced.permutation)
-    if any(index.ndim for index in advanced.indices):  # (0-d ones alone act as ints: a copy)
+    # 0-d index tensors alone act as ints (a copy, which converts); one boolean mask with a value
+    # of one element is PyTorch's masked_fill_, which converts too
+    if one_mask and isinstance(value, Tensor) and value.numel() == 1:
+        value = value.reshape(())  # masked_fill_ takes any one-element shape
+    elif any(index.ndim for index in advanced.indices):
         _check_same_dtype(x, value, "x[indices] = value")
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
@@ -262,10 +269,13 @@ def setitem(x: Tensor, key, value) -> Tensor:
     """The new value of `x` after `x[key] = value` (the caller assigns it in place)."""
     if isinstance(key, Tensor) and key.dtype.kind == "b":
         return _mask_assignment(x, key, value)
+    entries = [e for e in (key if isinstance(key, tuple) else (key,))
+               if isinstance(e, (Tensor, list, np.ndarray))]
+    one_mask = len(entries) == 1 and isinstance(entries[0], Tensor) and entries[0].dtype == bool_
     key = _full_key(x.shape, key)
     advanced = _advanced(x.shape, key)
     if advanced is not None:
-        return _advanced_setitem(x, advanced, value)
+        return _advanced_setitem(x, advanced, value, one_mask)
     region = _region(x.shape, key)
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:

@@ -34,7 +34,10 @@ def _view_operation(method):
     def wrapper(self, *args, **kwargs):
         result = method(self, *args, **kwargs)
         if result is not self:
-            mark_view(result, self, f"{method.__name__}()")
+            # PyTorch's reshape of a view (say of a transpose) may be a copy with a version of its
+            # own; of a tensor that is no view, it is a view.
+            shares = method.__name__ not in ("reshape", "flatten") or self._view_base is None
+            mark_view(result, self, f"{method.__name__}()", shares)
         return result
     wrapper.__doc__ = (method.__doc__ or "") + " (A copy here: see mark_view.)"
     return wrapper
@@ -43,6 +46,7 @@ def _view_operation(method):
 def fresh(tensor: Tensor) -> Tensor:
     """`tensor`, a result that merely used a view operation on the way: not a view-copy itself."""
     tensor._view_of = tensor._view_base = None
+    tensor._view_shares_version = False
     return tensor
 
 

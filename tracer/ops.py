@@ -351,7 +351,7 @@ class _Erfc(Function):
 
 
 def erf(x: Tensor) -> Tensor:
-    """The error function (relative error about 1e-15; see _ERFC_CHEBYSHEV)."""
+    """The error function (relative error about 1e-15 in float64, within 3 ulp in float32)."""
     return _Erf.apply(x if irtypes.is_float(x.dtype) else x.to(float32))
 
 

@@ -28,7 +28,8 @@ class Tensor:
     operations are defined."""
 
     __slots__ = ("_handle", "_trace", "_requires_grad", "_node", "_output_index", "_grad", "_base",
-                 "_view_of", "_view_base", "_view_version", "_base_version",
+                 "_view_of", "_view_base", "_view_version", "_view_shares_version",
+                 "_base_version",
                  "_version", "_changed_at", "_saved_by", "_weak", "_leaf", "_accumulator",
                  "__weakref__")
     __array_priority__ = 1000  # numpy defers `array * tensor` to Tensor.__rmul__
@@ -56,6 +57,7 @@ class Tensor:
         self._view_of = None  # the view operation (a copy here) this tensor is the result of
         self._view_base = None  # the tensor it is a view-copy of (kept alive, as PyTorch does)
         self._view_version = 0  # that tensor's version when the copy was taken
+        self._view_shares_version = False  # whether PyTorch's view shares that tensor's version
         if trace is not None and requires_grad and self._leaf:
             trace.leaves.append(self)
         return self
@@ -233,17 +235,21 @@ class Tensor:
         return self
 
 
-def mark_view(result: "Tensor", base: "Tensor", what: str) -> "Tensor":
+def mark_view(result: "Tensor", base: "Tensor", what: str, shares_version: bool = True
+              ) -> "Tensor":
     """Mark what a PyTorch view operation returns: here it is a copy. An in-place change to it is
     refused (it could not reach the tensor it came from), and so is reading it after its base was
-    changed in place (a PyTorch view would show the change): never a silently stale value."""
+    changed in place (a PyTorch view would show the change): never a silently stale value. With
+    `shares_version` (PyTorch's result is surely a view, sharing its base's version counter), a
+    backward that reads the copy also refuses an in-place change of the base after it."""
     root = base if base._view_base is None else base._view_base
     result._view_of = what
     # A reference, not a weak one, as a PyTorch view keeps its base alive: the check must still
     # see the in-place change after the caller dropped the base.
     result._view_base = root
     result._view_version = root._version
-    if result._trace is not None:
+    result._view_shares_version = shares_version
+    if shares_version and result._trace is not None:
         result._trace.note_view(result._handle, root._handle)
     return result
 
