@@ -283,6 +283,33 @@ def test_f13_a_base_changed_after_pytorch_copied_it_is_not_refused(build):
     assert_same(build)
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_f26_a_custom_function_that_saved_a_view_whose_base_changed(traced):
+    """(The slow run, after F26's fix.) A custom Function's saved view-copy stands for its base
+    too: changing the base in place afterwards is refused at backward, as in PyTorch."""
+    def build(m):
+        class Square(torch.autograd.Function if m is torch else tr.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad_output
+
+        def step(y):
+            t = y * 1
+            squared = Square.apply(t[0])
+            t[1] = 0.0
+            squared.sum().backward()
+            return y.grad
+        y = m.tensor([[0.5, 1.5], [2.0, 3.0]], requires_grad=True)
+        return ((m.trace(step) if traced and m is tr else step)(y),)
+    assert_same(build)
+
+
 def test_a_weight_read_by_every_step_keeps_no_dead_references():
     """(Found by review.) Each step's tape node that read `weight.t()` left a reference to itself
     in the weight's list, walked by every in-place update: the list grew by one per step."""

@@ -72,6 +72,9 @@ class FunctionCtx:
         self._saved: list[Tensor | None] = []
         self._saved_names: list[str | None] = []
         self._saved_versions: list[int] = []
+        # per saved tensor, the base it is a view-copy of (PyTorch's view shares its version)
+        # and that base's version, or None
+        self._saved_bases: list[tuple[Tensor, int] | None] = []
         self._saved_aliases: list[tuple[int, Tensor, int]] = []  # (saved index, user's output, version)
         self._dirty: list[Tensor] = []
         self._non_differentiable: list[Tensor] = []
@@ -115,6 +118,12 @@ class FunctionCtx:
                     f"{self._function_name}.backward: {self._describe_saved(index)} was changed "
                     f"in place at {t._changed_at} after it was saved for backward; change a clone "
                     f"of it instead, or mark the change with ctx.mark_dirty() in the forward")
+        for index, base in enumerate(self._saved_bases):
+            if base is not None and base[0]._version != base[1]:
+                raise InplaceError(
+                    f"{self._function_name}.backward: {self._describe_saved(index)} is a view of a "
+                    f"tensor changed in place at {base[0]._changed_at} after it was saved for "
+                    f"backward (a PyTorch view shares that change); change a clone of it instead")
         for index, output, version in self._saved_aliases:
             if output._version != version:
                 raise InplaceError(
@@ -339,6 +348,9 @@ def _alias_saved_outputs(ctx: FunctionCtx, outputs: list, results: list) -> None
 def _remember_saved(ctx: FunctionCtx) -> None:
     # Saved by name, a value may be anything (a number): only tensors have versions and handles.
     ctx._saved_versions = [t._version if isinstance(t, Tensor) else 0 for t in ctx._saved]
+    ctx._saved_bases = [(t._view_base, t._view_base._version)
+                        if isinstance(t, Tensor) and t._view_shares_version
+                        and t._view_base is not None else None for t in ctx._saved]
     ctx._saved_handles = [None if not isinstance(t, Tensor) else t._handle if ctx._trace is None
                           or t._trace is ctx._trace else ctx._trace.handle_of(t)
                           for t in ctx._saved]
