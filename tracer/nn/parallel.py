@@ -32,8 +32,8 @@ class DistributedDataParallel(Module):
         distributed.check_same_on_every_rank(
             "the wrapped module's parameters and buffers",
             [(name, tuple(t.shape), str(t.dtype)) for name, t in named])
-        for _, tensor in named:
-            distributed.broadcast(tensor, src=0)
+        for _, tensor in named:  # through an alias: a buffer may be a view's result (a copy here)
+            distributed.broadcast(tensor.detach(), src=0)
 
     def forward(self, *arguments, **keywords):
         if self.training and is_grad_enabled() and any(p.requires_grad
