@@ -40,7 +40,7 @@ def main() -> None:
 
 
 def run(quick: bool, output: Path) -> None:
-    from benchmarks import (compile_time, cross_entropy, dispatch, first_result, gelu,
+    from benchmarks import (compile_time, cross_entropy, dispatch, distributed, first_result, gelu,
                             layer_norm, peers, readme_table, report, transformer, two_layer)
     from benchmarks.harness import PEERS, Timing
 
@@ -55,6 +55,8 @@ def run(quick: bool, output: Path) -> None:
                                and not (quick and peer.startswith("torch"))])
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     rows += compile_time.rows(quick)
+    print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
+    rows += distributed.rows(quick)
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     notes = [f"{'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')}, "
              f"{platform.machine()}, {peers.THREADS} cores; "

@@ -38,7 +38,7 @@ globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
 _configure_logging()
 
 
-_LAZY = ("trace", "TracedFunction", "nn", "optim")
+_LAZY = ("trace", "TracedFunction", "nn", "optim", "distributed")
 
 
 def __dir__() -> list[str]:
@@ -55,7 +55,7 @@ def __getattr__(name: str):
     if name in ("trace", "TracedFunction"):
         from tracer.runtime import trace as traced
         return getattr(traced, name)
-    if name in ("nn", "optim"):  # imported on first use, to keep `import tracer` quick
+    if name in ("nn", "optim", "distributed"):  # imported on first use: `import tracer` stays quick
         import importlib
         return importlib.import_module(f"tracer.{name}")
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")
