@@ -44,6 +44,8 @@ INDEXING = frozenset({"gather", "scatter"})
 CHECKS = frozenset({"check_index"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
+# Primitives with several results (the VJP rule takes and gives a list of cotangents per output).
+MULTIPLE_OUTPUTS = frozenset({"custom_vjp"})
 # Communication between the processes of a data-parallel job (MPI): `all_reduce x {op}` is the
 # elementwise sum (max, min) of x over every process; a process alone is a world of one.
 COLLECTIVES = frozenset({"all_reduce"})
