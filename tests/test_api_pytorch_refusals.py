@@ -158,6 +158,24 @@ def test_every_input_a_refused_forward_changed_is_put_back():
     np.testing.assert_array_equal(leaf.detach().numpy(), [2.0, 5.0])
 
 
+def test_a_forward_that_fails_after_changing_a_leaf_leaves_it_as_it_was():
+    class Failing(tr.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            x.mul_(2)
+            return x * scale.item()  # a 1-element tensor: 3 elements raise
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None
+
+    x = tr.tensor([1.0, -3.0], requires_grad=True)
+    with pytest.raises(tr.ArgumentError, match="item"):
+        Failing.apply(x, tr.ones(3))
+    np.testing.assert_array_equal(x.detach().numpy(), [1.0, -3.0])
+    assert x._version == 0
+
+
 def test_changing_a_leaf_in_a_forward_is_allowed_where_pytorch_allows_it():
     results = []
     for m in (torch, tr):
