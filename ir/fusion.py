@@ -76,7 +76,8 @@ class Kernel:
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate", "scatter", "matmul", or (ir/rows.py) "rows", "combine"
+    kind: str  # "loop", "accumulate", "scatter", "matmul", "all_reduce", or (ir/rows.py) "rows",
+    # "combine"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
@@ -317,7 +318,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             costs.append(0)
             producer_kernel[id(root)] = len(kernels) - 1
             continue
-        if producer is not None and producer.primitive in ("matmul", "scatter"):
+        if producer is not None and producer.primitive in ("matmul", "scatter", "all_reduce"):
             kind = producer.primitive
         elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
                 producer) and root.type.size > 0:
@@ -330,6 +331,8 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             # the transposes read through by the gemm flags are shown inside the kernel
             looked_through = [v.producer for v in producer.inputs if matmul_operand(v)[1]]
             kernel = Kernel(kind, [root], [*looked_through, producer], inputs)
+        elif kind == "all_reduce":  # a call of the MPI library on two buffers
+            kernel = Kernel(kind, [root], [producer], list(producer.inputs))
         else:
             instruction_ids, inputs = _inline_closure([root], materialized, set())
             kernel = Kernel(kind, [root], in_order(instruction_ids), inputs)

@@ -157,6 +157,17 @@ def _scatter(b, g, z, inputs, needs, attributes):
     return [d_target, d_updates] + [None] * len(indices)
 
 
+def _all_reduce(b, g, z, inputs, needs, attributes):
+    # Every process's result is the sum over processes, so each operand's gradient is the sum of
+    # every process's cotangent (torch.distributed.nn's all_reduce); for max and min it goes to
+    # the elements equal to the result.
+    (x,) = inputs
+    total = b.op("all_reduce", g, op="sum")
+    if attributes["op"] == "sum":
+        return [total]
+    return [b.select(b.eq(x, z), total, b.zeros_like(x))]
+
+
 def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
     count = attributes["num_outputs"]
     gradients = attributes["rule"].backward(b, list(cotangents), list(needs[count:]))
@@ -186,7 +197,7 @@ def _table() -> dict[str, Callable[..., list]]:
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,
-        "matmul": _matmul, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
+        "matmul": _matmul, "all_reduce": _all_reduce, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
     })
     return table
 

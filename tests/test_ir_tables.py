@@ -22,14 +22,14 @@ TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RU
 def test_primitive_set_is_the_documented_closed_set():
     # The design's closed set: elementwise unary/binary, compare, select, cast, broadcast, reshape,
     # transpose, slice, pad, reduce sum/max/min, matmul, constant/iota, gather/scatter at computed
-    # indices (+ gradient markers).
+    # indices (+ gradient markers), and the one collective of data-parallel jobs (all_reduce).
     expected = {
         "neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos", "logical_not",
         "add", "sub", "mul", "div", "pow", "maximum", "minimum",
         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",
-        "gather", "scatter", "check_index", "stop_gradient", "custom_vjp",
+        "gather", "scatter", "check_index", "stop_gradient", "custom_vjp", "all_reduce",
     }
     assert PRIMITIVES == expected
     assert DIRECTIVES == {"gradient"}
