@@ -154,7 +154,8 @@ class CompiledFunction:
         cache = open_entry(self.disk_key)
         started = time.perf_counter()
         cached = cache.load() if cache is not None else None
-        if cached is None or not self._load(cached, cache):
+        self.from_disk_cache = cached is not None and self._load(cached, cache)
+        if not self.from_disk_cache:
             llvm_ir = self.llvm_ir  # scheduled and rendered on a miss only (timed by the back end)
             started = time.perf_counter()
             if pool.needed_by(llvm_ir):
@@ -162,6 +163,8 @@ class CompiledFunction:
             self._jit = jit.JitModule.compile(llvm_ir, cache)
             self._bind()
         self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
+        # the steps of compiling (a hit's loop IR and LLVM text, made later if asked for, are not)
+        self.compile_steps = tuple(self.timings)
         self._stages: dict[str, str] = {}
 
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]

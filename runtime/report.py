@@ -5,6 +5,10 @@ compile time of each stage, the pipeline stages side by side, the kernel graph (
 into which kernel, which reach memory) and, when compiled with TRACER_PROFILE=1, the time each
 kernel ran. The graph is an SVG drawn by Graphviz `dot` when that program is installed; without
 it the page shows the same graph as a table (and its dot source).
+
+A TRACER_REPORT page keeps every signature its function compiled: one evicted from the cache, or
+whose function was freed before exit, stays as last written. The compile times say whether the
+machine code came from the disk cache, and list apart the steps a hit made later, when asked for.
 """
 from __future__ import annotations
 
@@ -115,80 +119,145 @@ def render_svg(dot: str) -> str | None:
     return svg[svg.find("<svg"):] if "<svg" in svg else None
 
 
-def _signature(key: tuple, entry: "Entry", number: int) -> dict:
-    structure, leaves, grad_mode = key[:3]  # (a fourth element: see SignatureCache.lookup)
+def _signature(leaves: tuple, grad_mode: bool, entry: "Entry", number: int) -> dict:
     executable = entry.executable
     fused = executable.fused
     dot = dot_source(fused)
-    # the back-end stages are parts of "backend" (as measured when that code was compiled: a
-    # signature whose optimized graph was compiled before reuses the code)
+    # The back end's steps while compiling are parts of "backend" (as measured when that code was
+    # compiled: a signature whose optimized graph was compiled before reuses the code). After a
+    # disk-cache hit, the loop IR and the LLVM text are made later, only when asked for (a stage
+    # text, this page): those steps are listed apart, not as parts of "backend".
     timings = [(stage, 1e3 * seconds) for stage, seconds in entry.timings.items()]
-    timings += [(f"backend: {stage}", 1e3 * seconds)
-                for stage, seconds in executable.timings.items()]
-    kernel_times = executable.kernel_times()
-    total = sum(t.seconds for t in kernel_times) or 1.0
+    timings += [(f"backend: {stage}" + (" (loaded from the disk cache)"
+                                        if stage == "llvm" and executable.from_disk_cache else ""),
+                 1e3 * executable.timings[stage]) for stage in executable.compile_steps]
     return {
         "number": number,
         "reason": entry.reason or "first call",
         "grad_mode": grad_mode,
         "arguments": [(entry.leaf_names.get(i, f"leaf {i}"), _leaf_text(leaf))
                       for i, leaf in enumerate(leaves)],
+        "from_disk_cache": executable.from_disk_cache,
         "timings": timings,
         "total_ms": 1e3 * sum(entry.timings.values()),
         "stages": [(stage, entry.stages[stage] if stage in entry.stages
                     else executable.stage_text(stage)) for stage in REPORT_STAGES],
+        "later": [(stage, 1e3 * seconds) for stage, seconds in executable.timings.items()
+                  if stage not in executable.compile_steps],
         "kernels": kernel_graph(fused),
         "dot": dot,
         "svg": render_svg(dot),
         "profiled": executable.profiling,
-        "kernel_times": [(t.kernel, t.calls, 1e3 * t.seconds,
-                          1e6 * t.seconds / t.calls if t.calls else 0.0, 100 * t.seconds / total)
-                         for t in kernel_times],
+        "kernel_times": _kernel_times(executable),
+        "cached": True,
     }
 
 
-def render_report(traced: "TracedFunction") -> str:
-    """The HTML page of every signature `traced` has compiled."""
-    signatures = [_signature(key, entry, number)
-                  for number, (key, entry) in enumerate(list(traced._signatures.entries.items()))]
+def _kernel_times(executable) -> list[tuple]:
+    kernel_times = executable.kernel_times()
+    total = sum(t.seconds for t in kernel_times) or 1.0
+    return [(t.kernel, t.calls, 1e3 * t.seconds, 1e6 * t.seconds / t.calls if t.calls else 0.0,
+             100 * t.seconds / total) for t in kernel_times]
+
+
+def _render(name: str, signatures: list[dict], cache_info) -> str:
     return _environment().get_template("report.html.j2").render(
-        name=traced._name, signatures=signatures, cache_info=traced.cache_info(),
+        name=name, signatures=signatures, cache_info=cache_info,
         created=datetime.datetime.now().isoformat(timespec="seconds"))
 
 
-def write_report(traced: "TracedFunction", path: str | os.PathLike) -> str:
-    path = os.fspath(path)
+def render_report(traced: "TracedFunction") -> str:
+    """The HTML page of every signature `traced` has in its cache."""
+    signatures = [_signature(key[1], key[2], entry, number)
+                  for number, (key, entry) in enumerate(list(traced._signatures.entries.items()))]
+    return _render(traced._name, signatures, traced.cache_info())
+
+
+def _write(path: str, text: str) -> str:
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8") as file:
-        file.write(render_report(traced))
+        file.write(text)
     return path
+
+
+def write_report(traced: "TracedFunction", path: str | os.PathLike) -> str:
+    return _write(os.fspath(path), render_report(traced))
+
+
+class _Shown:
+    """A signature on a TRACER_REPORT page, as last rendered: it stays on the page after its
+    entry leaves the cache (evicted, cleared, or its traced function freed, as a step traced
+    inside `train()` is at exit). With TRACER_PROFILE=1 its code is kept until exit, for the
+    kernel times measured since."""
+
+    def __init__(self, key: tuple, entry: "Entry"):
+        self.leaves, self.grad_mode = key[1], key[2]  # (the structure may hold a model: not kept)
+        self.entry = weakref.ref(entry)
+        self.executable = entry.executable if entry.executable.profiling else None
+        self.signature: dict = {}
+
+    def render(self, number: int, cached: bool) -> dict:
+        entry = self.entry()
+        if entry is not None:
+            self.signature = _signature(self.leaves, self.grad_mode, entry, number)
+        elif self.executable is not None:
+            self.signature["kernel_times"] = _kernel_times(self.executable)
+        self.signature["cached"] = cached
+        return self.signature
+
+
+class _Page:
+    """The page TRACER_REPORT writes for one traced function: every signature it compiled."""
+
+    def __init__(self, traced: "TracedFunction", path: str):
+        self.traced = weakref.ref(traced)
+        self.name, self.path = traced._name, path
+        self.shown: list[_Shown] = []
+        self.cache_info = traced.cache_info()
+
+    def write(self) -> str:
+        traced = self.traced()
+        cached = []
+        if traced is not None:
+            cached = list(traced._signatures.entries.items())
+            self.cache_info = traced.cache_info()
+            for key, entry in cached:
+                if not any(shown.entry() is entry for shown in self.shown):
+                    self.shown.append(_Shown(key, entry))
+        current = {id(entry) for _, entry in cached}
+        signatures = [shown.render(number, id(shown.entry()) in current)
+                      for number, shown in enumerate(self.shown)]
+        return _write(self.path, _render(self.name, signatures, self.cache_info))
 
 
 # TRACER_REPORT=dir: pages written when a signature compiles, and again at exit so that they
 # include the kernel times measured since (TRACER_PROFILE=1).
-_reported: "weakref.WeakKeyDictionary[TracedFunction, str]" = weakref.WeakKeyDictionary()
+_pages: "weakref.WeakKeyDictionary[TracedFunction, _Page]" = weakref.WeakKeyDictionary()
+_all_pages: list[_Page] = []  # kept after their traced function is freed
 
 
 def write_report_to(traced: "TracedFunction", folder: str) -> str:
     """Write `traced`'s page into `folder` as <function name>.html (another traced function of
     the same name gets <name>.<n>.html) and rewrite it at exit."""
-    if traced not in _reported:
-        taken = set(_reported.values())
+    page = _pages.get(traced)
+    if page is None:
+        taken = {page.path for page in _all_pages}
         path = os.path.join(folder, f"{traced._name}.html")
         count = 1
         while path in taken:
             path = os.path.join(folder, f"{traced._name}.{count}.html")
             count += 1
-        _reported[traced] = path
-    return write_report(traced, _reported[traced])
+        page = _pages[traced] = _Page(traced, path)
+        _all_pages.append(page)
+    return page.write()
 
 
 @atexit.register
 def _rewrite_reports() -> None:
-    for traced, path in list(_reported.items()):
+    for page in _all_pages:
         try:
-            write_report(traced, path)
+            page.write()
         except OSError:
             pass  # the folder went away: nothing to update

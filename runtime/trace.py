@@ -48,6 +48,8 @@ class TracedFunction:
         self._name = getattr(function, "__name__", type(function).__name__)
         self._signatures = SignatureCache(getattr(function, "__qualname__", self._name))
         self.check_grads = check_grads
+        # TRACER_REPORT's folder, when a signature compiled since that page was written
+        self._report_due: str | None = None
         # paths of the int arguments found to be used as sizes, indices or loop bounds: static
         self._specialized: frozenset[str] = frozenset()
         try:
@@ -161,6 +163,9 @@ class TracedFunction:
                 LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
                          "static from now on", self._name, ", ".join(sorted(request.paths)))
                 continue
+            folder, self._report_due = self._report_due, None
+            if folder:  # a signature compiled: now cached, the TRACER_REPORT page shows it
+                write_report_to(self, folder)
             return entry, [value for value, _ in leaves], leaves
 
     # Tracing and compiling.
@@ -185,9 +190,7 @@ class TracedFunction:
         LOG.info("%s: compiled in %.1f ms (%s; backend: %s)", self._name,
                  1e3 * sum(entry.timings.values()), times(entry.timings),
                  times(entry.executable.timings))
-        folder = os.environ.get("TRACER_REPORT")
-        if folder:
-            write_report_to(self, folder)
+        self._report_due = os.environ.get("TRACER_REPORT") or None  # once the entry is cached
 
     def report(self, path: str) -> str:
         """Write the HTML compile report of every signature compiled so far to `path`; returns

@@ -1545,8 +1545,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
 
 
 # F17 (FINDINGS.md): x ** 3 overflows to -inf in float32, and the matmul's fused multiply-add then
-# gives the float64 result (-inf, so the loss is inf) where numpy's and PyTorch's unfused products
-# give inf - inf = NaN; the checks accept the float64 result itself.
+# gives the float64 result (-inf, so the loss is inf) where numpy's unfused products (and
+# PyTorch's, by CPU and kernel) give inf - inf = NaN; the checks accept the float64 result itself.
 F17 = Program(
     kind="step",
     inputs=[Input(shape=(1, 1, 2), dtype="float32", layout="C", via="from_numpy",
@@ -1562,7 +1562,7 @@ F17 = Program(
 # F17's class: the float64 result is beyond float32's range and float32 evaluations give NaN or
 # inf by their order of operations after the overflow (here `1 - tanh(x) ** 2` rounds to 0 in the
 # compiled code and to 1 ulp in numpy, then multiplies -inf; and the eager numpy matmul's unfused
-# products give inf - inf where PyTorch's fused ones give the float64 inf).
+# products give inf - inf where PyTorch's gemm, where it fuses them, gives the float64 inf).
 F17_TANH = Program(
     kind="step",
     inputs=[Input(shape=(2, 3, 2), dtype="float32", layout="C", via="from_numpy",

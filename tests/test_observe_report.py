@@ -180,3 +180,98 @@ def test_graphviz_svg_when_dot_is_installed(tmp_path):
     text = open(step.report(tmp_path / "step.html"), encoding="utf-8").read()
     svg = text[text.index("<svg"):text.index("</svg>")]
     assert "kernel_0" in svg and "%x" in svg
+
+
+FREED_STEP = """
+import gc, os, sys, weakref
+import tracer as tr
+
+def train(calls):
+    w = tr.ones(4)
+
+    @tr.trace
+    def step(x):
+        return (x * w).exp().sum()
+
+    for _ in range(calls):
+        step(tr.ones(4))
+    step(tr.ones(2, 4))  # a second signature
+    for _ in range(2):
+        step(tr.ones(4))  # after the page was last written
+    return weakref.ref(step)
+
+written = os.path.join(os.environ["TRACER_REPORT"], "step.html")
+step = train(3)
+gc.collect()
+print(step() is None, open(written, encoding="utf-8").read().count('class="signature"'))
+if sys.argv[1] == "skip exit":
+    os._exit(0)  # the page as written when the signatures compiled, not rewritten at exit
+"""
+
+
+@pytest.mark.parametrize("at_exit", [True, False], ids=["rewritten at exit", "as compiled"])
+def test_a_page_keeps_the_signatures_of_a_traced_function_freed_before_exit(tmp_path, at_exit):
+    """A step traced inside train() is freed when train returns: the page written when each
+    signature compiled shows it, and the rewrite at exit keeps both signatures (with the kernel
+    times measured since, TRACER_PROFILE=1) instead of a page of 0 signatures."""
+    environment = dict(os.environ, PYTHONPATH=ROOT, TRACER_REPORT=str(tmp_path),
+                       TRACER_PROFILE="1", TRACER_DISABLE_CACHE="1")
+    run = subprocess.run([sys.executable, "-c", FREED_STEP, "exit" if at_exit else "skip exit"],
+                         env=environment, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "2"]  # freed before exit; the page had both already
+    text = (tmp_path / "step.html").read_text(encoding="utf-8")
+    page = Page()
+    page.feed(text)
+    assert "2 compiled signature(s)" in text and len(page.sections["signature"]) == 2
+    arguments = page.sections["arguments"]
+    assert "float32[4]" in arguments[0] and "float32[2, 4]" in arguments[1]
+    assert ("No longer in the cache" in text) == at_exit  # at exit, the function is gone
+    # the first signature's kernels ran 3 times when the second compiled, 5 times by exit
+    calls = re.findall(r"<code>kernel_0</code></td>\s*<td class=\"number\">(\d+)</td>", text)
+    assert calls[0] == ("5" if at_exit else "3")
+
+
+def timing_rows(text: str, table: str) -> dict[str, float]:
+    """The (step, ms) rows of one table of a signature's compile-time section."""
+    start = text.index('<section class="timings">')
+    section = text[start:text.index("</section>", start)]
+    if table == "later":
+        later = section.find('<table class="later">')
+        section = section[later:] if later >= 0 else ""
+    else:
+        section = section[:section.index("</table>")]
+    return {stage: float(ms) for stage, ms in re.findall(
+        r"<tr><td>([^<]+)</td><td class=\"number\">([0-9.]+)</td></tr>", section)}
+
+
+def test_after_a_disk_cache_hit_the_compile_times_say_so_and_add_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
+
+    # The same program on two lines: the second's code comes from the disk (the one in memory is
+    # shared by the same text, lines included)
+    compiled = tr.trace(lambda x: (x * 3.5).exp().sum(dim=1))
+    loaded = tr.trace(lambda x: (x * 3.5).exp().sum(dim=1))
+    x = tr.ones(4, 3)
+    for traced in (compiled, loaded):
+        traced(x)
+    loaded.ir(x, stage="llvm")  # a hit's LLVM text is made now, after the compile
+    pages = {name: open(traced.report(tmp_path / f"{name}.html"), encoding="utf-8").read()
+             for name, traced in (("compiled", compiled), ("loaded", loaded))}
+    assert "compiled by\nLLVM" in pages["compiled"]
+    assert "loaded from the disk cache" not in pages["compiled"]
+    assert "loaded from the disk cache" in pages["loaded"]
+    for name, text in pages.items():
+        rows = timing_rows(text, "timings")
+        parts = {stage: ms for stage, ms in rows.items() if stage.startswith("backend: ")}
+        assert 0 < sum(parts.values()) <= rows["backend"], (name, rows)
+        assert {"backend: fuse", "backend: memory"} <= parts.keys()
+        later = timing_rows(text, "later")
+        if name == "compiled":
+            assert {"backend: schedule", "backend: codegen", "backend: llvm"} <= parts.keys()
+            assert later == {}
+        else:  # nothing was generated while compiling: the code came from the cache
+            assert parts.keys() == {"backend: fuse", "backend: memory",
+                                    "backend: llvm (loaded from the disk cache)"}
+            assert "codegen" in later and later["codegen"] > 0

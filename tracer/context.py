@@ -9,6 +9,7 @@ class _State(threading.local):
     grad_enabled = True
     trace = None  # the tracer.tracing.Trace being recorded, or None for eager mode
     differentiating = False  # inside a function that tr.grad / tr.value_and_grad differentiates
+    forward_changes = None  # tracer.function_forward.ForwardChanges of the Function forwards running
 
 
 state = _State()

@@ -22,6 +22,7 @@ from tracer.autograd import attach, custom_node, edge_of
 from tracer.context import is_grad_enabled, no_grad, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
 from tracer.creation import zeros
+from tracer.function_forward import inputs_kept, last_places, refuse_dirty_leaves
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
 
@@ -274,22 +275,26 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     handles_before = [t._handle if trace is None else trace.handle_of(t) for t in tensors]
     edges_before = [edge_of(t) for t in tensors] if trace is None else None
     labelled = trace.label(f"{name}.forward") if trace else contextlib.nullcontext()
-    with no_grad(), labelled:
-        raw = forward(ctx, *arguments)
-    multiple = isinstance(raw, (tuple, list))
-    outputs = list(raw) if multiple else [raw]
-    for index, output in enumerate(outputs):
-        if output is not None and not isinstance(output, Tensor):
-            raise ArgumentError(f"{name}.forward returned a {type(output).__name__} as output "
-                                f"{index}; return tensors")
-    for dirty in ctx._dirty:
-        if not any(dirty is t for t in tensors):
-            raise ArgumentError(f"{name}.forward: mark_dirty() was given a tensor that is not an "
-                                f"input of the Function")
-    tensor_outputs = [o for o in outputs if isinstance(o, Tensor)]
-    differentiable = [is_float(o.dtype) and not any(o is n for n in ctx._non_differentiable)
-                      for o in tensor_outputs]
-    recorded = [o for o, d in zip(tensor_outputs, differentiable) if d]
+    with inputs_kept(tensors) as watching:
+        with watching(), no_grad(), labelled:
+            raw = forward(ctx, *arguments)
+        multiple = isinstance(raw, (tuple, list))
+        outputs = list(raw) if multiple else [raw]
+        for index, output in enumerate(outputs):
+            if output is not None and not isinstance(output, Tensor):
+                raise ArgumentError(f"{name}.forward returned a {type(output).__name__} as "
+                                    f"output {index}; return tensors")
+        for dirty in ctx._dirty:
+            if not any(dirty is t for t in tensors):
+                raise ArgumentError(f"{name}.forward: mark_dirty() was given a tensor that is "
+                                    f"not an input of the Function")
+        refuse_dirty_leaves(name, ctx._dirty)
+    last = last_places(outputs, tensors, ctx._dirty)
+    places = [p for p, o in enumerate(outputs) if isinstance(o, Tensor)]
+    differentiable = [is_float(outputs[p].dtype) and last.get(id(outputs[p]), p) == p
+                      and not any(outputs[p] is n for n in ctx._non_differentiable)
+                      for p in places]
+    recorded = [p for p, d in zip(places, differentiable) if d]
     if not recording or not recorded:
         results = [_fresh_output(o, tensors, ctx) for o in outputs]
         _remember_saved(ctx)
@@ -297,22 +302,20 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     rule = CustomRule(name, _FunctionRule(name, forward, backward, ctx, arguments, outputs,
                                           differentiable, trace), runs_without_cotangents=True)
     if trace is None:
-        handles = [o._handle for o in recorded]  # custom_vjp is the identity on them
+        handles = [outputs[p]._handle for p in recorded]  # custom_vjp is the identity on them
         node = custom_node(name, rule, handles, handles_before, edges_before)
     else:
         attributes = {"num_outputs": len(recorded), "rule": rule}
-        handles = trace.builder.emit("custom_vjp", [o._handle for o in recorded] + handles_before,
-                                     attributes)
+        handles = trace.builder.emit(
+            "custom_vjp", [outputs[p]._handle for p in recorded] + handles_before, attributes)
         trace.custom_calls.append((ctx, handles))
         node = None
-    new_handles = iter(enumerate(handles))
+    made = {place: _recorded_output(outputs[place], handle, index, node, trace, ctx)
+            for index, (place, handle) in enumerate(zip(recorded, handles))}
     results = []
-    for output in outputs:
-        if isinstance(output, Tensor) and any(output is r for r in recorded):
-            index, handle = next(new_handles)
-            results.append(_recorded_output(output, handle, index, node, trace, ctx))
-        else:
-            results.append(_fresh_output(output, tensors, ctx))
+    for place, output in enumerate(outputs):  # a tensor returned at several places: one result
+        shared = made.get(last.get(id(output), place))
+        results.append(_fresh_output(output, tensors, ctx) if shared is None else shared)
     _alias_saved_outputs(ctx, outputs, results)
     _remember_saved(ctx)
     return tuple(results) if multiple else results[0]

@@ -13,6 +13,7 @@ from tracer.context import is_grad_enabled, state
 from tracer.dispatch import apply, as_tensor, constant
 from tracer.dtypes import CATEGORY
 from tracer.errors import ArgumentError, InplaceError, ShapeMismatchError, TracingError
+from tracer.function_forward import before_inplace_change
 from tracer.layout import broadcast_shapes_or_none
 from tracer.tensor import Tensor
 from tracer.tracing import escaped_error
@@ -87,7 +88,9 @@ class InPlaceMethods:
             result = result.expand(*self.shape)
         if overwrites and is_grad_enabled() and (self.requires_grad or result.requires_grad):
             result = apply("custom_vjp", [result, result, self], num_outputs=1, rule=OVERWRITE)
+        before_inplace_change(self)
         if self._base is not None:
+            before_inplace_change(self._base)
             self._base._assign_data(result, what)
         if trace is None:
             _keep_old_value_for(result._node, self)

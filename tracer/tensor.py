@@ -20,7 +20,8 @@ import numpy as np
 
 from tracer.ir import types as irtypes
 from tracer.context import state
-from tracer.errors import ArgumentError, InplaceError, SpecializationNeeded, user_line
+from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError,
+                           SpecializationNeeded, user_line)
 
 
 class Tensor:
@@ -116,6 +117,7 @@ class Tensor:
 
     @grad.setter
     def grad(self, value: "Tensor | None") -> None:
+        check_grad(self, value)
         trace = state.trace
         if trace is not None and self._trace is None:
             trace.set_grad(self, value)
@@ -140,6 +142,13 @@ class Tensor:
                 f"{what} needs the value of a Python number passed to the traced function, which "
                 f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
                 f"bake it in (one compilation per value)", self._handle, what)
+        if self._trace is not None and self._trace.labels:  # in a custom Function's forward
+            raise SpecializationNeeded(
+                f"{what} in {self._trace.labels[-1]} needs the value of a traced tensor: under "
+                f"@tr.trace a Function's forward and backward are traced, and values are only "
+                f"known when the compiled function runs. Apply the Function outside the traced "
+                f"function (it runs eagerly there, as in PyTorch), or write it with tensor "
+                f"operations", self._handle, what)
         if self._trace is not None:
             raise SpecializationNeeded(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "
@@ -149,8 +158,10 @@ class Tensor:
         return self._handle
 
     def numpy(self) -> np.ndarray:
+        """The tensor's own buffer. As PyTorch, refused for a tensor that requires grad while
+        gradients are recorded, and allowed without (a custom Function's forward, tr.no_grad())."""
         array = self._eager_array(".numpy()")
-        if self.requires_grad:
+        if self.requires_grad and state.grad_enabled:
             raise ArgumentError("can't call numpy() on a tensor that requires grad; "
                                 "use tensor.detach().numpy()")
         return array
@@ -252,6 +263,22 @@ def mark_view(result: "Tensor", base: "Tensor", what: str, shares_version: bool 
     if shares_version and result._trace is not None:
         result._trace.note_view(result._handle, root._handle)
     return result
+
+
+def check_grad(tensor: "Tensor", grad) -> None:
+    """Refuse, on the line that assigns it, a `.grad` that PyTorch refuses: anything but None or a
+    tensor of the tensor's shape and dtype (backward would add into it, or fail later inside)."""
+    if grad is None:
+        return
+    if not isinstance(grad, Tensor):
+        raise ArgumentError(f"a .grad must be a tensor or None, not a {type(grad).__name__}; "
+                            f"assign tr.full_like(x, value) for a constant gradient")
+    if grad.shape != tensor.shape:
+        raise ShapeMismatchError(f"a .grad of shape {list(grad.shape)} assigned to a tensor of "
+                                 f"shape {list(tensor.shape)}; a gradient has its tensor's shape")
+    if grad.dtype != tensor.dtype:
+        raise ShapeMismatchError(f"a {grad.dtype} .grad assigned to a {tensor.dtype} tensor; "
+                                 f"convert it with .to(tr.{tensor.dtype})")
 
 
 def check_current(tensor: "Tensor") -> None:
