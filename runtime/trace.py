@@ -50,6 +50,8 @@ class TracedFunction:
         self.check_grads = check_grads
         # paths of the int arguments found to be used as sizes, indices or loop bounds: static
         self._specialized: frozenset[str] = frozenset()
+        # paths of the floats read from outside whose values the trace needed in Python: static
+        self._static_floats: frozenset[str] = frozenset()
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -157,9 +159,16 @@ class TracedFunction:
                     captured_change, count, quick_key, captured_variant)
             except Specialize as request:
                 self._specialized |= request.paths
+                self._static_floats |= request.floats
                 quick_key = None
-                LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
-                         "static from now on", self._name, ", ".join(sorted(request.paths)))
+                if request.paths:
+                    LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
+                             "static from now on", self._name, ", ".join(sorted(request.paths)))
+                if request.floats:
+                    LOG.info("%s: the trace needs the Python values of %s (%s): compiled in, "
+                             "a new value compiles again", self._name,
+                             ", ".join(sorted(request.floats)), request.__cause__ or
+                             "a branch on its value")
                 continue
             return entry, [value for value, _ in leaves], leaves
 
@@ -175,7 +184,8 @@ class TracedFunction:
         structure, _ = self._split(args, kwargs)
         entry = compile_entry(self.python_function, self._name, leaves,
                               lambda proxies: unflatten(structure, proxies),
-                              self._static_objects(args, kwargs), self.check_grads)
+                              self._static_objects(args, kwargs), self.check_grads,
+                              self._static_floats)
         self._dump(entry)
         return entry
 
@@ -216,8 +226,10 @@ class TracedFunction:
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
-        if entry.captured:
+        if entry.captured or entry.floats:
             values = [*values, *entry.captured]
+            if entry.read_floats is not None:
+                values += entry.read_floats()
         arrays = parameter_arrays(entry.parameter_sources, values)
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
