@@ -158,6 +158,9 @@ class SignatureCache:
         the entry is replaced, else kept beside the one for `key + (variant,)`."""
         with self._lock:
             entry = self.entries.get(key)
+            if entry is None:
+                key = self._compatible(key)
+                entry = self.entries.get(key)
             reason = stale(entry) if entry is not None else ""
             difference = variant(entry) if reason else None
             if difference is not None:
@@ -205,6 +208,23 @@ class SignatureCache:
         if warning:
             warn_at_user_line(warning, CacheLimitWarning)
         return entry
+
+    def _compatible(self, key: tuple) -> tuple:
+        """The key of a cached entry that runs calls of signature `key` too: one that differs
+        only in whether argument tensors whose .grad its trace did not read have a .grad (a
+        step that starts with zero_grad()); else `key`."""
+        structure, leaves, grad_mode = key
+        for other, entry in reversed(self.entries.items()):
+            if other[0] != structure or other[2] != grad_mode or len(other) != 3 or (
+                    len(other[1]) != len(leaves)):
+                continue
+            unread = getattr(entry, "unread", ())
+            if all(mine == theirs or (
+                    index in unread and mine[0] == theirs[0] == "T" and mine[:4] == theirs[:4]
+                    and mine[5] == theirs[5] and None in (mine[4], theirs[4]))
+                   for index, (mine, theirs) in enumerate(zip(leaves, other[1]))):
+                return other
+        return key
 
     def _remember(self, quick_key: tuple | None, key: tuple, entry: Any) -> None:
         if quick_key is not None:
