@@ -205,10 +205,19 @@ def _read(root, steps: tuple):
     return value
 
 
+# A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
+# one is written as the user writes it (model.blocks[0].attn.weight).
+_REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
+
+
 def _child(path: tuple, kind: str, key) -> tuple:
     name, root, steps = path
-    text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
-            else f"[<tensor of shape {list(key.shape)}>]")
+    if kind == "item" and isinstance(key, str) and steps and steps[-1] in _REGISTRIES:
+        name = name[:-len(steps[-1][1]) - 1]
+        text = f"[{key}]" if key.isdigit() else f".{key}"
+    else:
+        text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
+                else f"[<tensor of shape {list(key.shape)}>]")
     return f"{name}{text}", root, (*steps, (kind, key))
 
 
@@ -224,7 +233,10 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
-    if (depth >= MAX_DEPTH or id(value) in reached._seen or len(reached._seen) >= MAX_OBJECTS
+    # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
+    # of its param_groups hold the one betas tuple), and its items are guarded at every path.
+    if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)
+            or len(reached._seen) >= MAX_OBJECTS
             or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
         return
     if isinstance(value, (types.FunctionType, types.MethodType)):
@@ -312,10 +324,29 @@ def captured_variant(entry: Entry) -> tuple | None:
     .grad made or cleared that the trace read): a signature of its own, kept beside this one, as
     for arguments."""
     now = captured_state(entry.captured)
-    if all(map(state_matches, now, entry.captured_state, entry.unread_captured)):
+    outcomes = _outcomes(entry.floats, current=True)
+    if outcomes == _outcomes(entry.floats, current=False) and all(
+            map(state_matches, now, entry.captured_state, entry.unread_captured)):
         return None
-    return tuple(state if not unread else (*state[:3], None)
-                 for state, unread in zip(now, entry.unread_captured))
+    return (tuple(state if not unread else (*state[:3], None)
+                  for state, unread in zip(now, entry.unread_captured)), outcomes)
+
+
+def _outcomes(floats: Sequence, current: bool) -> tuple | None:
+    """How the comparisons the trace decided on floats read from outside come out now (or came
+    out when traced); None if one of them is no longer a float."""
+    outcomes = []
+    for float_input in floats:
+        if current:
+            try:
+                value = _read(float_input.root, float_input.steps)
+            except Exception:
+                return None
+            if not isinstance(value, float):
+                return None
+        outcomes += [floats_decides(comparison, value, bound) if current else outcome
+                     for comparison, bound, outcome in float_input.decisions]
+    return tuple(outcomes)
 
 
 def captured_change(entry: Entry) -> str:

@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tracer.errors import CacheLimitWarning, warn_at_user_line
+from tracer.errors import CacheLimitWarning, RecompileWarning, warn_at_user_line
+from tracer.runtime.recompiles import RecompileMonitor
 from tracer.runtime.settings import count_setting
 
 DEFAULT_LIMIT = 64
@@ -125,6 +126,7 @@ class SignatureCache:
         self.hits = self.misses = 0
         self._reasons: Counter[str] = Counter()  # "what changed" -> recompiles it caused
         self._warned = False
+        self._recompiles = RecompileMonitor(name)
 
     def clear(self) -> None:
         with self._lock:
@@ -134,6 +136,7 @@ class SignatureCache:
             self.hits = self.misses = 0
             self._reasons.clear()
             self._warned = False
+            self._recompiles.clear()
 
     def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
         """The entry a quick key was last seen with, if it is still cached and not stale."""
@@ -201,10 +204,14 @@ class SignatureCache:
             self._latest = key
             self.misses += count
             self._remember(quick_key, key, entry)
+            storm = ""
             if reason != "first call":
                 self._reasons.update(part.split(":")[0] for part in reason.split("; "))
+                storm = self._recompiles.note(reason)
             warning = self._evict(reason)
         pending.set_result(entry)
+        if storm:
+            warn_at_user_line(storm, RecompileWarning)
         if warning:
             warn_at_user_line(warning, CacheLimitWarning)
         return entry
