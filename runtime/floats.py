@@ -58,10 +58,11 @@ class RuntimeFloats:
     def substitute(self) -> None:
         for (name, root, steps), value in self._candidates:
             proxy = self.trace.add_number(_parameter_name(name), integral=False)
+            parameter = self.trace.handle_of(proxy)
             if not self._write(root, steps, proxy):
-                self.trace.function.parameters.remove(proxy._handle)
+                self.trace.function.parameters.remove(parameter)
                 continue
-            self.inputs.append(FloatInput(name, root, steps, value, proxy._handle))
+            self.inputs.append(FloatInput(name, root, steps, value, parameter))
         self.trace.float_inputs = {id(i.parameter): i for i in self.inputs}
 
     def settle(self, function: ir.Function) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 import types
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from tracer.errors import ArgumentError
 from tracer.tensor import Tensor
 
-if TYPE_CHECKING:  # (tracer.optim imports this module)
-    from tracer.optim import Optimizer
+# A tr.optim optimizer (tracer.optim imports this module, not the other way round): anything with
+# `param_groups` and `defaults`.
+Optimizer = Any
 
 
 def _check_optimizer(optimizer) -> None:
