@@ -40,6 +40,7 @@ class FloatInput:
     steps: tuple
     value: float                 # when traced
     parameter: ir.Value | None = None
+    proxy: Tensor | None = None  # what stands for it where it lives while tracing
     # (comparison, constant, outcome) the trace decided on this float's value (see `decide`)
     decisions: list[tuple[str, float, bool]] = field(default_factory=list)
 
@@ -62,8 +63,22 @@ class RuntimeFloats:
             if not self._write(root, steps, proxy):
                 self.trace.function.parameters.remove(parameter)
                 continue
-            self.inputs.append(FloatInput(name, root, steps, value, parameter))
+            self.inputs.append(FloatInput(name, root, steps, value, parameter, proxy))
         self.trace.float_inputs = {id(i.parameter): i for i in self.inputs}
+
+    def rebound(self) -> frozenset[str]:
+        """The floats the traced function itself rebound (`self.total += 1.0`): Python state
+        that changes while tracing, which compiled code cannot change on later calls."""
+        changed = set()
+        for float_input in self.inputs:
+            try:
+                current = _get(float_input.root, float_input.steps)
+            except Exception:
+                current = None
+            if (current is not float_input.proxy  # rebound, or changed in place (+=)
+                    or self.trace.handle_of(current) is not float_input.parameter):
+                changed.add(float_input.name)
+        return frozenset(changed)
 
     def settle(self, function: ir.Function) -> None:
         """Drop the proxies `function` does not read (putting their floats back)."""

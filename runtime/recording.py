@@ -48,9 +48,10 @@ class Specialize(Exception):
     """Trace again with the int arguments at these paths, and the floats read from outside at
     these paths (named as guards name them), static."""
 
-    def __init__(self, paths: frozenset[str], floats: frozenset[str] = frozenset()):
+    def __init__(self, paths: frozenset[str], floats: frozenset[str] = frozenset(),
+                 why: str = "the trace needs their Python values"):
         super().__init__(", ".join(sorted(paths | floats)))
-        self.paths, self.floats = paths, floats
+        self.paths, self.floats, self.why = paths, floats, why
 
 
 def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
@@ -90,7 +91,12 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
                     raise
                 # perhaps code that takes a float and not a tensor: trace again with the floats
                 # as constants (if that fails too, its error is the user's)
-                raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs)) from error
+                raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
+                                 f"tracing with them as runtime inputs raised {error!r}"
+                                 ) from error
+            rebound = floats.rebound()
+            if rebound:  # as an int would be: compiled in, and its change seen while tracing
+                raise Specialize(frozenset(), rebound, "the traced function changes them")
             result_leaves: list = []
             result_structure = flatten(result, result_leaves, "result")
             outputs = [_result_value(trace, value) for value, _ in result_leaves]

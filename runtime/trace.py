@@ -165,10 +165,9 @@ class TracedFunction:
                     LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
                              "static from now on", self._name, ", ".join(sorted(request.paths)))
                 if request.floats:
-                    LOG.info("%s: the trace needs the Python values of %s (%s): compiled in, "
-                             "a new value compiles again", self._name,
-                             ", ".join(sorted(request.floats)), request.__cause__ or
-                             "a branch on its value")
+                    LOG.info("%s: floats %s are compiled in from now on (%s): a new value "
+                             "compiles again", self._name, ", ".join(sorted(request.floats)),
+                             request.why)
                 continue
             return entry, [value for value, _ in leaves], leaves
 

@@ -169,7 +169,8 @@ def test_a_float_whose_python_value_the_trace_needs_is_compiled_in_and_guarded(c
         assert f(x).item() == 5.25
         assert f(x).item() == 5.25
     assert f.cache_info() == (1, 2, 1)  # the stale signature replaced
-    assert "the trace needs the Python values of closure variable repeat.fraction" in caplog.text
+    assert ("floats closure variable repeat.fraction are compiled in from now on (the trace "
+            "needs their Python values)") in caplog.text
     assert "compiling (closure variable repeat.fraction: 0.5 -> 0.75)" in caplog.text
 
 
@@ -193,3 +194,31 @@ def test_a_recompile_storm_warns_naming_the_attribute_and_the_fix():
     assert "model.blocks[0].weight: rebound" in message
     assert "update it in place" in message
     assert step.cache_info().misses == 7
+
+
+def test_the_docs_page_snippets_run_as_written():
+    import pathlib
+    import re
+    page = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recompiles.md"
+    snippets = re.findall(r"^ *```python\n(.*?)^ *```", page.read_text(), re.MULTILINE | re.DOTALL)
+    assert snippets
+    for snippet in snippets:
+        lines = snippet.splitlines()
+        indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
+        exec(compile("\n".join(line[indent:] for line in lines), str(page), "exec"), {})
+
+
+def test_a_float_the_traced_function_changes_is_compiled_in_as_an_int_would_be():
+    class Counter:
+        def __init__(self):
+            self.total = 0.0
+
+        @tr.trace
+        def count(self, x):
+            self.total += 0.5  # Python state: changes only while tracing
+            return x * self.total
+
+    counter = Counter()
+    results = [counter.count(tr.tensor([1.0])).item() for _ in range(3)]
+    assert results == [0.5, 1.0, 1.5] and counter.total == 1.5  # as eager mode, tracing each time
+    assert Counter.count.cache_info().misses == 3
