@@ -180,6 +180,32 @@ def decides(comparison: str, value: float, bound: float) -> bool:
     return bool(_COMPARISONS[comparison](value, bound))
 
 
+def decided(inputs: Sequence[FloatInput], current: bool) -> tuple | None:
+    """How the comparisons the trace decided on float inputs come out now (`current`) or came
+    out when traced; None if one of them is no longer a float."""
+    outcomes = []
+    for float_input in inputs:
+        value = float_input.value
+        if current:
+            try:
+                value = _read(float_input.root, float_input.steps)
+            except Exception:
+                return None
+            if not isinstance(value, float):
+                return None
+        outcomes += [decides(comparison, value, bound) if current else outcome
+                     for comparison, bound, outcome in float_input.decisions]
+    return tuple(outcomes)
+
+
+def _read(root, steps: tuple) -> Any:
+    """The value at the end of a path, as the generated guards read it."""
+    value = root
+    for kind, key in steps:
+        value = getattr(value, key) if kind == "attr" else value[key]
+    return value
+
+
 def read_source(inputs: Sequence[FloatInput], namespace: dict) -> tuple[list[str], list[str]]:
     """Python lines for a generated guard (see guards.compile_check): each float input is still a
     float and every decision on it comes out as traced; and the expressions that read them."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
-from tracer.runtime.floats import decides as floats_decides, read_source as floats_source
+from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -324,29 +324,12 @@ def captured_variant(entry: Entry) -> tuple | None:
     .grad made or cleared that the trace read): a signature of its own, kept beside this one, as
     for arguments."""
     now = captured_state(entry.captured)
-    outcomes = _outcomes(entry.floats, current=True)
-    if outcomes == _outcomes(entry.floats, current=False) and all(
+    outcomes = decided(entry.floats, current=True)
+    if outcomes == decided(entry.floats, current=False) and all(
             map(state_matches, now, entry.captured_state, entry.unread_captured)):
         return None
     return (tuple(state if not unread else (*state[:3], None)
                   for state, unread in zip(now, entry.unread_captured)), outcomes)
-
-
-def _outcomes(floats: Sequence, current: bool) -> tuple | None:
-    """How the comparisons the trace decided on floats read from outside come out now (or came
-    out when traced); None if one of them is no longer a float."""
-    outcomes = []
-    for float_input in floats:
-        if current:
-            try:
-                value = _read(float_input.root, float_input.steps)
-            except Exception:
-                return None
-            if not isinstance(value, float):
-                return None
-        outcomes += [floats_decides(comparison, value, bound) if current else outcome
-                     for comparison, bound, outcome in float_input.decisions]
-    return tuple(outcomes)
 
 
 def captured_change(entry: Entry) -> str:

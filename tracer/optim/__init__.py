@@ -21,7 +21,9 @@ from tracer.backward import clear_grads
 from tracer.creation import zeros, zeros_like
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
-from tracer.optim import lr_scheduler  # noqa: F401  (tr.optim.lr_scheduler, as torch.optim's)
+from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
 
 
 class Optimizer:
