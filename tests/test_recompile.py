@@ -196,18 +196,6 @@ def test_a_recompile_storm_warns_naming_the_attribute_and_the_fix():
     assert step.cache_info().misses == 7
 
 
-def test_the_docs_page_snippets_run_as_written():
-    import pathlib
-    import re
-    page = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recompiles.md"
-    snippets = re.findall(r"^ *```python\n(.*?)^ *```", page.read_text(), re.MULTILINE | re.DOTALL)
-    assert snippets
-    for snippet in snippets:
-        lines = snippet.splitlines()
-        indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
-        exec(compile("\n".join(line[indent:] for line in lines), str(page), "exec"), {})
-
-
 def test_a_float_the_traced_function_changes_is_compiled_in_as_an_int_would_be():
     class Counter:
         def __init__(self):
