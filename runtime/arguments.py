@@ -105,7 +105,10 @@ def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> li
         if kind == "leaf":
             arrays.append(buffer_of(value))
         elif kind == "grad":
-            arrays.append(grad_buffer_of(value))
+            grad = grad_buffer_of(value)
+            # none, where the signature does not depend on it (see Trace.writebacks): a buffer
+            # for the .grad the call makes
+            arrays.append(np.zeros_like(buffer_of(value)) if grad is None else grad)
         else:
             arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                    else np.float64))
@@ -117,10 +120,10 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     with another argument (the traced function treated them as separate values)."""
     for index, kind, _ in entry.writebacks:
         value = values[index]
-        target = grad_buffer_of(value) if kind == "grad" else buffer_of(value)
+        target = buffer_of(value) if kind == "data" else grad_buffer_of(value)
         if target is None:
             continue  # a new .grad array is made
-        name = entry.leaf_names.get(index, f"number {index}") + (".grad" if kind == "grad" else "")
+        name = entry.leaf_names.get(index, f"number {index}") + ("" if kind == "data" else ".grad")
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")

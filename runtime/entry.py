@@ -6,10 +6,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from tracer import ir
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.compiled import compile_function
+from tracer.runtime.floats import compile_reader
 from tracer.runtime.guards import captured_names, captured_state, compile_check, guards_for
 from tracer.runtime.pipeline import STAGES
 from tracer.runtime.recording import record
@@ -30,6 +33,14 @@ class Entry:
     parameter_sources: list[tuple[str, int]]
     captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
     captured_state: list[tuple]  # their shape, dtype, requires_grad and .grad when traced
+    # Argument leaves and captured tensors whose .grad on entry the trace did not read: whether
+    # they have one is no part of the signature (see Trace.writebacks).
+    unread: frozenset[int] = frozenset()
+    unread_captured: list[bool] = field(default_factory=list)
+    # Floats read from outside (runtime/floats.py): the values after the captured tensors, read
+    # by `read_floats()` on every call.
+    floats: list = field(default_factory=list)
+    read_floats: Callable[[], list] | None = None
     stages: dict[str, str] = field(default_factory=dict)
     leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
     # Paths to what the function reads from its globals, closure and objects, with the value
@@ -49,12 +60,15 @@ class Entry:
 
 
 def compile_entry(python_function: Callable, name: str, leaves: Sequence, rebuild: Callable,
-                  static_objects: Sequence[tuple[str, Any]], check_grads: bool) -> Entry:
-    """Trace `python_function` once (see `record`, which takes `leaves`, `rebuild` and `static_objects`),
-    expand its gradients, optimize it and compile it: the entry of its signature. `check_grads`
-    checks every custom backward against finite differences first."""
+                  static_objects: Sequence[tuple[str, Any]], check_grads: bool,
+                  static_floats: frozenset[str] = frozenset()) -> Entry:
+    """Trace `python_function` once (see `record`, which takes `leaves`, `rebuild`,
+    `static_objects` and `static_floats`), expand its gradients, optimize it and compile it: the
+    entry of its signature. `check_grads` checks every custom backward against finite
+    differences first."""
     started = time.perf_counter()
-    recording = record(python_function, name, leaves, rebuild, static_objects, check_grads)
+    recording = record(python_function, name, leaves, rebuild, static_objects, check_grads,
+                       static_floats)
     function, stages, sources = recording.function, recording.stages, recording.sources
     timings = {"trace": recording.seconds}
     ir.verify(function)
@@ -67,7 +81,8 @@ def compile_entry(python_function: Callable, name: str, leaves: Sequence, rebuil
     captured = recording.captured
     if recording.unexpanded is not None:
         check_custom_backwards(recording.unexpanded, parameter_arrays(
-            sources, [value for value, _ in leaves] + captured))
+            sources, [value for value, _ in leaves] + captured
+            + [np.array(float_input.value) for float_input in recording.floats]))
         timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
     # Updated data and .grad are written straight into the argument's buffer where that is safe.
     parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
@@ -82,8 +97,12 @@ def compile_entry(python_function: Callable, name: str, leaves: Sequence, rebuil
     if not recording.writebacks and not recording.cleared:
         entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
                                 if isinstance(value, Tensor) and value.requires_grad]
-    entry.guards = guards_for(recording.reached, captured, recording.used)
-    entry.check = compile_check(entry.guards, captured)
+    entry.unread = frozenset(recording.unread)
+    entry.unread_captured = [len(leaves) + k in entry.unread for k in range(len(captured))]
+    entry.floats, entry.read_floats = recording.floats, compile_reader(recording.floats)
+    entry.guards = guards_for(recording.reached, captured, recording.used,
+                              [i.name for i in recording.floats])
+    entry.check = compile_check(entry.guards, captured, entry.unread_captured, recording.floats)
     entry.captured_names = captured_names(recording.reached, captured)
     entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
     entry.leaf_names.update({len(leaves) + k: name

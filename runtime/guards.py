@@ -26,6 +26,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
+from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -73,6 +74,10 @@ class Reached:
     values: list[tuple[tuple, Any]] = field(default_factory=list)
     _seen: set[int] = field(default_factory=set)
 
+    def floats(self) -> list[tuple[tuple, float]]:
+        """The paths that end at a float (runtime inputs: see runtime/floats.py)."""
+        return [(path, value) for path, value in self.values if isinstance(value, float)]
+
 
 def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -> Reached:
     """Walk what `function` (a function, bound method or callable object) and the objects passed
@@ -85,14 +90,17 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     return reached
 
 
-def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | None) -> list[Guard]:
+def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | None,
+               runtime: Sequence[str] = ()) -> list[Guard]:
     """The guards of a signature whose trace captured `captured`: every path to those tensors,
     and the paths to other values whose attribute names and dict keys are all in `used` (the
-    names and string constants of the code that ran while tracing; None: all paths)."""
+    names and string constants of the code that ran while tracing; None: all paths), but those
+    of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them)."""
+    runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values
-              if used is None or all(not isinstance(key, str) or key in used
-                                     for _, key in path[2])]
+              if path[0] not in runtime and (used is None or all(
+                  not isinstance(key, str) or key in used for _, key in path[2]))]
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
@@ -134,10 +142,13 @@ def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
             for k, t in enumerate(captured)]
 
 
-def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callable[[], bool]:
-    """One function, True while every guard holds and every captured tensor has the state it had
-    when traced (see `captured_state`). Generated Python source, as torch.compile's guards are:
-    a call to it costs a fraction of walking the guards one by one, and it runs on every call."""
+def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: Sequence[bool],
+                  floats: Sequence = ()) -> Callable[[], bool]:
+    """One function, True while every guard holds, every captured tensor has the state it had
+    when traced (see `state_matches`; `unread[k]`: the trace did not read the .grad of captured
+    tensor k) and every float input is still a float that decides as traced (floats.read_source).
+    Generated Python source, as torch.compile's guards are: a call to it costs a fraction of
+    walking the guards one by one, and it runs on every call."""
     namespace: dict[str, Any] = {"Tensor": Tensor, "state_of": state_of}
     lines = []
     for number, (_, root, steps, traced) in enumerate(guards):
@@ -159,14 +170,32 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor]) -> Callab
         else:
             lines.append(f"if type(value) is not type{number} or value != value{number}: "
                          f"return False")
-    for number, (tensor, state) in enumerate(zip(captured, captured_state(captured))):
-        namespace.update({f"tensor{number}": tensor, f"state{number}": state})
-        lines.append(f"if state_of(tensor{number}) != state{number}: return False")
+    for number, (tensor, state, free) in enumerate(zip(captured, captured_state(captured),
+                                                        unread)):
+        namespace.update({f"tensor{number}": tensor, f"state{number}": state,
+                          f"head{number}": state[:3], f"grad{number}": state[3]})
+        if not free:
+            lines.append(f"if state_of(tensor{number}) != state{number}: return False")
+        else:  # any .grad, or the one a parameter of the compiled code was made for
+            lines.append(f"now = state_of(tensor{number})")
+            lines.append(f"if now[:3] != head{number} or (now[3] is not None and grad{number} is "
+                         f"not None and now[3] != grad{number}): return False")
+    float_lines, _ = floats_source(floats, namespace)
+    lines += float_lines
     body = "".join(f"        {line}\n" for line in lines)
     source = (f"def check():\n    try:\n{body}        return True\n"
               f"    except Exception:\n        return False\n")
     exec(compile(source, "<tracer guards>", "exec"), namespace)
     return namespace["check"]
+
+
+def state_matches(now: tuple, traced: tuple, unread: bool) -> bool:
+    """Whether a captured tensor's state `now` may run code traced with it in state `traced`:
+    the same, or, where the trace did not read the .grad, the same but for the .grad (none, or
+    the one the code has a parameter for)."""
+    if not unread:
+        return now == traced
+    return now[:3] == traced[:3] and (now[3] is None or traced[3] is None or now[3] == traced[3])
 
 
 def _read(root, steps: tuple):
@@ -176,10 +205,19 @@ def _read(root, steps: tuple):
     return value
 
 
+# A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
+# one is written as the user writes it (model.blocks[0].attn.weight).
+_REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
+
+
 def _child(path: tuple, kind: str, key) -> tuple:
     name, root, steps = path
-    text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
-            else f"[<tensor of shape {list(key.shape)}>]")
+    if kind == "item" and isinstance(key, str) and steps and steps[-1] in _REGISTRIES:
+        name = name[:-len(steps[-1][1]) - 1]
+        text = f"[{key}]" if key.isdigit() else f".{key}"
+    else:
+        text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
+                else f"[<tensor of shape {list(key.shape)}>]")
     return f"{name}{text}", root, (*steps, (kind, key))
 
 
@@ -195,7 +233,10 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
-    if (depth >= MAX_DEPTH or id(value) in reached._seen or len(reached._seen) >= MAX_OBJECTS
+    # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
+    # of its param_groups hold the one betas tuple), and its items are guarded at every path.
+    if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)
+            or len(reached._seen) >= MAX_OBJECTS
             or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
         return
     if isinstance(value, (types.FunctionType, types.MethodType)):
@@ -280,9 +321,15 @@ def _same(current, traced) -> bool:
 
 def captured_variant(entry: Entry) -> tuple | None:
     """The state of the entry's captured tensors if it differs from when they were traced (a
-    .grad made or cleared): a signature of its own, kept beside this one, as for arguments."""
+    .grad made or cleared that the trace read): a signature of its own, kept beside this one, as
+    for arguments."""
     now = captured_state(entry.captured)
-    return tuple(now) if now != entry.captured_state else None
+    outcomes = decided(entry.floats, current=True)
+    if outcomes == decided(entry.floats, current=False) and all(
+            map(state_matches, now, entry.captured_state, entry.unread_captured)):
+        return None
+    return (tuple(state if not unread else (*state[:3], None)
+                  for state, unread in zip(now, entry.unread_captured)), outcomes)
 
 
 def captured_change(entry: Entry) -> str:
@@ -290,15 +337,51 @@ def captured_change(entry: Entry) -> str:
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
     if entry.check():
         return ""
-    for name, traced, now in zip(entry.captured_names, entry.captured_state,
-                                 captured_state(entry.captured)):
-        if traced != now:
-            return f"shape, dtype, requires_grad or .grad of {name}"
+    for name, traced, now, unread in zip(entry.captured_names, entry.captured_state,
+                                         captured_state(entry.captured), entry.unread_captured):
+        if not state_matches(now, traced, unread):
+            return state_change(name, traced, now)
     for name, root, steps, traced in entry.guards:
         try:
             current = _read(root, steps)
         except Exception:
             return f"{name}: removed"
         if not _same(current, traced):
-            return f"{name}: rebound"
+            return f"{name}: {_value_change(traced, current)}"
+    for float_input in entry.floats:
+        try:
+            current = _read(float_input.root, float_input.steps)
+        except Exception:
+            return f"{float_input.name}: removed"
+        if not isinstance(current, float):
+            return f"{float_input.name}: float -> {type(current).__name__}"
+        for comparison, bound, outcome in float_input.decisions:
+            if floats_decides(comparison, current, bound) != outcome:
+                return (f"{float_input.name}: {float_input.value!r} -> {current!r} (the traced "
+                        f"code branched on whether it is {_SYMBOLS[comparison]} {bound!r})")
     return "something read outside the arguments"
+
+
+_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def state_change(name: str, traced: tuple, now: tuple) -> str:
+    """What differs between two states of a captured tensor (see `captured_state`)."""
+    fields = ("shape", "dtype", "requires_grad")
+    differences = [f"{field} of {name}: {before} -> {after}"
+                   for field, before, after in zip(fields, traced, now) if before != after]
+    if traced[3] != now[3]:
+        def grad(state):
+            return "None" if state is None else f"shape {state[0]}, dtype {state[1]}"
+        differences.append(
+            f".grad of {name}: {grad(traced[3])} -> {grad(now[3])} (the traced code reads the "
+            f".grad it is called with: backward() accumulates into it, or a test of `.grad is "
+            f"None`)")
+    return "; ".join(differences)
+
+
+def _value_change(traced, current) -> str:
+    if isinstance(traced, (Tensor, np.ndarray)) or traced is None or current is None:
+        return "rebound" if type(current) is type(traced) else (
+            f"{type(traced).__name__} -> {type(current).__name__}")
+    return f"{traced!r} -> {current!r}"

@@ -13,6 +13,7 @@ import numpy as np
 
 from tracer import ir
 from tracer.runtime.arguments import flatten, parameter_name
+from tracer.runtime.floats import FloatInput, RuntimeFloats, decide
 from tracer.runtime.guards import (Reached, captured_names, reachable, recording_names,
                                    stored_tensors)
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
@@ -31,35 +32,44 @@ class Recording:
     # past the arguments' leaves are the captured tensors'
     writebacks: list[tuple[int, str, int]]
     cleared: list[int]            # leaves whose .grad the function set to None
+    unread: list[int]             # leaves whose .grad on entry the function did not read
     sources: list[tuple[str, int]]  # where each parameter comes from (see Entry)
     captured: list[Tensor]
     reached: Reached              # what the function could reach before tracing
     used: set[str] | None         # the names of the code run while tracing (see guards_for)
     stages: dict[str, str]        # "traced"
     unexpanded: ir.Function | None  # before the autodiff pass, kept for check_grads
+    floats: list[FloatInput]      # floats read from outside: parameters after the captured ones
     rules: list = field(default_factory=list)
     seconds: float = 0.0          # tracing time, without the autodiff pass
 
 
 class Specialize(Exception):
-    """Trace again with the int arguments at these paths static."""
+    """Trace again with the int arguments at these paths, and the floats read from outside at
+    these paths (named as guards name them), static."""
 
-    def __init__(self, paths: frozenset[str]):
-        super().__init__(", ".join(sorted(paths)))
-        self.paths = paths
+    def __init__(self, paths: frozenset[str], floats: frozenset[str] = frozenset(),
+                 why: str = "the trace needs their Python values"):
+        super().__init__(", ".join(sorted(paths | floats)))
+        self.paths, self.floats, self.why = paths, floats, why
 
 
 def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
-           static_objects: Sequence[tuple[str, Any]], keep_unexpanded: bool) -> Recording:
+           static_objects: Sequence[tuple[str, Any]], keep_unexpanded: bool,
+           static_floats: frozenset[str] = frozenset()) -> Recording:
     """Trace `function` on proxies of the argument `leaves` ((value, path) pairs), which
     `rebuild(proxies)` turns into its (args, kwargs); `static_objects` are the named arguments
-    that are objects. Raises Specialize when an int argument must be static."""
+    that are objects. The floats it reads from outside are runtime inputs (runtime/floats.py)
+    but those named in `static_floats`. Raises Specialize when an int argument or such a float
+    must be static."""
     started = time.perf_counter()
     trace = Trace(name if name.isidentifier() else "function")
     proxies: list = []
     sources: list[tuple[str, int]] = []
     seen: dict[int, Any] = {}
     reached = reachable(function, static_objects)
+    floats = RuntimeFloats(trace, reached.floats(), static_floats)
+    trace.decider = lambda value: decide(trace, value)
     with tracing(trace), recording_names() as used:
         try:
             for index, (value, path) in enumerate(leaves):
@@ -71,18 +81,33 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
                 seen[id(value)] = proxy
                 proxies.append(proxy)
             args, kwargs = rebuild(proxies)
+            floats.substitute()
             try:
                 result = function(*args, **kwargs)
             except SpecializationNeeded as error:
-                raise _specialization(trace, error, leaves, proxies) from None
+                raise _specialization(trace, error, leaves, proxies, floats.inputs) from None
+            except Exception as error:
+                if not floats.inputs:
+                    raise
+                # perhaps code that takes a float and not a tensor: trace again with the floats
+                # as constants (if that fails too, its error is the user's)
+                raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
+                                 f"tracing with them as runtime inputs raised {error!r}"
+                                 ) from error
+            rebound = floats.rebound()
+            if rebound:  # as an int would be: compiled in, and its change seen while tracing
+                raise Specialize(frozenset(), rebound, "the traced function changes them")
             result_leaves: list = []
             result_structure = flatten(result, result_leaves, "result")
             outputs = [_result_value(trace, value) for value, _ in result_leaves]
-            _check_nothing_stored(trace, reachable(function, static_objects))
-            writebacks, cleared = trace.writebacks(outputs, len(leaves))
             traced = trace.function
-            _name_captured(traced, trace.captured, reached)
             traced.outputs = outputs
+            floats.settle(traced)
+            floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
+            _check_nothing_stored(trace, reachable(function, static_objects))
+            writebacks, cleared, unread = trace.writebacks(outputs, len(leaves))
+            _name_captured(traced, trace.captured, reached)
+            floats.order(traced)
             stages = {"traced": ir.format_function(traced)}
             seconds = time.perf_counter() - started
             # the autodiff pass rewrites the graph: the check evaluates the traced one
@@ -93,14 +118,18 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
                      if isinstance(i.attributes.get("rule"), ir.CustomRule)]
             ir.verify(traced)
             ir.expand_gradients(traced)  # (a custom backward may capture tensors too)
+            floats.order(traced)
         finally:
+            floats.restore()
             trace.release()
     for k, captured in enumerate(trace.captured):
         sources += [("leaf", len(leaves) + k)] + [("grad", len(leaves) + k)] * (
             captured.grad is not None)
+    first_float = len(leaves) + len(trace.captured)
+    sources += [("leaf", first_float + k) for k in range(len(floats.inputs))]
     return Recording(traced, result_structure, [v for v, _ in result_leaves], writebacks, cleared,
-                     sources, [c.tensor for c in trace.captured], reached, used, stages,
-                     unexpanded, rules, seconds)
+                     unread, sources, [c.tensor for c in trace.captured], reached, used, stages,
+                     unexpanded, floats.inputs, rules, seconds)
 
 
 def _name_captured(function: ir.Function, captured: list, reached: Reached) -> None:
@@ -141,10 +170,11 @@ def _check_nothing_stored(trace: Trace, reached: Reached) -> None:
 
 
 def _specialization(trace: Trace, error: SpecializationNeeded, leaves: Sequence,
-                    proxies: Sequence) -> Exception:
+                    proxies: Sequence, floats: Sequence[FloatInput]) -> Exception:
     """What to do when the trace needed the Python value of a traced tensor: if it is computed
-    from number arguments alone, trace again with the int ones static, or, if floats are among
-    them, an error that names them; else (it depends on tensors) the error itself."""
+    from number arguments and floats read from outside alone, trace again with the int arguments
+    and those floats static, or, if float arguments are among them, an error that names them;
+    else (it depends on tensors) the error itself."""
     sources, stack, seen = set(), [error.value], set()
     while stack:  # the parameters the value was computed from
         value = stack.pop()
@@ -156,11 +186,12 @@ def _specialization(trace: Trace, error: SpecializationNeeded, leaves: Sequence,
                 stack += value.producer.inputs
     used = [(value, path) for (value, path), proxy in zip(leaves, proxies)
             if isinstance(value, numbers.Number) and id(trace.handle_of(proxy)) in sources]
-    if not used or len(used) < len(sources):
+    outside = frozenset(i.name for i in floats if id(i.parameter) in sources)
+    if not (used or outside) or len(used) + len(outside) < len(sources):
         return error
     floats = [path for value, path in used if not isinstance(value, numbers.Integral)]
     if not floats:
-        return Specialize(frozenset(path for _, path in used))
+        return Specialize(frozenset(path for _, path in used), outside)
     return TracingError(
         f"{error.what} needs the value of the float argument {', '.join(floats)}, a Python "
         f"number passed to the traced function, which is a runtime input; name its position in "

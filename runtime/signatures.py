@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tracer.errors import CacheLimitWarning, warn_at_user_line
+from tracer.errors import CacheLimitWarning, RecompileWarning, warn_at_user_line
+from tracer.runtime.recompiles import RecompileMonitor
 from tracer.runtime.settings import count_setting
 
 DEFAULT_LIMIT = 64
@@ -125,6 +126,7 @@ class SignatureCache:
         self.hits = self.misses = 0
         self._reasons: Counter[str] = Counter()  # "what changed" -> recompiles it caused
         self._warned = False
+        self._recompiles = RecompileMonitor(name)
 
     def clear(self) -> None:
         with self._lock:
@@ -134,6 +136,7 @@ class SignatureCache:
             self.hits = self.misses = 0
             self._reasons.clear()
             self._warned = False
+            self._recompiles.clear()
 
     def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
         """The entry a quick key was last seen with, if it is still cached and not stale."""
@@ -158,6 +161,9 @@ class SignatureCache:
         the entry is replaced, else kept beside the one for `key + (variant,)`."""
         with self._lock:
             entry = self.entries.get(key)
+            if entry is None:
+                key = self._compatible(key)
+                entry = self.entries.get(key)
             reason = stale(entry) if entry is not None else ""
             difference = variant(entry) if reason else None
             if difference is not None:
@@ -198,13 +204,34 @@ class SignatureCache:
             self._latest = key
             self.misses += count
             self._remember(quick_key, key, entry)
+            storm = ""
             if reason != "first call":
                 self._reasons.update(part.split(":")[0] for part in reason.split("; "))
+                storm = self._recompiles.note(reason)
             warning = self._evict(reason)
         pending.set_result(entry)
+        if storm:
+            warn_at_user_line(storm, RecompileWarning)
         if warning:
             warn_at_user_line(warning, CacheLimitWarning)
         return entry
+
+    def _compatible(self, key: tuple) -> tuple:
+        """The key of a cached entry that runs calls of signature `key` too: one that differs
+        only in whether argument tensors whose .grad its trace did not read have a .grad (a
+        step that starts with zero_grad()); else `key`."""
+        structure, leaves, grad_mode = key
+        for other, entry in reversed(self.entries.items()):
+            if other[0] != structure or other[2] != grad_mode or len(other) != 3 or (
+                    len(other[1]) != len(leaves)):
+                continue
+            unread = getattr(entry, "unread", ())
+            if all(mine == theirs or (
+                    index in unread and mine[0] == theirs[0] == "T" and mine[:4] == theirs[:4]
+                    and mine[5] == theirs[5] and None in (mine[4], theirs[4]))
+                   for index, (mine, theirs) in enumerate(zip(leaves, other[1]))):
+                return other
+        return key
 
     def _remember(self, quick_key: tuple | None, key: tuple, entry: Any) -> None:
         if quick_key is not None:

@@ -52,6 +52,8 @@ class TracedFunction:
         self._report_due: str | None = None
         # paths of the int arguments found to be used as sizes, indices or loop bounds: static
         self._specialized: frozenset[str] = frozenset()
+        # paths of the floats read from outside whose values the trace needed in Python: static
+        self._static_floats: frozenset[str] = frozenset()
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -159,9 +161,15 @@ class TracedFunction:
                     captured_change, count, quick_key, captured_variant)
             except Specialize as request:
                 self._specialized |= request.paths
+                self._static_floats |= request.floats
                 quick_key = None
-                LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
-                         "static from now on", self._name, ", ".join(sorted(request.paths)))
+                if request.paths:
+                    LOG.info("%s: int arguments %s are used as sizes, indices or loop bounds: "
+                             "static from now on", self._name, ", ".join(sorted(request.paths)))
+                if request.floats:
+                    LOG.info("%s: floats %s are compiled in from now on (%s): a new value "
+                             "compiles again", self._name, ", ".join(sorted(request.floats)),
+                             request.why)
                 continue
             folder, self._report_due = self._report_due, None
             if folder:  # a signature compiled: now cached, the TRACER_REPORT page shows it
@@ -180,7 +188,8 @@ class TracedFunction:
         structure, _ = self._split(args, kwargs)
         entry = compile_entry(self.python_function, self._name, leaves,
                               lambda proxies: unflatten(structure, proxies),
-                              self._static_objects(args, kwargs), self.check_grads)
+                              self._static_objects(args, kwargs), self.check_grads,
+                              self._static_floats)
         self._dump(entry)
         return entry
 
@@ -219,8 +228,10 @@ class TracedFunction:
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
         entry, values, leaves = self._lookup(args, kwargs, count=True)
-        if entry.captured:
+        if entry.captured or entry.floats:
             values = [*values, *entry.captured]
+            if entry.read_floats is not None:
+                values += entry.read_floats()
         arrays = parameter_arrays(entry.parameter_sources, values)
         check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)

@@ -337,13 +337,31 @@ def test_cache_key_includes_shape_dtype_requires_grad_and_grad_presence():
     f(tr.zeros(2, 3, dtype=tr.float64))                  # dtype
     x = tr.zeros(2, 3, requires_grad=True)
     f(x)                                                 # requires_grad
+    assert f.cache_info() == (1, 4, 4)
     x.grad = tr.ones(2, 3)
-    f(x)                                                 # .grad exists
-    assert f.cache_info() == (1, 5, 5)
+    f(x)  # a .grad that f does not read: no part of the signature
+    assert f.cache_info() == (2, 4, 4)
     f(tr.zeros(3, 2))
-    assert f.cache_info() == (2, 5, 5)
+    assert f.cache_info() == (3, 4, 4)
     f.cache_clear()
     assert f.cache_info() == (0, 0, 0)
+
+
+def test_cache_key_includes_grad_presence_where_backward_accumulates_into_it(caplog):
+    @tr.trace
+    def f(x):
+        (x * x).sum().backward()  # accumulates into the .grad x has
+
+    x = tr.tensor([1.0, 2.0], requires_grad=True)
+    f(x)
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+    with caplog.at_level("INFO", logger="tracer.trace"):
+        f(x)
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0])
+    f(x)
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 8.0 + 4.0])
+    assert f.cache_info() == (1, 2, 2)
+    assert ".grad of x: None -> shape (2,), dtype float32" in caplog.text
 
 
 def test_cache_key_includes_grad_mode():

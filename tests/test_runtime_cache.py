@@ -353,7 +353,7 @@ def test_recompile_reasons_name_the_difference():
     assert recompile_reason(None, traced._key((x32, 1.0), {})[0], ["x", "y"]) == "first call"
 
 
-SCALE = 2.0
+SCALE = 2  # an int read from outside is compiled in (a float would be a runtime input)
 
 
 def test_rebound_global_is_a_recompile_reason(monkeypatch):
@@ -363,7 +363,7 @@ def test_rebound_global_is_a_recompile_reason(monkeypatch):
     saved = SCALE
     try:
         f(tr.ones(2))
-        SCALE = 5.0
+        SCALE = 5
         np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [5.0, 5.0])
         with pytest.warns(tr.CacheLimitWarning, match=r"global SCALE changed \(1 times\), "
                                                       r"shape of x changed \(1 times\)"):

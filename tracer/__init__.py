@@ -17,8 +17,9 @@ from tracer.tensor import Tensor
 from tracer import methods as _methods  # gives Tensor its operations, before anything uses them
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
-                           GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
-                           ShapeMismatchError, TracerError, TracerWarning, TracingError)
+                           GradcheckError, IndexOutOfRangeError, InplaceError, RecompileWarning,
+                           SettingError, ShapeMismatchError, TracerError, TracerWarning,
+                           TracingError)
 from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
 from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
 from tracer.ops import FUNCTIONS as _OPS

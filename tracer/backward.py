@@ -142,9 +142,7 @@ def clear_grads(tensors: Iterable[Tensor], set_to_none: bool = True) -> None:
     set to None, or zeroed in place."""
     for tensor in tensors:
         tensor = current_tensor(tensor)
-        if tensor.grad is None:
-            continue
-        if set_to_none:
-            tensor.grad = None
-        else:
+        if set_to_none:  # without reading it: a traced step that starts so ignores the .grad
+            tensor.grad = None  # it is called with (see Trace.grad_read)
+        elif tensor.grad is not None:
             tensor.grad.zero_()

@@ -51,7 +51,8 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
                outputs: Sequence[np.ndarray], inputs: set[int]) -> None:
     """Write what a call changed into the caller's tensors and arrays (`values`; `writebacks` and
     `cleared` as `Trace.writebacks` lists them): data into their buffers, a `.grad` into its
-    buffer or, where there was none, a new one; a `.grad` set to None."""
+    buffer or, where there was none or the function set it anew, a new one; a `.grad` set to
+    None."""
     for index, kind, output in writebacks:
         target, array = values[index], outputs[output]
         if kind == "data":
@@ -60,7 +61,8 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
                 np.copyto(buffer, array)
             if isinstance(target, Tensor):
                 target._mark_changed()
-        elif target._grad is None:
+        elif target._grad is None or (kind == "new_grad" and array is not target._grad._handle):
+            # a new .grad, as PyTorch's backward makes after zero_grad(set_to_none=True)
             target._grad = Tensor._make(owned(array, inputs), None, False)
         else:
             if array is not target._grad._handle:

@@ -102,5 +102,10 @@ class TracerWarning(UserWarning):
     """Base of every warning this project emits about user code."""
 
 
+class RecompileWarning(TracerWarning):
+    """A traced function compiled new signatures too often in a short time (see
+    runtime/recompiles.py): it names what changed and what to do instead."""
+
+
 class CacheLimitWarning(TracerWarning):
     """A traced function compiled more signatures than TRACER_CACHE_LIMIT keeps."""

@@ -113,6 +113,8 @@ class Tensor:
         trace = state.trace
         if trace is not None and self._trace is None:  # reached from outside the traced function
             return trace.grad_of(self)
+        if trace is not None and self._trace is trace:
+            trace.note_grad(self, "read")
         return self._grad
 
     @grad.setter
@@ -122,6 +124,8 @@ class Tensor:
         if trace is not None and self._trace is None:
             trace.set_grad(self, value)
         else:
+            if trace is not None and self._trace is trace:
+                trace.note_grad(self, "written")
             self._grad = value
 
     @property
@@ -199,6 +203,10 @@ class Tensor:
         return self._eager_array(".tolist()").tolist()
 
     def __bool__(self) -> builtins.bool:
+        if self._trace is not None:  # a comparison of a runtime float (see Trace.decided)
+            outcome = self._trace.decided(self._handle)
+            if outcome is not None:
+                return outcome
         array = self._eager_array("bool(tensor) (Python control flow on a tensor)")
         if array.size != 1:
             raise ArgumentError(f"the truth value of a tensor with {array.size} elements is "

@@ -54,6 +54,13 @@ class Trace:
         # (argument leaf index, proxy, its data and .grad values on entry) of the tensors and
         # arrays among the arguments: what the function changes of them is written back.
         self._argument_entries: list[tuple[int, Tensor, Value, Value | None]] = []
+        # By id of an argument's proxy or a captured tensor: what the function did first with the
+        # .grad it was called with, "read" or "written" (its incoming .grad matters only if read).
+        self._grad_events: dict[int, str] = {}
+        # Runtime floats read from outside the function, by id of their parameter (set by the
+        # runtime), and what decides a comparison of one in Python (see runtime/floats.py).
+        self.float_inputs: dict = {}
+        self.decider = None
 
     def location(self) -> str:
         line = user_line()
@@ -85,10 +92,7 @@ class Trace:
         Tensor, a numpy array or a Python number -- and the kinds of the parameters made for it,
         in order: "number"; or "leaf", then "grad" for a tensor that has a .grad."""
         if isinstance(value, numbers.Number):
-            dtype = int64 if isinstance(value, numbers.Integral) else float64
-            proxy = Tensor._make(self.parameter(name, TensorType((), dtype)), self, False)
-            proxy._weak = True  # a Python number: it does not widen float32 tensors
-            return proxy, ["number"]
+            return self.add_number(name, isinstance(value, numbers.Integral)), ["number"]
         requires_grad = isinstance(value, Tensor) and value.requires_grad
         proxy = Tensor._make(self.parameter(name, TensorType(value.shape, value.dtype)), self,
                              requires_grad, leaf=True)
@@ -103,6 +107,27 @@ class Trace:
         self._argument_entries.append((index, proxy, proxy._handle, None if grad is None
                                        else proxy._grad._handle))
         return proxy, kinds
+
+    def add_number(self, name: str, integral: bool) -> Tensor:
+        """The proxy of a Python number that is a runtime input: a 0-d int64 or float64 parameter
+        that does not widen float32 tensors, as the number would not."""
+        dtype = int64 if integral else float64
+        proxy = Tensor._make(self.parameter(name, TensorType((), dtype)), self, False)
+        proxy._weak = True
+        return proxy
+
+    def decided(self, value: Value) -> bool | None:
+        """The outcome of a traced bool the function needs in Python, where the runtime can take
+        it from a runtime float's value (see runtime/floats.py); None where it cannot."""
+        return None if self.decider is None else self.decider(value)
+
+    def note_grad(self, tensor: Tensor, event: str) -> None:
+        """`tensor` (an argument's proxy or a captured tensor) had its .grad "read" or "written"."""
+        self._grad_events.setdefault(id(tensor), event)
+
+    def grad_read(self, tensor: Tensor) -> bool:
+        """Whether the function read the .grad `tensor` had on entry (before writing one)."""
+        return self._grad_events.get(id(tensor)) == "read"
 
     def capture(self, tensor: Tensor, constant: bool = False) -> Value:
         """A tensor from outside the traced function (read from a closure, a global or an object's
@@ -137,26 +162,32 @@ class Trace:
             for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
                 setattr(captured.tensor, slot, value)
 
-    def writebacks(self, outputs: list, first_captured: int) -> tuple[list, list]:
+    def writebacks(self, outputs: list, first_captured: int) -> tuple[list, list, list]:
         """What the traced function changed of its arguments' tensors and arrays and of the
         tensors it captured (leaf indices from `first_captured` on, in order): (leaf index, "data"
-        | "grad", output index) of every value to write back, each appended to `outputs`, and the
-        leaves whose .grad it set to None."""
+        | "grad" | "new_grad", output index) of every value to write back, each appended to
+        `outputs` ("new_grad": a .grad the function set anew, without reading the one it was
+        called with); the leaves whose .grad it set to None; and the leaves whose incoming .grad
+        it did not read (whether they have one is no part of the signature)."""
         entries = self._argument_entries + [
             (first_captured + k, c.tensor, c.value, c.grad)
             for k, c in enumerate(self.captured) if not c.constant]
-        writebacks, cleared = [], []
+        writebacks, cleared, unread = [], [], []
         for index, tensor, original_data, original_grad in entries:
+            event = self._grad_events.get(id(tensor))
+            if event != "read":
+                unread.append(index)
             if tensor._handle is not original_data:
                 writebacks.append((index, "data", len(outputs)))
                 outputs.append(tensor._handle)
             if tensor._grad is None:
-                if original_grad is not None:
+                if original_grad is not None or event == "written":
                     cleared.append(index)
             elif tensor._grad._handle is not original_grad:
-                writebacks.append((index, "grad", len(outputs)))
+                writebacks.append((index, "new_grad" if event == "written" else "grad",
+                                   len(outputs)))
                 outputs.append(self.handle_of(tensor._grad))
-        return writebacks, cleared
+        return writebacks, cleared, unread
 
     def owns(self, tensor: Tensor) -> bool:
         """Whether `tensor` was made by this trace (or stands in it for an input)."""
@@ -169,10 +200,14 @@ class Trace:
 
     def grad_of(self, tensor: Tensor) -> "Tensor | None":
         """The traced .grad of an untraced `tensor` read inside the trace."""
-        return self.stand_in(tensor)._grad
+        tensor = self.stand_in(tensor)
+        self.note_grad(tensor, "read")
+        return tensor._grad
 
     def set_grad(self, tensor: Tensor, grad: "Tensor | None") -> None:
-        self.stand_in(tensor)._grad = grad
+        tensor = self.stand_in(tensor)
+        self.note_grad(tensor, "written")
+        tensor._grad = grad
 
     def stand_in(self, tensor: Tensor) -> Tensor:
         """What stands for `tensor` in this trace: an argument's proxy, or the tensor captured."""

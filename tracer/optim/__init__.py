@@ -1,4 +1,5 @@
-"""`tr.optim`: SGD, Adam and AdamW with PyTorch's update rules, in PyTorch's order of operations.
+"""`tr.optim`: SGD, Adam and AdamW with PyTorch's update rules, in PyTorch's order of operations
+(and `tr.optim.lr_scheduler`).
 
 The state (momentum buffers, moment estimates, the step count) is made of tensors when the
 optimizer is made and updated in place under no_grad, so that `opt.step()` inside a traced step
@@ -20,6 +21,9 @@ from tracer.backward import clear_grads
 from tracer.creation import zeros, zeros_like
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
+from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
 
 
 class Optimizer:
@@ -146,6 +150,8 @@ class SGD(Optimizer):
             grad = grad.add(parameter, alpha=group["weight_decay"])
         momentum = group["momentum"]
         if momentum != 0:
+            if "momentum_buffer" not in state:  # momentum set after the optimizer was made
+                state.update(self._initial_state(parameter, group))
             buffer, dampening = state["momentum_buffer"], group["dampening"]
             # PyTorch's first step sets the buffer to the gradient itself: from a zero buffer,
             # that is the update with no dampening.
