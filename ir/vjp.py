@@ -70,15 +70,14 @@ def _mul(b, g, z, inputs, needs, attributes):
     return [b.mul(g, y) if needs[0] else None, b.mul(g, x) if needs[1] else None]
 
 
-def _maximum_like(select_first: str):
-    # As PyTorch: ties split the gradient evenly between the operands.
+def _maximum_like(select_first: str, select_second: str):
+    # As PyTorch: ties split the gradient evenly between the operands, and an operand gets none
+    # only where the other one wins, so both get all of it where either is nan (the result).
     def rule(b, g, z, inputs, needs, attributes):
         x, y = inputs
-        tie = b.eq(x, y)
-        half = b.mul(g, 0.5)
-        first = b.op(select_first, x, y)
-        dx = b.select(tie, half, b.select(first, g, 0.0))
-        dy = b.select(tie, half, b.select(first, 0.0, g))
+        gradient = b.select(b.eq(x, y), b.mul(g, 0.5), g)
+        dx = b.select(b.op(select_second, x, y), 0.0, gradient)
+        dy = b.select(b.op(select_first, x, y), 0.0, gradient)
         return [dx, dy]
     return rule
 
@@ -182,7 +181,7 @@ def _table() -> dict[str, Callable[..., list]]:
         table[name] = lambda b, g, z, inputs, needs, attributes, _rule=rule: _rule(b, g, z, *inputs)
     table.update({
         "abs": _abs, "mul": _mul, "div": _div, "pow": _pow,
-        "maximum": _maximum_like("gt"), "minimum": _maximum_like("lt"),
+        "maximum": _maximum_like("gt", "lt"), "minimum": _maximum_like("lt", "gt"),
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,

@@ -13,7 +13,7 @@ import math
 from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
-from tracer.ops import erfc
+from tracer.ops import erfc, row_mean
 from tracer.ops import logsumexp as _logsumexp
 from tracer.random import default_generator
 from tracer.arithmetic import where
@@ -199,7 +199,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
         raise ShapeMismatchError(f"layer_norm over {list(normalized_shape)} for an input of shape "
                                  f"{list(input.shape)}: its last dimensions must match")
     dims = tuple(range(input.ndim - count, input.ndim))
-    centered = input - input.mean(dims, keepdim=True)
+    centered = input - row_mean(input, dims)
     variance = (centered * centered).mean(dims, keepdim=True)
     result = centered * (1.0 / (variance + eps).sqrt())
     if weight is not None:
