@@ -45,7 +45,7 @@ from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 # gather is a load at a computed index, so it fuses into loops like a layout change; a check is
 # computed in a loop over its whole operand.
 LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | CHECKS | {"gather"}
-EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
+EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt", "fmod"}) | REDUCE
 # An inline expression larger than this is stored once it has a second user.
 MAX_SHARED_EXPRESSION = 48
 # ... and stored whatever its users once it is this large (bounds code size).
@@ -53,7 +53,7 @@ MAX_EXPRESSION = 400
 # Rough size in LLVM instructions of one element of a primitive computed inline (the
 # transcendentals are inline polynomial code, templates/math.ll.j2); others count 1.
 CODE_COST = {"exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80, "pow": 150, "sqrt": 2,
-             "div": 2, "reduce_sum": 8, "reduce_max": 8,
+             "div": 2, "fmod": 20, "reduce_sum": 8, "reduce_max": 8,
              "reduce_min": 8}
 # Bounds on code size, in CODE_COST units, that keep compile time linear in the graph's size
 # (LLVM's optimizer is superlinear in the size of one loop body): an inline expression this large

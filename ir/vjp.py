@@ -65,6 +65,18 @@ def _pow(b, g, z, inputs, needs, attributes):
     return [dx, dy]
 
 
+def _fmod(b, g, z, inputs, needs, attributes):
+    # As PyTorch: d/dy is -g * trunc(x / y), trunc(q) = q - fmod(q, 1) (q itself if infinite)
+    x, y = inputs
+    dy = None
+    if needs[1]:
+        quotient = b.div(x, y)
+        fraction = b.binary("fmod", quotient, 1.0)
+        whole = b.select(b.op("ne", fraction, fraction), quotient, b.sub(quotient, fraction))
+        dy = b.neg(b.mul(g, whole))
+    return [g, dy]
+
+
 def _mul(b, g, z, inputs, needs, attributes):
     x, y = inputs
     return [b.mul(g, y) if needs[0] else None, b.mul(g, x) if needs[1] else None]
@@ -180,7 +192,7 @@ def _table() -> dict[str, Callable[..., list]]:
     for name, rule in simple.items():
         table[name] = lambda b, g, z, inputs, needs, attributes, _rule=rule: _rule(b, g, z, *inputs)
     table.update({
-        "abs": _abs, "mul": _mul, "div": _div, "pow": _pow,
+        "abs": _abs, "mul": _mul, "div": _div, "pow": _pow, "fmod": _fmod,
         "maximum": _maximum_like("gt", "lt"), "minimum": _maximum_like("lt", "gt"),
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,

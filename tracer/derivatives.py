@@ -14,6 +14,7 @@ reference interpreter.
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 from tracer.ir import types as irtypes
@@ -225,3 +226,60 @@ def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
     """x + value * tensor1 / tensor2, with PyTorch's gradients."""
     x, tensor1, tensor2 = promote(x, tensor1, tensor2)
     return _AddCDiv.apply(x, tensor1, tensor2, value)
+
+
+class _SiLU(Function):
+    @staticmethod
+    def forward(ctx, x):
+        sigmoid_x = 1.0 / (1.0 + (-x).exp())
+        ctx.save_for_backward(x, sigmoid_x)
+        return x * sigmoid_x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, sigmoid_x = ctx.saved_tensors
+        # silu_backward: finite at a large x, where x * (1 - sigmoid) is 0 (not x * grad = inf, times 0)
+        return grad_output * (sigmoid_x * (1 + x * (1 - sigmoid_x)))
+
+
+def silu(x: Tensor) -> Tensor:
+    return _SiLU.apply(x)
+
+
+_GELU_BETA = math.sqrt(2.0 / math.pi)  # PyTorch's kBeta of the tanh form
+_GELU_KAPPA = 0.044715
+_NORMAL_DENSITY = 1.0 / math.sqrt(2.0 * math.pi)  # kBeta of the erf form
+
+
+class _Gelu(Function):
+    """gelu's value as before, its gradient PyTorch's gelu_backward: dy * (cdf + x * pdf), and
+    for the tanh form its product in PyTorch's order, which stays finite where the composition's
+    autodiff multiplies the upstream gradient 0.5 * x * dy (inf at a large x) by 0."""
+
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.save_for_backward(x)
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            inner = _GELU_BETA * (x + _GELU_KAPPA * (x * x * x))
+            return 0.5 * x * (1.0 + inner.tanh())
+        # x/2 * erfc(-x/sqrt 2): accurate where 1 + erf(x/sqrt 2) would cancel
+        return 0.5 * x * (x * -math.sqrt(0.5)).erfc()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        if ctx.approximate == "tanh":
+            square = x * x
+            tanh_inner = (_GELU_BETA * (x + _GELU_KAPPA * (square * x))).tanh()
+            left_derivative = 0.5 * (1.0 + tanh_inner)
+            inner_derivative = _GELU_BETA * (1.0 + 3.0 * _GELU_KAPPA * square)
+            right_derivative = 0.5 * x * (1.0 - tanh_inner * tanh_inner) * inner_derivative
+            return grad_output * (left_derivative + right_derivative), None
+        cdf = 0.5 * (x * -math.sqrt(0.5)).erfc()
+        pdf = _NORMAL_DENSITY * (x * x * -0.5).exp()
+        return grad_output * (cdf + x * pdf), None
+
+
+def gelu(x: Tensor, approximate: str) -> Tensor:
+    return _Gelu.apply(x, approximate)

@@ -4,8 +4,9 @@ FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
-2**52 or 2**23), infinite or nan. floor_divide and remainder follow from it with PyTorch's sign
-conventions (rounding toward minus infinity; the remainder has the divisor's sign).
+2**52 or 2**23), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
+remainder (the fmod primitive) with its sign conventions (rounding toward minus infinity; the
+remainder has the divisor's sign).
 """
 from __future__ import annotations
 
@@ -48,11 +49,18 @@ def _is_eager_int_zero(divisor: Tensor) -> builtins.bool:
 
 def floor_divide(x, y) -> Tensor:
     """Division rounded toward minus infinity (Python's and PyTorch's `//`). Integers divide
-    through float64, exact while |x| < 2**52. Floats compute floor(x / y), which can differ from
-    PyTorch (which corrects the rounding of x / y through fmod) when x / y rounds to an integer."""
+    through float64, exact while |x| < 2**52. Floats as PyTorch's div_floor: from the exact
+    remainder fmod(x, y), (x - fmod) / y less one where the remainder's sign is not y's, and a
+    zero quotient with the sign of x / y."""
     x, y = promote(x, y)
     if irtypes.is_float(x.dtype):
-        return floor(x / y)
+        fraction = apply("fmod", [x, y])
+        quotient = (x - fraction) / y
+        quotient = where((fraction != 0) & ((y < 0) != (fraction < 0)), quotient - 1, quotient)
+        whole = floor(quotient)
+        whole = where(quotient - whole > 0.5, whole + 1, whole)
+        whole = where(quotient != 0, whole, (x / y) * 0.0)
+        return where(y == 0, x / y, whole).detach()
     if x.dtype == irtypes.bool_:
         raise ArgumentError("// is not defined on bool tensors; convert them with .long()")
     if _is_eager_int_zero(y):
@@ -63,11 +71,28 @@ def floor_divide(x, y) -> Tensor:
 
 
 def remainder(x, y) -> Tensor:
-    """x - floor_divide(x, y) * y: the sign of the divisor, as Python's and PyTorch's `%`."""
+    """The remainder with the divisor's sign (Python's and PyTorch's `%`): floats as PyTorch's,
+    fmod(x, y) plus y where the two signs differ; integers x - floor_divide(x, y) * y."""
     x, y = promote(x, y)
-    result = x - floor_divide(x, y) * y
+    result = _Remainder.apply(x, y) if irtypes.is_float(x.dtype) else x - floor_divide(x, y) * y
     result._weak = x._weak and y._weak
     return result
+
+
+class _Remainder(Function):
+    """Float remainder: fmod(x, y), plus y where their signs differ; PyTorch's gradient, -grad *
+    floor_divide(x, y) for y (nan at an infinite x, where fmod's -grad * trunc(x / y) is inf)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        fraction = apply("fmod", [x, y])
+        return where((fraction != 0) & ((y < 0) != (fraction < 0)), fraction + y, fraction)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        return grad_output, -grad_output * floor_divide(x, y)
 
 
 def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
