@@ -242,6 +242,7 @@ def _table() -> dict[str, Lowering]:
         "sin": _math("sin"), "cos": _math("cos"), "logical_not": _logical_not,
         "add": _arithmetic("fadd", "add"), "sub": _arithmetic("fsub", "sub"),
         "mul": _arithmetic("fmul", "mul"), "div": _arithmetic("fdiv", "sdiv"),
+        "fmod": _arithmetic("frem", "srem"),  # frem is C's fmod (a libm call)
         "pow": _pow, "maximum": _min_max("maximum", "smax"), "minimum": _min_max("minimum", "smin"),
         "logical_and": _logical("and"), "logical_or": _logical("or"),
         "select": _select, "cast": _cast,

@@ -19,7 +19,7 @@ CODE_COST: dict[str, int] = {
     "neg": 1, "abs": 1, "sign": 1, "logical_not": 1, "sqrt": 2,
     "exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80,
     # elementwise, binary and the rest
-    "add": 1, "sub": 1, "mul": 1, "div": 2, "pow": 150, "maximum": 1, "minimum": 1,
+    "add": 1, "sub": 1, "mul": 1, "div": 2, "fmod": 20, "pow": 150, "maximum": 1, "minimum": 1,
     "lt": 1, "le": 1, "gt": 1, "ge": 1, "eq": 1, "ne": 1, "logical_and": 1, "logical_or": 1,
     "select": 1, "cast": 1,
     # layout changes and sources: which element is read, not arithmetic

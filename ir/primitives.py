@@ -30,7 +30,9 @@ from tracer.ir.types import TensorType, as_dtype, bool_, int64, is_float
 
 UNARY_FLOAT = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos"})
 UNARY = UNARY_FLOAT | {"neg", "abs", "sign", "logical_not"}
-BINARY_ARITHMETIC = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
+# fmod is C's (the remainder of x / y truncated, with x's sign, exact): no composition of the
+# others computes it exactly where x / y overflows or underflows.
+BINARY_ARITHMETIC = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod"})
 COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 LOGICAL = frozenset({"logical_and", "logical_or"})
 BINARY = BINARY_ARITHMETIC | COMPARE | LOGICAL
@@ -115,8 +117,8 @@ def _binary(primitive: str, in_types: list[TensorType]) -> list[TensorType]:
         return [TensorType(shape, bool_)]
     if dtype == bool_:
         raise ShapeError(f"{primitive} does not take bool operands")
-    if primitive == "div" and not is_float(dtype):
-        raise ShapeError(f"div needs float operands, got {dtype}")
+    if primitive in ("div", "fmod") and not is_float(dtype):
+        raise ShapeError(f"{primitive} needs float operands, got {dtype}")
     return [TensorType(shape, dtype)]
 
 

@@ -114,6 +114,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
     "logical_not": np.logical_not,
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": _pow,
+    "fmod": np.fmod,
     "maximum": _maximum, "minimum": np.minimum,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal,

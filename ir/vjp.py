@@ -66,20 +66,31 @@ def _pow(b, g, z, inputs, needs, attributes):
     return [dx, dy]
 
 
+def _fmod(b, g, z, inputs, needs, attributes):
+    # As PyTorch: d/dy is -g * trunc(x / y), trunc(q) = q - fmod(q, 1) (q itself if infinite)
+    x, y = inputs
+    dy = None
+    if needs[1]:
+        quotient = b.div(x, y)
+        fraction = b.binary("fmod", quotient, 1.0)
+        whole = b.select(b.op("ne", fraction, fraction), quotient, b.sub(quotient, fraction))
+        dy = b.neg(b.mul(g, whole))
+    return [g, dy]
+
+
 def _mul(b, g, z, inputs, needs, attributes):
     x, y = inputs
     return [b.mul(g, y) if needs[0] else None, b.mul(g, x) if needs[1] else None]
 
 
-def _maximum_like(select_first: str):
-    # As PyTorch: ties split the gradient evenly between the operands.
+def _maximum_like(select_first: str, select_second: str):
+    # As PyTorch: ties split the gradient evenly between the operands, and an operand gets none
+    # only where the other one wins, so both get all of it where either is nan (the result).
     def rule(b, g, z, inputs, needs, attributes):
         x, y = inputs
-        tie = b.eq(x, y)
-        half = b.mul(g, 0.5)
-        first = b.op(select_first, x, y)
-        dx = b.select(tie, half, b.select(first, g, 0.0))
-        dy = b.select(tie, half, b.select(first, 0.0, g))
+        gradient = b.select(b.eq(x, y), b.mul(g, 0.5), g)
+        dx = b.select(b.op(select_second, x, y), 0.0, gradient)
+        dy = b.select(b.op(select_first, x, y), 0.0, gradient)
         return [dx, dy]
     return rule
 
@@ -193,8 +204,8 @@ def _table() -> dict[str, Callable[..., list]]:
     for name, rule in simple.items():
         table[name] = lambda b, g, z, inputs, needs, attributes, _rule=rule: _rule(b, g, z, *inputs)
     table.update({
-        "abs": _abs, "mul": _mul, "div": _div, "pow": _pow,
-        "maximum": _maximum_like("gt"), "minimum": _maximum_like("lt"),
+        "abs": _abs, "mul": _mul, "div": _div, "pow": _pow, "fmod": _fmod,
+        "maximum": _maximum_like("gt", "lt"), "minimum": _maximum_like("lt", "gt"),
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,
@@ -227,7 +238,8 @@ def _indices_of(data_operands: int) -> Callable[[list[bool]], tuple]:
 VALUES_READ: dict[str, Callable[[list[bool]], tuple]] = {
     **dict.fromkeys(NON_DIFFERENTIABLE, _reads(True)),
     **dict.fromkeys(LINEAR, _reads(False)),  # their gradient needs no value
-    **dict.fromkeys(("abs", "sign", "log", "sin", "cos", "maximum", "minimum"), _reads(True)),
+    **dict.fromkeys(("abs", "sign", "log", "sin", "cos", "maximum", "minimum", "fmod"),
+                    _reads(True)),
     **dict.fromkeys(("exp", "sqrt", "tanh"), _reads(False, True)),  # their result alone
     "select": lambda needs: ([True, False, False], False),  # the condition: where it goes
     "mul": _reads("other"), "matmul": _reads("other"),

@@ -78,8 +78,8 @@ KNOWN_RESTRICTIONS = {
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
-    "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, logsumexp, amin, "
-           "gelu, layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
+    "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, amin, "
+           "layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
 }
 # Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26. F3 is a documented
@@ -824,8 +824,7 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim", "call:var", "call:std",
-                         "call:logsumexp", "call:amin", "call:gelu", "call:layer_norm",
-                         "call:mse_loss"}
+                         "call:amin", "call:layer_norm", "call:mse_loss"}
 
 
 def _changed(op):

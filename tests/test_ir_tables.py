@@ -25,7 +25,7 @@ def test_primitive_set_is_the_documented_closed_set():
     # indices (+ gradient markers), and the one collective of data-parallel jobs (all_reduce).
     expected = {
         "neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos", "logical_not",
-        "add", "sub", "mul", "div", "pow", "maximum", "minimum",
+        "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",

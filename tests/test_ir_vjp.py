@@ -157,6 +157,9 @@ BINARY_CASES = {
     "pow": lambda rng, sx, sy: (positive(rng, sx), rng.uniform(-2.0, 2.0, sy)),
     "maximum": gapped_pair,
     "minimum": gapped_pair,
+    # x / y between two integers (fmod jumps where it is one): x near k + 1/2, |y| near 1
+    "fmod": lambda rng, sx, sy: (rng.integers(-2, 3, sx) + 0.5 + rng.uniform(-0.2, 0.2, sx),
+                                 rng.choice([-1.0, 1.0], sy) * rng.uniform(0.95, 1.05, sy)),
 }
 
 
@@ -475,6 +478,7 @@ EAGER_CASES = [
     ("pow", [positive, normal], {}, [(2, 1), (2, 3)]),
     ("maximum", [normal, normal], {}, [(2, 3), (1, 3)]),
     ("minimum", [normal, normal], {}, [(3, 1), (3, 2)]),
+    ("fmod", [normal, away_from_zero], {}, [(2, 3), (3,)]),
     ("broadcast", [normal], {"shape": (2, 3, 4)}, [(3, 1)]),
     ("reshape", [normal], {"shape": (3, 2)}, [(2, 3)]),
     ("transpose", [normal], {"permutation": (2, 0, 1)}, [(2, 3, 4)]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 
 from tracer.ir import types as irtypes
+from tracer import derivatives
 from tracer.context import is_grad_enabled
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.dtypes import (CATEGORY, DEFAULT_OF_CATEGORY, bool, float32, float64, is_scalar,
@@ -83,6 +84,8 @@ class ArithmeticMethods:
                                 "tensor or exponent")
         if is_scalar(exponent) and not irtypes.is_float(self.dtype) and not isinstance(exponent, int):
             return float_binary("pow", self, exponent)
+        if isinstance(exponent, numbers.Real) and irtypes.is_float(self.dtype):
+            return derivatives.scalar_power(self, exponent)  # PyTorch's pow(Tensor, Scalar)
         return binary("pow", self, exponent)
 
     def __rpow__(self, base):
@@ -140,7 +143,7 @@ class ArithmeticMethods:
     def cos(self): return self._unary_float("cos")
 
     def sigmoid(self):
-        return 1.0 / (1.0 + (-to_float(self)).exp())
+        return derivatives.sigmoid(self)
 
     def relu(self):
         # As PyTorch (threshold_backward): no gradient where x <= 0, so nan passes it; nan stays nan

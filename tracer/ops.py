@@ -4,8 +4,9 @@ FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
-2**52 or 2**23), infinite or nan. floor_divide and remainder follow from it with PyTorch's sign
-conventions (rounding toward minus infinity; the remainder has the divisor's sign).
+2**52 or 2**23), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
+remainder (the fmod primitive) with its sign conventions (rounding toward minus infinity; the
+remainder has the divisor's sign).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tracer.arithmetic import where
 from tracer.creation import full, iota
 from tracer.dimensions import normalize_dim, normalize_dims
 from tracer.dispatch import apply, as_tensor, promote, tensor_operand
+from tracer.derivatives import addcdiv, lerp, logsumexp, power_norm, safe_sqrt
 from tracer.dtypes import float32
 from tracer.tensor import Tensor
 
@@ -47,11 +49,18 @@ def _is_eager_int_zero(divisor: Tensor) -> builtins.bool:
 
 def floor_divide(x, y) -> Tensor:
     """Division rounded toward minus infinity (Python's and PyTorch's `//`). Integers divide
-    through float64, exact while |x| < 2**52. Floats compute floor(x / y), which can differ from
-    PyTorch (which corrects the rounding of x / y through fmod) when x / y rounds to an integer."""
+    through float64, exact while |x| < 2**52. Floats as PyTorch's div_floor: from the exact
+    remainder fmod(x, y), (x - fmod) / y less one where the remainder's sign is not y's, and a
+    zero quotient with the sign of x / y."""
     x, y = promote(x, y)
     if irtypes.is_float(x.dtype):
-        return floor(x / y)
+        fraction = apply("fmod", [x, y])
+        quotient = (x - fraction) / y
+        quotient = where((fraction != 0) & ((y < 0) != (fraction < 0)), quotient - 1, quotient)
+        whole = floor(quotient)
+        whole = where(quotient - whole > 0.5, whole + 1, whole)
+        whole = where(quotient != 0, whole, (x / y) * 0.0)
+        return where(y == 0, x / y, whole).detach()
     if x.dtype == irtypes.bool_:
         raise ArgumentError("// is not defined on bool tensors; convert them with .long()")
     if _is_eager_int_zero(y):
@@ -62,11 +71,28 @@ def floor_divide(x, y) -> Tensor:
 
 
 def remainder(x, y) -> Tensor:
-    """x - floor_divide(x, y) * y: the sign of the divisor, as Python's and PyTorch's `%`."""
+    """The remainder with the divisor's sign (Python's and PyTorch's `%`): floats as PyTorch's,
+    fmod(x, y) plus y where the two signs differ; integers x - floor_divide(x, y) * y."""
     x, y = promote(x, y)
-    result = x - floor_divide(x, y) * y
+    result = _Remainder.apply(x, y) if irtypes.is_float(x.dtype) else x - floor_divide(x, y) * y
     result._weak = x._weak and y._weak
     return result
+
+
+class _Remainder(Function):
+    """Float remainder: fmod(x, y), plus y where their signs differ; PyTorch's gradient, -grad *
+    floor_divide(x, y) for y (nan at an infinite x, where fmod's -grad * trunc(x / y) is inf)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        fraction = apply("fmod", [x, y])
+        return where((fraction != 0) & ((y < 0) != (fraction < 0)), fraction + y, fraction)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        return grad_output, -grad_output * floor_divide(x, y)
 
 
 def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
@@ -89,7 +115,7 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
     # The mean is taken as a constant on the gradient path, as PyTorch's var_backward does
     # (2 * g * (x - mean) / divisor: the mean's own gradient is zero in exact arithmetic), which
     # keeps the gradient finite-or-inf where the divisor is 0, as PyTorch's, rather than nan.
-    centered = x - x.mean(axes, keepdim=True).detach()
+    centered = x - row_mean(x, axes).detach()
     squares = (centered * centered).sum(axes, keepdim=keepdim)
     if divisor >= 0:  # (0, as PyTorch: inf or nan, and a nan gradient)
         return squares / divisor
@@ -97,6 +123,19 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
     # its gradient by the divisor itself (var_backward), so the gradient is finite.
     scaled = squares / divisor
     return (squares / 0.0 - scaled).detach() + scaled
+
+
+def row_mean(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The mean over `axes` (kept), exactly the value of a constant row, where sum / count rounds
+    (88.7 * 3 / 3 is not 88.7 in float32, 1e4 * 3 / 3 is off by 1e-3) and would leave a
+    layer_norm of the row, or its variance, at rounding noise amplified by 1 / sqrt(eps) instead
+    of 0 (PyTorch's Welford means are exact there). Its gradient is the mean's, 1 / count each."""
+    mean = x.mean(axes, keepdim=True)
+    if any(x.shape[a] == 0 for a in axes):
+        return mean
+    first = x[tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))].detach()
+    constant = ((x != first).to(x.dtype).sum(axes, keepdim=True) == 0) & (mean != first)
+    return mean + where(constant, first - mean.detach(), 0.0)
 
 
 class _CountOfNonzeros(Function):
@@ -136,13 +175,7 @@ class _VarianceWithoutDegreesOfFreedom(Function):
 def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         correction=None) -> Tensor:
     # (where the variance is 0 the gradient is 0, as PyTorch's, not 0 * inf = nan)
-    return _safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
-
-
-def _safe_sqrt(squares: Tensor) -> Tensor:
-    """sqrt whose gradient at 0 is 0 (PyTorch's norm backward), not inf * 0 = nan."""
-    zero = squares == 0
-    return where(zero, 0.0, where(zero, 1.0, squares).sqrt())
+    return safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor:
@@ -151,19 +184,12 @@ def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor
     if not irtypes.is_float(x.dtype):
         raise ArgumentError(f"norm needs a float tensor, got {x.dtype}")
     if p in ("fro", 2, 2.0):
-        return _safe_sqrt((x * x).sum(dim, keepdim=keepdim))
+        return safe_sqrt((x * x).sum(dim, keepdim=keepdim))
     if not isinstance(p, numbers.Real):
         raise ArgumentError(f"norm: p must be a number or 'fro', got {p!r}")
-    magnitude = x.abs()
-    if p == float("inf"):
-        return amax(magnitude, dim, keepdim)
-    if p == float("-inf"):
-        return amin(magnitude, dim, keepdim)
     if p == 0:
         return _CountOfNonzeros.apply(x, dim, keepdim)
-    if p == 1:
-        return magnitude.sum(dim, keepdim=keepdim)
-    return (magnitude ** p).sum(dim, keepdim=keepdim) ** (1.0 / p)
+    return power_norm(x, p, dim, keepdim)
 
 
 def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
@@ -175,18 +201,6 @@ def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
 
 def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
     return -amax(-x, dim, keepdim)
-
-
-def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
-    """log(sum(exp(x))) over `dim`, computed around the maximum so that exp cannot overflow; an
-    infinite maximum (all -inf, or some +inf) is not subtracted, as in PyTorch; over an empty
-    dimension (no maximum) the shift is 0 and the result log(0) = -inf, as in PyTorch."""
-    if not irtypes.is_float(x.dtype):
-        x = x.to(float32)
-    shift = (amax(x, dim, keepdim=True) if x.numel() else x.sum(dim, keepdim=True)).detach()
-    shift = where(shift.abs() == float("inf"), 0.0, shift)
-    total = (x - shift).exp().sum(dim, keepdim=keepdim).log()
-    return total + shift.reshape(total.shape)
 
 
 def _triangle(x: Tensor, diagonal: int, lower: builtins.bool) -> Tensor:
@@ -264,21 +278,6 @@ def bmm(x: Tensor, y) -> Tensor:
 def addcmul(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
     """x + value * tensor1 * tensor2 (PyTorch's order of operations)."""
     return x + (as_tensor(tensor1) * value) * tensor2
-
-
-def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
-    """x + value * tensor1 / tensor2 (PyTorch's order of operations)."""
-    return x + (as_tensor(tensor1) * value) / tensor2
-
-
-def lerp(x: Tensor, end, weight) -> Tensor:
-    """x + weight * (end - x), computed from the nearer end as PyTorch does (exact at weight 1)."""
-    if isinstance(weight, numbers.Number) and not isinstance(weight, Tensor):
-        if abs(weight) < 0.5:
-            return x + weight * (end - x)
-        return end - (end - x) * (1 - weight)
-    weight = as_tensor(weight)
-    return where(weight.abs() < 0.5, x + weight * (end - x), end - (end - x) * (1 - weight))
 
 
 # erfc(z) for z >= 0 is t * exp(-z*z + P(t)) with t = 2 / (2 + z) (Numerical Recipes' form), P a

@@ -10,6 +10,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota, zeros
+from tracer.derivatives import evenly_distributed
 from tracer.dimensions import as_dim, dim_or_axis, normalize_dim, normalize_dims
 from tracer.dispatch import apply
 from tracer.dtypes import bool, int64
@@ -63,7 +64,7 @@ class ReductionMethods:
 
     def _extremum(self, reduction: str, dim, keepdim: builtins.bool):
         if dim is None:
-            return apply(reduction, [self], axes=tuple(range(self.ndim)))
+            return evenly_distributed(self, reduction)
         axis = normalize_dim(as_dim(dim), self.ndim)
         if self.ndim == 0:
             return MaxResult(self, zeros((), dtype=int64))

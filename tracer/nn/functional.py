@@ -8,12 +8,12 @@ and index_select refuse them, where indexing `x[i]` counts them from the end).
 from __future__ import annotations
 
 import builtins
-import math
 
 from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
-from tracer.ops import erfc
+from tracer import derivatives
+from tracer.ops import row_mean
 from tracer.ops import logsumexp as _logsumexp
 from tracer.random import default_generator
 from tracer.arithmetic import where
@@ -31,17 +31,15 @@ def relu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x): with `approximate="none"` through erfc (written x/2 * erfc(-x/sqrt 2), which
-    stays accurate where 1 + erf(x/sqrt 2) would cancel), with "tanh" PyTorch's tanh form."""
-    if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
-        return 0.5 * input * (1.0 + inner.tanh())
-    if approximate != "none":
+    stays accurate where 1 + erf(x/sqrt 2) would cancel), with "tanh" PyTorch's tanh form; the
+    gradient is PyTorch's (tracer/derivatives.py)."""
+    if approximate not in ("none", "tanh"):
         raise ArgumentError(f"gelu: approximate is 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * input * erfc(input * -math.sqrt(0.5))
+    return derivatives.gelu(input, approximate)
 
 
 def silu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
-    result = input * input.sigmoid()
+    result = derivatives.silu(input)
     return input.copy_(result) if inplace else result
 
 
@@ -199,7 +197,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
         raise ShapeMismatchError(f"layer_norm over {list(normalized_shape)} for an input of shape "
                                  f"{list(input.shape)}: its last dimensions must match")
     dims = tuple(range(input.ndim - count, input.ndim))
-    centered = input - input.mean(dims, keepdim=True)
+    centered = input - row_mean(input, dims)
     variance = (centered * centered).mean(dims, keepdim=True)
     result = centered * (1.0 / (variance + eps).sqrt())
     if weight is not None:

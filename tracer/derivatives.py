@@ -1,0 +1,285 @@
+"""Functions whose gradient is PyTorch's formula (derivatives.yaml, FunctionsManual.cpp) rather
+than the autodiff of their composition.
+
+Differentiated step by step, a composition passes its gradient through every intermediate, and
+an intermediate that overflows where the result does not turns the gradient into nan: sigmoid as
+1 / (1 + exp(-x)) at x = -100 has exp(100) = inf in float32 and a gradient 0 * inf = nan, where
+PyTorch's sigmoid_backward, grad * (1 - y) * y from the saved result, gives 0. So do the branch
+not taken by a `where` (its gradient 0 times an infinite factor) and a power at 0 whose exponent
+is below 1. Each Function here computes its value as before and its gradient by PyTorch's formula,
+with NaN exactly where PyTorch's has NaN; tests/test_extreme_inputs.py checks each against
+PyTorch at ±0, subnormals, ±inf, nan and the overflow thresholds, eagerly, traced and in the
+reference interpreter.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+
+from tracer.ir import types as irtypes
+from tracer import arithmetic  # (arithmetic imports this module: names are read at call time)
+from tracer.dimensions import normalize_dims
+from tracer.dispatch import apply, as_tensor, promote
+from tracer.function import Function
+from tracer.tensor import Tensor
+
+
+def _where(condition: Tensor, x, y) -> Tensor:
+    return arithmetic.where(condition, x, y)
+
+
+class _Sigmoid(Function):
+    @staticmethod
+    def forward(ctx, x):
+        result = 1.0 / (1.0 + (-x).exp())  # 0 where exp(-x) overflows, as PyTorch's
+        ctx.save_for_backward(result)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (result,) = ctx.saved_tensors
+        return grad_output * (1.0 - result) * result  # sigmoid_backward
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _Sigmoid.apply(arithmetic.to_float(x))
+
+
+def power_value(x: Tensor, exponent: float) -> Tensor:
+    """x ** exponent for a Python number, as PyTorch's pow(Tensor, Scalar) computes it: ±0.5 are
+    sqrt and 1 / sqrt (so (-0) ** -0.5 = -inf and (-inf) ** ±0.5 = nan, where C99's pow gives
+    +inf, and +inf or 0), every other exponent the pow primitive."""
+    if exponent == 0.5:
+        return x.sqrt()
+    if exponent == -0.5:
+        return 1.0 / x.sqrt()
+    return apply("pow", [x, as_tensor(exponent, x.dtype)])
+
+
+class _ScalarPower(Function):
+    @staticmethod
+    def forward(ctx, x, exponent):
+        ctx.save_for_backward(x)
+        ctx.exponent = exponent
+        return power_value(x, exponent)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        if ctx.exponent == 0:
+            return grad_output * 0.0, None
+        # pow_backward: grad * (exponent * x ** (exponent - 1)), that power PyTorch's too
+        return grad_output * (power_value(x, ctx.exponent - 1) * ctx.exponent), None
+
+
+def scalar_power(x: Tensor, exponent: float) -> Tensor:
+    """A float tensor to a Python number's power, with PyTorch's value and gradient."""
+    return _ScalarPower.apply(x, float(exponent))
+
+
+class _LogSumExp(Function):
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        # around the maximum so that exp cannot overflow; an infinite maximum (all -inf, or some
+        # +inf) is not subtracted, as in PyTorch; over an empty dimension (no maximum) the shift
+        # is 0 and the result log(0) = -inf, as in PyTorch
+        shift = apply("reduce_max", [x], axes=axes)._keep(axes, x.shape) if x.numel() else (
+            x.sum(axes, keepdim=True))
+        shift = _where(shift.abs() == float("inf"), 0.0, shift)
+        kept = (x - shift).exp().sum(axes, keepdim=True).log() + shift
+        ctx.save_for_backward(x, kept)
+        return kept if keepdim else kept.reshape(tuple(
+            d for i, d in enumerate(x.shape) if i not in axes))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, kept = ctx.saved_tensors
+        # logsumexp_backward: grad * exp(x - result), 0 where the result is +inf and x finite
+        return grad_output.reshape(kept.shape) * (x - kept).exp(), None, None
+
+
+def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
+    """log(sum(exp(x))) over `dim`, computed around the maximum (see _LogSumExp)."""
+    if not irtypes.is_float(x.dtype):
+        x = x.to(irtypes.float32)
+    axes = normalize_dims(dim, x.ndim)
+    if not axes:
+        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False)
+    return _LogSumExp.apply(x, axes, keepdim)
+
+
+class _EvenlyDistributed(Function):
+    """max() or min() of all elements: the gradient shared evenly between the elements equal to
+    the result, and a nan result's between the nans (evenly_distribute_backward)."""
+
+    @staticmethod
+    def forward(ctx, x, reduction):
+        result = apply(reduction, [x], axes=tuple(range(x.ndim)))
+        ctx.save_for_backward(x, result)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, result = ctx.saved_tensors
+        hit = (x == result) | ((x != x) & (result != result))
+        mask = hit.to(x.dtype)
+        return mask * (grad_output / mask.sum()), None
+
+
+def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
+    return _EvenlyDistributed.apply(x, reduction)
+
+
+def safe_sqrt(squares: Tensor) -> Tensor:
+    """sqrt whose gradient at 0 is 0 (PyTorch's norm backward), not inf * 0 = nan."""
+    zero = squares == 0
+    return _where(zero, 0.0, _where(zero, 1.0, squares).sqrt())
+
+
+class _PowerNorm(Function):
+    """The p-norm for p other than 0 and 2, with norm_backward's gradient for that p."""
+
+    @staticmethod
+    def forward(ctx, x, p, dim, keepdim):
+        axes = normalize_dims(dim, x.ndim)
+        magnitude = x.abs()
+        if p == float("inf"):
+            norm = apply("reduce_max", [magnitude], axes=axes) if axes else magnitude
+        elif p == float("-inf"):
+            norm = apply("reduce_min", [magnitude], axes=axes) if axes else magnitude
+        elif p == 1:
+            norm = magnitude.sum(axes)
+        else:
+            norm = power_value(power_value(magnitude, p).sum(axes), 1.0 / p)
+        kept = norm._keep(axes, x.shape)
+        ctx.save_for_backward(x, kept)
+        ctx.p, ctx.axes = p, axes
+        return kept if keepdim else norm
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, norm = ctx.saved_tensors
+        p, axes = ctx.p, ctx.axes
+        grad = grad_output.reshape(norm.shape)
+        sign = x.sign()
+        if p == 1:
+            return sign * grad, None, None, None
+        if p in (float("inf"), float("-inf")):
+            magnitude = x.abs()
+            mask = ((magnitude == norm) | (magnitude != magnitude)).to(x.dtype)
+            count = mask.sum(axes, keepdim=True) if axes else mask
+            return sign * ((grad / count) * mask), None, None, None
+        if p < 1:
+            scaled = sign * _where(x == 0, 0.0, power_value(x.abs(), p - 1))
+            return scaled * grad * power_value(norm, 1 - p), None, None, None
+        scaled = sign * power_value(x.abs(), p - 1) if p < 2 else x * power_value(x.abs(), p - 2)
+        scale = _where(norm == 0, 0.0, grad / power_value(norm, p - 1))
+        return scaled * scale, None, None, None
+
+
+def power_norm(x: Tensor, p, dim, keepdim: builtins.bool) -> Tensor:
+    return _PowerNorm.apply(x, float(p), dim, keepdim)
+
+
+class _Lerp(Function):
+    """lerp with a tensor weight, from the nearer end (exact at weight 1) as PyTorch computes it;
+    the gradient is PyTorch's, not the autodiff of `where`, whose branch not taken would give
+    0 * inf = nan at an infinite weight."""
+
+    @staticmethod
+    def forward(ctx, x, end, weight):
+        ctx.save_for_backward(x, end, weight)
+        return _where(weight.abs() < 0.5, x + weight * (end - x), end - (end - x) * (1 - weight))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, end, weight = ctx.saved_tensors
+        return grad_output * (1 - weight), grad_output * weight, grad_output * (end - x)
+
+
+def lerp(x: Tensor, end, weight) -> Tensor:
+    """x + weight * (end - x), computed from the nearer end as PyTorch does (exact at weight 1)."""
+    if isinstance(weight, numbers.Number) and not isinstance(weight, Tensor):
+        if abs(weight) < 0.5:
+            return x + weight * (end - x)
+        return end - (end - x) * (1 - weight)
+    x, end, weight = promote(x, end, weight)
+    return _Lerp.apply(x, end, weight)
+
+
+class _AddCDiv(Function):
+    @staticmethod
+    def forward(ctx, x, tensor1, tensor2, value):
+        ctx.save_for_backward(tensor1, tensor2)
+        ctx.value = value
+        return x + (tensor1 * value) / tensor2  # PyTorch's order of operations
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        tensor1, tensor2, value = *ctx.saved_tensors, ctx.value
+        return (grad_output, grad_output * (value / tensor2),
+                -grad_output * (value * tensor1 / (tensor2 * tensor2)), None)
+
+
+def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
+    """x + value * tensor1 / tensor2, with PyTorch's gradients."""
+    x, tensor1, tensor2 = promote(x, tensor1, tensor2)
+    return _AddCDiv.apply(x, tensor1, tensor2, value)
+
+
+class _SiLU(Function):
+    @staticmethod
+    def forward(ctx, x):
+        sigmoid_x = 1.0 / (1.0 + (-x).exp())
+        ctx.save_for_backward(x, sigmoid_x)
+        return x * sigmoid_x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, sigmoid_x = ctx.saved_tensors
+        # silu_backward: finite at a large x, where x * (1 - sigmoid) is 0 (not x * grad = inf, times 0)
+        return grad_output * (sigmoid_x * (1 + x * (1 - sigmoid_x)))
+
+
+def silu(x: Tensor) -> Tensor:
+    return _SiLU.apply(x)
+
+
+_GELU_BETA = math.sqrt(2.0 / math.pi)  # PyTorch's kBeta of the tanh form
+_GELU_KAPPA = 0.044715
+_NORMAL_DENSITY = 1.0 / math.sqrt(2.0 * math.pi)  # kBeta of the erf form
+
+
+class _Gelu(Function):
+    """gelu's value as before, its gradient PyTorch's gelu_backward: dy * (cdf + x * pdf), and
+    for the tanh form its product in PyTorch's order, which stays finite where the composition's
+    autodiff multiplies the upstream gradient 0.5 * x * dy (inf at a large x) by 0."""
+
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.save_for_backward(x)
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            inner = _GELU_BETA * (x + _GELU_KAPPA * (x * x * x))
+            return 0.5 * x * (1.0 + inner.tanh())
+        # x/2 * erfc(-x/sqrt 2): accurate where 1 + erf(x/sqrt 2) would cancel
+        return 0.5 * x * (x * -math.sqrt(0.5)).erfc()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        if ctx.approximate == "tanh":
+            square = x * x
+            tanh_inner = (_GELU_BETA * (x + _GELU_KAPPA * (square * x))).tanh()
+            left_derivative = 0.5 * (1.0 + tanh_inner)
+            inner_derivative = _GELU_BETA * (1.0 + 3.0 * _GELU_KAPPA * square)
+            right_derivative = 0.5 * x * (1.0 - tanh_inner * tanh_inner) * inner_derivative
+            return grad_output * (left_derivative + right_derivative), None
+        cdf = 0.5 * (x * -math.sqrt(0.5)).erfc()
+        pdf = _NORMAL_DENSITY * (x * x * -0.5).exp()
+        return grad_output * (cdf + x * pdf), None
+
+
+def gelu(x: Tensor, approximate: str) -> Tensor:
+    return _Gelu.apply(x, approximate)
