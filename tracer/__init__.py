@@ -13,6 +13,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
     __path__.append(_ROOT)
 from tracer.tensor import Tensor
 from tracer import methods as _methods  # gives Tensor its operations, before anything uses them
+from tracer.device import device
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
