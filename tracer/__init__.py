@@ -30,6 +30,8 @@ from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_lik
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
+from tracer.serialization import load, save
+from tracer import serialization
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)

@@ -14,6 +14,7 @@ from tracer.inplace import InPlaceMethods
 from tracer.layout import LayoutMethods
 from tracer.reductions import ReductionMethods
 from tracer.rounding import RoundingMethods
+from tracer.serialization import PickleMethods
 from tracer.tensor import Tensor, add_methods
 
 
@@ -46,5 +47,6 @@ class IndexMethods:
 
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
-               InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods):
+               InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods,
+               PickleMethods):
     add_methods(_group)

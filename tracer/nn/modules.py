@@ -12,7 +12,7 @@ from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
 from tracer.backward import clear_grads
 from tracer.creation import ones, rand, randn, zeros
-from tracer.dispatch import as_tensor
+from tracer.interop import loaded_tensor
 from tracer.dtypes import as_dtype, float32
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
@@ -170,18 +170,16 @@ class Module:
         if strict and (missing or unexpected):
             raise ArgumentError(f"load_state_dict: missing keys {missing}, unexpected keys "
                                 f"{unexpected}")
-        for name, target in own.items():
-            if name not in state_dict:
-                continue
-            value = state_dict[name]
-            shape = tuple(getattr(value, "shape", ()))
-            if shape != target.shape:
-                raise ShapeMismatchError(f"load_state_dict: {name} has shape {list(shape)} here "
-                                         f"and {list(target.shape)} in the module")
-        for name, target in own.items():
-            if name in state_dict:
-                with no_grad():
-                    target.copy_(as_tensor(state_dict[name], accept_data=True))
+        # every value checked before any is copied: a refused load leaves the module as it was
+        sources = {name: loaded_tensor(state_dict[name], f"load_state_dict: {name}")
+                   for name in own if name in state_dict}
+        for name, source in sources.items():
+            if source.shape != own[name].shape:
+                raise ShapeMismatchError(f"load_state_dict: {name} has shape {list(source.shape)} "
+                                         f"here and {list(own[name].shape)} in the module")
+        with no_grad():
+            for name, source in sources.items():
+                own[name].copy_(source)
         return missing, unexpected
 
     def train(self, mode: builtins.bool = True) -> Module:
