@@ -12,6 +12,7 @@ from tracer.gathering import gather, index_add, index_select, take_along_dim
 from tracer.indexing import getitem, setitem
 from tracer.inplace import InPlaceMethods
 from tracer.layout import LayoutMethods
+from tracer.random import RandomMethods
 from tracer.reductions import ReductionMethods
 from tracer.rounding import RoundingMethods
 from tracer.serialization import PickleMethods
@@ -48,5 +49,5 @@ class IndexMethods:
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
                InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods,
-               PickleMethods):
+               PickleMethods, RandomMethods):
     add_methods(_group)
