@@ -1,8 +1,8 @@
 """`tr.nn`: PyTorch's Module, Parameter and layers; `tr.nn.functional` holds the functions."""
-from tracer.nn import functional, init
+from tracer.nn import functional, init, utils
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.modules import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, Parameter, ReLU,
                                SiLU, Tanh)
 
-__all__ = ["functional", "init", "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout",
+__all__ = ["functional", "init", "utils", "Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout",
            "Sequential", "ModuleList", "ModuleDict", "ReLU", "GELU", "SiLU", "Tanh"]
