@@ -16,6 +16,7 @@ from tracer.random import RandomMethods
 from tracer.reductions import ReductionMethods
 from tracer.rounding import RoundingMethods
 from tracer.serialization import PickleMethods
+from tracer.sorting import SortingMethods
 from tracer.tensor import Tensor, add_methods
 
 
@@ -49,5 +50,5 @@ class IndexMethods:
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
                InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods,
-               PickleMethods, RandomMethods):
+               PickleMethods, RandomMethods, SortingMethods):
     add_methods(_group)
