@@ -20,6 +20,7 @@ from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, Functi
                            ShapeMismatchError, TracerError, TracerWarning, TracingError)
 from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
 from tracer.functional import FUNCTIONS, cat, stack
+from tracer.einsum import einsum
 from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck
 from tracer.interop import from_dlpack
