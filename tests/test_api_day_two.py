@@ -138,3 +138,13 @@ def test_a_wrong_argument_count_names_tensor_not_an_internal_class(name):
     if "positional argument" in message:
         called = message.split("()")[0]
         assert called.startswith("Tensor.") or called.isidentifier(), message
+
+
+def test_a_module_moves_to_the_cpu_and_converts_as_pytorchs():
+    model = tr.nn.Linear(3, 2)
+    assert model.to("cpu") is model and model.cpu() is model
+    assert model.to(tr.device("cpu")).weight.dtype == tr.float32
+    assert model.to("cpu", tr.float64).weight.dtype == tr.float64
+    assert model.to(device="cpu", dtype=tr.float32).bias.dtype == tr.float32
+    with pytest.raises(tr.ArgumentError, match="CPU"):
+        model.to("cuda:0")

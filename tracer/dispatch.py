@@ -132,7 +132,7 @@ def promote(*operands) -> list[Tensor]:
     return results
 
 
-def _conversion_arguments(args, dtype, device, copy):
+def conversion_arguments(args, dtype, device, copy):
     """(dtype, device, copy) from the positional and keyword arguments of `Tensor.to`."""
     args = list(args)
     if args and isinstance(args[0], Tensor):
@@ -162,7 +162,7 @@ class DispatchMethods:
         """PyTorch's forms: `to(dtype)`, `to(device, dtype=None)`, `to(other_tensor)`, each with
         `non_blocking` and `copy` after; the device can only be the CPU. `self` itself when
         nothing changes, unless `copy`."""
-        dtype, device, copy = _conversion_arguments(args, dtype, device, copy)
+        dtype, device, copy = conversion_arguments(args, dtype, device, copy)
         check_device(device)
         dtype = self.dtype if dtype is None else as_dtype(dtype)
         if dtype == self.dtype:

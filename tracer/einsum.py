@@ -113,8 +113,9 @@ def einsum(equation: str, *operands) -> Tensor:
     if not operands or not all(isinstance(x, Tensor) for x in operands):
         raise ArgumentError("einsum takes an equation and one or more tensors")
     if len({x.dtype for x in operands}) > 1:
-        raise ArgumentError(f"einsum operands have dtypes {sorted({str(x.dtype) for x in operands})}"
-                            f"; convert them to one (.to(...)), as PyTorch requires")
+        dtypes = sorted({str(x.dtype) for x in operands})
+        raise ArgumentError(f"einsum operands have dtypes {dtypes}; convert them to one "
+                            f"(.to(...)), as PyTorch requires")
     operand_labels, output_labels = _terms(equation, operands)
     sizes: dict[str, int] = {}
     for x, labels in zip(operands, operand_labels):

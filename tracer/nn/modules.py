@@ -13,6 +13,8 @@ from tracer.nn import functional as F
 from tracer.backward import clear_grads
 from tracer.creation import ones, rand, randn, zeros
 from tracer.interop import loaded_tensor
+from tracer.device import check_device
+from tracer.dispatch import conversion_arguments
 from tracer.dtypes import as_dtype, float32
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
@@ -198,8 +200,17 @@ class Module:
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
         clear_grads(self.parameters(), set_to_none)
 
-    def to(self, dtype) -> Module:
-        """Convert every parameter and buffer to `dtype` (new Parameters: make optimizers after)."""
+    def to(self, *args, **kwargs) -> Module:
+        """Convert every parameter and buffer to a dtype (new Parameters: make optimizers after),
+        given as Tensor.to takes it; a device can only be the CPU, where they are."""
+        dtype, device, _ = conversion_arguments(args, kwargs.pop("dtype", None),
+                                                kwargs.pop("device", None), False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise ArgumentError(f"Module.to got unexpected keywords {sorted(kwargs)}")
+        check_device(device)
+        if dtype is None:
+            return self
         dtype = as_dtype(dtype)
         for module in self.modules():
             for name, parameter in module._parameters.items():
@@ -209,6 +220,9 @@ class Module:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = buffer.to(dtype)
+        return self
+
+    def cpu(self) -> Module:
         return self
 
     def double(self) -> Module:
