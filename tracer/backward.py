@@ -79,6 +79,18 @@ def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor
             if grad is not None]
 
 
+# Callbacks to run once when the next `.backward()` has filled every `.grad` (PyTorch's
+# `Variable._execution_engine.queue_callback`): DistributedDataParallel averages gradients there.
+_after_backward: list = []
+
+
+def after_backward(callback) -> None:
+    """Run `callback()` once, right after the next `.backward()` (eager or traced) has
+    accumulated its gradients; queuing the same callback again before then runs it once."""
+    if not any(callback == queued for queued in _after_backward):
+        _after_backward.append(callback)
+
+
 def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Tensor) -> None:
     """Add `gradient` (eagerly an array from the tape, traced a tensor of the leaf's trace) into
     `leaf.grad`, or make it `leaf.grad` if there is none: the one place where backward() writes
@@ -121,6 +133,8 @@ class BackwardMethods:
                                      retain_graph=retain_graph)
         for leaf, value in gradients:
             accumulate_grad(leaf, value)
+        while _after_backward:
+            _after_backward.pop(0)()
 
 
 def clear_grads(tensors: Iterable[Tensor], set_to_none: bool = True) -> None:
