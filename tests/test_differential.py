@@ -359,6 +359,11 @@ CALLS = {
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
     **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
         x, *args, **kwargs) for name in FUNCTIONAL},
+    # the values of the stable sort (PyTorch's unstable one may order ties otherwise, and send
+    # their gradients to other positions)
+    "sort": lambda B, x, dim, descending: x.sort(dim=dim, descending=descending,
+                                                 stable=True)[0],
+    "einsum": lambda B, x, equation, *others: B.m.einsum(equation, x, *others),
 }
 
 
@@ -424,6 +429,8 @@ def execute(B: Backend, program: Program, args: list) -> list:
                 out = x.expand(*param)
             elif how == "expand_as":
                 out = x.expand_as(values[param])
+            elif how == "flatten":
+                out = x.flatten(*param)
             elif how == "index":
                 out = x[_index(param)]
             else:
@@ -824,7 +831,8 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim", "call:var", "call:std",
-                         "call:amin", "call:layer_norm", "call:mse_loss"}
+                         "call:amin", "call:layer_norm", "call:mse_loss",
+                         "call:einsum"}
 
 
 def _changed(op):
@@ -977,7 +985,7 @@ class Generator:
         kind = self.choice(["unary", "unary", "scalar", "binary", "binary", "reduce", "matmul",
                             "layout", "layout", "index", "setitem", "inplace", "where3",
                             "linear", "take", "index_put", "gather", "index_add", "masked_fill",
-                            "statistic", "triangle", "functional", "functional"])
+                            "statistic", "triangle", "functional", "functional", "day_two"])
         getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -1090,7 +1098,7 @@ class Generator:
         shape = v.shape
         rank = len(shape)
         how = self.choice(["t", "transpose", "permute", "reshape", "view", "unsqueeze",
-                           "squeeze", "expand", "expand_as"])
+                           "squeeze", "expand", "expand_as", "flatten"])
         contiguous = False
         if how == "t" and rank <= 2:
             param, out = None, shape[::-1]
@@ -1132,6 +1140,15 @@ class Generator:
                               else t for k, (d, t) in enumerate(
                                   zip((None,) * (len(target) - rank) + shape, target)))
             out = target
+        elif how == "flatten":
+            start = self.integer(-max(rank, 1), max(rank, 1) - 1)
+            end = self.integer(start % max(rank, 1), max(rank, 1) - 1) - (
+                max(rank, 1) if self.integer(0, 1) else 0)
+            param = (start, end)
+            out = np.empty(shape).reshape(-1).shape if not rank else (
+                shape[:start % rank] + (int(np.prod(shape[start % rank:end % rank + 1])),)
+                + shape[end % rank + 1:])
+            contiguous = v.contiguous
         else:
             return self.op_unary()
         self.emit(("layout", how, i, param), Value(tuple(out), v.dtype, v.requires_grad, False,
@@ -1513,6 +1530,40 @@ class Generator:
         self.emit(("call", how, i, args, kwargs),
                   Value(tuple(out), dtype, any(self.values[k].requires_grad for k in operands),
                         True, False))
+
+    def op_day_two(self):
+        """sort (values), round, repeat and einsum (a contraction with a new operand, or a
+        permutation with a sum)."""
+        i = self.pick()
+        v = self.values[i]
+        rank = len(v.shape)
+        how = self.choice(["sort", "round", "repeat", "einsum", "einsum"])
+        out, others, kwargs = v.shape, [], {}
+        if how == "sort":
+            args = (self.integer(-max(rank, 1), max(rank, 1) - 1), bool(self.integer(0, 1)))
+        elif how == "round":  # (PyTorch takes decimals as a keyword only)
+            args, kwargs = (), {"decimals": self.choice([0, 0, 1, -1])}
+        elif how == "repeat":
+            args = tuple(self.choice([1, 2, 3, 0]) for _ in range(rank + self.integer(0, 1)))
+            args = args or (2,)
+            padded = (1,) * (len(args) - rank) + v.shape
+            out = tuple(r * d for r, d in zip(args, padded))
+        elif rank and self.integer(0, 1):
+            letters = "abcd"[:rank]
+            partner = (v.shape[-1], self.choice(DIMS))
+            j = self.pick(lambda u: u.shape == partner, fresh_shape=partner)
+            others = [j]
+            args = (f"{letters},{letters[-1]}z->{letters[:-1]}z", ("value", j))
+            out = v.shape[:-1] + (partner[1],)
+        else:
+            letters = "abcd"[:rank]
+            kept = letters[1:][::-1]
+            args = (f"{letters}->{kept}",)
+            out = tuple(v.shape[letters.index(c)] for c in kept)
+        operands = [v] + [self.values[j] for j in others]
+        self.emit(("call", how, i, args, kwargs),
+                  Value(tuple(out), self.result_type(*operands),
+                        any(u.requires_grad for u in operands), True, True))
 
 
 @st.composite

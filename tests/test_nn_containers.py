@@ -31,6 +31,10 @@ def build(library):
     names.append(list(model.state_dict()))
     names.append(["c" in heads, "z" in heads, len(layers), len(model.body),
                   type(model.body[0:2]).__name__])
+    joined = layers + library.ModuleList([library.Flatten(), library.Identity()])
+    popped = [type(joined.pop(1)).__name__, type(joined.pop(-1)).__name__,
+              type(heads.pop("b")).__name__]
+    names.append(popped + [n for n, _ in joined.named_parameters()] + list(heads.keys()))
     return names
 
 

@@ -71,3 +71,16 @@ def test_seeds_reproduce_and_differ_and_the_state_advances():
     assert not np.array_equal(other, first)
     tr.manual_seed(1)  # also seeds the default generator
     np.testing.assert_array_equal(tr.default_generator.uniform((2, 5), "test").numpy(), first)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1000,), ()])
+def test_eager_draws_are_the_traced_draws_bit_for_bit(shape):
+    """Eagerly the generator hashes in numpy's uint64 arithmetic; traced, with the primitives:
+    the same numbers, and the same advance of the state."""
+    generator = tr.Generator(11)
+    eager = generator.uniform(shape, "test").numpy()
+    eager_state = generator.state.item()
+    generator.manual_seed(11)
+    traced = tr.trace(lambda state: generator.uniform(shape, "test"))(generator.state).numpy()
+    np.testing.assert_array_equal(eager, traced)
+    assert generator.state.item() == eager_state

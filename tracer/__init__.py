@@ -15,6 +15,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
     __path__.append(_ROOT)
 from tracer.tensor import Tensor
 from tracer import methods as _methods  # gives Tensor its operations, before anything uses them
+from tracer.device import device
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, RecompileWarning,
@@ -22,6 +23,7 @@ from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, Functi
                            TracingError)
 from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
 from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
+from tracer.einsum import einsum
 from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck
 from tracer.interop import from_dlpack
@@ -32,6 +34,8 @@ from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_lik
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, value_and_grad
+from tracer.serialization import load, save
+from tracer import serialization
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)

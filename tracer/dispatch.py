@@ -14,6 +14,7 @@ from tracer.ir.builder import normalize_attributes
 from tracer.ir.primitives import NON_DIFFERENTIABLE, IndexRangeError, ShapeError
 from tracer.autograd import ARRAYS, Node
 from tracer.context import is_grad_enabled, state
+from tracer.device import check_device, is_device
 from tracer.dtypes import (CATEGORY, WEAK_OF_CATEGORY, as_dtype, bool, default_dtype, float32,
                            float64, int64, is_scalar, result_dtype, scalar_category)
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
@@ -131,13 +132,41 @@ def promote(*operands) -> list[Tensor]:
     return results
 
 
+def conversion_arguments(args, dtype, device, copy):
+    """(dtype, device, copy) from the positional and keyword arguments of `Tensor.to`."""
+    args = list(args)
+    if args and isinstance(args[0], Tensor):
+        other = args.pop(0)
+        dtype = other.dtype if dtype is None else dtype
+    elif args and is_device(args[0]):
+        device = args.pop(0)
+    if args and not isinstance(args[0], builtins.bool):
+        if dtype is not None:
+            raise ArgumentError("to() got the dtype twice")
+        dtype = args.pop(0)
+    if args:
+        args.pop(0)  # non_blocking: every copy here is synchronous
+    if args:
+        copy = args.pop(0)
+    if args:
+        raise ArgumentError(f"to() takes (dtype), (device, dtype) or (tensor), then non_blocking "
+                            f"and copy; got {len(args)} arguments more")
+    return dtype, device, builtins.bool(copy)
+
+
 class DispatchMethods:
     """Tensor's conversions and copies (given to Tensor by tracer/methods.py)."""
 
-    def to(self, dtype) -> Tensor:
-        dtype = as_dtype(dtype)
+    def to(self, *args, dtype=None, device=None, non_blocking: builtins.bool = False,
+           copy: builtins.bool = False, memory_format=None) -> Tensor:
+        """PyTorch's forms: `to(dtype)`, `to(device, dtype=None)`, `to(other_tensor)`, each with
+        `non_blocking` and `copy` after; the device can only be the CPU. `self` itself when
+        nothing changes, unless `copy`."""
+        dtype, device, copy = conversion_arguments(args, dtype, device, copy)
+        check_device(device)
+        dtype = self.dtype if dtype is None else as_dtype(dtype)
         if dtype == self.dtype:
-            return self
+            return self.clone() if copy else self
         result = apply("cast", [self], dtype=dtype)
         result._weak = self._weak and CATEGORY[dtype] == CATEGORY[self.dtype]
         return result

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.errors import ArgumentError
-from tracer.creation import from_numpy
+from tracer.creation import from_numpy, tensor
 from tracer.dtypes import as_dtype
 from tracer.tensor import Tensor
 
@@ -59,3 +59,19 @@ def from_dlpack(value) -> Tensor:
         raise ArgumentError(f"from_dlpack needs an object with __dlpack__, got "
                             f"{type(value).__name__}; use tr.tensor(x) to copy other data")
     return from_numpy(foreign_to_numpy(value, "the argument of from_dlpack"))
+
+
+def loaded_tensor(value, what: str) -> Tensor:
+    """A value of a state_dict being loaded as a tensor: a Tensor itself; a numpy array, a
+    number or nested lists copied; another library's array (a torch tensor) shared through
+    DLPack. `what` names the value in errors."""
+    if isinstance(value, Tensor):
+        return value
+    if is_foreign_array(value):
+        if getattr(value, "requires_grad", False) and hasattr(value, "detach"):
+            value = value.detach()  # torch's parameters themselves, not their state_dict
+        return from_numpy(foreign_to_numpy(value, what))
+    try:
+        return tensor(value)
+    except ArgumentError as error:
+        raise ArgumentError(f"{what}: {error}") from None

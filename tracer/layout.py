@@ -10,7 +10,7 @@ import numpy as np
 from tracer.ir.primitives import ShapeError, broadcast_shapes
 from tracer.dimensions import normalize_dim, shape_arguments
 from tracer.dispatch import apply, as_tensor, tensor_operand
-from tracer.errors import ShapeMismatchError
+from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.tensor import Tensor, mark_view
 
 
@@ -73,8 +73,44 @@ class LayoutMethods:
     view = reshape
 
     @_view_operation
-    def flatten(self) -> Tensor:
-        return self.reshape(-1)
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """The dimensions start_dim .. end_dim (inclusive) merged into one."""
+        if self.ndim == 0:
+            normalize_dim(start_dim, 0), normalize_dim(end_dim, 0)
+            return self.reshape(1)
+        start, end = normalize_dim(start_dim, self.ndim), normalize_dim(end_dim, self.ndim)
+        if start > end:
+            raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        merged = int(np.prod(self.shape[start:end + 1], dtype=np.int64))
+        return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1:])
+
+    @_view_operation
+    def unflatten(self, dim: int, sizes) -> Tensor:
+        """Dimension `dim` split into `sizes` (one of them may be -1)."""
+        axis = normalize_dim(dim, self.ndim)
+        sizes = list(shape_arguments((sizes,)))
+        if sizes.count(-1) > 1:
+            raise ShapeMismatchError("unflatten: only one size can be -1")
+        known = int(np.prod([d for d in sizes if d != -1], dtype=np.int64))
+        if -1 in sizes and known:
+            sizes[sizes.index(-1)] = self.shape[axis] // known
+        if int(np.prod(sizes, dtype=np.int64)) != self.shape[axis]:
+            raise ShapeMismatchError(f"unflatten: sizes {sizes} do not multiply to dimension "
+                                     f"{axis}'s size {self.shape[axis]}")
+        return self.reshape(self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:])
+
+    def repeat(self, *sizes) -> Tensor:
+        """The tensor tiled `sizes[i]` times along each dimension (new leading dimensions for
+        sizes beyond the tensor's): a broadcast between each dimension and its repeat count."""
+        sizes = shape_arguments(sizes)
+        if len(sizes) < self.ndim or any(r < 0 for r in sizes):
+            raise ShapeMismatchError(f"repeat: {list(sizes)} needs a non-negative count for each "
+                                     f"of the tensor's {self.ndim} dimensions (and may add more)")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        interleaved = tuple(d for pair in zip((1,) * len(shape), shape) for d in pair)
+        expanded = tuple(d for pair in zip(sizes, shape) for d in pair)
+        tiled = self.reshape(interleaved).expand(*expanded)
+        return fresh(tiled.reshape(tuple(r * d for r, d in zip(sizes, shape))))
 
     @_view_operation
     def permute(self, *dims) -> Tensor:

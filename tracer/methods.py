@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from tracer.arithmetic import ArithmeticMethods
 from tracer.backward import BackwardMethods
+from tracer.device import DeviceMethods
 from tracer.dimensions import number_indices
 from tracer.dispatch import DispatchMethods
 from tracer.gathering import gather, index_add, index_select, take_along_dim
 from tracer.indexing import getitem, setitem
 from tracer.inplace import InPlaceMethods
 from tracer.layout import LayoutMethods
+from tracer.random import RandomMethods
 from tracer.reductions import ReductionMethods
+from tracer.rounding import RoundingMethods
+from tracer.serialization import PickleMethods
+from tracer.sorting import SortingMethods
 from tracer.tensor import Tensor, add_methods
 
 
@@ -43,6 +48,7 @@ class IndexMethods:
         return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
 
 
-for _group in (DispatchMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
-               InPlaceMethods, IndexMethods, BackwardMethods):
+for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
+               InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods,
+               PickleMethods, RandomMethods, SortingMethods):
     add_methods(_group)

@@ -17,6 +17,7 @@ import builtins
 
 import numpy as np
 
+from tracer.context import state
 from tracer.errors import ArgumentError, TracingError
 from tracer.arithmetic import where
 from tracer.creation import eager_generator, iota
@@ -81,6 +82,20 @@ def _squares(counter: Tensor) -> Tensor:
     return _halves(x * x + z)[0]
 
 
+def _squares_unsigned(counter: np.ndarray) -> np.ndarray:
+    """`_squares` in numpy's uint64 arithmetic (which wraps as the int64 primitives do), where
+    the halves swap with shifts: the same numbers, bit for bit (tests/test_random.py)."""
+    key = np.uint64(_KEY % 2 ** 64)
+    with np.errstate(over="ignore"):
+        y = counter * key
+        z = y + key
+        x = y
+        for addend in (y, z, y):
+            x = x * x + addend
+            x = (x >> np.uint64(32)) | (x << np.uint64(32))
+        return ((x * x + z) >> np.uint64(32)).astype(np.float64)
+
+
 def _seed_state(seed: int) -> int:
     """Seeds start their counters far apart: the seed through SplitMix64 (exact, in Python)."""
     x = (int(seed) + 0x9E3779B97F4A7C15) % 2 ** 64
@@ -104,8 +119,14 @@ class Generator:
     def uniform(self, shape: tuple[int, ...], what: str) -> Tensor:
         """float64 numbers uniform in [0, 1) on multiples of 2**-32; advances the state."""
         count = int(np.prod(shape, dtype=np.int64))
-        counters = self.state + iota((count,), 0).reshape(shape)
-        numbers = _squares(counters).to(float64) * 2.0 ** -32
+        if state.trace is None and self.state._trace is None:
+            # eagerly, the same numbers from numpy's unsigned arithmetic, about five times faster
+            # than the primitives run one by one (a million: 0.25 s, not 1.3 s)
+            counters = np.arange(count, dtype=np.uint64) + self.state._handle.astype(np.uint64)
+            numbers = leaf(_squares_unsigned(counters).reshape(shape) * 2.0 ** -32, False)
+        else:
+            counters = self.state + iota((count,), 0).reshape(shape)
+            numbers = _squares(counters).to(float64) * 2.0 ** -32
         try:
             self.state.add_(count)
         except TracingError:
@@ -125,3 +146,44 @@ def manual_seed(seed: int) -> None:
     initializations) and `tr.default_generator` (dropout)."""
     _seed_numpy_generator(seed)
     default_generator.manual_seed(seed)
+
+
+def _normal(generator: Generator, shape: tuple[int, ...], what: str) -> Tensor:
+    """float64 standard normal numbers by the Box-Muller transform of pairs of uniforms (1 - u
+    is in (0, 1], so the logarithm is finite)."""
+    uniforms = generator.uniform((2,) + tuple(shape), what)
+    radius = (-2.0 * (1.0 - uniforms[0]).log()).sqrt()
+    return radius * (uniforms[1] * (2 * np.pi)).cos()
+
+
+def _generator(generator: Generator | None) -> Generator:
+    if generator is None:
+        return default_generator
+    if not isinstance(generator, Generator):
+        raise ArgumentError(f"generator= takes a tr.Generator, got {type(generator).__name__}")
+    return generator
+
+
+class RandomMethods:
+    """Tensor's in-place random fills, drawn from `tr.default_generator` (seeded by
+    tr.manual_seed) or `generator`: the same numbers eagerly and traced (given to Tensor by
+    tracer/methods.py)."""
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Generator | None = None,
+                 **bounds) -> Tensor:
+        """Numbers uniform in [a, b) (PyTorch's keywords `from` and `to` are taken too)."""
+        a, b = bounds.pop("from", a), bounds.pop("to", b)
+        if bounds:
+            raise ArgumentError(f"uniform_ got unexpected keywords {sorted(bounds)}")
+        if not a <= b:
+            raise ArgumentError(f"uniform_ needs a <= b, got a={a}, b={b}")
+        numbers = _generator(generator).uniform(self.shape, "uniform_")
+        return self._assign(numbers * (b - a) + a, "uniform_", overwrites=True)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *,
+                generator: Generator | None = None) -> Tensor:
+        """Numbers from the normal distribution of `mean` and `std`."""
+        if std < 0:
+            raise ArgumentError(f"normal_ needs std >= 0, got {std}")
+        numbers = _normal(_generator(generator), self.shape, "normal_")
+        return self._assign(numbers * std + mean, "normal_", overwrites=True)

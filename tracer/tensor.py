@@ -315,6 +315,9 @@ def add_methods(group: type) -> None:
             raise TypeError(f"Tensor.{name} is defined twice ({group.__qualname__})")
         # What users see (repr of a bound method, help) names Tensor, not the group.
         for function in (member.fget, member.fset) if isinstance(member, property) else (member,):
-            if isinstance(function, types.FunctionType) and function.__name__ == name:
+            # (and the functions a decorator wraps, whose code raises the TypeError of a wrong
+            # argument count under the qualified name of the function itself)
+            while isinstance(function, types.FunctionType) and function.__name__ == name:
                 function.__qualname__ = f"Tensor.{name}"
+                function = getattr(function, "__wrapped__", None)
         setattr(Tensor, name, member)

@@ -70,6 +70,11 @@ class _Indexed(Module):
     def __iadd__(self, modules: Iterable[Module]):
         return self.extend(modules)
 
+    def pop(self, index: int) -> Module:
+        module = self[index]
+        del self[index]
+        return module
+
 
 class Sequential(_Indexed):
     """Modules applied in order; `Sequential(a, b)` or `Sequential(OrderedDict(name=module))`."""
@@ -95,6 +100,9 @@ class Sequential(_Indexed):
 
 class ModuleList(_Indexed):
     """A list of modules whose parameters belong to the list's owner; index, iterate, append."""
+
+    def __add__(self, other: Iterable[Module]) -> "ModuleList":
+        return ModuleList([*self, *other])
 
 
 class ModuleDict(Module):

@@ -186,6 +186,11 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(difference * difference, reduction)
 
 
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction)
+    return _reduce((input - target).abs(), reduction)
+
+
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalize over the last len(normalized_shape) dimensions (biased variance), then scale

@@ -12,7 +12,9 @@ from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
 from tracer.backward import clear_grads
 from tracer.creation import ones, rand, randn, zeros
-from tracer.dispatch import as_tensor
+from tracer.interop import loaded_tensor
+from tracer.device import check_device
+from tracer.dispatch import conversion_arguments
 from tracer.dtypes import as_dtype, float32
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
@@ -170,18 +172,16 @@ class Module:
         if strict and (missing or unexpected):
             raise ArgumentError(f"load_state_dict: missing keys {missing}, unexpected keys "
                                 f"{unexpected}")
-        for name, target in own.items():
-            if name not in state_dict:
-                continue
-            value = state_dict[name]
-            shape = tuple(getattr(value, "shape", ()))
-            if shape != target.shape:
-                raise ShapeMismatchError(f"load_state_dict: {name} has shape {list(shape)} here "
-                                         f"and {list(target.shape)} in the module")
-        for name, target in own.items():
-            if name in state_dict:
-                with no_grad():
-                    target.copy_(as_tensor(state_dict[name], accept_data=True))
+        # every value checked before any is copied: a refused load leaves the module as it was
+        sources = {name: loaded_tensor(state_dict[name], f"load_state_dict: {name}")
+                   for name in own if name in state_dict}
+        for name, source in sources.items():
+            if source.shape != own[name].shape:
+                raise ShapeMismatchError(f"load_state_dict: {name} has shape {list(source.shape)} "
+                                         f"here and {list(own[name].shape)} in the module")
+        with no_grad():
+            for name, source in sources.items():
+                own[name].copy_(source)
         return missing, unexpected
 
     def train(self, mode: builtins.bool = True) -> Module:
@@ -200,8 +200,17 @@ class Module:
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
         clear_grads(self.parameters(), set_to_none)
 
-    def to(self, dtype) -> Module:
-        """Convert every parameter and buffer to `dtype` (new Parameters: make optimizers after)."""
+    def to(self, *args, **kwargs) -> Module:
+        """Convert every parameter and buffer to a dtype (new Parameters: make optimizers after),
+        given as Tensor.to takes it; a device can only be the CPU, where they are."""
+        dtype, device, _ = conversion_arguments(args, kwargs.pop("dtype", None),
+                                                kwargs.pop("device", None), False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise ArgumentError(f"Module.to got unexpected keywords {sorted(kwargs)}")
+        check_device(device)
+        if dtype is None:
+            return self
         dtype = as_dtype(dtype)
         for module in self.modules():
             for name, parameter in module._parameters.items():
@@ -211,6 +220,9 @@ class Module:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = buffer.to(dtype)
+        return self
+
+    def cpu(self) -> Module:
         return self
 
     def double(self) -> Module:

@@ -19,6 +19,7 @@ from tracer.ir.types import float64, is_float
 from tracer.arithmetic import where
 from tracer.backward import clear_grads
 from tracer.creation import zeros, zeros_like
+from tracer.interop import loaded_tensor
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
@@ -90,7 +91,8 @@ class Optimizer:
                                         f"{index}, this optimizer keeps {sorted(own)}")
                 self.state[parameter] = own
                 for name, value in entry.items():
-                    if tuple(value.shape) != own[name].shape:
+                    value = loaded_tensor(value, f"load_state_dict: {name} of parameter {index}")
+                    if value.shape != own[name].shape:
                         raise ArgumentError(f"load_state_dict: {name} of parameter {index} has "
                                             f"shape {list(value.shape)}, expected "
                                             f"{list(own[name].shape)}")
