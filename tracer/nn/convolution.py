@@ -21,6 +21,7 @@ from tracer.creation import iota
 from tracer.dispatch import apply, as_tensor
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.arithmetic import where
+from tracer.layout import fresh
 from tracer.tensor import Tensor
 
 
@@ -192,7 +193,7 @@ def _convolve(input: Tensor, weight: Tensor, bias, stride, low, high, dilation, 
         result = product.reshape(out_channels, batch, *out).permute(1, 0, 2, 3)
     if bias is not None:
         result = result + bias.reshape(out_channels, 1, 1)
-    return result
+    return fresh(result)  # a new tensor, as PyTorch's (not a view-copy of the product)
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
@@ -217,7 +218,7 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         low = high = [0, amount]
     result = _convolve(input.unsqueeze(2), weight.unsqueeze(2), bias, stride, low, high,
                        dilation, groups, "conv1d")
-    return result.squeeze(2)
+    return fresh(result.squeeze(2))
 
 
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,

@@ -12,6 +12,7 @@ from tracer.context import no_grad
 from tracer.creation import ones, zeros
 from tracer.dtypes import float32, int64
 from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.layout import fresh
 from tracer.nn.convolution import conv2d, conv_transpose2d, pad, pair
 from tracer.nn.modules import Module, Parameter, _uniform
 from tracer.nn.normalization import batch_norm
@@ -71,7 +72,7 @@ class _ConvNd(Module):
                         self._as_2d(self.dilation, 1), self.groups)
         if self.spatial == 1:
             result = result.squeeze(2)
-        return result.squeeze(0) if unbatched else result
+        return fresh(result.squeeze(0) if unbatched else result)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -117,7 +118,7 @@ class ConvTranspose2d(Module):
         x = input.unsqueeze(0) if unbatched else input
         result = conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
                                   self.output_padding, self.groups, self.dilation)
-        return result.squeeze(0) if unbatched else result
+        return fresh(result.squeeze(0) if unbatched else result)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

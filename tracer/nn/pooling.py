@@ -15,6 +15,7 @@ from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota
 from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.layout import fresh
 from tracer.nn.convolution import pair, windows, constant_pad
 from tracer.tensor import Tensor
 
@@ -74,7 +75,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     cells = windows(padded, kernel, stride, dilation, out, "ncijhw")
     values, offsets = cells.reshape(*cells.shape[:4], kernel[0] * kernel[1]).max(-1)
     if unbatched:
-        values, offsets = values.squeeze(0), offsets.squeeze(0)
+        values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
         return values
     shape = offsets.shape
@@ -114,7 +115,7 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0,
         rows, columns = (_window_lengths(x.shape[2 + k], out[k], kernel[k], stride[k],
                                          padding[k], count_include_pad) for k in range(2))
         result = sums / (rows.reshape(out[0], 1) * columns).to(x.dtype)
-    return result.squeeze(0) if unbatched else result
+    return fresh(result.squeeze(0)) if unbatched else result
 
 
 def _averaging(size: int, out: int, dtype) -> Tensor:
@@ -149,4 +150,4 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         # (N, C, H, W) @ (W, OW), then (N, C, OW, H) @ (H, OH): each one gemm
         across = x.matmul(_averaging(width, out[1], x.dtype).t()).transpose(2, 3)
         result = across.matmul(_averaging(height, out[0], x.dtype).t()).transpose(2, 3)
-    return result.squeeze(0) if unbatched else result
+    return fresh(result.squeeze(0) if unbatched else result)
