@@ -89,35 +89,41 @@ def _torch_build(inputs, function, dtype=None):
     return lambda: (function(model, optimizer, images, labels), *model.parameters())
 
 
-def reference(inputs):
-    """The loss of the last of CALLS_BEFORE_CHECK steps and the parameters after, in float64
-    (PyTorch eager), with the scales of the check."""
-    torch = installed("torch")
-    run = _torch_build(inputs, torch_step, torch.float64)
+def reference(inputs, use_torch: bool = True):
+    """The loss of the last of CALLS_BEFORE_CHECK steps and the parameters after, in float64:
+    PyTorch's eager step (faster at the large size), or without PyTorch the tracer's eager one,
+    with the scales of the check."""
+    if use_torch and installed("torch") is not None:
+        run = _torch_build(inputs, torch_step, installed("torch").float64)
+    else:
+        run = tracer_program(inputs, float64=True).build()
     for _ in range(CALLS_BEFORE_CHECK):
         results = run()
     expected = [value.detach().numpy() for value in results]
     return expected, [abs(float(expected[0]))] + [PARAMETER_SCALE] * (len(expected) - 1)
 
 
-def tracer_program(inputs) -> Program:
+def tracer_program(inputs, float64: bool = False) -> Program:
+    """The example's model and step (on a whole batch), traced; or eager in float64."""
     import tracer as tr
     size, weights, (x, y) = inputs
 
     def build():
         model = example().CNN(*size[1:3], 10, size[3])
         model.load_state_dict(weights)
+        if float64:
+            model.double()
         optimizer = tr.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
-        images, labels = tr.tensor(x), tr.tensor(y)
+        images, labels = tr.tensor(x, dtype=tr.float64 if float64 else None), tr.tensor(y)
 
-        @tr.trace
-        def step(images, labels):  # the example's step, on a whole batch
+        def step(images, labels):
             optimizer.zero_grad()
             loss = tr.nn.functional.cross_entropy(model(images), labels)
             loss.backward()
             optimizer.step()
             return loss
-        return lambda: (step(images, labels), *model.parameters())
+        run = step if float64 else tr.trace(step)
+        return lambda: (run(images, labels), *model.parameters())
     return Program("tracer", build)
 
 
