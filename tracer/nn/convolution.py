@@ -100,6 +100,8 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
     low, high = [0] * input.ndim, [0] * input.ndim
     for k in range(len(amounts) // 2):
         low[input.ndim - 1 - k], high[input.ndim - 1 - k] = amounts[2 * k], amounts[2 * k + 1]
+    if not any(low) and not any(high):
+        return input.clone()  # a new tensor, as PyTorch's
     if mode == "constant":
         return constant_pad(input, low, high, value)
     if mode not in ("reflect", "replicate", "circular"):
