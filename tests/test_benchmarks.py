@@ -51,3 +51,11 @@ def test_transformer_training_step():
     inputs = transformer.make_inputs((2, 4, 1, 2, 8))
     expected, scales = transformer.reference(inputs)
     checked_run(transformer.tracer_program(inputs), expected, transformer.TOLERANCE, scales)
+
+
+
+def test_cnn_training_step():
+    from benchmarks import cnn
+    inputs = cnn.make_inputs((3, 2, 4, 8))
+    expected, scales = cnn.reference(inputs, use_torch=False)
+    checked_run(cnn.tracer_program(inputs), expected, cnn.TOLERANCE, scales)

@@ -8,7 +8,8 @@ Besides the core Tensor API the programs index with int64 tensors (`x[idx]`, `x[
 `x[idx1, idx2]` broadcast, with negative and repeated indices) and assign through them, call
 index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, logsumexp, norm,
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
-layer_norm, cross_entropy and mse_loss.
+layer_norm, cross_entropy and mse_loss, conv1d, conv2d, conv_transpose2d, max_pool2d,
+avg_pool2d, adaptive_avg_pool2d, pad and batch_norm.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
 
@@ -352,13 +353,16 @@ BINARY = {
 # class labels, which are inputs of the program but never values: no other operation reads them).
 FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_entropy",
               "mse_loss"]
+# tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
+LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
+          "adaptive_avg_pool2d", "pad", "batch_norm"]
 CALLS = {
     "getitem": lambda B, x, *key: x[_index(key)],
     # the mask of masked_fill: where another value (broadcast to x's shape) is positive
     "masked_fill": lambda B, x, other, value: x.masked_fill(other > 0, value),
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
     **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x, *args, **kwargs) for name in FUNCTIONAL},
+        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS},
     # the values of the stable sort (PyTorch's unstable one may order ties otherwise, and send
     # their gradients to other positions)
     "sort": lambda B, x, dim, descending: x.sort(dim=dim, descending=descending,
@@ -985,7 +989,8 @@ class Generator:
         kind = self.choice(["unary", "unary", "scalar", "binary", "binary", "reduce", "matmul",
                             "layout", "layout", "index", "setitem", "inplace", "where3",
                             "linear", "take", "index_put", "gather", "index_add", "masked_fill",
-                            "statistic", "triangle", "functional", "functional", "day_two"])
+                            "statistic", "triangle", "functional", "functional", "day_two",
+                            "layer"])
         getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -1564,6 +1569,97 @@ class Generator:
         self.emit(("call", how, i, args, kwargs),
                   Value(tuple(out), self.result_type(*operands),
                         any(u.requires_grad for u in operands), True, True))
+
+    def op_layer(self):
+        """tr.nn.functional's layers on an (N, C, H, W) value (conv1d on (N, C, L)): stride,
+        padding, dilation, groups, kernels up to the padded size; the weight a value or input of
+        the same dtype."""
+        how = self.choice(LAYERS)
+        rank = 3 if how == "conv1d" else 4
+        i = self.pick(lambda v: len(v.shape) == rank and min(v.shape) >= 1,
+                      fresh_shape=tuple(self.integer(1, 4) for _ in range(rank)))
+        v = self.values[i]
+        n, channels, *spatial = v.shape
+        args, kwargs, out = (), {}, None
+        if how in ("conv1d", "conv2d", "conv_transpose2d"):
+            groups = self.choice([g for g in (1, 2, 3) if channels % g == 0])
+            out_channels = groups * self.integer(1, 2)
+            padding = [self.integer(0, 2) for _ in spatial]
+            dilation = [self.integer(1, 2) for _ in spatial]
+            stride = [self.integer(1, 2) for _ in spatial]
+            if how == "conv_transpose2d":
+                kernel = [self.integer(1, 3) for _ in spatial]
+                weight = (channels, out_channels // groups, *kernel)
+                extra = [self.integer(0, max(s, d) - 1) for s, d in zip(stride, dilation)]
+                out = [(size - 1) * s - 2 * p + d * (k - 1) + e + 1 for size, s, p, d, k, e in
+                       zip(spatial, stride, padding, dilation, kernel, extra)]
+                kwargs = {"output_padding": tuple(extra)}
+            else:
+                kernel = [self.integer(1, (size + 2 * p - 1) // d + 1)
+                          for size, p, d in zip(spatial, padding, dilation)]
+                weight = (out_channels, channels // groups, *kernel)
+                out = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in
+                       zip(spatial, padding, dilation, kernel, stride)]
+            if min(out) < 1:
+                return self.op_unary()
+            j = self.pick(lambda u: u.shape == weight and u.dtype == v.dtype,
+                          fresh_shape=weight, dtype=v.dtype)
+            args = (("value", j),)
+            kwargs.update(stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+                          groups=groups)
+            out = (n, weight[0] if how != "conv_transpose2d" else out_channels, *out)
+        elif how in ("max_pool2d", "avg_pool2d"):
+            kernel = [self.integer(1, 3) for _ in spatial]
+            padding = [self.integer(0, k // 2) for k in kernel]
+            stride = [self.integer(1, 3) for _ in spatial]
+            ceil_mode = bool(self.integer(0, 1))
+            dilation = [1, 1] if how == "avg_pool2d" else [self.integer(1, 2) for _ in spatial]
+            out = []
+            for size, k, p, s, d in zip(spatial, kernel, padding, stride, dilation):
+                length = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+                if ceil_mode and (length - 1) * s >= size + p:
+                    length -= 1
+                out.append(length)
+            if min(out) < 1:
+                return self.op_unary()
+            kwargs = dict(kernel_size=tuple(kernel), stride=tuple(stride),
+                          padding=tuple(padding), ceil_mode=ceil_mode)
+            if how == "max_pool2d":
+                kwargs["dilation"] = tuple(dilation)
+            else:
+                kwargs["count_include_pad"] = bool(self.integer(0, 1))
+            out = (n, channels, *out)
+        elif how == "adaptive_avg_pool2d":
+            out = (self.integer(1, 4), self.integer(1, 4))
+            args, out = (out,), (n, channels, *out)
+        elif how == "pad":
+            mode = self.choice(["constant", "constant", "reflect", "replicate", "circular"])
+            limit = [size - 1 if mode == "reflect" else size for size in spatial]
+            amounts = [self.integer(0, min(2, limit[k // 2])) for k in (2, 2, 0, 0)]
+            if mode == "constant":
+                amounts = [a - self.integer(0, 1) for a in amounts]  # negative: a crop
+                if any(size + a + b < 0 for size, a, b in
+                       zip(spatial, amounts[2:], amounts[:2])):
+                    return self.op_unary()
+            args, kwargs = (tuple(amounts),), {"mode": mode}
+            if mode == "constant" and self.integer(0, 1):
+                kwargs["value"] = 0.5
+            out = (n, channels, spatial[0] + amounts[2] + amounts[3],
+                   spatial[1] + amounts[0] + amounts[1])
+        else:  # batch_norm
+            args = (None, None)
+            for name in ("weight", "bias"):
+                if self.integer(0, 1):
+                    kwargs[name] = ("value", self.pick(
+                        lambda u: u.shape == (channels,) and u.dtype == v.dtype,
+                        fresh_shape=(channels,), dtype=v.dtype))
+            kwargs.update(training=True, eps=self.choice([1e-5, 0.1]))
+            out = v.shape
+        operands = [i] + [p[1] for p in (*args, *kwargs.values())
+                          if isinstance(p, tuple) and p and p[0] == "value"]
+        self.emit(("call", how, i, args, kwargs),
+                  Value(tuple(out), v.dtype, any(self.values[k].requires_grad for k in operands),
+                        True, False))
 
 
 @st.composite

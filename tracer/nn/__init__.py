@@ -2,6 +2,8 @@
 from tracer.nn import functional, init, parallel, utils
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
+                              Conv2d, ConvTranspose2d, MaxPool2d)
 from tracer.nn.modules import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, Parameter, ReLU,
                                SiLU, Tanh)
 from tracer.nn.shaping import Flatten, Identity, Unflatten
@@ -9,4 +11,5 @@ from tracer.nn.shaping import Flatten, Identity, Unflatten
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
            "Embedding", "LayerNorm", "Dropout", "Sequential", "ModuleList", "ModuleDict", "ReLU",
            "GELU", "SiLU", "Tanh", "Flatten", "Unflatten", "Identity", "MSELoss", "L1Loss",
-           "NLLLoss", "CrossEntropyLoss"]
+           "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
+           "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]

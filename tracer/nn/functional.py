@@ -21,6 +21,9 @@ from tracer.creation import iota
 from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import as_tensor
 from tracer.tensor import Tensor
+from tracer.nn import convolution as _convolution
+from tracer.nn import normalization as _normalization
+from tracer.nn import pooling as _pooling
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -260,3 +263,20 @@ def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
         noise = noise / (1.0 - p)  # as PyTorch: the 0/1 mask divided in the input's dtype
     result = input * noise
     return input.copy_(result) if inplace else result
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """The dimensions start_dim..end_dim (inclusive) merged into one."""
+    if input.ndim == 0:
+        return input.reshape(1)
+    start, end = _normalize_dim(start_dim, input.ndim), _normalize_dim(end_dim, input.ndim)
+    if start > end:
+        raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    return input.reshape(*input.shape[:start], -1, *input.shape[end + 1:])
+
+
+# The layers defined in their own modules.
+conv1d, conv2d = _convolution.conv1d, _convolution.conv2d
+conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
+max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
+adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
