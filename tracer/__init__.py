@@ -20,7 +20,7 @@ from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, Functi
 from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
 from tracer.functional import FUNCTIONS, cat, stack
 from tracer.ops import FUNCTIONS as _OPS
-from tracer.gradcheck import gradcheck
+from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.arithmetic import where
@@ -28,7 +28,8 @@ from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_lik
                              tensor, zeros, zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
-from tracer.transforms import grad, value_and_grad
+from tracer.transforms import grad, jvp, value_and_grad, vjp
+from tracer.jacobians import hessian, jacrev, vmap
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
