@@ -10,7 +10,7 @@ from typing import Sequence
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
-from tracer.ir.primitives import NON_DIFFERENTIABLE
+from tracer.ir.primitives import DIRECTIVES, NON_DIFFERENTIABLE
 from tracer.ir.types import is_float
 from tracer.ir.vjp import apply_vjp
 
@@ -19,7 +19,9 @@ def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> 
     """Ids of the values through which a gradient can flow from `wrt`."""
     active = {id(v) for v in wrt}
     for instruction in instructions:
-        if instruction.primitive in NON_DIFFERENTIABLE:
+        # (a `gradient` directive still in the graph was taken without create_graph: its results
+        # are constants, as PyTorch's are)
+        if instruction.primitive in NON_DIFFERENTIABLE or instruction.primitive in DIRECTIVES:
             continue
         if any(id(x) in active for x in instruction.inputs):
             active.update(id(v) for v in instruction.outputs if is_float(v.dtype))
@@ -32,7 +34,7 @@ def gradient_path(instructions: Sequence[Instruction], output: Value,
     active = active_values(instructions, wrt)
     needed = {id(output)} if id(output) in active else set()
     for instruction in reversed(instructions):
-        if instruction.primitive in NON_DIFFERENTIABLE:
+        if instruction.primitive in NON_DIFFERENTIABLE or instruction.primitive in DIRECTIVES:
             continue
         if any(id(v) in needed for v in instruction.outputs):
             needed.update(id(x) for x in instruction.inputs if id(x) in active)
@@ -112,8 +114,14 @@ def expand_gradients(function: Function) -> Function:
         results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]
         function.instructions[index:index + 1] = emitted
         replacements = {id(old): new for old, new in zip(directive.outputs, results)}
-        for instruction in function.instructions[index + len(emitted):]:
+        # (also in the backwards of later directives, traced already, which may read these
+        # results as constants)
+        pending = [i for emitted_later, _ in function.expansions.values() for i in emitted_later]
+        for instruction in function.instructions[index + len(emitted):] + pending:
             instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
+        for key, (emitted_later, gradients) in function.expansions.items():
+            function.expansions[key] = (emitted_later, [replacements.get(id(g), g)
+                                                        for g in gradients])
         function.outputs = [replacements.get(id(v), v) for v in function.outputs]
         index += len(emitted)
     return function
