@@ -6,7 +6,7 @@ That is also when the backward of a custom Function is traced, so it runs only w
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
@@ -48,9 +48,13 @@ def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Va
 
 
 def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Value, seed: Value,
-             wrt: Sequence[Value]) -> list[Value | None]:
+             wrt: Sequence[Value], hooks: dict[int, Callable] | None = None
+             ) -> list[Value | None]:
     """Emit through `builder` the gradients of `output` with respect to `wrt`, seeded by `seed`,
-    through the instructions `forward`. None where no gradient flows."""
+    through the instructions `forward`. None where no gradient flows. `hooks[id(value)]`, if
+    any, is called as hook(builder, cotangent) with the whole cotangent of that value and
+    returns the one that goes on (the tracer's Tensor.register_hook)."""
+    hooks = hooks or {}
     active = active_values(forward, wrt)
     on_path = gradient_path(forward, output, wrt)
     cotangents: dict[int, Value] = {id(output): seed}
@@ -59,6 +63,9 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
         outgoing = [cotangents.get(id(v)) for v in instruction.outputs]
         if all(id(v) in targets for v in instruction.outputs):
             continue
+        for index, (value, g) in enumerate(zip(instruction.outputs, outgoing)):
+            if g is not None and id(value) in hooks:
+                outgoing[index] = hooks[id(value)](builder, g)
         if all(g is None for g in outgoing) and not (
                 instruction.primitive == "custom_vjp"
                 and instruction.attributes["rule"].runs_without_cotangents
@@ -73,7 +80,9 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
             if g is not None:
                 previous = cotangents.get(id(x))
                 cotangents[id(x)] = g if previous is None else builder.add(previous, g)
-    return [cotangents.get(id(v)) for v in wrt]
+    gradients = [cotangents.get(id(v)) for v in wrt]
+    return [hooks[id(v)](builder, g) if g is not None and id(v) in hooks else g
+            for v, g in zip(wrt, gradients)]
 
 
 def trace_directive(function: Function, directive: Instruction) -> list[Value | None]:

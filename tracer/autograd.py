@@ -263,9 +263,15 @@ def _needed(nodes: list[Node], wanted) -> set[int]:
     return needed
 
 
+def ordered(hooks: list[Callable]) -> list[Callable]:
+    """Tensor hooks in the order they run: retain_grad's last, as in PyTorch (it keeps the
+    gradient the other hooks made)."""
+    return sorted(hooks, key=lambda hook: getattr(hook, "retains_grad", False))
+
+
 def _run_hooks(hooks, gradient, builder):
     """Tensor.register_hook: each hook sees the gradient (a tensor) and may return another."""
-    for hook in hooks:
+    for hook in ordered(hooks):
         wrapped = gradient if isinstance(gradient, Tensor) else Tensor._make(gradient, None, False)
         result = hook(wrapped)
         if result is not None:

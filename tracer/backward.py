@@ -12,6 +12,7 @@ from tracer.ir.autodiff import backward as backward_instructions
 from tracer.ir.builder import GraphBuilder
 from tracer.autograd import changed_for_backward, run_backward, values_read
 from tracer.graph_builder import TENSORS
+from tracer.hooks import hook_runners
 from tracer.context import state
 from tracer.creation import ones
 from tracer.dispatch import as_tensor
@@ -31,13 +32,15 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
     groups = [trace.leaf_values(t) for t in wrt]
     values = [v for group in groups for v in group]
     _check_unchanged(trace, output, values)
-    if create_graph:
+    hooks = hook_runners(trace)
+    # (hooks may keep values of the backward, as retain_grad does: it joins the trace at once too)
+    if create_graph or hooks:
         previous = state.creating_graph
-        state.creating_graph = True
+        state.creating_graph = create_graph
         try:
             builder = GraphBuilder(trace.function, trace.location)
             flowing = backward_instructions(builder, list(trace.function.instructions),
-                                            output._handle, trace.handle_of(seed), values)
+                                            output._handle, trace.handle_of(seed), values, hooks)
         finally:
             state.creating_graph = previous
         pairs = iter(zip(flowing, flowing))

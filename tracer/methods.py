@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tracer.arithmetic import ArithmeticMethods
 from tracer.backward import BackwardMethods
+from tracer.hooks import HookMethods
 from tracer.dimensions import number_indices
 from tracer.dispatch import DispatchMethods
 from tracer.gathering import gather, index_add, index_select, take_along_dim
@@ -44,5 +45,5 @@ class IndexMethods:
 
 
 for _group in (DispatchMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
-               InPlaceMethods, IndexMethods, BackwardMethods):
+               InPlaceMethods, IndexMethods, BackwardMethods, HookMethods):
     add_methods(_group)
