@@ -304,3 +304,19 @@ def test_backward_inputs_fills_only_those():
     (x * w).sum().backward(inputs=[w])
     assert x.grad is None
     np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+
+def test_in_place_change_between_first_and_second_backward_is_refused():
+    """PyTorch refuses it too: cos(x) of sin's first derivative reads x again."""
+    x = tr.tensor([0.5, 1.0], requires_grad=True)
+    (g,) = tr.autograd.grad(x.sin().sum(), x, create_graph=True)
+    with tr.no_grad():
+        x.add_(1)
+    with pytest.raises(tr.InplaceError, match="gradient of cos was changed in place"):
+        tr.autograd.grad(g.sum(), x)
+    xt = torch.tensor([0.5, 1.0], requires_grad=True)
+    (gt,) = torch.autograd.grad(xt.sin().sum(), xt, create_graph=True)
+    with torch.no_grad():
+        xt.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(gt.sum(), xt)
