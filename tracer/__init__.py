@@ -17,7 +17,8 @@ from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabl
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, SettingError,
                            ShapeMismatchError, TracerError, TracerWarning, TracingError)
-from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
+from tracer.function import Function, FunctionCtx, once_differentiable
+from tracer.r_function import autograd_function
 from tracer.functional import FUNCTIONS, cat, stack
 from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck, gradgradcheck

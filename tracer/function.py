@@ -1,5 +1,5 @@
-"""Custom autograd Functions, PyTorch style (`class F(tr.Function)`) and R torch style
-(`tr.autograd_function(forward=, backward=)`).
+"""Custom autograd Functions, PyTorch style (`class F(tr.Function)`; R torch's style,
+`tr.autograd_function(forward=, backward=)`, is built on this in tracer/r_function.py).
 
 `apply` runs the user's forward without recording gradients, then records one `custom_vjp` over its
 outputs whose VJP is the user's backward. Eagerly that VJP runs when backward() reaches it; under
@@ -22,44 +22,9 @@ from tracer.autograd import attach, custom_node, delayed_error, edge_of
 from tracer.context import is_grad_enabled, no_grad, set_grad_enabled, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
 from tracer.creation import zeros
+from tracer.named import Named
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
-
-
-class Named:
-    """A sequence whose entries can also be read by name: `ctx.needs_input_grad.weight`,
-    `ctx.saved_variables.input` (R torch), as well as `ctx.needs_input_grad[1]` and
-    `a, b = ctx.saved_tensors` (PyTorch). Not a tuple, so that arguments named like tuple
-    methods (`count`, `index`) read their entries."""
-
-    __slots__ = ("_names", "_values")
-
-    def __init__(self, names: list[str | None], values):
-        self._names = list(names)
-        self._values = tuple(values)
-
-    def __getattr__(self, name: str):
-        names = object.__getattribute__(self, "_names")
-        if name in names:
-            return self._values[names.index(name)]
-        raise AttributeError(f"no entry named {name!r}; the names are {[n for n in names if n]}")
-
-    def __getitem__(self, index):
-        return self._values[index]
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __eq__(self, other) -> bool:
-        return tuple(self._values) == tuple(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return repr(self._values)
 
 
 class FunctionCtx:
@@ -435,37 +400,3 @@ def once_differentiable(backward: Callable) -> Callable:
             return backward(ctx, *grad_outputs)
     run_once.once_differentiable = True
     return run_once
-
-
-class autograd_function:
-    """R torch's `autograd_function(forward = ..., backward = ...)`: call it like a function.
-
-    `backward(ctx, *grad_outputs)` returns a dict of gradients by argument name (missing: None).
-    """
-
-    def __init__(self, forward: Callable, backward: Callable, name: str | None = None):
-        self.forward = forward
-        self.user_backward = backward
-        self.name = name or getattr(forward, "__name__", "autograd_function")
-        if self.name == "<lambda>":
-            self.name = "autograd_function"
-        self.argument_names = list(inspect.signature(forward).parameters)[1:]
-
-    def _backward(self, ctx, *grad_outputs):
-        result = self.user_backward(ctx, *grad_outputs)
-        if not isinstance(result, dict):
-            raise FunctionBackwardError(
-                f"{self.name}.backward must return a dict of gradients by argument name "
-                f"(e.g. {{'input': grad}}), got {type(result).__name__}",
-                _definition_line(self.user_backward))
-        unknown = set(result) - set(self.argument_names)
-        if unknown:
-            raise FunctionBackwardError(
-                f"{self.name}.backward returned gradients for {sorted(unknown)}, which are not "
-                f"arguments of forward ({', '.join(self.argument_names)})",
-                _definition_line(self.user_backward))
-        return tuple(result.get(name) for name in self.argument_names)
-
-    def __call__(self, *args, **kwargs):
-        return apply_function(self.name, self.forward, self._backward, args, kwargs)
-

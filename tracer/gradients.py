@@ -3,8 +3,6 @@ engine, eager and inside `@trace`, to any order (`create_graph=True`)."""
 from __future__ import annotations
 
 import builtins
-from typing import Sequence
-
 from tracer.backward import gradients_of
 from tracer.creation import ones_like, zeros_like
 from tracer.dispatch import as_tensor

@@ -41,7 +41,7 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
                 one_hot = np.zeros(o.shape, o.dtype)
                 one_hot.reshape(-1)[element] = 1
                 seeds[position] = from_data(one_hot)
-                rows.append(tree_leaves(vjp_fn(seeds_tree(output, seeds))))
+                rows.append(tree_leaves(vjp_fn(_seeds_tree(output, seeds))))
             rows_per_output.append(rows)
         jacobians = []
         for o, rows in zip(outputs, rows_per_output):
@@ -64,7 +64,7 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
     return wrapper
 
 
-def seeds_tree(output, seeds: list):
+def _seeds_tree(output, seeds: list):
     flowing = iter(seeds)
     return tree_map(lambda _: next(flowing), output)
 
