@@ -6,11 +6,11 @@ That is also when the backward of a custom Function is traced, so it runs only w
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value
-from tracer.ir.primitives import NON_DIFFERENTIABLE
+from tracer.ir.primitives import DIRECTIVES, NON_DIFFERENTIABLE
 from tracer.ir.types import is_float
 from tracer.ir.vjp import apply_vjp
 
@@ -19,7 +19,9 @@ def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> 
     """Ids of the values through which a gradient can flow from `wrt`."""
     active = {id(v) for v in wrt}
     for instruction in instructions:
-        if instruction.primitive in NON_DIFFERENTIABLE:
+        # (a `gradient` directive still in the graph was taken without create_graph: its results
+        # are constants, as PyTorch's are)
+        if instruction.primitive in NON_DIFFERENTIABLE or instruction.primitive in DIRECTIVES:
             continue
         if any(id(x) in active for x in instruction.inputs):
             active.update(id(v) for v in instruction.outputs if is_float(v.dtype))
@@ -32,7 +34,7 @@ def gradient_path(instructions: Sequence[Instruction], output: Value,
     active = active_values(instructions, wrt)
     needed = {id(output)} if id(output) in active else set()
     for instruction in reversed(instructions):
-        if instruction.primitive in NON_DIFFERENTIABLE:
+        if instruction.primitive in NON_DIFFERENTIABLE or instruction.primitive in DIRECTIVES:
             continue
         if any(id(v) in needed for v in instruction.outputs):
             needed.update(id(x) for x in instruction.inputs if id(x) in active)
@@ -46,9 +48,13 @@ def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Va
 
 
 def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Value, seed: Value,
-             wrt: Sequence[Value]) -> list[Value | None]:
+             wrt: Sequence[Value], hooks: dict[int, Callable] | None = None
+             ) -> list[Value | None]:
     """Emit through `builder` the gradients of `output` with respect to `wrt`, seeded by `seed`,
-    through the instructions `forward`. None where no gradient flows."""
+    through the instructions `forward`. None where no gradient flows. `hooks[id(value)]`, if
+    any, is called as hook(builder, cotangent) with the whole cotangent of that value and
+    returns the one that goes on (the tracer's Tensor.register_hook)."""
+    hooks = hooks or {}
     active = active_values(forward, wrt)
     on_path = gradient_path(forward, output, wrt)
     cotangents: dict[int, Value] = {id(output): seed}
@@ -57,6 +63,9 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
         outgoing = [cotangents.get(id(v)) for v in instruction.outputs]
         if all(id(v) in targets for v in instruction.outputs):
             continue
+        for index, (value, g) in enumerate(zip(instruction.outputs, outgoing)):
+            if g is not None and id(value) in hooks:
+                outgoing[index] = hooks[id(value)](builder, g)
         if all(g is None for g in outgoing) and not (
                 instruction.primitive == "custom_vjp"
                 and instruction.attributes["rule"].runs_without_cotangents
@@ -71,7 +80,9 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
             if g is not None:
                 previous = cotangents.get(id(x))
                 cotangents[id(x)] = g if previous is None else builder.add(previous, g)
-    return [cotangents.get(id(v)) for v in wrt]
+    gradients = [cotangents.get(id(v)) for v in wrt]
+    return [hooks[id(v)](builder, g) if g is not None and id(v) in hooks else g
+            for v, g in zip(wrt, gradients)]
 
 
 def trace_directive(function: Function, directive: Instruction) -> list[Value | None]:
@@ -112,8 +123,14 @@ def expand_gradients(function: Function) -> Function:
         results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]
         function.instructions[index:index + 1] = emitted
         replacements = {id(old): new for old, new in zip(directive.outputs, results)}
-        for instruction in function.instructions[index + len(emitted):]:
+        # (also in the backwards of later directives, traced already, which may read these
+        # results as constants)
+        pending = [i for emitted_later, _ in function.expansions.values() for i in emitted_later]
+        for instruction in function.instructions[index + len(emitted):] + pending:
             instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
+        for key, (emitted_later, gradients) in function.expansions.items():
+            function.expansions[key] = (emitted_later, [replacements.get(id(g), g)
+                                                        for g in gradients])
         function.outputs = [replacements.get(id(v), v) for v in function.outputs]
         index += len(emitted)
     return function

@@ -633,10 +633,13 @@ def _program_function(B, program, pure=False):
             return loss
         return step
 
-    assert kind == "grad"
-
     def scalar(*args):
         return loss_of(program_outputs(B, program, args))
+
+    if kind == "grad2":
+        return _second_order_function(B, program, scalar)
+
+    assert kind == "grad"
 
     if not B.is_torch:
         transform = tr.value_and_grad if program.value_and_grad else tr.grad
@@ -657,6 +660,31 @@ def _program_function(B, program, pure=False):
         grads = grads[0] if isinstance(program.argnums, int) else grads
         return (value, grads) if program.value_and_grad else grads
     return torch_grad
+
+
+def _second_order_function(B, program, scalar):
+    """The "grad2" kind (tests/test_differential_second_order.py): the loss, its gradients with
+    respect to the arguments `argnums` by autograd.grad(create_graph=True), and the gradients of
+    a weighted sum of those; one code for both backends (their autograd.grad agree in name)."""
+    def second_order(*args):
+        args = list(args)
+        argnums = (program.argnums,) if isinstance(program.argnums, int) else program.argnums
+        wrt = [args[i].detach().requires_grad_() for i in argnums]
+        for i, w in zip(argnums, wrt):
+            args[i] = w
+
+        def gradients(value, create_graph):
+            if not value.requires_grad:
+                return [B.m.zeros_like(w) for w in wrt]
+            found = B.m.autograd.grad(value, wrt, create_graph=create_graph, allow_unused=True)
+            # (`+ 0`: PyTorch's double backward may give a ZeroTensor, which has no numpy())
+            return [B.m.zeros_like(w) if g is None else g if create_graph else g + 0
+                    for g, w in zip(found, wrt)]
+
+        value = scalar(*args)
+        first = gradients(value, True)
+        return value, first, gradients(loss_of(first), False)
+    return second_order
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1663,9 +1691,8 @@ class Generator:
 
 
 @st.composite
-def programs(draw):
-    kind = draw(st.sampled_from(["value", "backward", "backward", "grad", "step", "step",
-                                 "through"]))
+def programs(draw, kinds=("value", "backward", "backward", "grad", "step", "step", "through")):
+    kind = draw(st.sampled_from(list(kinds)))
     g = Generator(draw, kind)
     g.new_input(g.shape(), requires_grad=kind != "grad")
     for _ in range(draw(st.integers(1, 8))):

@@ -21,11 +21,12 @@ from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, Functi
                            GradcheckError, IndexOutOfRangeError, InplaceError, RecompileWarning,
                            SettingError, ShapeMismatchError, TracerError, TracerWarning,
                            TracingError)
-from tracer.function import Function, FunctionCtx, autograd_function, once_differentiable
+from tracer.function import Function, FunctionCtx, once_differentiable
+from tracer.r_function import autograd_function
 from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
 from tracer.einsum import einsum
 from tracer.ops import FUNCTIONS as _OPS
-from tracer.gradcheck import gradcheck
+from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.arithmetic import where
@@ -33,6 +34,8 @@ from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_lik
                              tensor, zeros, zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
+from tracer.transforms import grad, jvp, value_and_grad, vjp
+from tracer.jacobians import hessian, jacrev, vmap
 from tracer.transforms import grad, value_and_grad
 from tracer.serialization import load, save
 from tracer import serialization

@@ -2,9 +2,14 @@
 
 A Node is one recorded primitive (or custom Function) with the arrays its VJP needs and an edge to
 whatever produced each input: another node's output, or the accumulator of a leaf tensor.
+
+This is also `tr.autograd`, whose public names are PyTorch's (`tr.autograd.grad`, `.backward`,
+`.Function`, `.gradcheck`, `.gradgradcheck`, ...): they live in the modules that define them, above
+this one, and are imported on first use (see `__getattr__` at the end).
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Callable, Sequence
 
@@ -12,8 +17,8 @@ import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
 from tracer.ir.vjp import VALUES_READ, CustomRule, apply_vjp
-from tracer.context import no_grad
-from tracer.errors import InplaceError, TracerError
+from tracer.context import enable_grad, no_grad, state
+from tracer.errors import FunctionBackwardError, InplaceError, TracerError
 from tracer.tensor import Tensor
 
 ARRAYS = ArrayBuilder()
@@ -22,10 +27,11 @@ ARRAYS = ArrayBuilder()
 class LeafAccumulator:
     """The end of every gradient path into a leaf tensor: adds the gradient into `.grad`."""
 
-    __slots__ = ("tensor",)
+    __slots__ = ("tensor", "hooks")
 
     def __init__(self, tensor: Tensor):
         self.tensor = tensor
+        self.hooks: list[Callable] = []  # Tensor.register_hook on the leaf
 
 
 def edge_of(tensor: Tensor):
@@ -56,7 +62,7 @@ class Node:
     """One recorded operation of the eager tape."""
 
     __slots__ = ("primitive", "attributes", "inputs", "outputs", "edges", "saved", "name", "freed",
-                 "reads_output", "changed", "__weakref__")
+                 "reads_output", "changed", "hooks", "__weakref__")
 
     def __init__(self, primitive: str, attributes: dict, input_tensors: Sequence[Tensor],
                  inputs: list[np.ndarray], outputs: list[np.ndarray], name: str | None = None,
@@ -78,6 +84,7 @@ class Node:
         self.save([t for t, read in zip(input_tensors, reads_inputs) if read])
         self.name = name or primitive
         self.freed = False
+        self.hooks: dict[int, list[Callable]] | None = None  # by output: Tensor.register_hook
 
     def save(self, tensors: Sequence[Tensor]) -> None:
         """Track `tensors`, which the VJP reads: each tells this node when it changes in place
@@ -111,15 +118,19 @@ class Node:
             dtype, shape, where = self.changed
             raise changed_for_backward(dtype, shape, self.name, where)
 
-    def apply(self, cotangents: list[np.ndarray | None]) -> list[np.ndarray | None]:
+    def apply(self, cotangents: list, builder=ARRAYS) -> list:
+        """The gradients of the inputs from the cotangents of the outputs: arrays, or with a
+        recording builder (create_graph) tensors whose own computation is on the tape."""
         if self.freed:
             raise TracerError(
                 "backward through a graph a second time, after its saved values were freed; "
                 "pass retain_graph=True to the first backward()")
         self.check_saved()
         needs = [edge is not None for edge in self.edges]
-        return apply_vjp(ARRAYS, self.primitive, self.attributes, self.inputs, self.outputs,
-                         cotangents, needs)
+        inputs, outputs = ((self.inputs, self.outputs) if builder is ARRAYS
+                           else builder.operands_of(self))
+        return apply_vjp(builder, self.primitive, self.attributes, inputs, outputs, cotangents,
+                         needs)
 
 
 def custom_node(name: str, rule, outputs: list[np.ndarray], inputs: list[np.ndarray],
@@ -139,15 +150,54 @@ def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None
     one gradient tensor (or None) per input out. A tensor in `saved` changed in place before the
     backward runs is an error then."""
     def rule(builder, cotangents: list, needs: list[bool]) -> list:
-        seeds = [Tensor._make(np.zeros(o.shape, o.dtype) if c is None else c, None, False)
-                 for o, c in zip(outputs, cotangents)]
-        return [None if g is None else g._handle for g in backward(seeds)]
+        seeds = [c if isinstance(c, Tensor) else Tensor._make(
+            np.zeros(o.shape, o.dtype) if c is None else c, None, False)
+            for o, c in zip(outputs, cotangents)]
+        gradients = backward(seeds)
+        if builder is ARRAYS:
+            return [None if g is None else g._handle for g in gradients]
+        # create_graph: the compiled backward is not differentiable again
+        return delayed_error(name, f"the compiled backward of the traced function {name}",
+                             gradients, inputs)
 
     node = custom_node(name, CustomRule(name, rule), [o._handle for o in outputs],
                        [t._handle for t in inputs], [edge_of(t) for t in inputs])
     node.save(saved)
     for index, output in enumerate(outputs):
         attach(output, node, index)
+
+
+def delayed_error(label: str, what: str, gradients: Sequence[Tensor | None], sources: Sequence[Tensor]
+                  ) -> list[Tensor | None]:
+    """`gradients`, computed by a backward that is not differentiable again (`what`), made the
+    outputs of one call whose own gradient is an error (PyTorch's DelayedError): a second-order
+    gradient through them raises instead of silently missing their part. The call's inputs are
+    `sources` (the inputs of the Function), so that a gradient for them reaches it. Eager or
+    traced, whichever `gradients` are."""
+    def refuse(builder, cotangents, needs):
+        raise FunctionBackwardError(
+            f"{what} cannot be differentiated again (it is once_differentiable), but a "
+            f"second-order gradient (create_graph=True, or a nested tr.grad) goes through it; "
+            f"write that backward with differentiable tensor operations instead")
+
+    present = [g for g in gradients if g is not None]
+    sources = [s for s in sources if s.requires_grad]
+    if not present:
+        return list(gradients)
+    rule = CustomRule(f"{label}.once_differentiable", refuse)
+    trace = present[0]._trace
+    if trace is None:
+        node = custom_node(rule.label, rule, [g._handle for g in present],
+                           [s._handle for s in sources], [edge_of(s) for s in sources])
+        made = [Tensor._make(g._handle, None, True, node, index, leaf=False)
+                for index, g in enumerate(present)]
+    else:
+        handles = trace.builder.emit(
+            "custom_vjp", [g._handle for g in present] + [trace.handle_of(s) for s in sources],
+            {"num_outputs": len(present), "rule": rule})
+        made = [Tensor._make(h, trace, True, leaf=False) for h in handles]
+    replaced = iter(made)
+    return [None if g is None else next(replaced) for g in gradients]
 
 
 def _topological_order(roots: list) -> list[Node]:
@@ -170,42 +220,115 @@ def _topological_order(roots: list) -> list[Node]:
     return order[::-1]
 
 
-def run_backward(roots: Sequence[tuple[Tensor, np.ndarray]],
-                 retain_graph: bool = False) -> list[tuple[Tensor, np.ndarray]]:
-    """Propagate `roots` (tensor, cotangent) back through the tape: (leaf, its gradient) for every
-    leaf reached. `Tensor.backward` accumulates them into `.grad`; `tr.grad` returns some."""
-    cotangents: dict[tuple[int, int], np.ndarray] = {}
-    leaf_gradients: dict[int, tuple[Tensor, np.ndarray]] = {}
+@contextlib.contextmanager
+def _creating_graph():
+    """The state of a create_graph backward: the VJPs record onto the tape."""
+    previous = state.creating_graph
+    state.creating_graph = True
+    try:
+        with enable_grad():
+            yield
+    finally:
+        state.creating_graph = previous
 
-    def send(edge, gradient: np.ndarray) -> None:
+
+def _needed(nodes: list[Node], wanted) -> set[int]:
+    """Ids of the `nodes` (consumers first) from which a gradient reaches an edge `wanted(edge)`
+    is true of: the others need not run."""
+    needed: set[int] = set()
+    for node in reversed(nodes):
+        if any(edge is not None and (wanted(edge) or (isinstance(edge, tuple)
+                                                      and id(edge[0]) in needed))
+               for edge in node.edges):
+            needed.add(id(node))
+    return needed
+
+
+def ordered(hooks: list[Callable]) -> list[Callable]:
+    """Tensor hooks in the order they run: retain_grad's last, as in PyTorch (it keeps the
+    gradient the other hooks made)."""
+    return sorted(hooks, key=lambda hook: getattr(hook, "retains_grad", False))
+
+
+def _run_hooks(hooks, gradient, builder):
+    """Tensor.register_hook: each hook sees the gradient (a tensor) and may return another."""
+    for hook in ordered(hooks):
+        wrapped = gradient if isinstance(gradient, Tensor) else Tensor._make(gradient, None, False)
+        result = hook(wrapped)
+        if result is not None:
+            gradient = result if builder is not ARRAYS else result._eager_array("a hook's result")
+    return gradient
+
+
+def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = False,
+                 builder=ARRAYS, capture: Sequence[Tensor] | None = None) -> list:
+    """Propagate `roots` (tensor, cotangent) back through the tape. Without `capture`: (leaf, its
+    gradient) for every leaf reached, which `Tensor.backward` accumulates into `.grad`. With it:
+    the gradient of each tensor of `capture` (a leaf or not), None where none flows, and only the
+    nodes on a path to them run (`tr.autograd.grad`). Gradients are arrays; with a recording
+    builder (create_graph) they are tensors, computed on the tape themselves."""
+    cotangents: dict[tuple[int, int], object] = {}
+    leaf_gradients: dict[int, tuple[Tensor, object]] = {}
+    captured_edges = {}
+    if capture is not None:
+        for position, tensor in enumerate(capture):
+            edge = edge_of(tensor)
+            key = id(edge.tensor) if isinstance(edge, LeafAccumulator) else (id(edge[0]), edge[1])
+            captured_edges.setdefault(key, []).append(position)
+    captured: list = [None] * len(capture or ())
+
+    def send(edge, gradient) -> None:
         # Sums go through the builder: numpy's `+` of two 0-d arrays is a numpy scalar, which a
         # VJP rule would take for a Python number.
         if edge is None or gradient is None:
             return
         if isinstance(edge, LeafAccumulator):
             key = id(edge.tensor)
+            if capture is not None and key not in captured_edges:
+                return
             previous = leaf_gradients.get(key)
             leaf_gradients[key] = (edge.tensor, gradient if previous is None
-                                   else ARRAYS.add(previous[1], gradient))
+                                   else builder.add(previous[1], gradient))
         else:
             node, index = edge
             previous = cotangents.get((id(node), index))
             cotangents[(id(node), index)] = (gradient if previous is None
-                                             else ARRAYS.add(previous, gradient))
+                                             else builder.add(previous, gradient))
 
     for tensor, gradient in roots:
         send(edge_of(tensor), gradient)
     nodes = _topological_order([edge[0] for edge in (edge_of(t) for t, _ in roots)
                                 if isinstance(edge, tuple)])
-    with no_grad():
+    needed = None
+    if capture is not None:
+        needed = _needed(nodes, lambda edge: (
+            id(edge.tensor) if isinstance(edge, LeafAccumulator) else (id(edge[0]), edge[1])
+        ) in captured_edges)
+    with no_grad() if builder is ARRAYS else _creating_graph():
         for node in nodes:
             outgoing = [cotangents.pop((id(node), i), None) for i in range(len(node.outputs))]
-            for edge, gradient in zip(node.edges, node.apply(outgoing)):
+            for index, hooks in (node.hooks or {}).items():
+                if outgoing[index] is not None:
+                    outgoing[index] = _run_hooks(hooks, outgoing[index], builder)
+            for index, gradient in enumerate(outgoing):
+                for position in captured_edges.get((id(node), index), ()):
+                    captured[position] = gradient
+            if needed is not None and id(node) not in needed:
+                continue
+            for edge, gradient in zip(node.edges, node.apply(outgoing, builder)):
                 send(edge, gradient)
             if not retain_graph:
                 node.inputs = node.outputs = ()
                 node.freed = True
-    return list(leaf_gradients.values())
+    results = []
+    for leaf, gradient in leaf_gradients.values():
+        accumulator = leaf._accumulator
+        if accumulator is not None and accumulator.hooks:
+            gradient = _run_hooks(accumulator.hooks, gradient, builder)
+        results.append((leaf, gradient))
+        for position in captured_edges.get(id(leaf), ()):
+            captured[position] = gradient
+    return results if capture is None else captured
 
 
 def attach(tensor: Tensor, node: Node | None, index: int) -> None:
@@ -214,3 +337,18 @@ def attach(tensor: Tensor, node: Node | None, index: int) -> None:
     tensor._node, tensor._output_index = node, index
     tensor._requires_grad, tensor._leaf = True, False
 
+
+
+# tr.autograd's public names (PyTorch's), by the module that defines each: those import this one.
+_PUBLIC = {"grad": "tracer.gradients", "backward": "tracer.gradients",
+           "Function": "tracer.function", "FunctionCtx": "tracer.function",
+           "once_differentiable": "tracer.function", "gradcheck": "tracer.gradcheck",
+           "gradgradcheck": "tracer.gradcheck", "no_grad": "tracer.context",
+           "enable_grad": "tracer.context", "set_grad_enabled": "tracer.context"}
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'tracer.autograd' has no attribute {name!r}")

@@ -7,8 +7,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from tracer.ir.autodiff import gradient_path, reaches, trace_directive
+from tracer.ir.autodiff import active_values, gradient_path, reaches, trace_directive
+from tracer.ir.autodiff import backward as backward_instructions
+from tracer.ir.builder import GraphBuilder
 from tracer.autograd import changed_for_backward, run_backward, values_read
+from tracer.graph_builder import TENSORS
+from tracer.hooks import hook_runners
 from tracer.context import state
 from tracer.creation import ones
 from tracer.dispatch import as_tensor
@@ -17,26 +21,51 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor, escaped_error
 
 
-def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor]) -> list[Tensor | None]:
-    """Record a `gradient` directive (the autodiff pass puts its backward in place when the trace
-    is compiled) and return the gradients of `wrt`, None where no gradient flows. A leaf changed
-    in place under no_grad has held several values: its gradient sums theirs."""
+def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
+                     create_graph: bool = False) -> list[Tensor | None]:
+    """The gradients of `wrt`, None where no gradient flows. A leaf changed in place under
+    no_grad has held several values: its gradient sums theirs. Recorded as a `gradient` directive
+    (the autodiff pass puts its backward in place when the trace is compiled); with
+    `create_graph`, the autodiff pass runs now and its instructions join the trace, where a later
+    gradient differentiates them again (higher order)."""
     trace = output._trace
     groups = [trace.leaf_values(t) for t in wrt]
     values = [v for group in groups for v in group]
     _check_unchanged(trace, output, values)
-    operands = [output._handle, trace.handle_of(seed), *values]
-    directive_outputs = trace.builder.emit("gradient", operands, {})
-    flowing = trace_directive(trace.function, directive_outputs[0].producer)
-    gradients = iter(zip(directive_outputs, flowing))
+    hooks = hook_runners(trace)
+    # (hooks may keep values of the backward, as retain_grad does: it joins the trace at once too)
+    if create_graph or hooks:
+        previous = state.creating_graph
+        state.creating_graph = create_graph
+        try:
+            builder = GraphBuilder(trace.function, trace.location)
+            flowing = backward_instructions(builder, list(trace.function.instructions),
+                                            output._handle, trace.handle_of(seed), values, hooks)
+        finally:
+            state.creating_graph = previous
+        pairs = iter(zip(flowing, flowing))
+    else:
+        operands = [output._handle, trace.handle_of(seed), *values]
+        directive_outputs = trace.builder.emit("gradient", operands, {})
+        flowing = trace_directive(trace.function, directive_outputs[0].producer)
+        pairs = iter(zip(directive_outputs, flowing))
     totals = []
     for group in groups:
         total = None
-        for value, flows in (next(gradients) for _ in group):
+        for value, flows in (next(pairs) for _ in group):
             if flows is not None:
                 total = value if total is None else trace.builder.add(total, value)
-        totals.append(None if total is None else Tensor._make(total, trace, False))
-    return totals
+        totals.append(total)
+    requires = _requiring_grad(trace, totals) if create_graph else [False] * len(totals)
+    return [None if total is None else Tensor._make(total, trace, flag, leaf=False)
+            for total, flag in zip(totals, requires)]
+
+
+def _requiring_grad(trace, values: list) -> list[bool]:
+    """Which of the traced `values` a gradient can flow into from a leaf that requires grad."""
+    sources = [v for t in trace.leaves if t.requires_grad for v in trace.leaf_values(t)]
+    active = active_values(trace.function.instructions, sources)
+    return [value is not None and id(value) in active for value in values]
 
 
 def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
@@ -62,7 +91,8 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
                                            instruction.primitive, where)
 
 
-def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor, Tensor]]:
+def traced_leaf_gradients(output: Tensor, gradient: Tensor, create_graph: bool = False
+                          ) -> list[tuple[Tensor, Tensor]]:
     """`output.backward(gradient)` inside a trace: (leaf, its gradient) for every traced leaf that
     `output` depends on (but those for which a custom backward returned None)."""
     trace = output._trace
@@ -75,8 +105,8 @@ def traced_leaf_gradients(output: Tensor, gradient: Tensor) -> list[tuple[Tensor
     leaves = [t for t, group in zip(leaves, groups) if any([next(flags) for _ in group])]
     if not leaves:
         return []
-    return [(leaf, grad) for leaf, grad in zip(leaves, traced_gradients(output, gradient, leaves))
-            if grad is not None]
+    return [(leaf, grad) for leaf, grad in zip(
+        leaves, traced_gradients(output, gradient, leaves, create_graph)) if grad is not None]
 
 
 # Callbacks to run once when the next `.backward()` has filled every `.grad` (PyTorch's
@@ -105,6 +135,8 @@ def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Tensor) -> None:
             grad._mark_changed()
     elif grad is None:
         leaf.grad = gradient
+    elif gradient.requires_grad and gradient._trace is None:
+        leaf.grad = grad + gradient  # create_graph: out of place, so the sum is differentiable too
     else:
         grad._assign(grad + gradient, "gradient accumulation")
 
@@ -112,8 +144,12 @@ def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Tensor) -> None:
 class BackwardMethods:
     """Tensor.backward (given to Tensor by tracer/methods.py)."""
 
-    def backward(self, gradient=None, retain_graph: builtins.bool = False) -> None:
-        """Accumulate the gradient of this tensor into the `.grad` of the leaves it depends on."""
+    def backward(self, gradient=None, retain_graph: builtins.bool | None = None,
+                 create_graph: builtins.bool = False, inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the `.grad` of the leaves it depends on
+        (or of `inputs` only). With `create_graph`, the backward's own computation is recorded,
+        so the gradients can be differentiated again; the graph is kept unless `retain_graph`
+        says otherwise (PyTorch's defaults)."""
         if not self.requires_grad:
             raise ArgumentError("backward() on a tensor that does not require grad (no input "
                                 "requires grad, or it was computed under no_grad)")
@@ -126,15 +162,48 @@ class BackwardMethods:
         if gradient.shape != self.shape:
             raise ShapeMismatchError(f"backward(gradient=...) of shape {list(gradient.shape)} for "
                                      f"a tensor of shape {list(self.shape)}")
-        if self._trace is not None:
-            gradients = traced_leaf_gradients(self, gradient)
+        retain_graph = create_graph if retain_graph is None else retain_graph
+        if inputs is not None:
+            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+            gradients = zip(inputs, gradients_of([self], [gradient], inputs, retain_graph,
+                                                 create_graph, "backward(inputs=...)"))
+        elif self._trace is not None:
+            gradients = traced_leaf_gradients(self, gradient, create_graph)
+        elif create_graph:
+            gradients = run_backward([(self, gradient)], retain_graph, TENSORS)
         else:
             gradients = run_backward([(self, gradient._eager_array("backward"))],
                                      retain_graph=retain_graph)
         for leaf, value in gradients:
-            accumulate_grad(leaf, value)
+            if value is not None:
+                accumulate_grad(leaf, value)
         while _after_backward:
             _after_backward.pop(0)()
+
+
+def gradients_of(outputs: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor],
+                 retain_graph: bool, create_graph: bool, what: str) -> list:
+    """The gradients of sum(output_i * seed_i) with respect to each of `inputs` (a leaf or not),
+    None where none flows: eagerly arrays (tensors with `create_graph`), traced tensors. Only the
+    backward that leads to `inputs` runs; no `.grad` changes."""
+    for position, tensor in enumerate(inputs):
+        if not isinstance(tensor, Tensor) or not tensor.requires_grad:
+            raise ArgumentError(f"{what}: input {position} does not require grad; only tensors "
+                                f"with requires_grad=True (or computed from one) can be "
+                                f"differentiated with respect to")
+    trace = outputs[0]._trace
+    if trace is None:
+        if create_graph:
+            roots = list(zip(outputs, seeds))
+            return run_backward(roots, retain_graph, TENSORS, capture=inputs)
+        roots = [(o, s._eager_array("gradient")) for o, s in zip(outputs, seeds)]
+        return run_backward(roots, retain_graph, capture=inputs)
+    if state.trace is not trace:
+        raise escaped_error()
+    if len(outputs) == 1:
+        return traced_gradients(outputs[0], seeds[0], inputs, create_graph)
+    total = builtins.sum((o * s).sum() for o, s in zip(outputs, seeds))
+    return traced_gradients(total, ones(dtype=total.dtype), inputs, create_graph)
 
 
 def clear_grads(tensors: Iterable[Tensor], set_to_none: bool = True) -> None:

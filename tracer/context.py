@@ -8,7 +8,9 @@ import threading
 class _State(threading.local):
     grad_enabled = True
     trace = None  # the tracer.tracing.Trace being recorded, or None for eager mode
-    differentiating = False  # inside a function that tr.grad / tr.value_and_grad differentiates
+    # how many tr.grad / vjp / jvp transforms are differentiating the code running now
+    transforms = 0
+    creating_graph = False  # a backward with create_graph=True (eager or traced) is running
     forward_changes = None  # tracer.function_forward.ForwardChanges of the Function forwards running
 
 

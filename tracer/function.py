@@ -1,5 +1,5 @@
-"""Custom autograd Functions, PyTorch style (`class F(tr.Function)`) and R torch style
-(`tr.autograd_function(forward=, backward=)`).
+"""Custom autograd Functions, PyTorch style (`class F(tr.Function)`; R torch's style,
+`tr.autograd_function(forward=, backward=)`, is built on this in tracer/r_function.py).
 
 `apply` runs the user's forward without recording gradients, then records one `custom_vjp` over its
 outputs whose VJP is the user's backward. Eagerly that VJP runs when backward() reaches it; under
@@ -18,49 +18,14 @@ import numpy as np
 from tracer.ir.builder import Builder
 from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
-from tracer.autograd import attach, custom_node, edge_of
-from tracer.context import is_grad_enabled, no_grad, state
+from tracer.autograd import attach, custom_node, delayed_error, edge_of
+from tracer.context import is_grad_enabled, no_grad, set_grad_enabled, state
 from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
 from tracer.creation import zeros
 from tracer.function_forward import inputs_kept, last_places, refuse_dirty_leaves
+from tracer.named import Named
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
-
-
-class Named:
-    """A sequence whose entries can also be read by name: `ctx.needs_input_grad.weight`,
-    `ctx.saved_variables.input` (R torch), as well as `ctx.needs_input_grad[1]` and
-    `a, b = ctx.saved_tensors` (PyTorch). Not a tuple, so that arguments named like tuple
-    methods (`count`, `index`) read their entries."""
-
-    __slots__ = ("_names", "_values")
-
-    def __init__(self, names: list[str | None], values):
-        self._names = list(names)
-        self._values = tuple(values)
-
-    def __getattr__(self, name: str):
-        names = object.__getattribute__(self, "_names")
-        if name in names:
-            return self._values[names.index(name)]
-        raise AttributeError(f"no entry named {name!r}; the names are {[n for n in names if n]}")
-
-    def __getitem__(self, index):
-        return self._values[index]
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __eq__(self, other) -> bool:
-        return tuple(self._values) == tuple(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return repr(self._values)
 
 
 class FunctionCtx:
@@ -136,7 +101,13 @@ class FunctionCtx:
     def saved_tensors(self) -> Named:
         if self._trace is None:
             self.check_saved()
-            return Named(self._saved_names, self._saved)
+            saved = list(self._saved)
+            if state.creating_graph:
+                # An output saved in forward is, to a backward that records its graph, the output
+                # returned (whose gradient goes through this Function again), as in PyTorch.
+                for index, output, _ in self._saved_aliases:
+                    saved[index] = output
+            return Named(self._saved_names, saved)
         # Traced, the backward is traced later, by the autodiff pass: it reads the values as they
         # were saved (check_saved ran when .backward() was called).
         return Named(self._saved_names, [
@@ -146,25 +117,33 @@ class FunctionCtx:
     saved_variables = saved_tensors
 
 
-def _bind(function_name: str, forward: Callable, args, kwargs) -> inspect.BoundArguments:
+def _bind(function_name: str, forward: Callable, args, kwargs) -> tuple[inspect.BoundArguments,
+                                                                         int]:
+    """forward's arguments, defaults filled in, and how many of them `apply` was given (PyTorch
+    expects gradients for those only)."""
     signature = inspect.signature(forward)
     try:
         bound = signature.bind(None, *args, **kwargs)
     except TypeError as error:
         raise ArgumentError(f"{function_name}.apply: {error}") from None
+    names = list(signature.parameters)
+    given = max((names.index(name) for name in bound.arguments), default=0)
     bound.apply_defaults()
-    return bound
+    return bound, given
 
 
 class _FunctionRule:
     """Runs the user's backward for one application of a custom Function."""
 
     def __init__(self, name: str, forward: Callable, backward: Callable, ctx: FunctionCtx,
-                 arguments: list, outputs: list, differentiable: list[bool], trace):
+                 arguments: list, outputs: list, differentiable: list[bool], trace,
+                 given: int | None = None):
         self.name, self.user_backward, self.ctx = name, backward, ctx
         self.argument_names = ctx._argument_names  # forward's parameters after ctx, in order
         self.forward = forward  # for tr.trace(check_grads=True), which runs it again eagerly
         self.arguments = arguments
+        # how many arguments apply() was given: the rest took their defaults and need no gradient
+        self.given = len(arguments) if given is None else given
         # Per forward output: None for a non-tensor, else (shape, dtype, differentiable).
         flags = iter(differentiable)
         self.outputs = [(o.shape, o.dtype, next(flags)) if isinstance(o, Tensor) else None
@@ -184,11 +163,15 @@ class _FunctionRule:
             return self._run(builder, cotangents, tensor_positions)
 
     def _wrap(self, handle) -> Tensor:
+        if isinstance(handle, Tensor):  # a backward that records its graph (create_graph)
+            return handle
         return Tensor._make(handle, self.trace, False)
 
     def _run(self, builder: Builder, cotangents: list, tensor_positions: list[int]) -> list:
         context = self.trace.label(f"{self.name}.backward") if self.trace else contextlib.nullcontext()
-        with no_grad(), context:
+        # Eagerly with create_graph, the backward's operations record onto the tape; traced, the
+        # autodiff pass differentiates the traced backward by its values.
+        with set_grad_enabled(state.creating_graph and self.trace is None), context:
             grads_in: list[Tensor | None] = []
             flowing = iter(cotangents)
             for output in self.outputs:
@@ -202,6 +185,12 @@ class _FunctionRule:
                 else:
                     grads_in.append(None if handle is None else self._wrap(handle))
             result = self.user_backward(self.ctx, *grads_in)
+            if state.creating_graph and getattr(self.user_backward, "once_differentiable", False):
+                results = list(result) if isinstance(result, (tuple, list)) else [result]
+                result = delayed_error(self.name, f"{self.name}.backward", [
+                    r if isinstance(r, Tensor) else None for r in results],
+                    [a for a in self.arguments if isinstance(a, Tensor)])
+                result = [d if isinstance(r, Tensor) else r for r, d in zip(results, result)]
         return self._check(builder, result, tensor_positions)
 
     def _check(self, builder: Builder, result, tensor_positions: list[int]) -> list:
@@ -210,15 +199,17 @@ class _FunctionRule:
         where = f"{self.name}.backward"
         line = _definition_line(self.user_backward)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
-        expected = len(self.arguments)
-        # PyTorch accepts extra trailing Nones.
+        expected = self.given
+        # PyTorch accepts extra trailing Nones (here also for arguments left to their defaults).
         while len(results) > expected and results[-1] is None:
             results.pop()
-        if len(results) != expected:
+        if len(results) < len(self.arguments) and len(results) >= expected:
+            results += [None] * (len(self.arguments) - len(results))
+        if len(results) != len(self.arguments):
             raise FunctionBackwardError(
-                f"{where} returned {len(results)} gradient(s) but forward takes {expected} "
-                f"input(s) ({', '.join(self.argument_names)}); return one per input, None "
-                f"for inputs that need no gradient", line)
+                f"{where} returned {len(results)} gradient(s) but apply() was given {expected} "
+                f"input(s) ({', '.join(self.argument_names[:expected])}); return one per input, "
+                f"None for inputs that need no gradient", line)
         handles = []
         for position, (name, argument, gradient) in enumerate(
                 zip(self.argument_names, self.arguments, results)):
@@ -238,7 +229,8 @@ class _FunctionRule:
                 raise FunctionBackwardError(
                     f"{where} returned a gradient for '{name}' of shape {list(gradient.shape)}; "
                     f"expected shape {list(argument.shape)} (or one it broadcasts to)", line)
-            handle = gradient._handle if self.trace else gradient._eager_array("backward")
+            handle = (gradient._handle if self.trace else gradient if state.creating_graph
+                      else gradient._eager_array("backward"))
             handle = builder.sum_to_shape(handle, argument.shape)
             if gradient.dtype != argument.dtype:
                 handle = builder.cast(handle, argument.dtype)
@@ -263,7 +255,7 @@ def _definition_line(function: Callable) -> str:
 
 def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs):
     """`Function.apply`: run `forward` untracked, then record its outputs as one custom_vjp."""
-    bound = _bind(name, forward, args, kwargs)
+    bound, given = _bind(name, forward, args, kwargs)
     argument_names = list(bound.arguments)[1:]
     arguments = list(bound.arguments.values())[1:]
     tensors = [a for a in arguments if isinstance(a, Tensor)]
@@ -280,10 +272,6 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
             raw = forward(ctx, *arguments)
         multiple = isinstance(raw, (tuple, list))
         outputs = list(raw) if multiple else [raw]
-        for index, output in enumerate(outputs):
-            if output is not None and not isinstance(output, Tensor):
-                raise ArgumentError(f"{name}.forward returned a {type(output).__name__} as "
-                                    f"output {index}; return tensors")
         for dirty in ctx._dirty:
             if not any(dirty is t for t in tensors):
                 raise ArgumentError(f"{name}.forward: mark_dirty() was given a tensor that is "
@@ -300,7 +288,8 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
         _remember_saved(ctx)
         return tuple(results) if multiple else results[0]
     rule = CustomRule(name, _FunctionRule(name, forward, backward, ctx, arguments, outputs,
-                                          differentiable, trace), runs_without_cotangents=True)
+                                          differentiable, trace, given),
+                      runs_without_cotangents=True)
     if trace is None:
         handles = [outputs[p]._handle for p in recorded]  # custom_vjp is the identity on them
         node = custom_node(name, rule, handles, handles_before, edges_before)
@@ -357,6 +346,11 @@ def _remember_saved(ctx: FunctionCtx) -> None:
     ctx._saved_handles = [None if not isinstance(t, Tensor) else t._handle if ctx._trace is None
                           or t._trace is ctx._trace else ctx._trace.handle_of(t)
                           for t in ctx._saved]
+    if ctx._trace is not None:
+        # A saved output is read as the output returned, whose gradient goes through this
+        # Function again when the traced backward is differentiated (second order).
+        for index, output, _ in ctx._saved_aliases:
+            ctx._saved_handles[index] = output._handle
 
 
 class Function:
@@ -401,43 +395,11 @@ def _forward_with_setup_context(forward: Callable, setup_context: Callable) -> C
 
 def once_differentiable(backward: Callable) -> Callable:
     """PyTorch's decorator for a backward that is not itself differentiable: it runs without
-    recording gradients (as every backward does here: higher-order gradients are not supported)."""
+    recording gradients, and a second-order gradient that would go through it is an error that
+    names the Function (eager and traced)."""
     @functools.wraps(backward)
     def run_once(ctx, *grad_outputs):
         with no_grad():
             return backward(ctx, *grad_outputs)
+    run_once.once_differentiable = True
     return run_once
-
-
-class autograd_function:
-    """R torch's `autograd_function(forward = ..., backward = ...)`: call it like a function.
-
-    `backward(ctx, *grad_outputs)` returns a dict of gradients by argument name (missing: None).
-    """
-
-    def __init__(self, forward: Callable, backward: Callable, name: str | None = None):
-        self.forward = forward
-        self.user_backward = backward
-        self.name = name or getattr(forward, "__name__", "autograd_function")
-        if self.name == "<lambda>":
-            self.name = "autograd_function"
-        self.argument_names = list(inspect.signature(forward).parameters)[1:]
-
-    def _backward(self, ctx, *grad_outputs):
-        result = self.user_backward(ctx, *grad_outputs)
-        if not isinstance(result, dict):
-            raise FunctionBackwardError(
-                f"{self.name}.backward must return a dict of gradients by argument name "
-                f"(e.g. {{'input': grad}}), got {type(result).__name__}",
-                _definition_line(self.user_backward))
-        unknown = set(result) - set(self.argument_names)
-        if unknown:
-            raise FunctionBackwardError(
-                f"{self.name}.backward returned gradients for {sorted(unknown)}, which are not "
-                f"arguments of forward ({', '.join(self.argument_names)})",
-                _definition_line(self.user_backward))
-        return tuple(result.get(name) for name in self.argument_names)
-
-    def __call__(self, *args, **kwargs):
-        return apply_function(self.name, self.forward, self._backward, args, kwargs)
-

@@ -8,6 +8,7 @@ import numpy as np
 from tracer.errors import ArgumentError, GradcheckError
 from tracer.creation import tensor
 from tracer.tensor import Tensor
+from tracer.gradients import grad as autograd_grad
 from tracer.transforms import grad
 
 
@@ -27,12 +28,19 @@ class Mismatch(NamedTuple):
 
 
 def gradcheck(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
-              rtol: float = 1e-3) -> bool:
+              rtol: float = 1e-3, *, raise_exception: bool = True, fast_mode: bool = False,
+              nondet_tol: float = 0.0) -> bool:
     """Check the gradient of every float output of `fn(*inputs)` with respect to every input tensor
     that requires grad. Works for eager functions and for `@tr.trace`d ones (whose gradients are
-    then computed by a traced, compiled backward). Returns True or raises GradcheckError."""
+    then computed by a traced, compiled backward). Returns True or raises GradcheckError (returns
+    False with `raise_exception=False`). `fast_mode` (PyTorch's check of one random projection of
+    the Jacobian) is accepted and checks the whole Jacobian, which implies it; `nondet_tol` is
+    accepted because the backward here is deterministic."""
+    del fast_mode, nondet_tol
     mismatch = first_mismatch(fn, inputs, eps, atol, rtol)
     if mismatch is not None:
+        if not raise_exception:
+            return False
         raise GradcheckError(
             f"gradcheck: Jacobian mismatch for output {mismatch.output} element "
             f"{mismatch.output_element} with respect to input {mismatch.input} element "
@@ -102,3 +110,41 @@ def first_mismatch(fn: Callable, inputs, eps: float = 1e-6, atol: float = 1e-5,
                             tuple(map(int, np.unravel_index(element, array.shape))),
                             float(analytic[row, element]), float(numeric[row, element]))
     return None
+
+
+def gradgradcheck(fn: Callable, inputs, grad_outputs=None, eps: float = 1e-6, atol: float = 1e-5,
+                  rtol: float = 1e-3, *, raise_exception: bool = True, fast_mode: bool = False,
+                  nondet_tol: float = 0.0) -> bool:
+    """Check second-order gradients as torch.autograd.gradgradcheck: `gradcheck` of the function
+    that maps (inputs, grad_outputs) to the gradients of fn's outputs weighted by grad_outputs
+    (computed with create_graph=True), with respect to both. `grad_outputs` default to random
+    values (float64 standard normal, fixed seed), as PyTorch's do."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    python_function = getattr(fn, "python_function", fn)
+    if grad_outputs is None:
+        random = np.random.default_rng(0)
+        outputs = _outputs(python_function(*inputs))
+        grad_outputs = [tensor(random.standard_normal(o.shape).astype(o.dtype),
+                               requires_grad=True) for o in outputs]
+    grad_outputs = tuple(grad_outputs) if isinstance(grad_outputs, (tuple, list)) else (
+        grad_outputs,)
+    count = len(inputs)
+    wanted = [isinstance(x, Tensor) and x.requires_grad for x in inputs]
+
+    def first_derivative(*values):
+        # gradcheck's finite differences call this with inputs that do not require grad: make
+        # them leaves here (its analytic pass gives them connected, and they are kept)
+        args = [x if not want or x.requires_grad else x.detach().requires_grad_()
+                for x, want in zip(values[:count], wanted)]
+        outputs = _outputs(python_function(*args))
+        differentiated = [x for x, want in zip(args, wanted) if want]
+        seeds = [s.detach() if not s.requires_grad else s for s in values[count:]]
+        gradients = autograd_grad(outputs, differentiated, seeds, create_graph=True,
+                                  allow_unused=True, materialize_grads=True)
+        return tuple(gradients)
+
+    function = first_derivative
+    if fn is not python_function:  # traced: check the traced second-order backward too
+        function = type(fn)(first_derivative)
+    return gradcheck(function, inputs + grad_outputs, eps, atol, rtol,
+                     raise_exception=raise_exception)

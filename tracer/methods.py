@@ -6,6 +6,7 @@ from __future__ import annotations
 from tracer.arithmetic import ArithmeticMethods
 from tracer.backward import BackwardMethods
 from tracer.device import DeviceMethods
+from tracer.hooks import HookMethods
 from tracer.dimensions import number_indices
 from tracer.dispatch import DispatchMethods
 from tracer.gathering import gather, index_add, index_select, take_along_dim
@@ -49,6 +50,6 @@ class IndexMethods:
 
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
-               InPlaceMethods, IndexMethods, BackwardMethods, RoundingMethods,
+               InPlaceMethods, IndexMethods, BackwardMethods, HookMethods, RoundingMethods,
                PickleMethods, RandomMethods, SortingMethods):
     add_methods(_group)

@@ -112,11 +112,7 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
     divisor = count - correction
     if divisor <= 0 and (dim is None or x.ndim == 0):
         return _VarianceWithoutDegreesOfFreedom.apply(x, keepdim)
-    # The mean is taken as a constant on the gradient path, as PyTorch's var_backward does
-    # (2 * g * (x - mean) / divisor: the mean's own gradient is zero in exact arithmetic), which
-    # keeps the gradient finite-or-inf where the divisor is 0, as PyTorch's, rather than nan.
-    centered = x - row_mean(x, axes).detach()
-    squares = (centered * centered).sum(axes, keepdim=keepdim)
+    squares = _SumOfCenteredSquares.apply(x, axes, keepdim)
     if divisor >= 0:  # (0, as PyTorch: inf or nan, and a nan gradient)
         return squares / divisor
     # A count below the correction: PyTorch's value divides by max(0, divisor) = 0 (inf or nan),
@@ -136,6 +132,29 @@ def row_mean(x: Tensor, axes: tuple[int, ...]) -> Tensor:
     first = x[tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))].detach()
     constant = ((x != first).to(x.dtype).sum(axes, keepdim=True) == 0) & (mean != first)
     return mean + where(constant, first - mean.detach(), 0.0)
+
+
+class _SumOfCenteredSquares(Function):
+    """sum((x - mean(x))^2) over `axes`. Its gradient is PyTorch's var_backward, 2 g (x - mean):
+    the mean's own part is zero in exact arithmetic, and leaving it out keeps the gradient
+    finite-or-inf where var's divisor is 0, as PyTorch's, rather than nan. Written with tensor
+    operations on x, that backward is differentiated again at second order (the Hessian
+    2 (I - 1/n) needs the mean's part there: a constant mean would give 2 I)."""
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        ctx.save_for_backward(x)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        centered = x - row_mean(x, axes)
+        return (centered * centered).sum(axes, keepdim=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        if not ctx.keepdim:  # back to the reduced dimensions kept, to broadcast over them
+            grad_output = grad_output.reshape([1 if a in ctx.axes else d
+                                               for a, d in enumerate(x.shape)])
+        return 2 * grad_output * (x - row_mean(x, ctx.axes)), None, None
 
 
 class _CountOfNonzeros(Function):

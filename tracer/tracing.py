@@ -42,6 +42,8 @@ class Trace:
         self.arguments: dict[int, Tensor] = {}
         # (ctx, output values) of every custom Function applied, for the checks of a backward.
         self.custom_calls: list[tuple] = []
+        # Tensor.register_hook on traced tensors: the hooks by id of the value they watch
+        self.gradient_hooks: dict[int, list] = {}
         # An in-place change rebinds a tensor to a new value. The old values it leaves behind: by
         # id, where they were overwritten and the instruction of the change itself, which may
         # still read them (eager mode's version counters, as values); and every value a leaf has

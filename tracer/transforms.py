@@ -1,14 +1,27 @@
-"""Gradients as functions: `grad` and `value_and_grad`, eager and inside `@trace`."""
+"""Gradients as functions, torch.func / JAX style: `grad`, `value_and_grad`, `vjp`, `jvp`; eager and
+inside `@trace`, and nested to any order (`tr.grad(tr.grad(f))`).
+
+Each transform runs `f` on inputs that stand for its arguments and asks the backward engine
+(`tracer.backward.gradients_of`) for the gradients. An argument already differentiated by an outer
+transform (or computed by the user's autograd from a tensor that requires grad) is stood for by an
+identity of it, so that the inner gradient is taken with respect to this use alone (no
+perturbation confusion) while the outer one still flows through; then, or inside another
+transform, the backward records its own graph (create_graph), which the outer transform
+differentiates again. A leaf argument at the top level is a fresh leaf (as jax.grad: the gradient
+is a constant).
+"""
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable, Sequence
 
-from tracer.autograd import run_backward
-from tracer.backward import traced_gradients
-from tracer.context import enable_grad, state
+import numpy as np
+
+from tracer.backward import gradients_of
+from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.creation import ones, zeros_like
-from tracer.dispatch import as_tensor
+from tracer.dispatch import apply, as_tensor
 from tracer.errors import ArgumentError
 from tracer.tensor import Tensor
 
@@ -21,68 +34,92 @@ def _argnums(argnums: int | Sequence[int], count: int) -> tuple[int, ...]:
     return tuple(n % count for n in numbers)
 
 
-def _value_and_gradients(f: Callable, argnums, has_aux: bool, args, kwargs):
-    if state.differentiating:
-        raise ArgumentError("tr.grad inside a function that tr.grad differentiates (a higher-order "
-                            "derivative) is not supported: the inner gradient would be taken as "
-                            "a constant")
-    state.differentiating = True
-    try:
-        return _differentiate(f, argnums, has_aux, args, kwargs)
-    finally:
-        state.differentiating = False
-
-
-def _tree_map(function: Callable, tree):
+def tree_map(function: Callable, tree):
     """`tree` (nested lists, tuples, named tuples and dicts: a pytree) with `function` applied to
     every other value in it, in order."""
     if isinstance(tree, (list, tuple)):
-        items = [_tree_map(function, item) for item in tree]
+        items = [tree_map(function, item) for item in tree]
         return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
     if isinstance(tree, dict):
-        return type(tree)((key, _tree_map(function, value)) for key, value in tree.items())
+        return type(tree)((key, tree_map(function, value)) for key, value in tree.items())
     return function(tree)
+
+
+def tree_leaves(tree) -> list:
+    leaves: list = []
+    tree_map(leaves.append, tree)
+    return leaves
+
+
+@contextlib.contextmanager
+def _transforming():
+    """The dynamic extent of one transform's function: a transform inside it is nested."""
+    state.transforms += 1
+    try:
+        with enable_grad():
+            yield
+    finally:
+        state.transforms -= 1
+
+
+class _Inputs:
+    """The tensors a transform differentiates with respect to, and whether its backward must
+    record its own graph (an outer transform, or the user's autograd, differentiates it again)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.tensors: list[Tensor] = []
+        self.create_graph = state.transforms > 0 and is_grad_enabled()
+
+    def make(self, value, position) -> Tensor:
+        x = as_tensor(value, accept_data=True)
+        if x.dtype.kind != "f":
+            raise ArgumentError(f"{self.what}: argument {position} must be a float tensor (or a "
+                                f"list, tuple or dict of them), got {x.dtype}")
+        if x.requires_grad and is_grad_enabled() and (state.transforms > 0 or not x.is_leaf):
+            with enable_grad():  # an identity, whose gradient goes on to x
+                stand_in = apply("reshape", [x], shape=x.shape)
+            self.create_graph = True
+        else:
+            trace = state.trace
+            handle = x._handle if trace is None else trace.handle_of(x)
+            stand_in = Tensor._make(handle, trace, True, leaf=True)
+        self.tensors.append(stand_in)
+        return stand_in
+
+    def gradients(self, outputs: list[Tensor], seeds: list[Tensor]) -> list[Tensor]:
+        """The gradients of sum(output_i * seed_i) with respect to the inputs (zeros where none
+        flows)."""
+        flowing = [(o, s) for o, s in zip(outputs, seeds) if o.requires_grad]
+        if not flowing:
+            return [zeros_like(x) for x in self.tensors]
+        gradients = gradients_of([o for o, _ in flowing], [s for _, s in flowing], self.tensors,
+                                 True, self.create_graph, self.what)
+        return [zeros_like(x) if g is None else g if isinstance(g, Tensor)
+                else Tensor._make(g, None, False) for x, g in zip(self.tensors, gradients)]
+
+    def result(self, value):
+        """A result of the function: still connected where an outer level differentiates it."""
+        return value if self.create_graph or not isinstance(value, Tensor) else value.detach()
 
 
 def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     numbers = _argnums(argnums, len(args))
     args = list(args)
-    trace = state.trace
-    leaves = []
-
-    def make_leaf(value, n: int) -> Tensor:
-        x = as_tensor(value, accept_data=True)
-        if x.dtype.kind != "f":
-            raise ArgumentError(f"grad: argument {n} must be a float tensor (or a list, tuple or "
-                                f"dict of them), got {x.dtype}")
-        handle = x._handle if trace is None else trace.handle_of(x)
-        leaf = Tensor._make(handle, trace, True, leaf=True)
-        leaves.append(leaf)
-        return leaf
-
+    inputs = _Inputs("grad")
     for n in numbers:
-        args[n] = _tree_map(lambda value, n=n: make_leaf(value, n), args[n])
-    with enable_grad():
+        args[n] = tree_map(lambda value, n=n: inputs.make(value, n), args[n])
+    with _transforming():
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
     if not isinstance(output, Tensor) or output.numel() != 1 or output.dtype.kind != "f":
         raise ArgumentError("grad needs a function that returns a float tensor with one element"
                             + (" (and an aux value, with has_aux=True)" if has_aux else ""))
-    seed = ones(*output.shape, dtype=output.dtype)
-    if not output.requires_grad:
-        gradients = [zeros_like(x) for x in leaves]
-    elif trace is None:
-        reached = {id(leaf): array for leaf, array in run_backward([(output, seed._handle)])}
-        arrays = [reached.get(id(x)) for x in leaves]
-        gradients = [zeros_like(x) if a is None else Tensor._make(a, None, False)
-                     for x, a in zip(leaves, arrays)]
-    else:
-        gradients = [zeros_like(x) if g is None else g
-                     for x, g in zip(leaves, traced_gradients(output, seed, leaves))]
+    gradients = inputs.gradients([output], [ones(*output.shape, dtype=output.dtype)])
     # the gradient of each differentiated argument has its structure
     flowing = iter(gradients)
-    trees = tuple(_tree_map(lambda _: next(flowing), args[n]) for n in numbers)
-    value = output.detach()
+    trees = tuple(tree_map(lambda _: next(flowing), args[n]) for n in numbers)
+    value = inputs.result(output)
     return ((value, aux) if has_aux else value), (trees[0] if isinstance(argnums, int) else trees)
 
 
@@ -91,7 +128,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool 
     with has_aux, `f` returns (value, aux) and this returns ((value, aux), gradient)."""
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
-        return _value_and_gradients(f, argnums, has_aux, args, kwargs)
+        return _differentiate(f, argnums, has_aux, args, kwargs)
     return wrapper
 
 
@@ -99,6 +136,82 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -
     """The gradient of scalar-valued `f` with respect to the arguments `argnums` (as jax.grad)."""
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
-        value, gradients = _value_and_gradients(f, argnums, has_aux, args, kwargs)
+        value, gradients = _differentiate(f, argnums, has_aux, args, kwargs)
         return (gradients, value[1]) if has_aux else gradients
     return wrapper
+
+
+def _float_outputs(tree, what: str) -> list[Tensor]:
+    outputs = tree_leaves(tree)
+    for output in outputs:
+        if not isinstance(output, Tensor) or output.dtype.kind != "f":
+            raise ArgumentError(f"{what} needs a function that returns float tensors (or a "
+                                f"list, tuple or dict of them), got {type(output).__name__}"
+                                + (f" of {output.dtype}" if isinstance(output, Tensor) else ""))
+    return outputs
+
+
+def vjp(f: Callable, *primals, has_aux: bool = False):
+    """`(f(*primals), vjp_fn)` as torch.func.vjp: `vjp_fn(cotangents)` (one per output, in the
+    output's structure) returns the gradient of sum(output * cotangent) for each primal, as a
+    tuple. `vjp_fn` may be called again (the graph is kept)."""
+    inputs = _Inputs("vjp")
+    arguments = [tree_map(lambda value, n=n: inputs.make(value, n), p)
+                 for n, p in enumerate(primals)]
+    with _transforming():
+        result = f(*arguments)
+    output, aux = result if has_aux else (result, None)
+    outputs = _float_outputs(output, "vjp")
+
+    def vjp_fn(cotangents):
+        seeds = tree_leaves(cotangents)
+        if len(seeds) != len(outputs):
+            raise ArgumentError(f"vjp_fn got {len(seeds)} cotangents for {len(outputs)} outputs")
+        seeds = [as_tensor(s, accept_data=True).to(o.dtype) for o, s in zip(outputs, seeds)]
+        for o, s in zip(outputs, seeds):
+            if s.shape != o.shape:
+                raise ArgumentError(f"vjp_fn: a cotangent of shape {list(s.shape)} for an output "
+                                    f"of shape {list(o.shape)}")
+        flowing = iter(inputs.gradients(outputs, seeds))
+        return tuple(tree_map(lambda _: next(flowing), p) for p in arguments)
+
+    value = tree_map(inputs.result, output)
+    return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
+
+
+def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """`(f(*primals), tangents_out)` as torch.func.jvp: the directional derivative of `f` at
+    `primals` along `tangents`. Computed by transposing the vector-Jacobian product (it is linear
+    in its cotangent u, so d/du <vjp(u), t> = J t): two backward passes, no forward-mode rules."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(primals) != len(tangents):
+        raise ArgumentError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    for p, t in zip(tree_leaves(primals), tree_leaves(tangents)):
+        if tuple(np.shape(t)) != tuple(np.shape(p)):
+            raise ArgumentError(f"jvp: a tangent of shape {list(np.shape(t))} for a primal of "
+                                f"shape {list(np.shape(p))}")
+    with _transforming():  # the first backward is differentiated again, by the second
+        result = vjp(f, *primals, has_aux=has_aux)
+        output, vjp_fn = result[0], result[1]
+        outputs = _float_outputs(output, "jvp")
+        dummies = [_zeros_leaf(o) for o in outputs]
+        cotangent_tree = iter(dummies)
+        gradients = tree_leaves(vjp_fn(tree_map(lambda _: next(cotangent_tree), output)))
+    transposed = _Inputs("jvp")
+    transposed.tensors = dummies
+    transposed.create_graph = state.transforms > 0 or any(
+        isinstance(p, Tensor) and p.requires_grad and not p.is_leaf for p in tree_leaves(primals))
+    seeds = [as_tensor(t, accept_data=True).to(g.dtype) for g, t in
+             zip(gradients, tree_leaves(tangents))]
+    out_tangents = iter(transposed.gradients(gradients, seeds))
+    tangents_out = tree_map(lambda _: next(out_tangents), output)
+    value = tree_map(transposed.result, output)
+    return (value, tangents_out, result[2]) if has_aux else (value, tangents_out)
+
+
+def _zeros_leaf(like: Tensor) -> Tensor:
+    """A leaf of zeros requiring grad, shaped like `like` (jvp's cotangent variable)."""
+    trace = state.trace
+    zeros = zeros_like(like)
+    handle = zeros._handle if trace is None else trace.handle_of(zeros)
+    return Tensor._make(handle, trace, True, leaf=True)

@@ -1,0 +1,33 @@
+"""The differential tester's random programs at second order: the gradient of a weighted sum of
+a program's gradients (autograd.grad with create_graph=True, then again), in tracer eagerly and
+compiled against PyTorch. The programs are those of the "grad" kind (tests/test_differential.py:
+arguments not changed in place), asked for their second derivatives."""
+import dataclasses
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from test_differential import SETTINGS, check_program, programs
+
+pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
+
+
+@st.composite
+def second_order_programs(draw):
+    program = draw(programs(kinds=["grad"]))
+    return dataclasses.replace(program, kind="grad2")
+
+
+# `make test`: 60 programs, the same on every run (37 s on the busy 2-core machine, compiling each)
+@settings(max_examples=60, derandomize=True, **SETTINGS)
+@given(second_order_programs())
+def test_random_programs_agree_at_second_order(program):
+    check_program(program)
+
+
+# `make test-slow`: 2,000 programs.
+@pytest.mark.slow
+@settings(max_examples=2_000, **SETTINGS)
+@given(second_order_programs())
+def test_random_programs_agree_at_second_order_long(program):
+    check_program(program)

@@ -1,0 +1,128 @@
+"""Whole derivatives and batching, torch.func style: `jacrev`, `hessian` and `vmap`, eager and
+inside `@trace` (where the loops below unroll into one graph, compiled as one native call)."""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tracer.dispatch import from_data
+from tracer.errors import ArgumentError
+from tracer.functional import stack
+from tracer.creation import zeros_like
+from tracer.tensor import Tensor
+from tracer.transforms import _argnums, _float_outputs, tree_leaves, tree_map, vjp
+
+
+def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of `f` with respect to the arguments `argnums` by reverse mode (as
+    torch.func.jacrev): for an output of shape O and an argument of shape I, a tensor of shape
+    O + I; a tuple over `argnums` when it is a tuple, nested in the output's structure."""
+    @functools.wraps(f)
+    def wrapper(*args):
+        numbers = _argnums(argnums, len(args))
+
+        def partial(*differentiated):
+            full = list(args)
+            for n, value in zip(numbers, differentiated):
+                full[n] = value
+            return f(*full)
+
+        result = vjp(partial, *(args[n] for n in numbers), has_aux=has_aux)
+        output, vjp_fn = result[0], result[1]
+        outputs = _float_outputs(output, "jacrev")
+        # one backward per output element, each seeded by a one-hot cotangent: rows of J
+        rows_per_output = []
+        for position, o in enumerate(outputs):
+            rows = []
+            for element in range(o.numel()):
+                seeds = [zeros_like(other) for other in outputs]
+                one_hot = np.zeros(o.shape, o.dtype)
+                one_hot.reshape(-1)[element] = 1
+                seeds[position] = from_data(one_hot)
+                rows.append(tree_leaves(vjp_fn(_seeds_tree(output, seeds))))
+            rows_per_output.append(rows)
+        jacobians = []
+        for o, rows in zip(outputs, rows_per_output):
+            per_input = []
+            for k, x in enumerate(tree_leaves(tuple(args[n] for n in numbers))):
+                shape = tuple(o.shape) + tuple(x.shape)
+                per_input.append(stack([row[k] for row in rows]).reshape(shape) if rows
+                                 else zeros_like(o).reshape(shape))
+            jacobians.append(per_input)
+        flat = iter(jacobians)
+
+        def by_argument(_):
+            per_input = iter(next(flat))
+            structure = tuple(args[n] for n in numbers)
+            trees = tuple(tree_map(lambda _: next(per_input), tree) for tree in structure)
+            return trees[0] if isinstance(argnums, int) else trees
+
+        value = tree_map(by_argument, output)
+        return (value, result[2]) if has_aux else value
+    return wrapper
+
+
+def _seeds_tree(output, seeds: list):
+    flowing = iter(seeds)
+    return tree_map(lambda _: next(flowing), output)
+
+
+def hessian(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The Hessian of scalar `f` with respect to the arguments `argnums` (as torch.func.hessian):
+    the Jacobian of its gradient."""
+    return jacrev(jacrev(f, argnums), argnums)
+
+
+def _sizes(args, in_dims) -> int:
+    sizes = set()
+    for arg, dim in zip(args, in_dims):
+        if dim is None:
+            continue
+        for leaf in tree_leaves(arg):
+            if not isinstance(leaf, Tensor):
+                raise ArgumentError(f"vmap: in_dims {dim} for a {type(leaf).__name__}; only "
+                                    f"tensors can be mapped over (use None)")
+            if not -leaf.ndim <= dim < leaf.ndim:
+                raise ArgumentError(f"vmap: in_dims {dim} is out of range for a tensor of shape "
+                                    f"{list(leaf.shape)}")
+            sizes.add(leaf.shape[dim])
+    if len(sizes) != 1:
+        raise ArgumentError(f"vmap: the mapped dimensions have sizes {sorted(sizes)}; they must "
+                            f"all have one size" if sizes else
+                            "vmap: at least one argument must be mapped (in_dims not all None)")
+    return sizes.pop()
+
+
+def _take(value, dim: int | None, index: int):
+    if dim is None:
+        return value
+    return tree_map(lambda t: t[(slice(None),) * (dim % t.ndim) + (index,)], value)
+
+
+def vmap(f: Callable, in_dims: int | None | Sequence = 0, out_dims: int | Sequence = 0
+         ) -> Callable:
+    """`f` mapped over a dimension of its arguments (as torch.func.vmap): `in_dims` says which of
+    each argument (None: the same for every element; an int for a list, tuple or dict applies to
+    every tensor in it), `out_dims` where the mapped dimension goes in each output. It runs `f`
+    once per element and stacks the results, so it composes with every transform and with
+    custom Functions (per-sample gradients: `vmap(grad(loss), in_dims=(None, 0, 0))`); inside
+    `@trace` the loop unrolls into the one compiled graph."""
+    @functools.wraps(f)
+    def wrapper(*args):
+        dims = (in_dims,) * len(args) if in_dims is None or isinstance(in_dims, int) \
+            else tuple(in_dims)
+        if len(dims) != len(args):
+            raise ArgumentError(f"vmap: in_dims has {len(dims)} entries for {len(args)} arguments")
+        size = _sizes(args, dims)
+        results = [f(*(_take(a, d, i) for a, d in zip(args, dims))) for i in range(size)]
+        leaves = [tree_leaves(r) for r in results]
+        outs = (out_dims,) * len(leaves[0]) if isinstance(out_dims, int) else tuple(out_dims)
+        if len(outs) != len(leaves[0]):
+            raise ArgumentError(f"vmap: out_dims has {len(outs)} entries for {len(leaves[0])} "
+                                f"outputs")
+        stacked = iter([stack([per[k] for per in leaves], dim=outs[k])
+                        for k in range(len(leaves[0]))])
+        return tree_map(lambda _: next(stacked), results[0])
+    return wrapper
