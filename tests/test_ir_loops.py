@@ -150,7 +150,7 @@ def test_a_large_kernel_is_split_across_threads(monkeypatch):
     f.outputs = [b.op("exp", x)]
     compiled = CompiledFunction(ir.optimize(f))
     text = compiled.stage_text("loops")
-    assert "kernel_0 loop, range [0, 192), 2 threads:" in text
+    assert "kernel_0 loop, range [0, 192), 8 chunks, 2 threads:" in text
     assert "call void @kernel_0.parallel(" in compiled.llvm_ir
     argument = np.linspace(-3, 3, 192, dtype=np.float32).reshape(64, 3)
     (native,) = compiled([argument])
