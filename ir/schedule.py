@@ -29,8 +29,8 @@ from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.schedule_reduce import ReductionKernels
-from tracer.ir.schedule_threads import (PARALLEL_WORK_PER_THREAD, chunk_count, gemm_blocks,
-                                        kernel_work, split_extent, thread_count)
+from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
+                                        thread_count)
 from tracer.ir.types import bool_, int64
 
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
@@ -390,9 +390,7 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
     n = matmul.inputs[1].shape[-1]
     (result,) = kernel.results
     dtype = result.dtype
-    blocks, rows = 1, m
-    if threads > 1 and kernel_work(kernel) >= 2 * PARALLEL_WORK_PER_THREAD:
-        blocks, rows = gemm_blocks(math.prod(result.shape[:-2]), m, threads)
+    blocks, rows = gemm_blocks(kernel, threads)
     if update is None:
         scheduler = KernelScheduler(fused, kernel, names)
         scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,

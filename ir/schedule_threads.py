@@ -22,14 +22,19 @@ CHUNKS_PER_THREAD = 4
 GEMM_BLOCK_ROWS = 32
 
 
-def gemm_blocks(batch: int, m: int, threads: int) -> tuple[int, int]:
-    """(blocks, rows): each of the batch's m-row products is cut into `blocks` blocks of `rows`
-    rows, so that a small batch still has about CHUNKS_PER_THREAD tasks per thread."""
-    wanted = -(-threads * CHUNKS_PER_THREAD // max(batch, 1))
+def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
+    """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
+    blocks of `rows` rows, so that a product with enough work for threads has about
+    CHUNKS_PER_THREAD tasks per thread even in a small batch."""
+    (result,) = kernel.results
+    m = result.shape[-2]
+    if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
+        return 1, m
+    wanted = -(-threads * CHUNKS_PER_THREAD // max(math.prod(result.shape[:-2]), 1))
     blocks = max(1, min(wanted, m // GEMM_BLOCK_ROWS))
     rows = -(-m // blocks)
     rows = -(-rows // 16) * 16 if rows > 16 else rows
-    return -(-m // rows) if m else 1, rows or m
+    return -(-m // rows), rows
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:

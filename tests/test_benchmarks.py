@@ -51,3 +51,14 @@ def test_transformer_training_step():
     inputs = transformer.make_inputs((2, 4, 1, 2, 8))
     expected, scales = transformer.reference(inputs)
     checked_run(transformer.tracer_program(inputs), expected, transformer.TOLERANCE, scales)
+
+
+def test_mlp_training_step_and_its_kernel_profile():
+    from benchmarks import kernel_profile, mlp
+    inputs = mlp.make_inputs((6, 10, 8, 3))
+    expected, scales = mlp.reference(inputs)
+    checked_run(mlp.tracer_program(inputs), expected, mlp.TOLERANCE, scales)
+    text = kernel_profile.profile_text("MLP", mlp.tracer_program(inputs).build, calls=2, top=3)
+    lines = text.splitlines()
+    assert lines[0].startswith("MLP: ") and "by kind: " in lines[1] and "matmul" in lines[1]
+    assert len(lines) == 5 and all("x floor" in line for line in lines[2:])
