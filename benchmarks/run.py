@@ -41,14 +41,14 @@ def main() -> None:
 
 def run(quick: bool, output: Path) -> None:
     from benchmarks import (cnn, compile_time, cross_entropy, dispatch, distributed, first_result,
-                            gelu, layer_norm, peers, readme_table, report, transformer,
+                            gelu, layer_norm, mlp, peers, readme_table, report, transformer,
                             two_layer)
     from benchmarks.harness import PEERS, Timing
 
     timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
     started = time.perf_counter()
     rows = []
-    for workload in (two_layer, transformer, cnn, gelu, layer_norm, cross_entropy, dispatch):
+    for workload in (two_layer, mlp, transformer, cnn, gelu, layer_norm, cross_entropy, dispatch):
         rows += workload.rows(quick, timing)
         print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     # --quick leaves torch out: it takes seconds to import, torch.compile tens of seconds to compile
@@ -66,7 +66,12 @@ def run(quick: bool, output: Path) -> None:
     if quick:
         notes.append("time to first result: torch left out of --quick (its import takes seconds, "
                      "torch.compile tens of seconds)")
+    # where the model steps' time goes, kernel by kernel (TRACER_PROFILE=1)
+    profiles = [*mlp.profiles(quick), *transformer.profiles(quick)]
+    print(f"{time.perf_counter() - started:6.1f}s  kernel profiles", flush=True)
     text = report.table(rows, notes)
+    text += ("\n## Where the tracer's model steps spend their time (TRACER_PROFILE=1)\n\n```\n"
+             + "\n\n".join(profiles) + "\n```\n")
     (output / "results.md").write_text(text)
     report.chart(rows, notes[0], output / "results.png")
     if output == HERE:

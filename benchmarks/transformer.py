@@ -18,9 +18,12 @@ from benchmarks import floors
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks.peers import installed, torch_programs
 
-# (batch, block_size, n_layer, n_head, n_embd): the example's default model, and a larger one.
+# (batch, block_size, n_layer, n_head, n_embd): the example's default model, and GPTs of head size
+# 32 and 64 with contexts of 64 to 256 characters (the first is issue 15's).
 SIZES = {"16×32 tokens, 2 layers × 64": (16, 32, 2, 4, 64),
-         "32×64 tokens, 4 layers × 128": (32, 64, 4, 4, 128)}
+         "16×128 tokens, 4 layers × 192 (6 heads of 32)": (16, 128, 4, 6, 192),
+         "32×64 tokens, 4 layers × 256 (4 heads of 64)": (32, 64, 4, 4, 256),
+         "8×256 tokens, 4 layers × 128 (2 heads of 64)": (8, 256, 4, 2, 128)}
 QUICK_SIZES = ("16×32 tokens, 2 layers × 64",)
 LEARNING_RATE = 3e-3
 # The loss of the second step, which every gradient of the first feeds through its update: sums
@@ -90,7 +93,11 @@ def tracer_program(inputs) -> Program:
         optimizer = tr.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
         step = tr.trace(example().make_step(model, optimizer))
         tokens, targets = tr.tensor(x), tr.tensor(y)
-        return lambda: (step(tokens, targets), *model.parameters())
+
+        def run():
+            return (step(tokens, targets), *model.parameters())
+        run.traced = step  # for benchmarks/kernel_profile.py
+        return run
     return Program("tracer", build)
 
 
@@ -194,6 +201,13 @@ def matmul_shapes(settings, batch: int) -> list[tuple[int, ...]]:
     forward = forward * settings.n_layer + [(rows, width, settings.vocab_size)]
     return forward + [(*b, m, n, k) for *b, m, k, n in forward] + [
         (*b, k, m, n) for *b, m, k, n in forward]
+
+
+def profiles(quick: bool) -> list[str]:
+    """The per-kernel profile of the tracer's step at each size (benchmarks/kernel_profile.py)."""
+    from benchmarks.kernel_profile import profile_text
+    return [profile_text(f"GPT step {label}", tracer_program(make_inputs(SIZES[label])).build)
+            for label in (QUICK_SIZES if quick else SIZES)]
 
 
 def rows(quick: bool, timing: Timing) -> list[Row]:

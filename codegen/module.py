@@ -64,13 +64,14 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         arguments = "".join(f"ptr {p}, " for p in pointers)
         if kernel.threads > 1:
             parallel.append(render(
-                "parallel.ll.j2", name=kernel.name, buffers=len(pointers), threads=kernel.threads))
+                "parallel.ll.j2", name=kernel.name, buffers=len(pointers), threads=kernel.threads,
+                chunks=kernel.chunks))
             calls.append(f"call void @{kernel.name}.parallel({arguments}i64 {kernel.extent})")
         else:
             calls.append(f"call void @{kernel.name}({arguments}i64 0, i64 {kernel.extent})")
     declarations = []
     if parallel:
-        declarations.append("declare void @tracer_parallel(ptr, ptr, i64) nounwind")
+        declarations.append("declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind")
     if any(kernel.kind == "all_reduce" for kernel in program.kernels):
         declarations.extend(ALL_REDUCE_DECLARATIONS)
     if blas:

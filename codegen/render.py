@@ -205,7 +205,7 @@ class KernelRenderer:
         self.w.emit(f"store {t} {combined}, ptr {slot}")
 
     def gemm(self, gemm: Gemm) -> None:
-        """A call of the kernel's gemm function on the kernel's range of batches."""
+        """A call of the kernel's gemm function on the kernel's range of tasks."""
         name = f"{self.kernel.name}.gemm"
         buffers = {b.name: b.value for b in self.kernel.buffers}
         values = {"a": buffers[gemm.a], "b": buffers[gemm.b], "c": gemm.result}
@@ -244,7 +244,8 @@ def wrap_index(w: Writer, position: str, size: int) -> str:
 
 def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value], blas: bool,
                   sites: Sites | None) -> str:
-    """The function `name` computing c (= or += alpha *) a @ b on a range of batches."""
+    """The function `name` computing c (= or += alpha *) a @ b on a range of tasks (blocks of
+    rows of the batch's products)."""
     block = min(gemm.n, MATMUL_BLOCK)
     checks = None
     if sites is not None and sites.every_access:
@@ -257,7 +258,7 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
                                                      block, "read-modify-write", gemm.line), block)}
     return render(
         "matmul.ll.j2", name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
-        size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
+        blocks=gemm.blocks, rows=max(gemm.rows, 1), size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
         transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
 

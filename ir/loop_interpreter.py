@@ -127,24 +127,28 @@ class KernelRun:
 
     def gemm(self, gemm: Gemm) -> None:
         begin, end = self.range["begin"], self.range["end"]
-        batches = max(end - begin, 0)
+        batches = -(-end // gemm.blocks) if end > 0 else 0
 
         def operand(name: str, rows: int, columns: int, transposed: bool) -> np.ndarray:
             flat = self.buffers[name]
-            if end * rows * columns > flat.size:
-                raise IndexError(f"batches [{begin}, {end}) of a gemm outside {name}")
-            matrices = flat[begin * rows * columns:end * rows * columns]
+            if batches * rows * columns > flat.size:
+                raise IndexError(f"tasks [{begin}, {end}) of a gemm outside {name}")
+            matrices = flat[:batches * rows * columns]
             if transposed:
                 return matrices.reshape(batches, columns, rows).swapaxes(-1, -2)
             return matrices.reshape(batches, rows, columns)
 
-        product = np.matmul(operand(gemm.a, gemm.m, gemm.k, gemm.transpose_a),
-                            operand(gemm.b, gemm.k, gemm.n, gemm.transpose_b))
+        a = operand(gemm.a, gemm.m, gemm.k, gemm.transpose_a)
+        b = operand(gemm.b, gemm.k, gemm.n, gemm.transpose_b)
         c = operand(gemm.c, gemm.m, gemm.n, False)
-        if gemm.accumulate:
-            c += self.operand(gemm.alpha, gemm.dtype) * product
-        else:
-            c[...] = product
+        for task in range(begin, end):
+            batch, first = divmod(task, gemm.blocks)
+            rows = slice(first * gemm.rows, min(gemm.m, (first + 1) * gemm.rows))
+            product = a[batch, rows] @ b[batch]
+            if gemm.accumulate:
+                c[batch, rows] += self.operand(gemm.alpha, gemm.dtype) * product
+            else:
+                c[batch, rows] = product
 
 
 def run_kernel(kernel: LoopKernel, memory: dict[str, np.ndarray], begin: int = 0,
@@ -157,10 +161,10 @@ def run_kernel(kernel: LoopKernel, memory: dict[str, np.ndarray], begin: int = 0
 
 
 def run_program(program: LoopProgram, arguments: Sequence[np.ndarray],
-                splits: int = 1) -> list[np.ndarray]:
+                splits: int | None = None) -> list[np.ndarray]:
     """The outputs of the function, computed by running its loop IR on `arguments`. With
     `splits`, the range of each kernel that may run on threads is cut into that many chunks, run
-    one after the other, as threads would run them."""
+    one after the other, as threads would run them (without, into the kernel's own chunks)."""
     parameters = [np.array(a, p.dtype, copy=True).reshape(-1)
                   for a, p in zip(arguments, program.parameters)]
     outputs = [np.empty(v.type.size, v.dtype) for v in program.output_slots]
@@ -176,7 +180,7 @@ def run_program(program: LoopProgram, arguments: Sequence[np.ndarray],
 
     for kernel in program.kernels:
         memory = {b.name: buffer(b.location, b.value) for b in kernel.buffers}
-        chunks = splits if kernel.splittable else 1
+        chunks = (kernel.chunks if splits is None else splits) if kernel.splittable else 1
         bounds = [kernel.extent * t // chunks for t in range(chunks + 1)]
         for begin, end in zip(bounds, bounds[1:]):
             run_kernel(kernel, memory, begin, end)

@@ -16,7 +16,8 @@ memory plan placed them) whose body is a tree of statements:
   (and wrapped if negative, where negative indices count from the end); out of range, the kernel records the index in the error record and
   returns before any access at it, and the entry runs no later kernel.
 - `Accumulator` / `Accumulate`: a reduction's running value (reassociable, so it vectorizes).
-- `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end), a BLAS call or a loop nest.
+- `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end) (or blocks of rows of
+  each C[b]), a BLAS call or a loop nest.
 - `AllReduce`: the target buffer is the elementwise sum (max, min) of the source buffer over the
   processes of an MPI job, one call of the MPI library (MPI_Allreduce); alone, a copy.
 
@@ -146,8 +147,10 @@ class Accumulate:
 
 @dataclass(eq=False)
 class Gemm:
-    """c[b] = a[b] @ b[b] (or c[b] += alpha * a[b] @ b[b] with `accumulate`) for b in the kernel's
-    range; `a` (or `b`) holds its operand with the last two axes swapped when transposed."""
+    """c[b] = a[b] @ b[b] (or c[b] += alpha * a[b] @ b[b] with `accumulate`); `a` (or `b`) holds
+    its operand with the last two axes swapped when transposed. Each matrix of the batch is cut
+    into `blocks` blocks of `rows` rows of c (the last one shorter): task t of the kernel's range
+    is block t % blocks of batch t // blocks, so that threads can split one large product."""
 
     a: str
     b: str
@@ -162,6 +165,11 @@ class Gemm:
     accumulate: bool = False
     alpha: Operand = 1
     line: str = ""
+    blocks: int = 1
+    rows: int = 0  # of each block: m when there is one block
+
+    def __post_init__(self):
+        self.rows = self.rows or self.m
 
 
 @dataclass
@@ -184,7 +192,8 @@ Statement = Union[Compute, IndexOp, CheckIndex, Load, Store, Loop, Accumulator, 
 @dataclass(eq=False)
 class LoopKernel:
     """One kernel: the entry calls it with its buffers and the range [0, extent), cut into
-    `threads` contiguous chunks run at once when threads > 1."""
+    `chunks` contiguous chunks that `threads` threads take from one counter when threads > 1
+    (more chunks than threads, so that a thread the machine has descheduled holds up little)."""
 
     name: str
     kind: str  # the fused kernel's: "loop", "accumulate", "scatter", "matmul", "all_reduce",
@@ -193,14 +202,18 @@ class LoopKernel:
     body: list
     extent: int
     threads: int = 1
+    chunks: int = 1
     rows: int = 0  # the rows a row kernel's chunks cover (1 for every other kernel)
 
     @property
     def splittable(self) -> bool:
         """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
         independent and so are a row kernel's chunks (each writes its own rows and partial
-        results), an accumulate kernel's add into the same elements, a combine kernel is small
-        and a matmul kernel leaves threads to the BLAS."""
+        results), and so are a matmul kernel's blocks of rows of its product unless it first
+        stores the rest of an update over the whole result (in a loop); an accumulate kernel's
+        add into the same elements and a combine kernel is small."""
+        if self.kind == "matmul":
+            return not any(isinstance(statement, Loop) for statement in self.body)
         return self.kind in ("loop", "rows")
 
 
@@ -322,7 +335,11 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
                     f"{a}[batch] @ {b}[batch] {shape}")
         else:
             text = f"gemm {statement.c}[batch] = {a}[batch] @ {b}[batch] {shape}"
-        return [f"{indent}for batch in [begin, end):",
+        if statement.blocks == 1:
+            return [f"{indent}for batch in [begin, end):",
+                    _comment(f"{indent}  {text}", statement.line)]
+        return [f"{indent}for task in [begin, end): batch = task / {statement.blocks}, rows "
+                f"[task % {statement.blocks} * {statement.rows}, +{statement.rows}) of c",
                 _comment(f"{indent}  {text}", statement.line)]
     if isinstance(statement, AllReduce):
         text = (f"all_reduce {statement.target}[0:{statement.count}] = {statement.op} over processes "
@@ -332,7 +349,8 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
 
 
 def format_kernel(kernel: LoopKernel) -> str:
-    parallel = f", {kernel.threads} threads" if kernel.threads > 1 else ""
+    parallel = (f", {kernel.chunks} chunks, {kernel.threads} threads" if kernel.threads > 1
+                else "")
     chunks = f" (chunks of {kernel.rows} rows)" if kernel.kind == "rows" else ""
     lines = [f"  {kernel.name} {kernel.kind}, range [0, {kernel.extent}){chunks}{parallel}:"]
     lines += [f"    {buffer}" for buffer in kernel.buffers]

@@ -29,7 +29,8 @@ from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
 from tracer.ir.schedule_reduce import ReductionKernels
-from tracer.ir.schedule_threads import kernel_work, split_extent, thread_count
+from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
+                                        thread_count)
 from tracer.ir.types import bool_, int64
 
 FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
@@ -261,7 +262,38 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
     def loop_kernel(self, results: list[str], split: bool = True) -> None:
         shape = (math.prod(self.kernel.shape),) if self.flat else self.kernel.shape
         depth = self.depth
-        index = self.open_nest(shape, split)
+        seams = self.seams(shape)
+        if not seams:
+            self.store_results(self.open_nest(shape, split), shape, results)
+        else:  # the last axis in pieces, in each of which every pad is decided
+            outer = self.open_nest(shape[:-1], split)
+            for first, stop in zip(seams, seams[1:]):
+                self.memo.append({})
+                self.store_results((*outer, self.open_loop(first, stop)), shape, results)
+                self.close_loop()
+                self.memo.pop()
+        while self.depth > depth:
+            self.close_loop()
+
+    def seams(self, shape: tuple[int, ...]) -> list[int]:
+        """Where the kernel's last axis is cut so that each piece lies inside or outside each
+        pad along that axis ([0, ..., size], or [] for no cut): a concatenation's backward (the
+        split of attention's q, k and v) then writes each part with its own loop, with no
+        test per element. Only below an outer axis that the kernel's range runs over."""
+        if len(shape) < 2 or shape[-1] == 1 or all(size == 1 for size in shape[:-1]):
+            return []
+        points = set()
+        for instruction in self.kernel.instructions:
+            if instruction.primitive != "pad" or instruction.outputs[0].shape[-1:] != shape[-1:]:
+                continue
+            low, high = instruction.attributes["low"], instruction.attributes["high"]
+            if any(low[:-1]) or any(high[:-1]) or any(instruction.attributes["interior"]):
+                continue
+            points |= {low[-1], low[-1] + instruction.inputs[0].shape[-1]}
+        inner = sorted(point for point in points if 0 < point < shape[-1])
+        return [0, *inner, shape[-1]] if inner else []
+
+    def store_results(self, index: Index, shape: tuple[int, ...], results: list[str]) -> None:
         # Every result is computed before any is stored: a result written in place into an
         # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
         elements = []
@@ -271,8 +303,6 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
         offset = self.linear(index, shape)
         for value, element, buffer in zip(self.kernel.results, elements, results):
             self.emit(Store(buffer, offset, element, value, line_of(value)))
-        while self.depth > depth:
-            self.close_loop()
 
     def scatter_kernel(self, buffer: str) -> None:
         """The result set to the target, then each element of the updates stored into (or,
@@ -321,8 +351,10 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     buffers += [Buffer(result_names[j], v, plan.write(v)) for j, v in enumerate(kernel.results)
                 if j not in shared]
     names = {id(b.value): b.name for b in buffers if b.name.startswith("in")}
+    blocks = 1
     if kernel.kind == "matmul":
-        scheduler = schedule_matmul(fused, kernel, names, result_names[0], plan)
+        scheduler = schedule_matmul(fused, kernel, names, result_names[0], plan, threads)
+        blocks = next(s.blocks for s in scheduler.body if isinstance(s, Gemm))
     elif kernel.kind == "all_reduce":
         (instruction,) = kernel.instructions
         (result,) = kernel.results
@@ -344,16 +376,20 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
         else:
             scheduler.accumulate_kernel(result_names[0])
     scheduled = LoopKernel(name, kernel.kind, buffers, scheduler.body,
-                           split_extent(kernel, scheduler.flat), rows=math.prod(kernel.rows))
-    scheduled.threads = thread_count(scheduled, kernel_work(kernel), threads)
+                           split_extent(kernel, scheduler.flat) * blocks,
+                           rows=math.prod(kernel.rows))
+    work = kernel_work(kernel)
+    scheduled.threads = thread_count(scheduled, work, threads)
+    scheduled.chunks = chunk_count(scheduled, work)
     return scheduled
 
 
 def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str], output: str,
-                    plan: MemoryPlan) -> KernelScheduler:
+                    plan: MemoryPlan, threads: int) -> KernelScheduler:
     """A gemm; for a MatmulUpdate (result = rest + alpha * a @ b), first the loop that stores
     `rest` (the result's expression with the product taken as 0) -- skipped when rest is the
-    parameter whose buffer the result is written into -- then the gemm adds alpha * a @ b."""
+    parameter whose buffer the result is written into -- then the gemm adds alpha * a @ b. A
+    gemm that threads may split has its products cut into blocks of rows."""
     update = kernel.update
     matmul = kernel.instructions[-1] if update is None else update.matmul
     (a, transpose_a), (b, transpose_b) = map(matmul_operand, matmul.inputs)
@@ -361,10 +397,11 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
     n = matmul.inputs[1].shape[-1]
     (result,) = kernel.results
     dtype = result.dtype
+    blocks, rows = gemm_blocks(kernel, threads)
     if update is None:
         scheduler = KernelScheduler(fused, kernel, names)
         scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
-                            transpose_b, dtype, line=matmul.location))
+                            transpose_b, dtype, line=matmul.location, blocks=blocks, rows=rows))
         return scheduler
     skipped = {id(matmul), *(id(v.producer) for v in matmul.inputs if matmul_operand(v)[1])}
     instructions = [i for i in kernel.instructions if id(i) not in skipped]
@@ -381,10 +418,12 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
         alpha = scheduler.compute("neg", [alpha], [dtype], dtype)
     in_place_rest = (update.rest_is is not None
                      and plan.write(result) == plan.read(update.rest_is))
-    if not in_place_rest:
+    if not in_place_rest:  # over the whole result: the kernel runs on one thread
         scheduler.loop_kernel([output], split=False)
+        blocks, rows = 1, m
     scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
-                        transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location))
+                        transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location,
+                        blocks=blocks, rows=rows))
     return scheduler
 
 

@@ -35,6 +35,9 @@ class IndexBuilder:
         self.computed: list[dict] = [{}]
         self.counter = 0
         self.loops: dict[str, Loop] = {}  # counter -> its loop
+        # counter -> [low, high) of a loop over fixed bounds: a pad tested on it may be decided
+        # at compile time (a loop split at a concatenation's seams, ir/schedule.py)
+        self.ranges: dict[str, tuple[int, int]] = {}
 
     @property
     def depth(self) -> int:
@@ -52,6 +55,8 @@ class IndexBuilder:
         """Opens a loop; returns its counter."""
         loop = Loop(self.fresh("i"), begin, end)
         self.loops[loop.counter] = loop
+        if isinstance(begin, int) and isinstance(end, int):
+            self.ranges[loop.counter] = (begin, end)
         self.emit(loop)
         self.blocks.append(loop.body)
         self.computed.append({})
@@ -104,25 +109,42 @@ class IndexBuilder:
         return offset
 
     def reshape_index(self, index: Index, shape, operand_shape) -> Index:
-        """The operand's index of a reshape's element at `index`: the same positions when only
-        size-1 axes differ, else the row-major offset split along the operand's shape."""
-        kept = [(k, d) for k, d in enumerate(shape) if d != 1]
-        operand_kept = [(k, d) for k, d in enumerate(operand_shape) if d != 1]
-        if [d for _, d in kept] == [d for _, d in operand_kept]:
-            mapped = [0] * len(operand_shape)
-            for (k, _), (j, _) in zip(kept, operand_kept):
-                mapped[j] = index[k]
-            return tuple(mapped)
-        flat = self.linear(index, shape)
-        mapped = []
-        for size, stride in zip(operand_shape, contiguous_strides(operand_shape)):
-            if size == 1:
-                mapped.append(0)
-            elif isinstance(flat, int):
-                mapped.append(flat // stride % size)
-            else:
-                quotient = flat if stride == 1 else self.index_op("div", flat, stride)
-                mapped.append(self.index_op("rem", quotient, size))
+        """The operand's index of a reshape's element at `index`. The axes of both shapes (size-1
+        axes aside) fall into groups of equal products, each a run of axes merged or split: an
+        axis kept as it is maps to itself, merged axes become one offset, and a split axis is
+        divided into the operand's positions (by constants, in its group alone, so that
+        the head split of attention costs a shift and a mask, not a division of the whole
+        offset)."""
+        kept = [k for k, d in enumerate(shape) if d != 1]
+        operand_kept = [j for j, d in enumerate(operand_shape) if d != 1]
+        mapped: list = [0] * len(operand_shape)
+        position, operand_position = 0, 0
+        while position < len(kept):
+            group, operand_group = [kept[position]], [operand_kept[operand_position]]
+            size, operand_size = shape[group[0]], operand_shape[operand_group[0]]
+            while size != operand_size:
+                if size < operand_size:
+                    position += 1
+                    group.append(kept[position])
+                    size *= shape[kept[position]]
+                else:
+                    operand_position += 1
+                    operand_group.append(operand_kept[operand_position])
+                    operand_size *= operand_shape[operand_kept[operand_position]]
+            position += 1
+            operand_position += 1
+            offset = self.linear(tuple(index[k] for k in group), tuple(shape[k] for k in group))
+            group_shape = tuple(operand_shape[j] for j in operand_group)
+            for j, extent, stride in zip(operand_group, group_shape,
+                                         contiguous_strides(group_shape)):
+                if len(operand_group) == 1:
+                    mapped[j] = offset
+                elif isinstance(offset, int):
+                    mapped[j] = offset // stride % extent
+                else:
+                    quotient = offset if stride == 1 else self.index_op("div", offset, stride)
+                    mapped[j] = (quotient if stride * extent == size
+                                 else self.index_op("rem", quotient, extent))
         return tuple(mapped)
 
     def pad_index(self, index: Index, sizes, out_sizes, lows, interiors):
@@ -141,6 +163,13 @@ class IndexBuilder:
             if low == 0 and gap == 0 and out_size == size:
                 mapped.append(position)
                 continue
+            if not gap and position in self.ranges:  # decided for the loop's whole range
+                first, stop = self.ranges[position]
+                if stop - low <= 0 or first - low >= size:
+                    return None, None
+                if first - low >= 0 and stop - low <= size:
+                    mapped.append(self.index_op("sub", position, low) if low else position)
+                    continue
             shifted = self.index_op("sub", position, low) if low else position
             if gap:
                 quotient = self.index_op("div", shifted, gap + 1)

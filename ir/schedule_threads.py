@@ -1,5 +1,5 @@
-"""How the entry runs a kernel (ir/schedule.py): the range it passes, and how many threads split
-that range, from a rough count of the kernel's work."""
+"""How the entry runs a kernel (ir/schedule.py): the range it passes, how many threads split that
+range and into how many chunks, from a rough count of the kernel's work."""
 from __future__ import annotations
 
 import math
@@ -11,11 +11,36 @@ from tracer.ir.loops import LoopKernel
 # about 40 us of work at GELU's rate (~0.15 ns an operation), against a launch on the thread pool of
 # ~0.6 us (runtime/pool.py; python -m benchmarks.launch_cost), under 2% of the chunk.
 PARALLEL_WORK_PER_THREAD = 1 << 18
+# Chunks per thread of a split kernel. The threads take chunks from one counter, so when the
+# machine deschedules one of them (another process wants the core) the others take its share
+# and the launch waits only for the chunk it holds: with one chunk per thread, for half the
+# kernel. Measured on the GPT step with another process busy: (runtime/pool.py)
+CHUNKS_PER_THREAD = 4
+# A gemm is split into blocks of at least this many rows of its product (a multiple of the
+# BLAS kernels' row unrolling), each a gemm of its own: fewer rows spend more of each call on
+# packing the other operand.
+GEMM_BLOCK_ROWS = 32
+
+
+def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
+    """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
+    blocks of `rows` rows, so that a product with enough work for threads has about
+    CHUNKS_PER_THREAD tasks per thread even in a small batch."""
+    (result,) = kernel.results
+    m = result.shape[-2]
+    if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
+        return 1, m
+    wanted = -(-threads * CHUNKS_PER_THREAD // max(math.prod(result.shape[:-2]), 1))
+    blocks = max(1, min(wanted, m // GEMM_BLOCK_ROWS))
+    rows = -(-m // blocks)
+    rows = -(-rows // 16) * 16 if rows > 16 else rows
+    return -(-m // rows), rows
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:
-    """The range the entry passes a kernel: its outermost loop's, a matmul's batch count, a row
-    kernel's chunks (a combine or all_reduce kernel's is not used)."""
+    """The range the entry passes a kernel: its outermost loop's, a matmul's batch count (times
+    the blocks of each product, ir/schedule.py), a row kernel's chunks (a combine or all_reduce
+    kernel's is not used)."""
     if kernel.kind == "matmul":
         return math.prod(kernel.results[0].shape[:-2])
     if kernel.kind in ("rows", "combine"):
@@ -28,8 +53,12 @@ def split_extent(kernel: Kernel, flat: bool) -> int:
 
 def kernel_work(kernel: Kernel) -> int:
     """A rough count of a kernel's element operations: its results' elements times its
-    instructions; for a row kernel, each part's largest value's elements times its
-    instructions."""
+    instructions; a product's multiply-adds; for a row kernel, each part's largest value's
+    elements times its instructions."""
+    if kernel.kind == "matmul":
+        (result,) = kernel.results
+        inner = kernel.instructions[-1] if kernel.update is None else kernel.update.matmul
+        return result.type.size * inner.inputs[0].shape[-1]
     if kernel.kind != "rows":
         return max(kernel.results[0].type.size, 1) * max(1, len(kernel.instructions))
     return sum(max((v.type.size for i in part.instructions for v in (*i.inputs, *i.outputs)),
@@ -42,3 +71,12 @@ def thread_count(kernel: LoopKernel, work: int, threads: int) -> int:
     if not kernel.splittable or threads <= 1:
         return 1
     return max(1, min(threads, kernel.extent, work // PARALLEL_WORK_PER_THREAD))
+
+
+def chunk_count(kernel: LoopKernel, work: int) -> int:
+    """How many chunks the range of a kernel on kernel.threads threads is cut into: up to
+    CHUNKS_PER_THREAD per thread, each of at least half a thread's minimum of work."""
+    if kernel.threads <= 1:
+        return 1
+    return max(kernel.threads, min(kernel.threads * CHUNKS_PER_THREAD, kernel.extent,
+                                   2 * work // PARALLEL_WORK_PER_THREAD))

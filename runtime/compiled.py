@@ -185,6 +185,9 @@ class CompiledFunction:
         self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
+        # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
+        self._calls_blas = jit.blas_available() and any(
+            kernel.kind == "matmul" for kernel in self.fused.kernels)
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
         self._arena_size = self.plan.arena_size + (RECORD_BYTES if self._checked else 0)
@@ -326,10 +329,14 @@ class CompiledFunction:
             arena = None
         except IndexError:
             arena, address = self._new_arena()  # kept alive until the call has returned
+        if self._calls_blas:
+            pool.hold_blas()
         try:
             status = native(*arguments, address)
             failure = self._bounds_failure(address) if self._checked and status == 0 else None
         finally:
+            if self._calls_blas:
+                pool.release_blas()
             if arena is None:
                 self._free_arena.append(address)
         if failure is not None:

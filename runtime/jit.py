@@ -113,6 +113,11 @@ def blas_available() -> bool:
 _blas_library: list = []
 
 
+def blas_library() -> ctypes.CDLL | None:
+    """The OpenBLAS library whose gemm compiled code calls, or None."""
+    return _blas_library[0] if blas_available() and _blas_library else None
+
+
 # Compilation ------------------------------------------------------------------------------------
 
 def optimize(module: llvm.ModuleRef) -> None:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import logging
 import os
 import platform
 import threading
+from typing import Callable
 
 import llvmlite.binding as llvm
 
@@ -69,7 +71,8 @@ def start() -> None:
 def _compile() -> jit.JitModule:
     architecture = platform.machine()
     host = jit.host()
-    settings = f"thread pool, {architecture}, spin={SPIN}, max_workers={MAX_WORKERS}"
+    settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
+                f"max_workers={MAX_WORKERS}")
     # the compiler's fingerprint in the key covers the template: no text is needed for a hit
     cache = open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
                                  host.llvm_version))
@@ -86,3 +89,54 @@ def _compile() -> jit.JitModule:
     text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,
                   max_workers=MAX_WORKERS)
     return jit.JitModule.compile(text, cache)
+
+
+# One thread policy: while compiled code runs, numpy's OpenBLAS runs each gemm on its caller's
+# thread, since this pool splits the large ones into blocks of rows (ir/schedule_threads.py) and
+# runs a batch of small ones across its threads. Left threaded, OpenBLAS's own threads (which
+# spin for a while after each call) competed with the pool's for the cores: a GPT step took 9 s
+# instead of 1 s on the loaded 2-core machine (its attention's 96-matrix batches each ran as 96
+# two-thread gemms). Its setting is the process's, so it is restored when the last concurrent
+# call returns, for numpy's own products.
+_blas_lock = threading.Lock()
+_blas_callers = 0
+_blas_saved = 0
+
+
+@functools.cache
+def _blas_thread_functions() -> tuple[Callable, Callable] | None:
+    """OpenBLAS's (get, set) of its thread count, or None without it."""
+    library = jit.blas_library()
+    names = ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_")
+    functions = [getattr(library, name, None) for name in names] if library else [None]
+    if None in functions:
+        return None
+    get, set_ = functions
+    get.restype, get.argtypes = ctypes.c_int, []
+    set_.restype, set_.argtypes = None, [ctypes.c_int]
+    return get, set_
+
+
+def hold_blas() -> None:
+    """Run OpenBLAS on the calling thread until the matching release_blas()."""
+    global _blas_callers, _blas_saved
+    functions = _blas_thread_functions()
+    if functions is None:
+        return
+    with _blas_lock:
+        _blas_callers += 1
+        if _blas_callers == 1:
+            _blas_saved = functions[0]()
+            if _blas_saved != 1:
+                functions[1](1)
+
+
+def release_blas() -> None:
+    global _blas_callers
+    functions = _blas_thread_functions()
+    if functions is None:
+        return
+    with _blas_lock:
+        _blas_callers -= 1
+        if _blas_callers == 0 and _blas_saved != 1:
+            functions[1](_blas_saved)

@@ -59,3 +59,14 @@ def test_cnn_training_step():
     inputs = cnn.make_inputs((3, 2, 4, 8))
     expected, scales = cnn.reference(inputs, use_torch=False)
     checked_run(cnn.tracer_program(inputs), expected, cnn.TOLERANCE, scales)
+
+
+def test_mlp_training_step_and_its_kernel_profile():
+    from benchmarks import kernel_profile, mlp
+    inputs = mlp.make_inputs((6, 10, 8, 3))
+    expected, scales = mlp.reference(inputs)
+    checked_run(mlp.tracer_program(inputs), expected, mlp.TOLERANCE, scales)
+    text = kernel_profile.profile_text("MLP", mlp.tracer_program(inputs).build, calls=2, top=3)
+    lines = text.splitlines()
+    assert lines[0].startswith("MLP: ") and "by kind: " in lines[1] and "matmul" in lines[1]
+    assert len(lines) == 5 and all("x floor" in line for line in lines[2:])

@@ -15,8 +15,8 @@ from tracer.codegen.module import generate_module
 from tracer.ir.fusion import fuse
 from tracer.ir.graph import Value
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
-from tracer.ir.loops import (Buffer, CheckIndex, Compute, Load, Loop, LoopKernel, LoopProgram,
-                             Store, format_program, nested_statements)
+from tracer.ir.loops import (Buffer, CheckIndex, Compute, Gemm, Load, Loop, LoopKernel,
+                             LoopProgram, Store, format_program, nested_statements)
 from tracer.ir.memory import Location, MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
 from tracer.ir.types import TensorType
@@ -150,7 +150,7 @@ def test_a_large_kernel_is_split_across_threads(monkeypatch):
     f.outputs = [b.op("exp", x)]
     compiled = CompiledFunction(ir.optimize(f))
     text = compiled.stage_text("loops")
-    assert "kernel_0 loop, range [0, 192), 2 threads:" in text
+    assert "kernel_0 loop, range [0, 192), 8 chunks, 2 threads:" in text
     assert "call void @kernel_0.parallel(" in compiled.llvm_ir
     argument = np.linspace(-3, 3, 192, dtype=np.float32).reshape(64, 3)
     (native,) = compiled([argument])
@@ -290,3 +290,45 @@ def test_the_verifier_checks_a_checked_index():
     check.size, check.position = 5, "%nowhere"
     with pytest.raises(VerificationError, match="%nowhere is used where it is not defined"):
         verify_loops(program)
+
+
+def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch):
+    """One 100-row gemm becomes blocks of rows that threads take; every block's rows are the
+    product's (native and loop IR, whatever the chunks), as numpy computes them."""
+    monkeypatch.setenv("TRACER_NUM_THREADS", "2")
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
+    f = ir.Function("product")
+    a = f.add_parameter("a", TensorType((100, 40), "f32"))
+    w = f.add_parameter("w", TensorType((40, 30), "f32"))
+    f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
+    compiled = CompiledFunction(ir.optimize(f))
+    (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
+    assert gemm.blocks > 1 and gemm.rows * (gemm.blocks - 1) < 100 <= gemm.rows * gemm.blocks
+    assert compiled.kernels[0].threads == 2 and compiled.kernels[0].extent == gemm.blocks
+    rng = np.random.default_rng(0)
+    arguments = [rng.standard_normal((100, 40), np.float32),
+                 rng.standard_normal((40, 30), np.float32)]
+    expected = arguments[0].astype(np.float64) @ arguments[1]
+    np.testing.assert_allclose(compiled(arguments)[0], expected, rtol=1e-5, atol=1e-5)
+    for splits in (1, 3, gemm.blocks):
+        (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
+        np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_concatenation_backward_writes_each_part_with_its_own_loop():
+    """The gradient of q, k, v split from one tensor (pads of each part, added) is three loops
+    over the parts of the last axis, with no select: each element is written once."""
+    def f(x):
+        q, k, v = x.split(4, dim=1)
+        return (q * 2 + k * 3 + v.transpose(0, 1).reshape(4, 5).transpose(0, 1) * 4).sum()
+
+    x = tr.tensor(np.random.default_rng(1).standard_normal((5, 12)).astype(np.float32),
+                  requires_grad=True)
+    traced = tr.trace(tr.grad(f))
+    loops = traced.ir(x, stage="loops")
+    (kernel,) = [text for text in loops.split("\n  kernel_") if ": f32[5,12] (output" in text]
+    assert "in [0, 4)" in kernel and "in [4, 8)" in kernel and "in [8, 12)" in kernel
+    assert " select " not in kernel
+    expected = np.concatenate([np.full((5, 4), 2.0), np.full((5, 4), 3.0),
+                               np.full((5, 4), 4.0)], axis=1)
+    np.testing.assert_array_equal(traced(x).numpy(), expected)
