@@ -115,9 +115,11 @@ class IndexBuilder:
         divided into the operand's positions (by constants, in its group alone, so that
         the head split of attention costs a shift and a mask, not a division of the whole
         offset)."""
+        mapped: list = [0] * len(operand_shape)
+        if 0 in shape:  # no element: the loops around this index never run
+            return tuple(mapped)
         kept = [k for k, d in enumerate(shape) if d != 1]
         operand_kept = [j for j, d in enumerate(operand_shape) if d != 1]
-        mapped: list = [0] * len(operand_shape)
         position, operand_position = 0, 0
         while position < len(kept):
             group, operand_group = [kept[position]], [operand_kept[operand_position]]
