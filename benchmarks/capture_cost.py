@@ -75,7 +75,7 @@ def main() -> None:
                                         "model object": (Model.step, (model, x)),
                                         "global tensor": (global_traced, (x,))}.items():
         entry, _, _ = function._lookup(arguments, {}, count=False)
-        check = min(timeit.repeat(lambda: captured_change(entry), number=10000, repeat=5)) / 10000
+        check = min(timeit.repeat(lambda entry=entry: captured_change(entry), number=10000, repeat=5)) / 10000
         print(f"{name}: {times[name] / CALLS_PER_SAMPLE * 1e6:.1f} µs per call, "
               f"guard check {check * 1e6:.2f} µs ({len(entry.guards)} paths, "
               f"{len(entry.captured)} captured tensors)")

@@ -38,7 +38,6 @@ def make_inputs(sizes, seed: int = 0):
 
 
 def tracer_model(sizes, weights, double: bool = False):
-    import tracer as tr
     from tracer import nn
     _, inputs, hidden, classes = sizes
     model = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, classes))

@@ -211,7 +211,7 @@ def main(argv=None) -> dict[str, tuple[list[float], float]]:
         optimizer = tr.optim.AdamW(model.parameters(), lr=3e-3)
         every = max(steps // 10, 1)
 
-        def report(number: int, loss: float) -> None:
+        def report(number: int, loss: float, every=every, name=name) -> None:
             if number % every == 0 or number == 1:
                 print(f"  {name:8} step {number:4}: loss {loss:.3f}")
 

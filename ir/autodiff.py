@@ -73,7 +73,7 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
             continue
         needs = [id(x) in active for x in instruction.inputs]
         suffix = " (backward)" if instruction.location and not instruction.location.endswith(")") else ""
-        builder.location = lambda: instruction.location + suffix
+        builder.location = lambda where=instruction.location + suffix: where
         incoming = apply_vjp(builder, instruction.primitive, instruction.attributes,
                              instruction.inputs, instruction.outputs, outgoing, needs)
         for x, g in zip(instruction.inputs, incoming):
@@ -119,7 +119,7 @@ def expand_gradients(function: Function) -> Function:
             builder = GraphBuilder(function, instructions=emitted)
             results = backward(builder, function.instructions[:index], output, seed, wrt)
         builder = GraphBuilder(function, instructions=emitted)
-        builder.location = lambda: directive.location
+        builder.location = lambda where=directive.location: where
         results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]
         function.instructions[index:index + 1] = emitted
         replacements = {id(old): new for old, new in zip(directive.outputs, results)}

@@ -157,7 +157,7 @@ class TracedFunction:
             try:
                 entry = self._signatures.lookup(
                     key, [path for _, path in leaves],
-                    lambda reason: self._build(args, kwargs, leaves, reason),
+                    lambda reason, leaves=leaves: self._build(args, kwargs, leaves, reason),
                     captured_change, count, quick_key, captured_variant)
             except Specialize as request:
                 self._specialized |= request.paths

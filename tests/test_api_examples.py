@@ -53,7 +53,7 @@ def killhead_numpy(x, y, steps, eta, n=2):
 
 def test_killhead_training_matches_numpy_and_decreases():
     reported = []
-    losses = course_functions.killhead_training(steps=5, eta=1.0, report=lambda k, l: reported.append(l))
+    losses = course_functions.killhead_training(steps=5, eta=1.0, report=lambda k, loss: reported.append(loss))
     assert reported == losses
     # the same data as killhead_training: tr.manual_seed(0), then y, then x
     tr.manual_seed(0)

@@ -501,7 +501,9 @@ def test_function_used_twice_and_composed():
 
 def test_grad_transform_through_function():
     a, b = arr(4), arr(4)
-    f = lambda u, v: AbsProduct.apply(u, v).sum()
+    def f(u, v):
+        return AbsProduct.apply(u, v).sum()
+
     g_eager = tr.grad(f, argnums=(0, 1))(tr.tensor(a), tr.tensor(b))
     g_traced = tr.trace(tr.grad(f, argnums=(0, 1)))(tr.tensor(a), tr.tensor(b))
     for e, t, expected in zip(g_eager, g_traced, (np.sign(a) * np.abs(b), np.abs(a) * np.sign(b))):

@@ -21,8 +21,9 @@ def _key(spec, indices, module):
     """The index key `spec` describes, with index tensors taken from `indices`."""
     key = []
     for kind, value in spec:
-        key.append({"slice": lambda: slice(*value), "int": lambda: value, "none": lambda: None,
-                    "ellipsis": lambda: Ellipsis, "tensor": lambda: indices[value]}[kind]())
+        key.append({"slice": lambda v=value: slice(*v), "int": lambda v=value: v,
+                    "none": lambda: None, "ellipsis": lambda: Ellipsis,
+                    "tensor": lambda v=value: indices[v]}[kind]())
     return tuple(key)
 
 
@@ -78,20 +79,20 @@ def _check_setitem(shape, spec, arrays, traced):
                                    atol=1e-12)
 
 
-I = np.array([2, 0, -1, 2])
+INDEX = np.array([2, 0, -1, 2])
 J = np.array([[1], [-2]])
 CASES = {
-    "one tensor": ((4, 3), [("tensor", 0)], [I]),
+    "one tensor": ((4, 3), [("tensor", 0)], [INDEX]),
     "a list": ((4, 3), [("slice", (None,)), ("tensor", 0)], [np.array([0, 2, 2])]),
     "rows and columns": ((4, 3), [("tensor", 0), ("tensor", 1)], [J, np.array([0, 2, 1])]),
     "adjacent after a slice": ((2, 4, 3, 5), [("slice", (None,)), ("tensor", 0), ("tensor", 1)],
                                [J, np.array([0, -1, 1])]),
     "separated by a slice": ((4, 2, 3), [("tensor", 0), ("slice", (None,)), ("tensor", 1)],
-                             [I, np.array([0, 1, 2, 2])]),
+                             [INDEX, np.array([0, 1, 2, 2])]),
     "separated by None": ((4, 3, 2), [("tensor", 0), ("none", None), ("tensor", 1)],
-                          [I, np.array([0, 1, 2, 0])]),
+                          [INDEX, np.array([0, 1, 2, 0])]),
     "an int between (PyTorch drops it first)": (
-        (4, 3, 3), [("tensor", 0), ("int", -1), ("tensor", 1)], [I, np.array([0, 1, 2, 0])]),
+        (4, 3, 3), [("tensor", 0), ("int", -1), ("tensor", 1)], [INDEX, np.array([0, 1, 2, 0])]),
     "an int before": ((2, 4, 3), [("int", 1), ("slice", (None,)), ("tensor", 0)],
                       [np.array([0, 2])]),
     "ellipsis": ((2, 3, 4), [("ellipsis", None), ("tensor", 0)], [np.array([[3, 0]])]),

@@ -21,7 +21,9 @@ def both_modes(fn, *arrays):
     """fn on tensors eagerly and under @tr.trace (fresh tensors each time); numpy results."""
     eager = fn(*[tr.tensor(a) for a in arrays])
     traced = tr.trace(fn)(*[tr.tensor(a) for a in arrays])
-    as_np = lambda r: tuple(t.numpy() for t in r) if isinstance(r, tuple) else r.numpy()
+    def as_np(r):
+        return tuple(t.numpy() for t in r) if isinstance(r, tuple) else r.numpy()
+
     return as_np(eager), as_np(traced)
 
 
@@ -290,7 +292,7 @@ def test_max_min(keepdim):
     check(lambda x: x.min(), np.min, a)
     for dim in (0, 1, -1):
         for method, np_fn, np_arg in (("max", np.max, np.argmax), ("min", np.min, np.argmin)):
-            for result in both_modes(lambda x: tuple(getattr(x, method)(dim, keepdim)), a):
+            for result in both_modes(lambda x, method=method, dim=dim: tuple(getattr(x, method)(dim, keepdim)), a):
                 values, indices = result
                 np.testing.assert_array_equal(values, np_fn(a, axis=dim, keepdims=keepdim))
                 # ties resolve to the first index, as numpy's argmax/argmin
@@ -326,7 +328,7 @@ LAYOUT = [
 ]
 
 
-@pytest.mark.parametrize("name,fn,np_fn,shape", LAYOUT, ids=[l[0] for l in LAYOUT])
+@pytest.mark.parametrize("name,fn,np_fn,shape", LAYOUT, ids=[case[0] for case in LAYOUT])
 def test_layout_methods(name, fn, np_fn, shape):
     check(fn, lambda x: np.ascontiguousarray(np_fn(x)), arr(*shape))
 

@@ -234,7 +234,7 @@ def test_grad_and_inplace_updates_equal_eager():
 
     eager, traced = fresh(), fresh()
     f = tr.trace(small_step)
-    for step in range(3):            # .grad accumulates (no zero_), as in eager mode
+    for _ in range(3):            # .grad accumulates (no zero_), as in eager mode
         le = small_step(*eager, 0.01)
         lt = f(*traced, 0.01)
         assert lt.item() == pytest.approx(le.item(), rel=1e-6)

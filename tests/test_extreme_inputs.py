@@ -208,6 +208,35 @@ CASES: dict[str, Case] = {
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
     "Tensor.index_add": Case(lambda lib, x, y: x.index_add(0, lib.tensor(np.arange(
         y.shape[0]) % 5), y, alpha=0.5), lambda dtype: [rows(dtype)[:5], rows(dtype)]),
+    "F.l1_loss": binary(lambda lib, x, y: lib.nn.functional.l1_loss(x, y, reduction="none")),
+    "Tensor.round": unary(lambda lib, x: x.round()),
+    # stable sorts on both sides, so that tied values (the constant rows) send their gradients
+    # to the same positions
+    "Tensor.sort": row(lambda lib, x: (x.sort(1, stable=True)[0],
+                                       x.sort(1, descending=True, stable=True)[0])),
+    # PyTorch's topk orders ties as it likes, and sends their gradients there: values only
+    "Tensor.topk": Case(lambda lib, x: x.topk(2, dim=1)[0], lambda dtype: [rows(dtype)],
+                        gradients=False),
+    "tr.einsum": Case(lambda lib, x, w: (lib.einsum("ij,jk->ik", x, w), lib.einsum("ij->j", x)),
+                      lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
+    # The layers, on each row of extreme values as a (batch, channel, 3, 1) image.
+    "F.conv1d": Case(lambda lib, x, w: lib.nn.functional.conv1d(x[:, None, :], w, padding=1),
+                     lambda dtype: [rows(dtype), moderate(dtype, (2, 1, 2))]),
+    "F.conv2d": Case(lambda lib, x, w: lib.nn.functional.conv2d(x[:, None, :, None], w,
+                                                                padding=(1, 0)),
+                     lambda dtype: [rows(dtype), moderate(dtype, (2, 1, 3, 1))]),
+    "F.conv_transpose2d": Case(lambda lib, x, w: lib.nn.functional.conv_transpose2d(
+        x[:, None, :, None], w), lambda dtype: [rows(dtype), moderate(dtype, (1, 2, 2, 1))]),
+    "F.max_pool2d": row(lambda lib, x: lib.nn.functional.max_pool2d(x[:, None, :, None], (2, 1),
+                                                                    stride=1)),
+    "F.avg_pool2d": row(lambda lib, x: lib.nn.functional.avg_pool2d(x[:, None, :, None], (2, 1),
+                                                                    stride=1)),
+    "F.adaptive_avg_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
+        x[:, None, :, None], (2, 1))),
+    "F.batch_norm": Case(lambda lib, x, w, b: lib.nn.functional.batch_norm(
+        x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
+        training=False),
+        lambda dtype: [rows(dtype), moderate(dtype, 3), moderate(dtype, 3, 1)]),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -217,7 +246,8 @@ CASES: dict[str, Case] = {
         x.index_select(0, lib.tensor(np.arange(x.shape[0])[::-1].copy())),
         x.gather(1, lib.tensor(np.arange(x.shape[0] * 2).reshape(-1, 2) % 3)),
         x.take_along_dim(lib.tensor(np.arange(x.shape[0] * 2).reshape(-1, 2) % 3), 1),
-        x.float(), x.double(), x.type_as(x[:1].float()))),
+        x.float(), x.double(), x.type_as(x[:1].float()), x.repeat(2, 1),
+        x.unflatten(1, (3, 1)))),
 }
 
 # Public names covered by another name's case: the method behind a `tr.` function or an in-place
@@ -236,7 +266,13 @@ ALIASES = {
     "Tensor.copy_": "layout",
     "nn.Linear": "F.linear", "nn.Embedding": "F.embedding", "nn.LayerNorm": "F.layer_norm",
     "nn.Dropout": "F.dropout", "nn.ReLU": "F.relu", "nn.GELU": "F.gelu", "nn.SiLU": "F.silu",
-    "nn.Tanh": "F.tanh",
+    "nn.Tanh": "F.tanh", "Tensor.repeat": "layout", "Tensor.unflatten": "layout",
+    "F.flatten": "layout", "nn.Flatten": "layout", "nn.Unflatten": "layout", "nn.Identity": "layout",
+    "nn.L1Loss": "F.l1_loss", "nn.MSELoss": "F.mse_loss", "nn.NLLLoss": "F.nll_loss",
+    "nn.CrossEntropyLoss": "F.cross_entropy", "nn.Conv1d": "F.conv1d", "nn.Conv2d": "F.conv2d",
+    "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
+    "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
+    "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
 }
 # Public names with no gradient to check, and why.
 NOT_DIFFERENTIABLE = {
@@ -251,7 +287,11 @@ NOT_DIFFERENTIABLE = {
                     "Tensor.__array__ Tensor.__array_priority__ Tensor.__bool__ Tensor.__dlpack__ "
                     "Tensor.__dlpack_device__ Tensor.__float__ Tensor.__int__ Tensor.__index__ "
                     "Tensor.__iter__ Tensor.__len__ Tensor.__module__ Tensor.__slots__ "
-                    "Tensor.__weakref__".split(), "not an operation on values"),
+                    "Tensor.__weakref__ Tensor.cpu Tensor.device Tensor.is_cuda "
+                    "Tensor.register_hook Tensor.retain_grad tr.save tr.load".split(),
+                    "not an operation on values"),
+    **dict.fromkeys("Tensor.argsort".split(), "an index"),
+    **dict.fromkeys("Tensor.normal_ Tensor.uniform_".split(), "an overwrite by random numbers"),
     **dict.fromkeys("Tensor.zero_ Tensor.fill_".split(), "an overwrite by a constant"),
     **dict.fromkeys("tr.arange tr.empty tr.eye tr.full tr.full_like tr.linspace tr.ones "
                     "tr.ones_like tr.zeros tr.zeros_like tr.rand tr.randn tr.randint tr.randperm "
@@ -259,7 +299,8 @@ NOT_DIFFERENTIABLE = {
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "
-                    "tr.is_grad_enabled tr.trace".split(), "a transform or a mode, not a function"),
+                    "tr.is_grad_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
+                    "tr.gradgradcheck".split(), "a transform or a mode, not a function"),
 }
 
 

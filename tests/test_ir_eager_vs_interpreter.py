@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from tracer import ir
 from conftest import roundtrip
-import tracer.ir.passes
 from tracer.ir import primitives
 from tracer.ir.builder import ArrayBuilder, GraphBuilder
 from tracer.ir.fusion import code_cost

@@ -74,11 +74,11 @@ def test_traced_step_through_containers_equals_eager():
         model = Stack()
         optimizer = tr.optim.SGD(model.parameters(), lr=0.1)
 
-        def step(x):
-            optimizer.zero_grad()
-            loss = model(x).pow(2).mean()
+        def step(x):  # reads this iteration's model and optimizer, as a training script does
+            optimizer.zero_grad()  # noqa: B023
+            loss = model(x).pow(2).mean()  # noqa: B023
             loss.backward()
-            optimizer.step()
+            optimizer.step()  # noqa: B023
             return loss
 
         step = tr.trace(step) if traced else step

@@ -173,8 +173,10 @@ def test_pooling_property_eager(kh, kw, sh, sw, padding, dilation, ceil_mode, ex
                        lambda x: TF.max_pool2d(x, dilation=dilation, return_indices=True,
                                                **options), [x])
     for include in (True, False):
-        compare_with_torch(lambda x: F.avg_pool2d(x, count_include_pad=include, **options),
-                           lambda x: TF.avg_pool2d(x, count_include_pad=include, **options), [x])
+        compare_with_torch(lambda x, include=include: F.avg_pool2d(x, count_include_pad=include,
+                                                                   **options),
+                           lambda x, include=include: TF.avg_pool2d(
+                               x, count_include_pad=include, **options), [x])
 
 
 def test_max_pool2d_propagates_nan():

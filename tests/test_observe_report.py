@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tracer as tr
-from tracer.runtime.compiled import compile_function
 from tracer.runtime.report import REPORT_STAGES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -36,9 +36,7 @@ from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import Generator, default_generator, manual_seed, randint, randperm
 from tracer.transforms import grad, jvp, value_and_grad, vjp
 from tracer.jacobians import hessian, jacrev, vmap
-from tracer.transforms import grad, value_and_grad
 from tracer.serialization import load, save
-from tracer import serialization
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
@@ -46,15 +44,17 @@ globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
 _configure_logging()
 
 
-_LAZY = ("trace", "TracedFunction", "nn", "optim", "distributed")
+# The public modules and the names imported on first use; the internal modules (tracer.tensor,
+# tracer.dispatch, ...) are attributes too, but not listed by dir(tr).
+_PUBLIC_MODULES = ("trace", "TracedFunction", "nn", "optim", "distributed", "autograd",
+                   "serialization")
 
 
 def __dir__() -> list[str]:
     """The public names, including those imported on first use (`trace`, `nn`, `optim`)."""
-    # the internal modules (tracer.tensor, tracer.dispatch, ...) are attributes too: left out
     public = (name for name, value in globals().items()
               if not name.startswith("_") and not isinstance(value, type(_os)))
-    return sorted({*public, *_LAZY, "__version__"})
+    return sorted({*public, *_PUBLIC_MODULES, "__version__"})
 
 
 def __getattr__(name: str):

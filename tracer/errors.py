@@ -37,7 +37,7 @@ def warn_at_user_line(message: str, category: type[Warning]) -> None:
     without counting the project's own frames)."""
     frame = user_frame()
     if frame is None:
-        warnings.warn(message, category)
+        warnings.warn(message, category, stacklevel=2)
         return
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                            module=frame.f_globals.get("__name__"),
