@@ -862,7 +862,7 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "call:amax", "call:std"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
-                         "call:gather", "call:take_along_dim", "call:var", "call:std",
+                         "call:gather", "call:take_along_dim",
                          "call:amin", "call:layer_norm", "call:mse_loss",
                          "call:einsum"}
 
