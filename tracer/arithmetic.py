@@ -84,8 +84,9 @@ class ArithmeticMethods:
                                 "tensor or exponent")
         if is_scalar(exponent) and not irtypes.is_float(self.dtype) and not isinstance(exponent, int):
             return float_binary("pow", self, exponent)
-        if isinstance(exponent, numbers.Real) and irtypes.is_float(self.dtype):
-            return derivatives.scalar_power(self, exponent)  # PyTorch's pow(Tensor, Scalar)
+        if (isinstance(exponent, numbers.Real) and irtypes.is_float(self.dtype)
+                and exponent in derivatives.ROOT_POWERS):
+            return derivatives.scalar_power(self, exponent)  # PyTorch's sqrt and rsqrt forms
         return binary("pow", self, exponent)
 
     def __rpow__(self, base):
@@ -143,7 +144,7 @@ class ArithmeticMethods:
     def cos(self): return self._unary_float("cos")
 
     def sigmoid(self):
-        return derivatives.sigmoid(self)
+        return derivatives.sigmoid(to_float(self))
 
     def relu(self):
         # As PyTorch (threshold_backward): no gradient where x <= 0, so nan passes it; nan stays nan

@@ -18,7 +18,6 @@ import math
 import numbers
 
 from tracer.ir import types as irtypes
-from tracer import arithmetic  # (arithmetic imports this module: names are read at call time)
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.function import Function
@@ -26,7 +25,8 @@ from tracer.tensor import Tensor
 
 
 def _where(condition: Tensor, x, y) -> Tensor:
-    return arithmetic.where(condition, x, y)
+    # (tracer.arithmetic's `where`, which imports this module, for a tensor and a number)
+    return apply("select", [condition, *promote(x, y)])
 
 
 class _Sigmoid(Function):
@@ -43,7 +43,13 @@ class _Sigmoid(Function):
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return _Sigmoid.apply(arithmetic.to_float(x))
+    return _Sigmoid.apply(x)
+
+
+# The Python-number exponents whose power, or its gradient, PyTorch's pow(Tensor, Scalar) computes
+# by sqrt or 1 / sqrt (x ** 1.5's gradient is 1.5 * sqrt(x)); for every other exponent PyTorch's
+# value and gradient are the pow primitive's and its VJP's.
+ROOT_POWERS = frozenset({0.5, -0.5, 1.5})
 
 
 def power_value(x: Tensor, exponent: float) -> Tensor:
@@ -74,7 +80,7 @@ class _ScalarPower(Function):
 
 
 def scalar_power(x: Tensor, exponent: float) -> Tensor:
-    """A float tensor to a Python number's power, with PyTorch's value and gradient."""
+    """A float tensor to the power of one of ROOT_POWERS, with PyTorch's value and gradient."""
     return _ScalarPower.apply(x, float(exponent))
 
 
