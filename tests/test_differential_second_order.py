@@ -5,9 +5,9 @@ arguments not changed in place), asked for their second derivatives."""
 import dataclasses
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
-from test_differential import SETTINGS, check_program, programs
+from test_differential import LAYERS, SETTINGS, check_program, programs
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
 
@@ -15,6 +15,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey")
 @st.composite
 def second_order_programs(draw):
     program = draw(programs(kinds=["grad"]))
+    # The layers (convolutions, pools, batch_norm) are left out: PyTorch's own double backward
+    # fails on some (batch_norm without a weight raises "Expected a proper Tensor but got None",
+    # and one aborted the process), so it is no oracle for them at second order.
+    assume(not any(op[0] == "call" and op[1] in LAYERS for op in program.ops))
     return dataclasses.replace(program, kind="grad2")
 
 

@@ -94,9 +94,10 @@ class _LogSumExp(Function):
             x.sum(axes, keepdim=True))
         shift = _where(shift.abs() == float("inf"), 0.0, shift)
         kept = (x - shift).exp().sum(axes, keepdim=True).log() + shift
+        # the result it returns (its dimensions kept; the caller drops them), so that at second
+        # order the saved result stands for the output and its own gradient is followed
         ctx.save_for_backward(x, kept)
-        return kept if keepdim else kept.reshape(tuple(
-            d for i, d in enumerate(x.shape) if i not in axes))
+        return kept
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -111,8 +112,10 @@ def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
         x = x.to(irtypes.float32)
     axes = normalize_dims(dim, x.ndim)
     if not axes:
-        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False)
-    return _LogSumExp.apply(x, axes, keepdim)
+        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False).reshape(x.shape)
+    kept = _LogSumExp.apply(x, axes, keepdim)
+    return kept if keepdim else kept.reshape(tuple(
+        d for i, d in enumerate(x.shape) if i not in axes))
 
 
 class _EvenlyDistributed(Function):
@@ -159,9 +162,9 @@ class _PowerNorm(Function):
         else:
             norm = power_value(power_value(magnitude, p).sum(axes), 1.0 / p)
         kept = norm._keep(axes, x.shape)
-        ctx.save_for_backward(x, kept)
+        ctx.save_for_backward(x, kept)  # the output (see _LogSumExp): power_norm drops the dims
         ctx.p, ctx.axes = p, axes
-        return kept if keepdim else norm
+        return kept
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -185,7 +188,10 @@ class _PowerNorm(Function):
 
 
 def power_norm(x: Tensor, p, dim, keepdim: builtins.bool) -> Tensor:
-    return _PowerNorm.apply(x, float(p), dim, keepdim)
+    kept = _PowerNorm.apply(x, float(p), dim, keepdim)
+    axes = normalize_dims(dim, x.ndim)
+    return kept if keepdim else kept.reshape(tuple(
+        d for i, d in enumerate(x.shape) if i not in axes))
 
 
 class _Lerp(Function):
@@ -237,13 +243,13 @@ def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
 class _SiLU(Function):
     @staticmethod
     def forward(ctx, x):
-        sigmoid_x = 1.0 / (1.0 + (-x).exp())
-        ctx.save_for_backward(x, sigmoid_x)
-        return x * sigmoid_x
+        ctx.save_for_backward(x)
+        return x * (1.0 / (1.0 + (-x).exp()))
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, sigmoid_x = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
+        sigmoid_x = sigmoid(x)  # from x, so that a second derivative follows it
         # silu_backward: finite at a large x, where x * (1 - sigmoid) is 0 (not x * grad = inf, times 0)
         return grad_output * (sigmoid_x * (1 + x * (1 - sigmoid_x)))
 
