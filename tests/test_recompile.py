@@ -181,7 +181,7 @@ def test_a_recompile_storm_warns_naming_the_attribute_and_the_fix():
             self.blocks = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
 
     model = Model()
-    step = tr.trace(lambda x: model(x).sum() if False else model.blocks(x).sum())
+    step = tr.trace(lambda x: model.blocks(x).sum())
     x = tr.ones(4, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
