@@ -80,6 +80,27 @@ class RuntimeFloats:
                 changed.add(float_input.name)
         return frozenset(changed)
 
+    def exponents(self, function: ir.Function) -> frozenset[str]:
+        """The floats `function` raises to (`x ** self.p`): compiled in, a constant power
+        becomes multiplications and square roots, faster and rounded as PyTorch's."""
+        inputs = {id(i.parameter): i.name for i in self.inputs}
+        found: set[str] = set()
+        for instruction in function.instructions:
+            if instruction.primitive != "pow":
+                continue
+            names, stack = set(), [instruction.inputs[1]]
+            while stack:  # what the exponent is computed from (a cast of the float, say)
+                value = stack.pop()
+                if id(value) in inputs:
+                    names.add(inputs[id(value)])
+                elif value.producer is None:  # another parameter: not a constant exponent
+                    names = set()
+                    break
+                else:
+                    stack += value.producer.inputs
+            found |= names
+        return frozenset(found)
+
     def settle(self, function: ir.Function) -> None:
         """Drop the proxies `function` does not read (putting their floats back)."""
         read = {id(value) for instruction in function.instructions for value in instruction.inputs}

@@ -102,6 +102,9 @@ def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
             outputs = [_result_value(trace, value) for value, _ in result_leaves]
             traced = trace.function
             traced.outputs = outputs
+            exponents = floats.exponents(traced)
+            if exponents:
+                raise Specialize(frozenset(), exponents, "they are exponents of powers")
             floats.settle(traced)
             floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
             _check_nothing_stored(trace, reachable(function, static_objects))

@@ -181,7 +181,7 @@ def test_a_recompile_storm_warns_naming_the_attribute_and_the_fix():
             self.blocks = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
 
     model = Model()
-    step = tr.trace(lambda x: model(x).sum() if False else model.blocks(x).sum())
+    step = tr.trace(lambda x: model.blocks(x).sum())
     x = tr.ones(4, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -210,3 +210,14 @@ def test_a_float_the_traced_function_changes_is_compiled_in_as_an_int_would_be()
     results = [counter.count(tr.tensor([1.0])).item() for _ in range(3)]
     assert results == [0.5, 1.0, 1.5] and counter.total == 1.5  # as eager mode, tracing each time
     assert Counter.count.cache_info().misses == 3
+
+
+def test_a_float_exponent_is_compiled_in_as_a_constant_power():
+    exponent = 0.5
+    f = tr.trace(lambda x: x ** exponent)
+    x = tr.tensor([4.0, 9.0, -1.0])
+    np.testing.assert_array_equal(f(x).numpy(), [2.0, 3.0, np.nan])
+    assert " sqrt " in f.ir(x, stage="optimized")  # a constant power: a square root
+    exponent = 2.0
+    np.testing.assert_array_equal(f(x).numpy(), [16.0, 81.0, 1.0])
+    assert f.cache_info().misses == 2
