@@ -114,7 +114,10 @@ class IndexBuilder:
         axis kept as it is maps to itself, merged axes become one offset, and a split axis is
         divided into the operand's positions (by constants, in its group alone, so that
         the head split of attention costs a shift and a mask, not a division of the whole
-        offset)."""
+        offset). A reshape of no elements is never evaluated at run time (a loop over its shape
+        runs no iteration): its operand's index is all zeros."""
+        if 0 in shape or 0 in operand_shape:
+            return (0,) * len(operand_shape)
         kept = [k for k, d in enumerate(shape) if d != 1]
         operand_kept = [j for j, d in enumerate(operand_shape) if d != 1]
         mapped: list = [0] * len(operand_shape)
