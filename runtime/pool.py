@@ -123,10 +123,10 @@ def _blas_thread_functions() -> tuple[Callable, Callable] | None:
     return get, set_
 
 
-def hold_blas() -> None:
-    """Run OpenBLAS on the calling thread until the matching release_blas()."""
+def hold_blas(needed: bool = True) -> None:
+    """Run OpenBLAS on the calling thread until the matching release_blas() (if `needed`)."""
     global _blas_callers, _blas_saved
-    functions = _blas_thread_functions()
+    functions = _blas_thread_functions() if needed else None
     if functions is None:
         return
     with _blas_lock:
@@ -137,9 +137,9 @@ def hold_blas() -> None:
                 functions[1](1)
 
 
-def release_blas() -> None:
+def release_blas(needed: bool = True) -> None:
     global _blas_callers
-    functions = _blas_thread_functions()
+    functions = _blas_thread_functions() if needed else None
     if functions is None:
         return
     with _blas_lock:

@@ -161,8 +161,7 @@ class CheckedFunction:
         # numpy's products with BLAS on one thread, as the compiled code runs them (a threaded
         # sgemm may round differently, and a loss that cancels amplifies that past the check)
         products = any(i.primitive == "matmul" for i in self.compiled.function.instructions)
-        if products:
-            pool.hold_blas()
+        pool.hold_blas(products)
         try:
             expected = ir.interpret(self.compiled.function, inputs)
         except IndexRangeError:  # then the compiled call must refuse too (and raise its error)
@@ -173,8 +172,7 @@ class CheckedFunction:
             raise AssertionError("the interpreter found an index out of range, the compiled "
                                  "code ran") from None
         finally:
-            if products:
-                pool.release_blas()
+            pool.release_blas(products)
         actual = self.compiled(arguments)
         self.check(actual, expected, inputs, "")
         if not self.loops_checked and executed_statements(self.compiled.loops) <= LOOPS_CHECKED:
