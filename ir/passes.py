@@ -4,6 +4,8 @@ Each pass rewrites the function it is given in place and returns it; `optimize` 
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Function, Instruction, Value, gc_paused
 from tracer.ir.index_checks import check_is_needed
@@ -100,9 +102,16 @@ def constant_power(builder: GraphBuilder, x: Value, exponent: float | int,
     return builder.mul(square, base if n == 3 else square)
 
 
-def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder) -> Value | None:
+def _swaps_last_axes(permutation: tuple[int, ...]) -> bool:
+    rank = len(permutation)
+    return rank >= 2 and permutation == (*range(rank - 2), rank - 1, rank - 2)
+
+
+def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder,
+                           uses: Counter) -> Value | None:
     """A value `instruction`'s result equals, or None; may instead rewrite it into a cheaper form,
-    adding the instructions that form needs through `builder`."""
+    adding the instructions that form needs through `builder` (`uses`: how many times each value
+    is read)."""
     primitive, inputs, out = instruction.primitive, instruction.inputs, instruction.outputs[0]
     constants = [scalar_constant(v) for v in inputs]
 
@@ -135,6 +144,15 @@ def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder) -> V
             # reshape(reshape(x)) and broadcast(broadcast(x)) are one step; so is broadcast of a
             # reshaped scalar.
             _rewrite(instruction, primitive, [inner.inputs[0]], **instruction.attributes)
+    elif (primitive == "transpose" and inputs[0].producer is not None
+          and inputs[0].producer.primitive == "matmul" and uses[id(inputs[0])] == 1
+          and _swaps_last_axes(instruction.attributes["permutation"])
+          and all(v.type.ndim == out.type.ndim for v in inputs[0].producer.inputs)):
+        # (a @ b)^T = b^T @ a^T, a gemm that writes the layout its reader wants (a weight's
+        # gradient x^T @ g read transposed by the update of a (out, in) weight): the operands'
+        # transposes are the gemm's flags, and the update may then accumulate into the weight
+        a, b = inputs[0].producer.inputs
+        _rewrite(instruction, "matmul", [builder.swap_last_axes(b), builder.swap_last_axes(a)])
     elif primitive == "transpose" and inputs[0].producer is not None and \
             inputs[0].producer.primitive == "transpose":
         inner = inputs[0].producer
@@ -147,15 +165,18 @@ def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder) -> V
 def simplify_algebra(function: Function) -> Function:
     """x*1, x+0, x/1 -> x; x ** c for a constant c -> multiplications, sqrt or a reciprocal
     (`constant_power`); select on a constant condition -> one branch; chains of reshapes, of
-    broadcasts and of transposes -> one step; -(-x) -> x."""
+    broadcasts and of transposes -> one step; -(-x) -> x; (a @ b)^T -> b^T @ a^T when the
+    product is read only there."""
     replacements: dict[int, Value] = {}
     body: list[Instruction] = []  # the instructions, with those the rewrites add before their use
     # what a rewrite adds comes from the line of the instruction it replaces (the loop variable)
     builder = GraphBuilder(function, lambda: instruction.location, body)
+    uses = Counter(id(v) for i in function.instructions for v in i.inputs)
+    uses.update(id(v) for v in function.outputs)
     for instruction in function.instructions:
         instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
         if len(instruction.outputs) == 1:
-            replacement = _algebraic_replacement(instruction, builder)
+            replacement = _algebraic_replacement(instruction, builder, uses)
             if replacement is not None:
                 replacements[id(instruction.outputs[0])] = replacement
         body.append(instruction)

@@ -27,29 +27,11 @@ from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
-from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index
+from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_reduce import ReductionKernels
 from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
                                         thread_count)
 from tracer.ir.types import bool_, int64
-
-FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
-
-
-def is_flat(kernel: Kernel) -> bool:
-    """Whether a loop kernel can run as one flat loop over the elements: every value it touches
-    has all the elements of the result (in the same row-major order) or just one."""
-    if kernel.kind != "loop" or kernel.shape == ():
-        return False
-    count = math.prod(kernel.shape)
-    for instruction in kernel.instructions:
-        if instruction.primitive not in FLAT_PRIMITIVES:
-            return False
-        for value in (*instruction.inputs, *instruction.outputs):
-            if value.type.size not in (1, count):
-                return False
-    return all(v.type.size in (1, count) for v in kernel.inputs)
-
 
 class KernelScheduler(IndexBuilder, ReductionKernels):
     """Writes the statements of one kernel (those that reduce across rows: schedule_reduce.py)."""
@@ -262,7 +244,7 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
     def loop_kernel(self, results: list[str], split: bool = True) -> None:
         shape = (math.prod(self.kernel.shape),) if self.flat else self.kernel.shape
         depth = self.depth
-        seams = self.seams(shape)
+        seams = pad_seams(self.kernel, shape)
         if not seams:
             self.store_results(self.open_nest(shape, split), shape, results)
         else:  # the last axis in pieces, in each of which every pad is decided
@@ -274,24 +256,6 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
                 self.memo.pop()
         while self.depth > depth:
             self.close_loop()
-
-    def seams(self, shape: tuple[int, ...]) -> list[int]:
-        """Where the kernel's last axis is cut so that each piece lies inside or outside each
-        pad along that axis ([0, ..., size], or [] for no cut): a concatenation's backward (the
-        split of attention's q, k and v) then writes each part with its own loop, with no
-        test per element. Only below an outer axis that the kernel's range runs over."""
-        if len(shape) < 2 or shape[-1] == 1 or all(size == 1 for size in shape[:-1]):
-            return []
-        points = set()
-        for instruction in self.kernel.instructions:
-            if instruction.primitive != "pad" or instruction.outputs[0].shape[-1:] != shape[-1:]:
-                continue
-            low, high = instruction.attributes["low"], instruction.attributes["high"]
-            if any(low[:-1]) or any(high[:-1]) or any(instruction.attributes["interior"]):
-                continue
-            points |= {low[-1], low[-1] + instruction.inputs[0].shape[-1]}
-        inner = sorted(point for point in points if 0 < point < shape[-1])
-        return [0, *inner, shape[-1]] if inner else []
 
     def store_results(self, index: Index, shape: tuple[int, ...], results: list[str]) -> None:
         # Every result is computed before any is stored: a result written in place into an

@@ -1,4 +1,5 @@
-"""Index arithmetic for the scheduler (ir/schedule.py): where in a buffer an element is.
+"""Index arithmetic for the scheduler (ir/schedule.py): where in a buffer an element is, and the
+shape of a loop kernel's nest (one flat loop, or its last axis cut at the seams of pads).
 
 An index is a tuple with one position per axis, each a Python int (folded at compile time) or the
 register of an `IndexOp` or loop counter. `IndexBuilder` also keeps the statement being written:
@@ -6,7 +7,14 @@ register of an `IndexOp` or loop counter. `IndexBuilder` also keeps the statemen
 """
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 from tracer.ir.loops import IndexOp, Loop
+from tracer.ir.primitives import ELEMENTWISE
+
+if TYPE_CHECKING:
+    from tracer.ir.fusion import Kernel
 
 Index = tuple  # of registers (str) and Python ints
 
@@ -17,6 +25,43 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= size
     return tuple(reversed(strides))
+
+
+FLAT_PRIMITIVES = ELEMENTWISE | {"broadcast", "reshape", "constant", "check_index"}
+
+
+def is_flat(kernel: Kernel) -> bool:
+    """Whether a loop kernel can run as one flat loop over the elements: every value it touches
+    has all the elements of the result (in the same row-major order) or just one."""
+    if kernel.kind != "loop" or kernel.shape == ():
+        return False
+    count = math.prod(kernel.shape)
+    for instruction in kernel.instructions:
+        if instruction.primitive not in FLAT_PRIMITIVES:
+            return False
+        for value in (*instruction.inputs, *instruction.outputs):
+            if value.type.size not in (1, count):
+                return False
+    return all(v.type.size in (1, count) for v in kernel.inputs)
+
+
+def pad_seams(kernel: Kernel, shape: tuple[int, ...]) -> list[int]:
+    """Where a loop kernel's last axis is cut so that each piece lies inside or outside each
+    pad along that axis ([0, ..., size], or [] for no cut): a concatenation's backward (the
+    split of attention's q, k and v) then writes each part with its own loop, with no
+    test per element. Only below an outer axis that the kernel's range runs over."""
+    if len(shape) < 2 or shape[-1] == 1 or all(size == 1 for size in shape[:-1]):
+        return []
+    points = set()
+    for instruction in kernel.instructions:
+        if instruction.primitive != "pad" or instruction.outputs[0].shape[-1:] != shape[-1:]:
+            continue
+        low, high = instruction.attributes["low"], instruction.attributes["high"]
+        if any(low[:-1]) or any(high[:-1]) or any(instruction.attributes["interior"]):
+            continue
+        points |= {low[-1], low[-1] + instruction.inputs[0].shape[-1]}
+    inner = sorted(point for point in points if 0 < point < shape[-1])
+    return [0, *inner, shape[-1]] if inner else []
 
 
 def broadcast_index(index: Index, shape: tuple[int, ...], operand_shape: tuple[int, ...]) -> Index:
@@ -114,12 +159,13 @@ class IndexBuilder:
         axis kept as it is maps to itself, merged axes become one offset, and a split axis is
         divided into the operand's positions (by constants, in its group alone, so that
         the head split of attention costs a shift and a mask, not a division of the whole
-        offset)."""
-        mapped: list = [0] * len(operand_shape)
-        if 0 in shape:  # no element: the loops around this index never run
-            return tuple(mapped)
+        offset). A reshape of no elements is never evaluated at run time (a loop over its shape
+        runs no iteration): its operand's index is all zeros."""
+        if 0 in shape or 0 in operand_shape:
+            return (0,) * len(operand_shape)
         kept = [k for k, d in enumerate(shape) if d != 1]
         operand_kept = [j for j, d in enumerate(operand_shape) if d != 1]
+        mapped: list = [0] * len(operand_shape)
         position, operand_position = 0, 0
         while position < len(kept):
             group, operand_group = [kept[position]], [operand_kept[operand_position]]

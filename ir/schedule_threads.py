@@ -16,10 +16,12 @@ PARALLEL_WORK_PER_THREAD = 1 << 18
 # and the launch waits only for the chunk it holds: with one chunk per thread, for half the
 # kernel. Measured on the GPT step with another process busy: (runtime/pool.py)
 CHUNKS_PER_THREAD = 4
-# A gemm is split into blocks of at least this many rows of its product (a multiple of the
-# BLAS kernels' row unrolling), each a gemm of its own: fewer rows spend more of each call on
-# packing the other operand.
-GEMM_BLOCK_ROWS = 32
+# A gemm is split into blocks of a multiple of this many rows of its product, each a gemm of its
+# own. OpenBLAS's float32 kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2 and
+# AVX-512 machines), so blocks of 48k rows compute every element as one call over all rows does,
+# to the bit (measured: blocks of 16, 32 or 64 rows round differently). Fewer rows would also
+# spend more of each call on packing the other operand.
+GEMM_BLOCK_ROWS = 48
 
 
 def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
@@ -32,9 +34,9 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
         return 1, m
     wanted = -(-threads * CHUNKS_PER_THREAD // max(math.prod(result.shape[:-2]), 1))
     blocks = max(1, min(wanted, m // GEMM_BLOCK_ROWS))
-    rows = -(-m // blocks)
-    rows = -(-rows // 16) * 16 if rows > 16 else rows
-    return -(-m // rows), rows
+    per_block = -(-m // blocks)
+    rows = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS
+    return (-(-m // rows), rows) if blocks > 1 else (1, m)
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:

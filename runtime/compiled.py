@@ -329,14 +329,12 @@ class CompiledFunction:
             arena = None
         except IndexError:
             arena, address = self._new_arena()  # kept alive until the call has returned
-        if self._calls_blas:
-            pool.hold_blas()
+        pool.hold_blas(self._calls_blas)
         try:
             status = native(*arguments, address)
             failure = self._bounds_failure(address) if self._checked and status == 0 else None
         finally:
-            if self._calls_blas:
-                pool.release_blas()
+            pool.release_blas(self._calls_blas)
             if arena is None:
                 self._free_arena.append(address)
         if failure is not None:

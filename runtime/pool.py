@@ -42,6 +42,10 @@ MAX_WORKERS = 255
 # Pauses a worker spins (a few tens of microseconds) before sleeping: kernels launched back to back
 # find it awake, and an idle pool soon stops taking a core from the rest of the machine.
 SPIN = 2000
+# After a launch that waited for a descheduled worker (see pool.ll.j2): how many launches run on
+# the caller alone, doubling after each further stall in a row up to BACKOFF_MAX; a wait counts as
+# a stall past twice the caller's mean chunk plus STALL_SLACK nanoseconds (a worker's wake-up).
+BACKOFF, BACKOFF_MAX, STALL_SLACK = 16, 1024, 20000
 LOG = logging.getLogger("tracer.cache")
 
 _lock = threading.Lock()
@@ -72,7 +76,8 @@ def _compile() -> jit.JitModule:
     architecture = platform.machine()
     host = jit.host()
     settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
-                f"max_workers={MAX_WORKERS}")
+                f"max_workers={MAX_WORKERS}, backoff={BACKOFF}-{BACKOFF_MAX}, "
+                f"slack={STALL_SLACK}")
     # the compiler's fingerprint in the key covers the template: no text is needed for a hit
     cache = open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
                                  host.llvm_version))
@@ -87,7 +92,8 @@ def _compile() -> jit.JitModule:
 
     futex, pause = _ARCHITECTURES[architecture]
     text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,
-                  max_workers=MAX_WORKERS)
+                  max_workers=MAX_WORKERS, backoff=BACKOFF, backoff_max=BACKOFF_MAX,
+                  stall_slack=STALL_SLACK)
     return jit.JitModule.compile(text, cache)
 
 
@@ -117,10 +123,10 @@ def _blas_thread_functions() -> tuple[Callable, Callable] | None:
     return get, set_
 
 
-def hold_blas() -> None:
-    """Run OpenBLAS on the calling thread until the matching release_blas()."""
+def hold_blas(needed: bool = True) -> None:
+    """Run OpenBLAS on the calling thread until the matching release_blas() (if `needed`)."""
     global _blas_callers, _blas_saved
-    functions = _blas_thread_functions()
+    functions = _blas_thread_functions() if needed else None
     if functions is None:
         return
     with _blas_lock:
@@ -131,9 +137,9 @@ def hold_blas() -> None:
                 functions[1](1)
 
 
-def release_blas() -> None:
+def release_blas(needed: bool = True) -> None:
     global _blas_callers
-    functions = _blas_thread_functions()
+    functions = _blas_thread_functions() if needed else None
     if functions is None:
         return
     with _blas_lock:
