@@ -245,29 +245,22 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
 
     # Kernels ----------------------------------------------------------------------------------
 
-    def open_nest(self, shape: tuple[int, ...], split: bool) -> Index:
-        """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs over the
-        kernel's range [begin, end) instead of the whole dimension."""
-        index = []
-        for size in shape:
-            if size == 1:
-                index.append(0)
-            elif split and self.depth == 0:
-                index.append(self.open_loop("begin", "end"))
-            else:
-                index.append(self.open_loop(0, size))
-        return tuple(index)
-
     def loop_kernel(self, results: list[str], split: bool = True) -> None:
         shape = (math.prod(self.kernel.shape),) if self.flat else self.kernel.shape
         depth = self.depth
-        index = self.open_nest(shape, split)
+        # one result that reshapes a value computed here: loops over that value's dimensions
+        (value, *others) = self.kernel.results
+        refined = None if self.flat or others or value.producer is None or (
+            value.producer.primitive != "reshape" or self.in_memory(value.producer.inputs[0])
+        ) else self.refined_nest(value.shape, value.producer.inputs[0].shape, split)
+        index = self.open_nest(shape, split) if refined is None else refined[0]
         # Every result is computed before any is stored: a result written in place into an
         # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
         elements = []
         for value in self.kernel.results:
             self.location = line_of(value)
-            elements.append(self.evaluate(value, index))
+            elements.append(self.evaluate(value, index) if refined is None
+                            else self.evaluate(value.producer.inputs[0], refined[1]))
         offset = self.linear(index, shape)
         for value, element, buffer in zip(self.kernel.results, elements, results):
             self.emit(Store(buffer, offset, element, value, line_of(value)))
