@@ -152,9 +152,11 @@ def convolution_row(timing: Timing) -> Row:
         (F.conv2d(x, w, padding=1) * g).sum().backward()
         return x.grad, w.grad
 
+    torch = installed("torch")
+    convolve = torch.nn.functional.conv2d if torch is not None else None
+
     def theirs(x, w, g):
-        nn = installed("torch").nn
-        (nn.functional.conv2d(x, w, padding=1) * g).sum().backward()
+        (convolve(x, w, padding=1) * g).sum().backward()
         return x.grad, w.grad
 
     def tracer_build():
@@ -162,12 +164,9 @@ def convolution_row(timing: Timing) -> Row:
         return with_fresh_grads(tr.trace(ours), x, w, tr.tensor(arrays[2]))
 
     def torch_build(function):
-        torch = installed("torch")
         x, w = (torch.tensor(a, requires_grad=True) for a in arrays[:2])
         return with_fresh_grads(function, x, w, torch.tensor(arrays[2]))
 
-    torch = installed("torch")
-    expected = None
     if torch is not None:
         x, w = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays[:2])
         expected = [t.numpy() for t in theirs(x, w, torch.tensor(arrays[2], dtype=torch.float64))]
