@@ -144,6 +144,8 @@ class IndexBuilder:
         operand's index is loop counters, not divisions of a flat offset (only the first
         dimension's counter, split across threads, is divided, outside the inner loops).
         Returns (the result's index, the operand's index), or None where nothing is merged."""
+        if not shape or shape[0] == 1:  # (the threads' range is then a later dimension's)
+            return None
         groups = refinement(shape, operand_shape)
         if groups is None or all(len([d for d in g if d != 1]) <= 1 for g in groups[1:]):
             return None
