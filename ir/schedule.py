@@ -228,24 +228,18 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
 
     # Kernels ----------------------------------------------------------------------------------
 
-    def open_nest(self, shape: tuple[int, ...], split: bool) -> Index:
-        """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs over the
-        kernel's range [begin, end) instead of the whole dimension."""
-        index = []
-        for size in shape:
-            if size == 1:
-                index.append(0)
-            elif split and self.depth == 0:
-                index.append(self.open_loop("begin", "end"))
-            else:
-                index.append(self.open_loop(0, size))
-        return tuple(index)
-
     def loop_kernel(self, results: list[str], split: bool = True) -> None:
         shape = (math.prod(self.kernel.shape),) if self.flat else self.kernel.shape
         depth = self.depth
-        seams = pad_seams(self.kernel, shape)
-        if not seams:
+        # one result that reshapes a value computed here: loops over that value's dimensions
+        (value, *others) = self.kernel.results
+        refined = None if self.flat or others or value.producer is None or (
+            value.producer.primitive != "reshape" or self.in_memory(value.producer.inputs[0])
+        ) else self.refined_nest(value.shape, value.producer.inputs[0].shape, split)
+        seams = pad_seams(self.kernel, shape) if refined is None else []
+        if refined is not None:
+            self.store_results(refined[0], shape, results, refined[1])
+        elif not seams:
             self.store_results(self.open_nest(shape, split), shape, results)
         else:  # the last axis in pieces, in each of which every pad is decided
             outer = self.open_nest(shape[:-1], split)
@@ -257,13 +251,17 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
         while self.depth > depth:
             self.close_loop()
 
-    def store_results(self, index: Index, shape: tuple[int, ...], results: list[str]) -> None:
+    def store_results(self, index: Index, shape: tuple[int, ...], results: list[str],
+                      reshaped_index: Index | None = None) -> None:
+        """Each result at `index` (a reshape's result from its operand's element at
+        `reshaped_index`, given), stored at its offset."""
         # Every result is computed before any is stored: a result written in place into an
         # argument (a parameter's .grad zeroed) must not be seen by another result's loads.
         elements = []
         for value in self.kernel.results:
             self.location = line_of(value)
-            elements.append(self.evaluate(value, index))
+            elements.append(self.evaluate(value, index) if reshaped_index is None
+                            else self.evaluate(value.producer.inputs[0], reshaped_index))
         offset = self.linear(index, shape)
         for value, element, buffer in zip(self.kernel.results, elements, results):
             self.emit(Store(buffer, offset, element, value, line_of(value)))

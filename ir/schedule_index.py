@@ -64,6 +64,27 @@ def pad_seams(kernel: Kernel, shape: tuple[int, ...]) -> list[int]:
     return [0, *inner, shape[-1]] if inner else []
 
 
+def refinement(shape: tuple[int, ...], finer: tuple[int, ...]) -> list[tuple[int, ...]] | None:
+    """`finer`'s dimensions grouped so that group k multiplies up to shape[k] (size-1 dimensions
+    join the group before them), or None when a dimension of `shape` merges no whole run of
+    `finer`'s (a reshape whose row-major order would need a division to map)."""
+    groups: list[tuple[int, ...]] = []
+    position = 0
+    for size in shape:
+        group, product = [], 1
+        while product < size and position < len(finer):
+            group.append(finer[position])
+            product *= finer[position]
+            position += 1
+        if product != size:
+            return None
+        while position < len(finer) and finer[position] == 1:
+            group.append(1)
+            position += 1
+        groups.append(tuple(group))
+    return groups if position == len(finer) else None
+
+
 def broadcast_index(index: Index, shape: tuple[int, ...], operand_shape: tuple[int, ...]) -> Index:
     """The index of an operand broadcast to `shape` (size-1 axes read element 0)."""
     lead = len(shape) - len(operand_shape)
@@ -152,6 +173,40 @@ class IndexBuilder:
             if size != 1:
                 offset = self.add(offset, self.mul(position, stride))
         return offset
+
+    def open_nest(self, shape: tuple[int, ...], split: bool) -> Index:
+        """Loops over `shape` (none for size-1 dims); with `split`, the first loop runs over the
+        kernel's range [begin, end) instead of the whole dimension."""
+        index = []
+        for size in shape:
+            if size == 1:
+                index.append(0)
+            elif split and self.depth == 0:
+                index.append(self.open_loop("begin", "end"))
+            else:
+                index.append(self.open_loop(0, size))
+        return tuple(index)
+
+    def refined_nest(self, shape, operand_shape, split: bool) -> tuple[Index, Index] | None:
+        """For a reshape to `shape` that merges runs of the operand's dimensions (im2col's
+        windows gathered (C, KH, KW, N, OH, OW) and stored as a matrix): loops over the
+        operand's dimensions within each result dimension after the first, so that the
+        operand's index is loop counters, not divisions of a flat offset (only the first
+        dimension's counter, split across threads, is divided, outside the inner loops).
+        Returns (the result's index, the operand's index), or None where nothing is merged."""
+        if not shape or shape[0] == 1:  # (the threads' range is then a later dimension's)
+            return None
+        groups = refinement(shape, operand_shape)
+        if groups is None or all(len([d for d in g if d != 1]) <= 1 for g in groups[1:]):
+            return None
+        (first,) = self.open_nest(shape[:1], split)
+        operand = list(self.reshape_index((first,), shape[:1], groups[0]))
+        index = [first]
+        for group in groups[1:]:
+            inner = self.open_nest(group, split=False)
+            operand += inner
+            index.append(self.linear(inner, group))
+        return tuple(index), tuple(operand)
 
     def reshape_index(self, index: Index, shape, operand_shape) -> Index:
         """The operand's index of a reshape's element at `index`. The axes of both shapes (size-1

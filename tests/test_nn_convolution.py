@@ -198,3 +198,22 @@ def test_max_pool2d_propagates_nan():
 def test_bad_input_is_a_tracer_error(call, message):
     with pytest.raises(tr.TracerError, match=message):
         call()
+
+
+def test_windows_are_indexed_by_loop_counters():
+    """The im2col kernel (a gather stored as a matrix) loops over the windows' dimensions: no
+    division of a flat offset inside its inner loops (ir/schedule_index.py's refined_nest)."""
+    from tracer.ir.schedule_index import refinement
+    assert refinement((36, 50), (4, 3, 3, 2, 5, 5)) == [(4, 3, 3), (2, 5, 5)]
+    assert refinement((6, 4), (4, 6)) is None
+    assert refinement((6, 1), (2, 3, 1)) == [(2, 3, 1), ()]
+    traced = tr.trace(lambda x, w: F.conv2d(x, w, padding=1, stride=2))
+    x, w = tr.randn(2, 4, 9, 9), tr.randn(3, 4, 3, 3)
+    np.testing.assert_allclose(traced(x, w).numpy(),
+                               TF.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()),
+                                         padding=1, stride=2).numpy(), rtol=1e-5, atol=1e-5)
+    loops = traced.ir(x, w, stage="loops")
+    kernel = loops[loops.index("f32[36,50]") - 200:].split("  kernel_", 2)[1]
+    assert kernel.count("for ") == 4, kernel  # the split first dimension, then N, OH, OW
+    inner = kernel[kernel.index("for ", kernel.index("for ") + 1):]
+    assert " div " not in inner and " rem " not in inner, kernel
