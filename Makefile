@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow lint bench clean
 
 # A regular (not editable) install, so that only the name `tracer` is importable from the venv
 # (ir/, codegen/ and runtime/ install as its subpackages); it is redone whenever a source changes.
@@ -20,6 +20,11 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
+
+# ruff's rules (pyproject.toml) and the size budget of production code (.ci/size_budget.py).
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/python .ci/size_budget.py
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -m slow

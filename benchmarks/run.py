@@ -40,8 +40,8 @@ def main() -> None:
 
 
 def run(quick: bool, output: Path) -> None:
-    from benchmarks import (compile_time, cross_entropy, dispatch, first_result, gelu,
-                            layer_norm, peers, report, transformer, two_layer)
+    from benchmarks import (compile_time, cross_entropy, dispatch, distributed, first_result, gelu,
+                            layer_norm, peers, readme_table, report, transformer, two_layer)
     from benchmarks.harness import PEERS, Timing
 
     timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
@@ -56,6 +56,8 @@ def run(quick: bool, output: Path) -> None:
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     rows += compile_time.rows(quick)
     print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
+    rows += distributed.rows(quick)
+    print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     notes = [f"{'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')}, "
              f"{platform.machine()}, {peers.THREADS} cores; "
              f"medians of up to {timing.repeats} calls per program, timed in interleaved rounds in shuffled order",
@@ -66,6 +68,8 @@ def run(quick: bool, output: Path) -> None:
     text = report.table(rows, notes)
     (output / "results.md").write_text(text)
     report.chart(rows, notes[0], output / "results.png")
+    if output == HERE:
+        readme_table.update()
     print(text)
 
 

@@ -20,6 +20,7 @@
   under TRACER_CHECK_BOUNDS: an index is data); a gather or scatter then reads the checked index
   as it is.
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
+- kind "collective": `all_reduce`, its own kernel: one call of MPI_Allreduce (codegen/render.py).
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """
 from __future__ import annotations
@@ -253,6 +254,7 @@ def _table() -> dict[str, Lowering]:
     table["gather"] = Lowering("gather")
     table["scatter"] = Lowering("scatter")
     table["check_index"] = Lowering("check")
+    table["all_reduce"] = Lowering("collective")
     table.update({name: Lowering("removed") for name in GRADIENT_MARKERS})
     return table
 

@@ -21,11 +21,19 @@ from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, literal
 from tracer.codegen.rendering import macros, render
 from tracer.ir.graph import Value
-from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, CheckIndex, Compute, Gemm,
-                             IndexOp, Load, Loop, LoopKernel, Store)
+from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
+                             Gemm, IndexOp, Load, Loop, LoopKernel, Store)
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
+# An all_reduce calls MPI_Allreduce, which the runtime registers as ALL_REDUCE_SYMBOL, with the
+# MPI library's handles read at run time from the table it registers as MPI_HANDLES_SYMBOL (so
+# object code holds no handle values): the handles of MPI_HANDLES' names, in order, each widened
+# to 64 bits (an int handle, as MPICH's, or a pointer, as Open MPI's, passed the same way on x86-64).
+ALL_REDUCE_SYMBOL, MPI_HANDLES_SYMBOL = "tracer_mpi_allreduce", "tracer_mpi_handles"
+MPI_HANDLES = ("comm_world", "float32", "float64", "int64", "sum", "max", "min")
+ALL_REDUCE_DECLARATIONS = (f"declare i32 @{ALL_REDUCE_SYMBOL}(ptr, ptr, i32, i64, i64, i64)",
+                           f"@{MPI_HANDLES_SYMBOL} = external global [{len(MPI_HANDLES)} x i64]")
 # float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
 # CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.
 FLOAT32_LANES = 8
@@ -123,6 +131,8 @@ class KernelRenderer:
                 self.accumulate(statement)
             elif isinstance(statement, Gemm):
                 self.gemm(statement)
+            elif isinstance(statement, AllReduce):
+                self.all_reduce(statement)
             else:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
 
@@ -207,6 +217,21 @@ class KernelRenderer:
                  if gemm.accumulate else "")
         arguments = "".join(f"ptr {p}, " for p in pointers)
         self.w.emit(f"call void @{name}({arguments}{alpha}i64 %begin, i64 %end)")
+
+
+    def all_reduce(self, statement: AllReduce) -> None:
+        """One MPI_Allreduce(source, target, count, datatype, op, MPI_COMM_WORLD)."""
+        if statement.count >= 1 << 31:  # MPI's count is an int
+            raise ValueError(f"all_reduce of {statement.count} elements: MPI counts to 2**31 - 1")
+        handles = []
+        for name in ("float32" if statement.dtype == float32 else
+                     "float64" if statement.dtype == float64 else "int64", statement.op, "comm_world"):
+            slot = self.w.value(f"getelementptr inbounds i64, ptr @{MPI_HANDLES_SYMBOL}, "
+                                f"i64 {MPI_HANDLES.index(name)}", "p")
+            handles.append(self.w.value(f"load i64, ptr {slot}", "h"))
+        self.w.emit(f"call i32 @{ALL_REDUCE_SYMBOL}(ptr %{statement.source}, "
+                    f"ptr %{statement.target}, i32 {statement.count}, i64 {handles[0]}, "
+                    f"i64 {handles[1]}, i64 {handles[2]})")
 
 
 def wrap_index(w: Writer, position: str, size: int) -> str:

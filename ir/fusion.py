@@ -38,6 +38,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tracer.ir.costs import CODE_COST, EXPENSIVE
 from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
 from tracer.ir.graph import Function, Instruction, Value
 from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
@@ -45,16 +46,10 @@ from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 # gather is a load at a computed index, so it fuses into loops like a layout change; a check is
 # computed in a loop over its whole operand.
 LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | CHECKS | {"gather"}
-EXPENSIVE = frozenset({"exp", "log", "tanh", "sin", "cos", "pow", "div", "sqrt"}) | REDUCE
 # An inline expression larger than this is stored once it has a second user.
 MAX_SHARED_EXPRESSION = 48
 # ... and stored whatever its users once it is this large (bounds code size).
 MAX_EXPRESSION = 400
-# Rough size in LLVM instructions of one element of a primitive computed inline (the
-# transcendentals are inline polynomial code, templates/math.ll.j2); others count 1.
-CODE_COST = {"exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80, "pow": 150, "sqrt": 2,
-             "div": 2, "reduce_sum": 8, "reduce_max": 8,
-             "reduce_min": 8}
 # Bounds on code size, in CODE_COST units, that keep compile time linear in the graph's size
 # (LLVM's optimizer is superlinear in the size of one loop body): an inline expression this large
 # is stored (MAX_EXPRESSION_COST), and a loop kernel whose results' expressions add up to more
@@ -66,7 +61,7 @@ MAX_KERNEL_COST = 3000
 
 
 def code_cost(instruction: Instruction) -> int:
-    return CODE_COST.get(instruction.primitive, 1)
+    return CODE_COST[instruction.primitive]
 
 
 @dataclass(eq=False)
@@ -76,7 +71,8 @@ class Kernel:
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate", "scatter", "matmul", or (ir/rows.py) "rows", "combine"
+    kind: str  # "loop", "accumulate", "scatter", "matmul", "all_reduce", or (ir/rows.py) "rows",
+    # "combine"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
@@ -317,7 +313,7 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             costs.append(0)
             producer_kernel[id(root)] = len(kernels) - 1
             continue
-        if producer is not None and producer.primitive in ("matmul", "scatter"):
+        if producer is not None and producer.primitive in ("matmul", "scatter", "all_reduce"):
             kind = producer.primitive
         elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
                 producer) and root.type.size > 0:
@@ -330,6 +326,8 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
             # the transposes read through by the gemm flags are shown inside the kernel
             looked_through = [v.producer for v in producer.inputs if matmul_operand(v)[1]]
             kernel = Kernel(kind, [root], [*looked_through, producer], inputs)
+        elif kind == "all_reduce":  # a call of the MPI library on two buffers
+            kernel = Kernel(kind, [root], [producer], list(producer.inputs))
         else:
             instruction_ids, inputs = _inline_closure([root], materialized, set())
             kernel = Kernel(kind, [root], in_order(instruction_ids), inputs)

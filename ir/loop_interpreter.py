@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tracer.ir.loops import (Accumulate, Accumulator, CheckIndex, Compute, Gemm, IndexOp, Load,
-                             Loop, LoopKernel, LoopProgram, Store)
+from tracer.ir.loops import (Accumulate, Accumulator, AllReduce, CheckIndex, Compute, Gemm, IndexOp,
+                             Load, Loop, LoopKernel, LoopProgram, Store)
 from tracer.ir.memory import Location
 from tracer.ir.primitives import IndexRangeError
 from tracer.ir.reference import REFERENCE
@@ -118,6 +118,10 @@ class KernelRun:
                 self.registers[statement.name] = REFERENCE[statement.primitive](*operands)
             elif isinstance(statement, Gemm):
                 self.gemm(statement)
+            elif isinstance(statement, AllReduce):
+                source = self.buffers[statement.source][:statement.count]
+                self.buffers[statement.target][:statement.count] = REFERENCE["all_reduce"](
+                    source, op=statement.op)
             else:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
 

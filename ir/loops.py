@@ -17,6 +17,8 @@ memory plan placed them) whose body is a tree of statements:
   returns before any access at it, and the entry runs no later kernel.
 - `Accumulator` / `Accumulate`: a reduction's running value (reassociable, so it vectorizes).
 - `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end), a BLAS call or a loop nest.
+- `AllReduce`: the target buffer is the elementwise sum (max, min) of the source buffer over the
+  processes of an MPI job, one call of the MPI library (MPI_Allreduce); alone, a copy.
 
 Registers are written once (`%v3`), except accumulators, which `Accumulate` updates in place. A
 register defined inside a loop is used only inside it; an accumulator is read after its loops.
@@ -162,7 +164,21 @@ class Gemm:
     line: str = ""
 
 
-Statement = Union[Compute, IndexOp, CheckIndex, Load, Store, Loop, Accumulator, Accumulate, Gemm]
+@dataclass
+class AllReduce:
+    """target = the elementwise `op` ("sum", "max", "min") of source over every process."""
+
+    source: str
+    target: str
+    result: Value  # whose buffer target is
+    count: int
+    dtype: np.dtype
+    op: str
+    line: str = ""
+
+
+Statement = Union[Compute, IndexOp, CheckIndex, Load, Store, Loop, Accumulator, Accumulate, Gemm,
+                  AllReduce]
 
 
 @dataclass(eq=False)
@@ -171,7 +187,8 @@ class LoopKernel:
     `threads` contiguous chunks run at once when threads > 1."""
 
     name: str
-    kind: str  # the fused kernel's: "loop", "accumulate", "scatter", "matmul", "rows", "combine"
+    kind: str  # the fused kernel's: "loop", "accumulate", "scatter", "matmul", "all_reduce",
+    # "rows", "combine"
     buffers: list[Buffer]
     body: list
     extent: int
@@ -307,6 +324,10 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
             text = f"gemm {statement.c}[batch] = {a}[batch] @ {b}[batch] {shape}"
         return [f"{indent}for batch in [begin, end):",
                 _comment(f"{indent}  {text}", statement.line)]
+    if isinstance(statement, AllReduce):
+        text = (f"all_reduce {statement.target}[0:{statement.count}] = {statement.op} over processes "
+                f"of {statement.source}[0:{statement.count}] : {SHORT_NAMES[statement.dtype]}")
+        return [_comment(indent + text, statement.line)]
     raise TypeError(f"not a loop IR statement: {statement!r}")
 
 

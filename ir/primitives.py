@@ -44,9 +44,15 @@ INDEXING = frozenset({"gather", "scatter"})
 CHECKS = frozenset({"check_index"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
+# Primitives with several results (the VJP rule takes and gives a list of cotangents per output).
+MULTIPLE_OUTPUTS = frozenset({"custom_vjp"})
+# Communication between the processes of a data-parallel job (MPI): `all_reduce x {op}` is the
+# elementwise sum (max, min) of x over every process; a process alone is a world of one.
+COLLECTIVES = frozenset({"all_reduce"})
+REDUCE_OPS = ("sum", "max", "min")
 
 PRIMITIVES = (ELEMENTWISE | LAYOUT | REDUCE | SOURCES | INDEXING | CHECKS | GRADIENT_MARKERS
-              | {"matmul"})
+              | COLLECTIVES | {"matmul"})
 
 # Not primitives but requests to a pass: `gradient %output, %seed, %wrt...` stands for the gradients
 # of %output (seeded by %seed) with respect to each %wrt until the autodiff pass expands it in place.
@@ -279,6 +285,15 @@ def _gradient(in_types: list[TensorType]) -> list[TensorType]:
     return list(in_types[2:])
 
 
+def _all_reduce(in_types: list[TensorType], op: str) -> list[TensorType]:
+    (x,) = in_types
+    if op not in REDUCE_OPS:
+        raise ShapeError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+    if x.dtype == bool_:
+        raise ShapeError("all_reduce does not take a bool operand")
+    return [x]
+
+
 def _table() -> dict[str, Callable[..., list[TensorType]]]:
     table: dict[str, Callable[..., list[TensorType]]] = {}
     for name in UNARY:
@@ -304,6 +319,7 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
         "stop_gradient": lambda in_types: list(in_types),
         "custom_vjp": _custom_vjp,
         "gradient": _gradient,
+        "all_reduce": _all_reduce,
     })
     return table
 
@@ -312,7 +328,7 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
 SHAPE_RULES = _table()
 
 # How many operands each primitive takes (None: any number).
-ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | CHECKS | {"cast"}}
+ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | CHECKS | COLLECTIVES | {"cast"}}
 ARITY.update({name: 2 for name in BINARY | {"matmul"}})
 ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom_vjp": None,
               "gradient": None, "gather": None, "scatter": None})

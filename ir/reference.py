@@ -2,6 +2,7 @@
 they are the oracle every compiled result is checked against."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -95,6 +96,18 @@ def _maximum(x, y):
     return np.maximum(x, y)  # propagates nan, as torch.maximum does
 
 
+def _all_reduce(x: np.ndarray, op: str) -> np.ndarray:
+    """The elementwise sum (max, min) of x over MPI's world, through mpi4py, which the process
+    has imported if it is part of a job (tracer.distributed); otherwise a world of one."""
+    result = np.array(x, copy=True, order="C")
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.COMM_WORLD.Get_size() == 1:
+        return result
+    operation = {"sum": mpi.SUM, "max": mpi.MAX, "min": mpi.MIN}[op]
+    mpi.COMM_WORLD.Allreduce(mpi.IN_PLACE, result, op=operation)
+    return result
+
+
 # REFERENCE[primitive](*operands, **attributes) -> one array, or a tuple of arrays.
 REFERENCE: dict[str, Callable[..., Any]] = {
     "neg": np.negative, "abs": np.abs, "sign": _sign, "exp": np.exp, "log": np.log,
@@ -122,6 +135,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "constant": lambda value, dtype: np.array(value, dtype),
     "iota": _iota,
     "stop_gradient": lambda x: x,
+    "all_reduce": _all_reduce,
     "custom_vjp": lambda *operands, num_outputs, rule: tuple(operands[:num_outputs]),
 }
 

@@ -21,8 +21,8 @@ import math
 
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
-from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, Buffer, CheckIndex, Compute, Gemm,
-                             Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
+from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
+                             Compute, Gemm, Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
                              initial_value, line_of, literal)
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
@@ -323,6 +323,13 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     names = {id(b.value): b.name for b in buffers if b.name.startswith("in")}
     if kernel.kind == "matmul":
         scheduler = schedule_matmul(fused, kernel, names, result_names[0], plan)
+    elif kernel.kind == "all_reduce":
+        (instruction,) = kernel.instructions
+        (result,) = kernel.results
+        scheduler = KernelScheduler(fused, kernel, names)
+        scheduler.emit(AllReduce(names[id(instruction.inputs[0])], result_names[0], result,
+                                 result.type.size, result.dtype, instruction.attributes["op"],
+                                 line=instruction.location))
     else:
         scheduler = KernelScheduler(fused, kernel, names)
         if kernel.kind == "loop":

@@ -15,11 +15,13 @@ PARALLEL_WORK_PER_THREAD = 1 << 18
 
 def split_extent(kernel: Kernel, flat: bool) -> int:
     """The range the entry passes a kernel: its outermost loop's, a matmul's batch count, a row
-    kernel's chunks (a combine kernel's is not used)."""
+    kernel's chunks (a combine or all_reduce kernel's is not used)."""
     if kernel.kind == "matmul":
         return math.prod(kernel.results[0].shape[:-2])
     if kernel.kind in ("rows", "combine"):
         return kernel.chunks if kernel.kind == "rows" else 1
+    if kernel.kind == "all_reduce":
+        return 1  # one call of the MPI library
     shape = (kernel.results[0].type.size,) if flat else kernel.shape
     return next((size for size in shape if size != 1), 1)
 

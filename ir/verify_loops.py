@@ -1,8 +1,8 @@
 """The loop IR's verifier: every register defined once before its uses in an enclosing block."""
 from __future__ import annotations
 
-from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, CheckIndex, Compute, Gemm,
-                             IndexOp, Load, Loop, LoopKernel, LoopProgram, Store)
+from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
+                             Gemm, IndexOp, Load, Loop, LoopKernel, LoopProgram, Store)
 from tracer.ir.verify import VerificationError
 
 
@@ -76,6 +76,10 @@ def _verify_block(kernel: LoopKernel, statements: list, scopes: list[set[str]],
         elif isinstance(statement, Gemm):
             buffer(statement, statement.a, statement.b, statement.c)
             use(statement, statement.alpha)
+        elif isinstance(statement, AllReduce):
+            buffer(statement, statement.source, statement.target)
+            if statement.source == statement.target:
+                raise fail("an all_reduce whose source is its target", statement)
         else:
             raise fail("not a loop IR statement", statement)
     scopes.pop()

@@ -12,7 +12,8 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from tracer.ir.builder import Builder, Handle
-from tracer.ir.primitives import NON_DIFFERENTIABLE, PRIMITIVES, pad_as_slice, slice_as_pad
+from tracer.ir.primitives import (LINEAR, MULTIPLE_OUTPUTS, NON_DIFFERENTIABLE, PRIMITIVES,
+                                  pad_as_slice, slice_as_pad)
 from tracer.ir.types import is_float
 
 
@@ -157,6 +158,17 @@ def _scatter(b, g, z, inputs, needs, attributes):
     return [d_target, d_updates] + [None] * len(indices)
 
 
+def _all_reduce(b, g, z, inputs, needs, attributes):
+    # Every process's result is the sum over processes, so each operand's gradient is the sum of
+    # every process's cotangent (torch.distributed.nn's all_reduce); for max and min it goes to
+    # the elements equal to the result.
+    (x,) = inputs
+    total = b.op("all_reduce", g, op="sum")
+    if attributes["op"] == "sum":
+        return [total]
+    return [b.select(b.eq(x, z), total, b.zeros_like(x))]
+
+
 def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
     count = attributes["num_outputs"]
     gradients = attributes["rule"].backward(b, list(cotangents), list(needs[count:]))
@@ -186,7 +198,7 @@ def _table() -> dict[str, Callable[..., list]]:
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,
-        "matmul": _matmul, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
+        "matmul": _matmul, "all_reduce": _all_reduce, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
     })
     return table
 
@@ -194,7 +206,38 @@ def _table() -> dict[str, Callable[..., list]]:
 VJP_RULES = _table()
 assert set(VJP_RULES) == PRIMITIVES, set(VJP_RULES) ^ PRIMITIVES
 
-MULTIPLE_OUTPUTS = frozenset({"custom_vjp"})
+# VALUES_READ[primitive](needs) -> (which operands, whether the result) its VJP rule above reads
+# to compute the gradients `needs`: an in-place change of such a value between the forward and
+# the backward is refused (tracer/autograd.py, tracer/backward.py), as PyTorch refuses a change
+# of a saved tensor.
+def _reads(operands: bool | str, result: bool = False) -> Callable[[list[bool]], tuple]:
+    """A row: every operand read (True) or none (False), or "other": operand i read when the other
+    one needs its gradient (a product)."""
+    def read(needs: list[bool]) -> tuple[list[bool], bool]:
+        reads = [needs[1], needs[0]] if operands == "other" else [operands] * len(needs)
+        return reads, result
+    return read
+
+
+def _indices_of(data_operands: int) -> Callable[[list[bool]], tuple]:
+    """A gather's or scatter's row: only the index operands, which say where the gradient goes."""
+    return lambda needs: ([False] * data_operands + [True] * (len(needs) - data_operands), False)
+
+
+VALUES_READ: dict[str, Callable[[list[bool]], tuple]] = {
+    **dict.fromkeys(NON_DIFFERENTIABLE, _reads(True)),
+    **dict.fromkeys(LINEAR, _reads(False)),  # their gradient needs no value
+    **dict.fromkeys(("abs", "sign", "log", "sin", "cos", "maximum", "minimum"), _reads(True)),
+    **dict.fromkeys(("exp", "sqrt", "tanh"), _reads(False, True)),  # their result alone
+    "select": lambda needs: ([True, False, False], False),  # the condition: where it goes
+    "mul": _reads("other"), "matmul": _reads("other"),
+    "div": lambda needs: ([False, True], needs[1]),
+    "pow": lambda needs: ([True, True], needs[1]),
+    "reduce_max": _reads(True, True), "reduce_min": _reads(True, True),
+    "gather": _indices_of(1), "scatter": _indices_of(2),
+    "all_reduce": _reads(True, True),
+}
+assert set(VALUES_READ) == PRIMITIVES, set(VALUES_READ) ^ PRIMITIVES
 
 
 def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Sequence[Handle],

@@ -21,6 +21,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 
+from tracer.runtime import collectives
 from tracer.runtime.cache import ObjectCache
 
 # Counters the tests read: how many modules were compiled to machine code in this process, and how
@@ -150,6 +151,8 @@ class JitModule:
     def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
         """Parse, verify, optimize and compile `text`; its object code goes into `cache`."""
         _initialize()
+        if collectives.needed_by(text):
+            collectives.register()
         module = llvm.parse_assembly(text)
         module.verify()
         optimize(module)
@@ -174,6 +177,8 @@ class JitModule:
     def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
         """Link `object_code` (authenticated by the disk cache) into a new engine."""
         _initialize()
+        if collectives.needed_by(object_code):
+            collectives.register()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine.finalize_object()

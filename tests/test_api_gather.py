@@ -393,14 +393,13 @@ def test_out_of_range_compiled_scatter():
     assert x.numpy().tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]
 
 
-def test_the_readme_snippet_runs(capsys):
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    section = readme[readme.index("## Integer indexing"):]
-    snippet = section[section.index("```python") + len("```python"):section.index("```\n", 10)]
-    exec(compile(snippet, "README.md", "exec"), {})
+def test_the_documented_snippet_runs(capsys):
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "indexing.md")).read()
+    snippet = page[page.index("```python") + len("```python"):page.index("```\n", page.index("```python") + 10)]
+    exec(compile(snippet, "indexing.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "[[1., 0.],\n        [0., 1.]]" in printed
-    assert "README.md:" in printed and "index 70 is out of bounds" in printed
+    assert "indexing.md:" in printed and "index 70 is out of bounds" in printed
 
 
 # A property test: random keys with index tensors against PyTorch, eagerly and compiled ---------

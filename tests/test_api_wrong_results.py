@@ -358,3 +358,18 @@ def test_the_same_tensor_as_two_updated_arguments_is_one_argument():
         results.append(w.detach().numpy())
     np.testing.assert_allclose(results[1], results[0])
     np.testing.assert_allclose(results[0], [-3.0, -6.0])  # PyTorch gives the same
+
+
+@pytest.mark.parametrize("join", ["cat", "stack"])
+def test_cat_and_stack_keep_the_sign_of_zero(join):
+    # PyTorch copies every element; a concatenation built as a sum of zero-padded parts made
+    # -0.0 + 0.0 = +0.0 (1 / x then gave inf where PyTorch gives -inf)
+    if torch is None:
+        pytest.skip("PyTorch, the oracle, is not installed")
+    values = [[-0.0, 1.0, float("nan")], [2.0, -0.0, -float("inf")]]
+    expected = getattr(torch, join)([torch.tensor(v) for v in values]).numpy()
+    def function(a, b):
+        return getattr(tr, join)([a, b])
+
+    for result in (function(*map(tr.tensor, values)), tr.trace(function)(*map(tr.tensor, values))):
+        assert result.numpy().tobytes() == expected.tobytes()

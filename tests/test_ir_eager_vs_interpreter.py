@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tracer import ir
 from conftest import roundtrip
 import tracer.ir.passes
+from tracer.ir import primitives
 from tracer.ir.builder import ArrayBuilder, GraphBuilder
 from tracer.ir.fusion import code_cost
 from tracer.ir.graph import Function
@@ -22,9 +23,10 @@ from tracer.ir.types import TensorType, float32, float64, int64, is_float
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-UNARY = ["neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos"]
-BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
-COMPARE = ["lt", "le", "gt", "ge", "eq", "ne"]
+# The table's own sets, so that a new primitive is drawn too.
+UNARY = sorted(primitives.UNARY - {"logical_not"})
+BINARY = sorted(primitives.BINARY_ARITHMETIC)
+COMPARE = sorted(primitives.COMPARE)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RU
 def test_primitive_set_is_the_documented_closed_set():
     # The design's closed set: elementwise unary/binary, compare, select, cast, broadcast, reshape,
     # transpose, slice, pad, reduce sum/max/min, matmul, constant/iota, gather/scatter at computed
-    # indices (+ gradient markers).
+    # indices (+ gradient markers), and the one collective of data-parallel jobs (all_reduce).
     expected = {
         "neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos", "logical_not",
         "add", "sub", "mul", "div", "pow", "maximum", "minimum",
         "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",
-        "gather", "scatter", "check_index", "stop_gradient", "custom_vjp",
+        "gather", "scatter", "check_index", "stop_gradient", "custom_vjp", "all_reduce",
     }
     assert PRIMITIVES == expected
     assert DIRECTIVES == {"gradient"}
@@ -166,3 +166,42 @@ def test_gather_and_scatter_vjp_rules_by_hand():
 
 def test_gather_and_scatter_lowering_rows():
     assert LOWERING["gather"].kind == "gather" and LOWERING["scatter"].kind == "scatter"
+
+
+def test_fusion_cost_and_values_read_have_a_row_per_primitive():
+    from tracer.ir.costs import CODE_COST, EXPENSIVE
+    from tracer.ir.vjp import VALUES_READ
+
+    assert set(CODE_COST) == PRIMITIVES and set(VALUES_READ) == PRIMITIVES
+    assert all(isinstance(cost, int) and cost >= 1 for cost in CODE_COST.values())
+    assert {"exp", "log", "tanh", "pow", "reduce_sum"} <= EXPENSIVE and "add" not in EXPENSIVE
+    for primitive in PRIMITIVES:  # each row answers for operands of its arity
+        arity = ARITY[primitive] or 3
+        reads, result = VALUES_READ[primitive]([True] * arity)
+        assert len(reads) == arity and isinstance(result, bool), primitive
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_function_a_scalar_lowering_calls_is_defined(dtype):
+    # A math function's row in the lowering table calls @tracer.<name>.<suffix> (or an LLVM
+    # intrinsic): each must be defined by templates/math.ll.j2 or declared by the module.
+    import pathlib
+    import re
+
+    from tracer.codegen.lowering import Writer
+    from tracer.codegen.rendering import render
+    from tracer.ir.primitives import COMPARE, ELEMENTWISE, LOGICAL
+
+    templates = pathlib.Path(LOWERING["exp"].emit.__code__.co_filename).parent / "templates"
+    header = (templates / "module.ll.j2").read_text().split('{% include "math.ll.j2" %}')[0]
+    known = set(re.findall(r"(?:define|declare)[^@]*@([\w.]+)\(", header + render("math.ll.j2")))
+    calls = set()
+    for primitive in sorted(ELEMENTWISE - LOGICAL - {"logical_not", "select", "cast"}):
+        writer = Writer()
+        in_dtypes = [np.dtype(dtype)] * (ARITY[primitive])
+        out_dtype = np.dtype(bool) if primitive in COMPARE else np.dtype(dtype)
+        LOWERING[primitive].emit(writer, in_dtypes, out_dtype, ["%a", "%b"][:ARITY[primitive]], {})
+        for called in re.findall(r"call [^@]*@([\w.]+)\(", "\n".join(writer.lines)):
+            assert called in known, f"{primitive} calls @{called}, which no template defines"
+            calls.add(called.split(".")[1])
+    assert {"exp", "log", "tanh", "sin", "cos", "pow", "sqrt"} <= calls  # the test saw them

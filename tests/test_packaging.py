@@ -51,3 +51,20 @@ def test_only_tracer_is_installed(tmp_path):
     result = _run(tmp_path, environment)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_version_and_public_names():
+    import tracer as tr
+
+    # The contract's names (../shared/DESIGN.md) are listed by dir(tr), including those imported on
+    # first use, and each resolves; no internal module or private name is listed.
+    names = dir(tr)
+    for name in ("trace", "nn", "optim", "Function", "tensor", "grad", "value_and_grad", "gradcheck",
+                 "no_grad", "where", "TracerError", "float32", "__version__"):
+        assert name in names, name
+    for name in names:
+        getattr(tr, name)
+    assert not [name for name in names if name.startswith("_") and name != "__version__"]
+    assert "dispatch" not in names and "FUNCTIONS" not in names
+    major, minor, patch = (int(part) for part in tr.__version__.split("."))
+    assert (major, minor, patch) >= (0, 2, 0)

@@ -7,6 +7,8 @@ the repository root joins the package path so that the same names resolve.
 """
 import os as _os
 
+__version__ = "0.2.0"  # pyproject.toml reads it from here
+
 _ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
         _os.path.join(_ROOT, "ir", "__init__.py")):
@@ -19,7 +21,7 @@ from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, Functi
                            ShapeMismatchError, TracerError, TracerWarning, TracingError)
 from tracer.function import Function, FunctionCtx, once_differentiable
 from tracer.r_function import autograd_function
-from tracer.functional import FUNCTIONS, cat, stack
+from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
 from tracer.ops import FUNCTIONS as _OPS
 from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
@@ -33,9 +35,20 @@ from tracer.transforms import grad, jvp, value_and_grad, vjp
 from tracer.jacobians import hessian, jacrev, vmap
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
-globals().update(FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
+globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
 globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
 _configure_logging()
+
+
+_LAZY = ("trace", "TracedFunction", "nn", "optim", "distributed")
+
+
+def __dir__() -> list[str]:
+    """The public names, including those imported on first use (`trace`, `nn`, `optim`)."""
+    # the internal modules (tracer.tensor, tracer.dispatch, ...) are attributes too: left out
+    public = (name for name, value in globals().items()
+              if not name.startswith("_") and not isinstance(value, type(_os)))
+    return sorted({*public, *_LAZY, "__version__"})
 
 
 def __getattr__(name: str):
@@ -44,7 +57,7 @@ def __getattr__(name: str):
     if name in ("trace", "TracedFunction"):
         from tracer.runtime import trace as traced
         return getattr(traced, name)
-    if name in ("nn", "optim"):  # imported on first use, to keep `import tracer` quick
+    if name in ("nn", "optim", "distributed"):  # imported on first use: `import tracer` stays quick
         import importlib
         return importlib.import_module(f"tracer.{name}")
     raise AttributeError(f"module 'tracer' has no attribute {name!r}")

@@ -16,8 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
-from tracer.ir.primitives import LINEAR
-from tracer.ir.vjp import CustomRule, apply_vjp
+from tracer.ir.vjp import VALUES_READ, CustomRule, apply_vjp
 from tracer.context import enable_grad, no_grad, state
 from tracer.errors import FunctionBackwardError, InplaceError, TracerError
 from tracer.tensor import Tensor
@@ -48,26 +47,8 @@ def edge_of(tensor: Tensor):
 
 def values_read(primitive: str, needs: list[bool]) -> tuple[list[bool], bool]:
     """(which operands, whether the result) the VJP rule of `primitive` (ir/vjp.py) reads when it
-    computes the gradients `needs`."""
-    count = len(needs)
-    if primitive in LINEAR:
-        return [False] * count, False
-    if primitive == "select":  # the condition says where the gradient goes
-        return [True, False, False], False
-    if primitive in ("mul", "matmul"):
-        return [needs[1], needs[0]], False
-    if primitive == "div":
-        return [False, True], needs[1]
-    if primitive == "pow":
-        return [True, True], needs[1]
-    if primitive in ("exp", "sqrt", "tanh"):
-        return [False], True
-    if primitive in ("reduce_max", "reduce_min"):
-        return [True], True
-    if primitive in ("gather", "scatter"):  # only the indices: where the gradient goes
-        data = 1 if primitive == "gather" else 2
-        return [False] * data + [True] * (count - data), False
-    return [True] * count, False
+    computes the gradients `needs`: its row of VALUES_READ."""
+    return VALUES_READ[primitive](list(needs))
 
 
 def changed_for_backward(dtype, shape, name: str, where: str) -> InplaceError:

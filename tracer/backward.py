@@ -109,6 +109,18 @@ def traced_leaf_gradients(output: Tensor, gradient: Tensor, create_graph: bool =
         leaves, traced_gradients(output, gradient, leaves, create_graph)) if grad is not None]
 
 
+# Callbacks to run once when the next `.backward()` has filled every `.grad` (PyTorch's
+# `Variable._execution_engine.queue_callback`): DistributedDataParallel averages gradients there.
+_after_backward: list = []
+
+
+def after_backward(callback) -> None:
+    """Run `callback()` once, right after the next `.backward()` (eager or traced) has
+    accumulated its gradients; queuing the same callback again before then runs it once."""
+    if not any(callback == queued for queued in _after_backward):
+        _after_backward.append(callback)
+
+
 def accumulate_grad(leaf: Tensor, gradient: np.ndarray | Tensor) -> None:
     """Add `gradient` (eagerly an array from the tape, traced a tensor of the leaf's trace) into
     `leaf.grad`, or make it `leaf.grad` if there is none: the one place where backward() writes
@@ -165,6 +177,8 @@ class BackwardMethods:
         for leaf, value in gradients:
             if value is not None:
                 accumulate_grad(leaf, value)
+        while _after_backward:
+            _after_backward.pop(0)()
 
 
 def gradients_of(outputs: Sequence[Tensor], seeds: Sequence[Tensor], inputs: Sequence[Tensor],

@@ -25,8 +25,10 @@ FUNCTIONS = {name: _functional(name) for name in _METHODS}
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenate along `dim`: each tensor is padded with zeros to the full size and the padded
-    tensors are added, so the gradient of each is the slice it came from."""
+    """Concatenate along `dim`: each tensor is padded to the full size and the padded tensors are
+    added, so the gradient of each is the slice it came from. Float tensors are padded with -0.0
+    (as -pad(-t)), the identity of IEEE addition, so that every element, a -0.0 included, comes
+    through the sum unchanged."""
     tensors = promote(*tensors) if len(tensors) > 1 else [as_tensor(t) for t in tensors]
     if not tensors:
         raise ArgumentError("cat needs at least one tensor")
@@ -42,7 +44,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     for t in tensors:
         low, high = [0] * t.ndim, [0] * t.ndim
         low[axis], high[axis] = offset, total - offset - t.shape[axis]
-        padded = apply("pad", [t], low=low, high=high, interior=[0] * t.ndim)
+        pad = {"low": low, "high": high, "interior": [0] * t.ndim}
+        padded = (-apply("pad", [-t], **pad) if t.dtype.kind == "f" else apply("pad", [t], **pad))
         result = padded if result is None else (result | padded if t.dtype.kind == "b"
                                                 else result + padded)
         offset += t.shape[axis]
