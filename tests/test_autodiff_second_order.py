@@ -320,3 +320,24 @@ def test_in_place_change_between_first_and_second_backward_is_refused():
         xt.add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(gt.sum(), xt)
+
+
+@MODES
+def test_second_order_through_an_in_place_change_made_before_the_first_backward(traced):
+    """The first backward reads the value before the change, as the forward used it (found by
+    the second-order differential tester: traced, this was refused)."""
+    def step(x):
+        a = x.abs()
+        a.mul_(x)
+        (g,) = tr.autograd.grad(a.abs().sum(), x, create_graph=True)
+        (h,) = tr.autograd.grad((g * g).sum(), x)
+        return g, h
+
+    g, h = (tr.trace(step) if traced else step)(tr.tensor([0.5, -2.0], requires_grad=True))
+    xt = torch.tensor([0.5, -2.0], requires_grad=True)
+    a = xt.abs() * 1
+    a.mul_(xt)
+    (gt,) = torch.autograd.grad(a.abs().sum(), xt, create_graph=True)
+    (ht,) = torch.autograd.grad((gt * gt).sum(), xt)
+    np.testing.assert_allclose(g.detach().numpy(), gt.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(h.numpy(), ht.numpy(), rtol=1e-6)

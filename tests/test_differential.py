@@ -37,7 +37,9 @@ What the generator leaves out on purpose (DESIGN.md documents these differences 
   * in-place changes of the results of view operations (`x[0]`, reshape, t(), expand, detach(),
     ...): tracer's views are copies and it refuses such a change, PyTorch changes the base;
   * `view` of a value PyTorch may hold non-contiguously (PyTorch raises, tracer copies);
-  * higher-order derivatives, `x[mask]` reads (eager only);
+  * higher-order derivatives (but in the "grad2" kind, which tests/test_differential_second_order.py
+    draws: the grad kind's programs asked for the gradients of a weighted sum of their
+    gradients), `x[mask]` reads (eager only);
   * index assignment with a repeated index: PyTorch leaves which write wins undefined;
   * in-place changes of arguments in "grad" and "through" programs (a traced function that changes
     its arguments returns detached results, on purpose);

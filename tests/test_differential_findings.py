@@ -521,6 +521,21 @@ def check_f19(operation, changed):
     assert_same(build)
 
 
+# F19 in part fixed: var and std read their input in their backward (a Function, so that the
+# backward is differentiable again), so a later in-place change of it is refused as in PyTorch.
+@pytest.mark.parametrize("operation", [lambda y: y.var(1), lambda y: y.std(1)],
+                         ids=["var", "std"])
+def test_f19_inplace_change_of_var_and_std_input_is_refused(operation):
+    def build(m):
+        x = m.tensor([[1.0, 2.0, -0.5], [3.0, 0.5, -2.0]], requires_grad=True)
+        y = x * 1
+        result = operation(y)
+        y.mul_(2)
+        result.sum().backward()
+        return (x.grad,)
+    assert_same(build)
+
+
 # F22 (fixed): norm with p=0 (the count of non-zeros) requires grad, as PyTorch's does, and its
 # backward gives the input no gradient (x.grad stays None).
 def test_f22_norm_with_p_0_requires_grad_and_gives_no_gradient():

@@ -76,7 +76,11 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
     for ctx, values in trace.custom_calls:
         if any(id(v) in path for v in values):
             ctx.check_saved()
-    for instruction in instructions:
+    # An instruction reads a value as it was when it ran; a change recorded before it (possible
+    # only for the backward of a create_graph gradient, which reads the values the forward
+    # used) is no change for it.
+    positions = {id(instruction): index for index, instruction in enumerate(instructions)}
+    for index, instruction in enumerate(instructions):
         if not any(id(v) in path for v in instruction.outputs):
             continue
         reads_inputs, reads_outputs = values_read(
@@ -85,7 +89,7 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
         read += instruction.outputs if reads_outputs else []
         for value in read:
             changed = trace.changed_since(value)
-            if changed is not None and changed[2] is not instruction:
+            if changed is not None and positions.get(id(changed[2]), len(instructions)) > index:
                 changed_value, where, _ = changed
                 raise changed_for_backward(changed_value.type.dtype, changed_value.type.shape,
                                            instruction.primitive, where)

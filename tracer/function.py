@@ -103,8 +103,7 @@ class FunctionCtx:
             self.check_saved()
             saved = list(self._saved)
             if state.creating_graph:
-                # An output saved in forward is, to a backward that records its graph, the output
-                # returned (whose gradient goes through this Function again), as in PyTorch.
+                # a saved output is the output returned (its graph goes through this Function)
                 for index, output, _ in self._saved_aliases:
                     saved[index] = output
             return Named(self._saved_names, saved)
@@ -169,8 +168,7 @@ class _FunctionRule:
 
     def _run(self, builder: Builder, cotangents: list, tensor_positions: list[int]) -> list:
         context = self.trace.label(f"{self.name}.backward") if self.trace else contextlib.nullcontext()
-        # Eagerly with create_graph, the backward's operations record onto the tape; traced, the
-        # autodiff pass differentiates the traced backward by its values.
+        # (eagerly with create_graph, it records onto the tape; traced, the IR is differentiated)
         with set_grad_enabled(state.creating_graph and self.trace is None), context:
             grads_in: list[Tensor | None] = []
             flowing = iter(cotangents)

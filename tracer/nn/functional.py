@@ -13,7 +13,7 @@ from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
 from tracer import derivatives
-from tracer.ops import row_mean
+from tracer.variance import row_mean
 from tracer.ops import logsumexp as _logsumexp
 from tracer.random import default_generator
 from tracer.arithmetic import where
