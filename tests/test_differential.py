@@ -832,7 +832,7 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim", "call:var", "call:std",
                          "call:logsumexp", "call:amin", "call:gelu", "call:layer_norm",
-                         "call:mse_loss", "call:einsum"}
+                         "call:mse_loss"}
 
 
 def _changed(op):
