@@ -1586,7 +1586,10 @@ class Generator:
         elif rank and self.integer(0, 1):
             letters = "abcd"[:rank]
             partner = (v.shape[-1], self.choice(DIMS))
-            j = self.pick(lambda u: u.shape == partner, fresh_shape=partner)
+            # (of v's dtype: PyTorch refuses two dtypes, except where its sizes let it
+            # multiply elementwise, which promotes; tracer refuses them always)
+            j = self.pick(lambda u: u.shape == partner and u.dtype == v.dtype,
+                          fresh_shape=partner, dtype=v.dtype)
             others = [j]
             args = (f"{letters},{letters[-1]}z->{letters[:-1]}z", ("value", j))
             out = v.shape[:-1] + (partner[1],)

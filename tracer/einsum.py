@@ -113,6 +113,8 @@ def einsum(equation: str, *operands) -> Tensor:
     if not operands or not all(isinstance(x, Tensor) for x in operands):
         raise ArgumentError("einsum takes an equation and one or more tensors")
     if len({x.dtype for x in operands}) > 1:
+        # (PyTorch's einsum refuses them too, except where its sizes let it multiply
+        # elementwise, which promotes)
         dtypes = sorted({str(x.dtype) for x in operands})
         raise ArgumentError(f"einsum operands have dtypes {dtypes}; convert them to one "
                             f"(.to(...)), as PyTorch requires")

@@ -55,10 +55,9 @@ class PickleMethods:
 
 
 def _safe_globals() -> dict[tuple[str, str], Any]:
-    from tracer.nn.modules import Parameter
     safe = {(value.__module__, value.__qualname__): value
-            for value in (_rebuild_tensor, Tensor, Parameter, device, collections.OrderedDict,
-                          np.dtype)}
+            for value in (_rebuild_tensor, Tensor, device, collections.OrderedDict, np.dtype,
+                          *_tensor_classes)}
     for value in (builtins.set, builtins.frozenset, builtins.complex, builtins.slice,
                   builtins.range, builtins.bytearray):
         safe["builtins", value.__name__] = value
@@ -70,6 +69,14 @@ def _safe_globals() -> dict[tuple[str, str], Any]:
 
 
 _added: dict[tuple[str, str], Any] = {}
+_tensor_classes: list[type] = []  # Tensor's subclasses in the library (Parameter)
+
+
+def allow_tensor_class(cls: type) -> type:
+    """Let `tr.load(weights_only=True)` rebuild tensors of the library's Tensor subclass `cls`
+    (registered where the class is defined: tr.nn, above this module, registers Parameter)."""
+    _tensor_classes.append(cls)
+    return cls
 
 
 def add_safe_globals(safe_globals: list) -> None:

@@ -13,6 +13,7 @@ from tracer.nn import functional as F
 from tracer.backward import clear_grads
 from tracer.creation import ones, rand, randn, zeros
 from tracer.interop import loaded_tensor
+from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
 from tracer.dispatch import conversion_arguments
 from tracer.dtypes import as_dtype, float32
@@ -20,6 +21,7 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
 
+@allow_tensor_class
 class Parameter(Tensor):
     """A tensor that a Module registers as one of its parameters when assigned as an attribute.
     It shares `data`'s buffer and requires grad by default."""

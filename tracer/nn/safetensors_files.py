@@ -26,7 +26,7 @@ def _package():
         import safetensors.numpy
     except ImportError:
         raise ArgumentError("safetensors files need the safetensors package: "
-                            "pip install 'tracer[safetensors]' (or pip install safetensors)"
+                            "pip install 'tracer-compiler[safetensors]' (or pip install safetensors)"
                             ) from None
     return safetensors.numpy
 
