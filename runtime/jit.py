@@ -1,9 +1,11 @@
-"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
+"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), emit object
+code, link it in memory (MCJIT).
 
-`JitModule.compile` builds a module from LLVM IR text and hands its object code to
-`tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`); `JitModule.load` runs
-object code from the disk cache without any IR (an engine over an empty module, the object
-added). BLAS is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
+`compile_object` turns one module's LLVM IR text into object code; `JitModule.link` runs object
+codes (an engine over an empty module, the objects added, each resolving the others' symbols);
+`JitModule.compile` does both for one module and hands its object code to
+`tracer.runtime.cache.ObjectCache`; `JitModule.load` runs object code from the disk cache. BLAS
+is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
 `llvmlite.binding.add_symbol` to the gemm of the OpenBLAS that numpy ships (no raw address ever
 appears in the IR or in cached objects).
 """
@@ -17,17 +19,25 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from tracer.runtime.cache import ObjectCache
 
-# Counters the tests read: how many modules were compiled to machine code in this process, and how
-# many were loaded from the disk cache instead.
-STATISTICS = {"compiled": 0, "disk_hits": 0}
+# Counters the tests read: how many programs (or modules: the thread pool) were compiled to machine
+# code in this process and how many were loaded from the disk cache instead; and of the kernels
+# those compiled programs are made of, how many were compiled, and how many found compiled (in
+# this process or on disk) for another program or an earlier signature.
+STATISTICS = {"compiled": 0, "disk_hits": 0, "kernels_compiled": 0, "kernel_hits": 0}
 _lock = threading.Lock()
 LOG = logging.getLogger("tracer.cache")
+
+
+def count(statistic: str) -> None:
+    with _lock:
+        STATISTICS[statistic] += 1
 
 
 @functools.cache
@@ -117,70 +127,82 @@ _blas_library: list = []
 def optimize(module: llvm.ModuleRef) -> None:
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
+    tuning.slp_vectorization = os.environ.get("CT_SLP", "1") == "1"
     builder = llvm.create_pass_builder(target_machine(), tuning)
     builder.getModulePassManager().run(module, builder)
 
 
-def optimized_ir(text: str) -> str:
+def optimized_ir(text: str, optimized: bool = True) -> str:
+    """The module `text` as `compile_object` compiles it, printed."""
     _initialize()
     module = llvm.parse_assembly(text)
     module.verify()
-    optimize(module)
+    if optimized:
+        optimize(module)
     return str(module)
 
 
-def assembly(text: str) -> str:
+def assembly(text: str, optimized: bool = True) -> str:
+    """The assembly `compile_object` makes of the module `text`."""
     _initialize()
     module = llvm.parse_assembly(text)
-    optimize(module)
+    if optimized:
+        optimize(module)
     return target_machine().emit_assembly(module)
 
 
+def compile_object(text: str, optimized: bool = True) -> bytes:
+    """Parse, verify and (unless not `optimized`) optimize the module `text`, and emit its object
+    code. The optimizer is what takes the time, and llvmlite keeps ~95 KB of memory for every run
+    of it: a module of calls alone (a program's entry) is not worth it."""
+    _initialize()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    if optimized:
+        optimize(module)
+    if os.environ.get("CT_LSR", "1") == "0":
+        llvm.set_option("tracer", "-disable-lsr")
+    return target_machine().emit_object(module)
+
+
 class JitModule:
-    """One compiled LLVM module and the engine that owns its code. The native code lives exactly
-    as long as this object: nothing else refers to the engine (its object-cache callbacks are
-    dropped once the code is built), so releasing the last CompiledFunction that holds a JitModule
-    disposes the engine and unmaps the code."""
+    """Object code linked into memory, and the engine that owns it. The native code lives exactly
+    as long as this object: nothing else refers to the engine, so releasing the last
+    CompiledFunction that holds a JitModule disposes the engine and unmaps the code."""
 
     def __init__(self, engine: llvm.ExecutionEngine):
         self.engine = engine
 
     @classmethod
-    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
-        """Parse, verify, optimize and compile `text`; its object code goes into `cache`."""
+    def link(cls, objects: Sequence[bytes]) -> JitModule:
+        """Link `objects` into a new engine (an empty module's): each resolves the others'
+        exported symbols and those registered with `llvm.add_symbol`."""
         _initialize()
-        module = llvm.parse_assembly(text)
-        module.verify()
-        optimize(module)
-        engine = llvm.create_mcjit_compiler(module, new_target_machine())
-
-        def notify(_module, buffer: bytes) -> None:
-            with _lock:
-                STATISTICS["compiled"] += 1
-            if cache is not None:
-                cache.store(buffer)
-
-        engine.set_object_cache(notify)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        for object_code in objects:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine.finalize_object()
-        engine.set_object_cache()  # the callbacks hold the object code: let it go
+        return cls(engine)
+
+    @classmethod
+    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
+        """Compile the module `text`; its object code goes into `cache`."""
+        object_code = compile_object(text)
+        count("compiled")
         if cache is not None:
+            cache.store(object_code)
             LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
         else:
             LOG.debug("disk cache off: compiled to machine code")
-        return cls(engine)
+        return cls.link([object_code])
 
     @classmethod
     def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
         """Link `object_code` (authenticated by the disk cache) into a new engine."""
-        _initialize()
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        engine.finalize_object()
-        with _lock:
-            STATISTICS["disk_hits"] += 1
+        module = cls.link([object_code])
+        count("disk_hits")
         LOG.debug("disk cache hit: %s", path)
-        return cls(engine)
+        return module
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)
