@@ -11,6 +11,7 @@ appears in the IR or in cached objects).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
@@ -19,7 +20,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -127,12 +128,12 @@ _blas_library: list = []
 def optimize(module: llvm.ModuleRef) -> None:
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
-    tuning.slp_vectorization = os.environ.get("CT_SLP", "1") == "1"
+    tuning.slp_vectorization = True
     builder = llvm.create_pass_builder(target_machine(), tuning)
     builder.getModulePassManager().run(module, builder)
 
 
-def optimized_ir(text: str, optimized: bool = True) -> str:
+def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
     """The module `text` as `compile_object` compiles it, printed."""
     _initialize()
     module = llvm.parse_assembly(text)
@@ -142,27 +143,49 @@ def optimized_ir(text: str, optimized: bool = True) -> str:
     return str(module)
 
 
-def assembly(text: str, optimized: bool = True) -> str:
+def assembly(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
     """The assembly `compile_object` makes of the module `text`."""
     _initialize()
     module = llvm.parse_assembly(text)
     if optimized:
         optimize(module)
-    return target_machine().emit_assembly(module)
+    with _code_generation(strength_reduction):
+        return target_machine().emit_assembly(module)
 
 
-def compile_object(text: str, optimized: bool = True) -> bytes:
+def compile_object(text: str, optimized: bool = True, strength_reduction: bool = True) -> bytes:
     """Parse, verify and (unless not `optimized`) optimize the module `text`, and emit its object
     code. The optimizer is what takes the time, and llvmlite keeps ~95 KB of memory for every run
-    of it: a module of calls alone (a program's entry) is not worth it."""
+    of it: a module of calls alone (a program's entry) is not worth it. Without
+    `strength_reduction`, code generation leaves out LLVM's loop strength reduction (see
+    `_code_generation`)."""
     _initialize()
     module = llvm.parse_assembly(text)
     module.verify()
     if optimized:
         optimize(module)
-    if os.environ.get("CT_LSR", "1") == "0":
-        llvm.set_option("tracer", "-disable-lsr")
-    return target_machine().emit_object(module)
+    with _code_generation(strength_reduction):
+        return target_machine().emit_object(module)
+
+
+_code_generation_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _code_generation(strength_reduction: bool) -> Iterator[None]:
+    """Code generation with or without LLVM's loop strength reduction (LSR), an option of the
+    whole process that is set back after. LSR rewrites a loop's affine addresses into pointer
+    increments; on loops whose addresses come from integer division and remainder (a transpose, a
+    split of heads) it has little to rewrite, yet it took 57% of all code generation of the GPT
+    step (6.3 of 11.8 s CPU, `llvm.set_time_passes`), most of it on such loops."""
+    with _code_generation_lock:
+        if not strength_reduction:
+            llvm.set_option("tracer", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            if not strength_reduction:
+                llvm.set_option("tracer", "-disable-lsr=false")
 
 
 class JitModule:

@@ -10,6 +10,7 @@ into another program's engine unchanged: it refers to nothing but its own export
 names registered with `llvm.add_symbol` (the gemm, the thread pool)."""
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from typing import Callable
@@ -25,17 +26,29 @@ _objects: OrderedDict[str, bytes] = OrderedDict()
 _lock = threading.Lock()
 
 
+# An index computed by integer division or remainder (codegen/render.py names index registers %iN).
+_DIVIDED_INDEX = re.compile(r"\b(udiv|urem) i64 %i\d")
+ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence of calls
+
+
+def kernel_options(text: str) -> dict[str, bool]:
+    """How `jit.compile_object` compiles a kernel module: optimized, and with loop strength
+    reduction unless its loops index by division or remainder (see jit._code_generation)."""
+    return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
+
+
 def program_objects(code: GeneratedCode, checked: bool) -> list[bytes]:
     """The object codes of `code`: the entry's first, then each kernel module's."""
-    return [jit.compile_object(code.entry, optimized=False),
+    return [jit.compile_object(code.entry, **ENTRY_OPTIONS),
             *(kernel_object(k, checked) for k in code.kernels)]
 
 
-def stage_text(code: GeneratedCode, printer: Callable[[str, bool], str]) -> str:
-    """`printer(text, optimized)` (jit.optimized_ir or jit.assembly) of each module of `code` as
-    `program_objects` compiles it: the entry, a sequence of calls not worth optimizing, as is."""
-    return "\n".join([printer(code.entry, False),
-                      *(printer(kernel.text, True) for kernel in code.kernels)])
+def stage_text(code: GeneratedCode, printer: Callable[..., str]) -> str:
+    """`printer` (jit.optimized_ir or jit.assembly) of each module of `code`, compiled as
+    `program_objects` compiles it."""
+    return "\n".join([printer(code.entry, **ENTRY_OPTIONS),
+                      *(printer(kernel.text, **kernel_options(kernel.text))
+                        for kernel in code.kernels)])
 
 
 def kernel_object(kernel: KernelModule, checked: bool) -> bytes:
@@ -49,7 +62,7 @@ def kernel_object(kernel: KernelModule, checked: bool) -> bytes:
                                      host.llvm_version))
         object_code = cache.load() if cache is not None else None
         if object_code is None:
-            object_code = jit.compile_object(kernel.text)
+            object_code = jit.compile_object(kernel.text, **kernel_options(kernel.text))
             jit.count("kernels_compiled")
             if cache is not None:
                 cache.store(object_code)
