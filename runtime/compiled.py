@@ -1,5 +1,4 @@
-"""A compiled Function: fused kernels in LLVM modules (runtime/kernels.py) with one native entry
-point.
+"""A compiled Function: fused kernels in LLVM modules (runtime/kernels.py), one native entry point.
 
     compiled = compile_function(ir.optimize(function))
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
@@ -39,9 +38,8 @@ from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
 from tracer.runtime import jit, pool
-from tracer.runtime.cache import (ObjectCache, cache_directory, cache_key, open_entry,
-                                  pack_objects, unpack_objects)
-from tracer.runtime.kernels import program_objects, stage_text
+from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry, unpack_objects
+from tracer.runtime.kernels import compile_program, stage_text
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.runtime.settings import count_setting
 from tracer.errors import BoundsError, IndexOutOfRangeError
@@ -159,13 +157,9 @@ class CompiledFunction:
         cached = cache.load() if cache is not None else None
         objects = unpack_objects(cached) if cached is not None else None
         if objects is None or not self._load(objects, cache):
-            code = self.back_end.code  # scheduled and rendered on a miss only (timed by the back end)
+            code = self.back_end.code  # scheduled and rendered on a miss only (timed there)
             started = time.perf_counter()
-            objects = program_objects(code, settings.checked)
-            jit.count("compiled")
-            if cache is not None:
-                cache.store(pack_objects(objects))
-            self._link(objects)
+            self._link(compile_program(code, settings.checked, cache))
         self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
         self._stages: dict[str, str] = {}
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from tracer.codegen.module import GeneratedCode, KernelModule
 from tracer.runtime import jit
-from tracer.runtime.cache import cache_key, open_entry
+from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 # This process's kernel objects by symbol, most recently used last, up to MEMORY_BYTES in all (so
 # that a changed shape recompiles only what changed with the disk cache off too).
@@ -37,15 +37,20 @@ def kernel_options(text: str) -> dict[str, bool]:
     return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
 
 
-def program_objects(code: GeneratedCode, checked: bool) -> list[bytes]:
-    """The object codes of `code`: the entry's first, then each kernel module's."""
-    return [jit.compile_object(code.entry, **ENTRY_OPTIONS),
-            *(kernel_object(k, checked) for k in code.kernels)]
+def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | None) -> list[bytes]:
+    """The object codes of `code`, the entry's first, then each kernel module's; stored together
+    in the program's `cache` entry."""
+    objects = [jit.compile_object(code.entry, **ENTRY_OPTIONS),
+               *(kernel_object(k, checked) for k in code.kernels)]
+    jit.count("compiled")
+    if cache is not None:
+        cache.store(pack_objects(objects))
+    return objects
 
 
 def stage_text(code: GeneratedCode, printer: Callable[..., str]) -> str:
     """`printer` (jit.optimized_ir or jit.assembly) of each module of `code`, compiled as
-    `program_objects` compiles it."""
+    `compile_program` compiles it."""
     return "\n".join([printer(code.entry, **ENTRY_OPTIONS),
                       *(printer(kernel.text, **kernel_options(kernel.text))
                         for kernel in code.kernels)])
