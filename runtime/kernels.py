@@ -45,6 +45,9 @@ def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | Non
     jit.count("compiled")
     if cache is not None:
         cache.store(pack_objects(objects))
+        jit.LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
+    else:
+        jit.LOG.debug("disk cache off: compiled to machine code")
     return objects
 
 
