@@ -1,5 +1,12 @@
 """Compile time against graph size: the first call of a chain of N elementwise ops
-(`x = tanh(x * 1.01 + 0.1)`, three ops per link) on 1000 floats, with no disk cache."""
+(`x = tanh(x * 1.01 + 0.1)`, three ops per link) on 1000 floats, with no disk cache; and the
+first call of examples/transformer.py's GPT training step (B=16 T=128 d=192, 4 layers of 6 heads,
+AdamW), the tracer's alone (torch.compile takes minutes on it).
+
+Wall-clock rows compare the peers; the tracer's rows "CPU of the calling thread" time the same
+first call by `time.thread_time()` -- the tracer traces and compiles in the calling thread, so
+this is its compile time with the other sessions of a shared machine left out -- the minimum of
+REPEATS fresh compilations."""
 from __future__ import annotations
 
 import os
@@ -11,6 +18,8 @@ from benchmarks.harness import Row, check, failure
 from benchmarks.peers import fresh_copy, installed
 
 LINKS = (10, 100, 1000)
+REPEATS = 3
+GPT = {"batch": 16, "block_size": 128, "n_layer": 4, "n_head": 6, "n_embd": 192}
 QUICK_LINKS = (10, 100)
 SIZE = 1000
 # Each link contracts errors (the chain's derivative at its fixed point is about 0.6), so the
@@ -56,6 +65,47 @@ def first_call_seconds(compiler, x: np.ndarray, links: int) -> float:
     return seconds
 
 
+def tracer_thread_seconds(first_call) -> float:
+    """The CPU time of the calling thread during `first_call()`."""
+    start = time.thread_time()
+    first_call()
+    return time.thread_time() - start
+
+
+def gpt_first_call():
+    """The first call of the GPT step (traced, then compiled), from a fresh model."""
+    import tracer as tr
+    from benchmarks.harness import load_example
+    example = load_example("transformer.py")
+    text = example.Characters(example.corpus()[:100_000])
+    settings = {k: v for k, v in GPT.items() if k != "batch"}
+    config = example.Config(len(text.alphabet), **settings)
+    tr.manual_seed(0)
+    x, y = text.batch(GPT["batch"], config.block_size)
+    model = example.GPT(config)
+    step = tr.trace(example.make_step(model, tr.optim.AdamW(model.parameters(), lr=3e-3)))
+    return lambda: float(step(x, y))
+
+
+def thread_rows(quick: bool, x: np.ndarray) -> list[Row]:
+    """The tracer's compile times as CPU time of the calling thread, minima of REPEATS."""
+    result = []
+    for links in QUICK_LINKS if quick else LINKS:
+        row = Row("compile time (first call), CPU of the calling thread", f"chain of {3 * links} ops")
+        row.seconds["tracer"] = min(tracer_thread_seconds(tracer_compile(x, links))
+                                    for _ in range(1 if quick else REPEATS))
+        result.append(row)
+    row = Row("compile time (first call), CPU of the calling thread",
+              "GPT step, 16×128 tokens, 4 layers × 192")
+    try:
+        row.seconds["tracer"] = min(tracer_thread_seconds(gpt_first_call())
+                                    for _ in range(1 if quick else REPEATS))
+    except Exception as error:  # noqa: BLE001 - any failure is a result to report
+        row.failures["tracer"] = failure(error)
+    result.append(row)
+    return result
+
+
 def rows(quick: bool) -> list[Row]:
     x = np.random.default_rng(0).standard_normal(SIZE).astype(np.float32)
     compilers = {"tracer": tracer_compile}
@@ -74,6 +124,6 @@ def rows(quick: bool) -> list[Row]:
                 except Exception as error:  # noqa: BLE001 - any failure is a result to report
                     row.failures[peer] = failure(error)
             result.append(row)
-        return result
+        return result + thread_rows(quick, x)
     finally:
         del os.environ["TRACER_DISABLE_CACHE"]

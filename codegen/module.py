@@ -4,6 +4,10 @@ templates/parallel.ll.j2 wrapper, which calls the thread pool's `tracer_parallel
 registers it) -- and the fast entry that takes numpy array objects."""
 from __future__ import annotations
 
+import hashlib
+import re
+from typing import NamedTuple
+
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
 from tracer.codegen.render import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS, record_register,
@@ -37,10 +41,51 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
                   data=data, flags=flags, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
 
 
+class GeneratedCode(NamedTuple):
+    """A program's LLVM IR as separate modules: the entry module (`tracer_entry`, the fast entry,
+    the profiling counters) and one module per distinct kernel, which the entry calls by its
+    symbol. A kernel module's text does not depend on the program around it (its kernel is renamed
+    `kernel`, its loop metadata numbered from 0), and its exported symbol is named after a hash of
+    that text, so identical kernels (the same layer repeated, the same step at another batch
+    size) are one module, compiled once and cached on their own (runtime/compiled.py)."""
+    entry: str
+    kernels: list[KernelModule]
+    sites: Sites | None
+
+    @property
+    def text(self) -> str:
+        """Every module's text, the entry's first (the `llvm` stage before LLVM's optimizer)."""
+        return "\n".join([self.entry, *(kernel.text for kernel in self.kernels)])
+
+
+class KernelModule(NamedTuple):
+    symbol: str  # `void symbol(ptr buffers...)`: runs the kernel on its whole range
+    text: str
+
+
+KERNEL_NAME = "kernel"  # every kernel's name in its own module
+
+
+def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
+                  metadata: list[str], header: str) -> KernelModule:
+    """The module of one rendered kernel: `header` (the declarations and math functions every
+    module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
+    function that makes `call` (the kernel on its whole range), named after the module's hash."""
+    renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
+    body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
+    arguments = ", ".join(f"ptr %b{i}" for i in range(pointers))
+    placeholder = "tracer_kernel_"
+    export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
+              f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
+    text = "\n\n".join([header, body, export, *metadata]) + "\n"
+    symbol = placeholder + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return KernelModule(symbol, text.replace(f"@{placeholder}(", f"@{symbol}("))
+
+
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
                     layout: tuple[int, int] | None = None, profile: bool = False,
-                    checked: bool = False, error_record: bool = False) -> tuple[str, Sites | None]:
-    """The LLVM IR text of the whole function (the program scheduled on `plan`) and, with an
+                    checked: bool = False, error_record: bool = False) -> GeneratedCode:
+    """The LLVM IR of the whole function (the program scheduled on `plan`) and, with an
     `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
     reads: the code is `checked`, every access, or may check an index), the table of its checked
     accesses.
@@ -49,28 +94,9 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
     if checks_indices(program) and not error_record:
         raise ValueError(f"{program.name} checks indices without an error record")
     sites = Sites(plan, every_access=checked) if error_record else None
-    metadata: list[str] = []
-    texts = [render_kernel(kernel, blas, sites, metadata) for kernel in program.kernels]
     parameters = program.parameters
-    slots = [(f"%param.{i}", i) for i in range(len(parameters))]
-    slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
-    slots.append(("%arena", len(parameters) + len(program.output_slots)))
-    arena_offsets = sorted({b.location.index for k in program.kernels for b in k.buffers
-                            if b.location.kind == "arena"})
-    calls, parallel = [], []
-    for kernel in program.kernels:
-        pointers = record_register(sites) + [location_register(b.location)
-                                             for b in kernel.buffers]
-        arguments = "".join(f"ptr {p}, " for p in pointers)
-        if kernel.threads > 1:
-            parallel.append(render(
-                "parallel.ll.j2", name=kernel.name, buffers=len(pointers), threads=kernel.threads,
-                chunks=kernel.chunks))
-            calls.append(f"call void @{kernel.name}.parallel({arguments}i64 {kernel.extent})")
-        else:
-            calls.append(f"call void @{kernel.name}({arguments}i64 0, i64 {kernel.extent})")
     declarations = []
-    if parallel:
+    if any(kernel.threads > 1 for kernel in program.kernels):
         declarations.append("declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind")
     if any(kernel.kind == "all_reduce" for kernel in program.kernels):
         declarations.extend(ALL_REDUCE_DECLARATIONS)
@@ -79,12 +105,49 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             t = LLVM_TYPE[dtype]
             declarations.append(f"declare void @{symbol}(i32, i32, i32, i64, i64, i64, {t}, ptr, "
                                 f"i64, ptr, i64, {t}, ptr, i64) nounwind")
+    header = render("kernel_header.ll.j2", triple=triple, declarations=declarations,
+                    record=sites is not None)
+    slots = [(f"%param.{i}", i) for i in range(len(parameters))]
+    slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
+    slots.append(("%arena", len(parameters) + len(program.output_slots)))
+    arena_offsets = sorted({b.location.index for k in program.kernels for b in k.buffers
+                            if b.location.kind == "arena"})
+    calls: list[str] = []
+    kernels: dict[str, KernelModule] = {}
+    for kernel in program.kernels:
+        metadata: list[str] = []
+        text = render_kernel(kernel, blas, sites, metadata)
+        pointers = record_register(sites) + [location_register(b.location)
+                                             for b in kernel.buffers]
+        wrapper_arguments = "".join(f"ptr %b{i}, " for i in range(len(pointers)))
+        parallel = None
+        if kernel.threads > 1:
+            parallel = render("parallel.ll.j2", name=kernel.name, buffers=len(pointers),
+                              threads=kernel.threads, chunks=kernel.chunks)
+            call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 {kernel.extent})"
+        else:
+            call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
+        module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header)
+        kernels.setdefault(module.symbol, module)
+        arguments = ", ".join(f"ptr {p}" for p in pointers)
+        calls.append(f"call void @{module.symbol}({arguments})")
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
-    text = render(
-        "module.ll.j2", function_name=program.name, triple=triple, declarations=declarations,
-        kernels=texts + parallel, slots=slots,
+    kernel_declarations = [f"declare void @{symbol}({', '.join(['ptr'] * count)}) nounwind"
+                           for symbol, count in _signatures(calls).items()]
+    entry = render(
+        "module.ll.j2", function_name=program.name, triple=triple,
+        declarations=kernel_declarations, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
-        record_offset=program.arena_size, metadata=metadata)
-    return text, sites
+        record_offset=program.arena_size)
+    return GeneratedCode(entry, list(kernels.values()), sites)
+
+
+def _signatures(calls: list[str]) -> dict[str, int]:
+    """The kernel symbols the entry calls, each with its number of pointer arguments."""
+    signatures = {}
+    for call in calls:
+        symbol, arguments = call.removeprefix("call void @").split("(", 1)
+        signatures[symbol] = arguments.count("ptr ")
+    return signatures

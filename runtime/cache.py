@@ -48,7 +48,7 @@ from pathlib import Path
 from tracer.runtime.settings import byte_size_setting
 
 MAGIC = b"TRACEROBJ"
-FORMAT = 3
+FORMAT = 4  # 4: a program's entry holds its objects (pack_objects)
 _HEADER = struct.Struct("<9sI32sQ32s")  # magic, format, key, payload length, HMAC-SHA256
 MAX_ENTRY_BYTES = 64 * 2**20
 DEFAULT_CACHE_SIZE = 2**30
@@ -110,6 +110,32 @@ def cache_key(program: str, triple: str, cpu: str, features: str, checked: bool,
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.digest()
+
+
+_COUNT = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+
+
+def pack_objects(objects: list[bytes]) -> bytes:
+    """Several object codes as one entry's payload: their count, their lengths, then each."""
+    lengths = b"".join(_LENGTH.pack(len(code)) for code in objects)
+    return _COUNT.pack(len(objects)) + lengths + b"".join(objects)
+
+
+def unpack_objects(payload: bytes) -> list[bytes] | None:
+    """The object codes `pack_objects` packed, or None if `payload` is not such a packing."""
+    if len(payload) < _COUNT.size:
+        return None
+    (number,) = _COUNT.unpack_from(payload)
+    position = _COUNT.size + number * _LENGTH.size
+    if position > len(payload):
+        return None
+    objects = []
+    for index in range(number):
+        (length,) = _LENGTH.unpack_from(payload, _COUNT.size + index * _LENGTH.size)
+        objects.append(payload[position:position + length])
+        position += length
+    return objects if position == len(payload) else None
 
 
 def _refuse(directory: Path, reason: str) -> None:

@@ -1,4 +1,4 @@
-"""A compiled Function: fused kernels in one LLVM module with one native entry point.
+"""A compiled Function: fused kernels in LLVM modules (runtime/kernels.py), one native entry point.
 
     compiled = compile_function(ir.optimize(function))
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
@@ -38,7 +38,8 @@ from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
 from tracer.runtime import jit, pool
-from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry
+from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry, unpack_objects
+from tracer.runtime.kernels import compile_program, stage_text
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.runtime.settings import count_setting
 from tracer.errors import BoundsError, IndexOutOfRangeError
@@ -154,14 +155,12 @@ class CompiledFunction:
         cache = open_entry(self.disk_key)
         started = time.perf_counter()
         cached = cache.load() if cache is not None else None
-        self.from_disk_cache = cached is not None and self._load(cached, cache)
+        objects = unpack_objects(cached) if cached is not None else None
+        self.from_disk_cache = objects is not None and self._load(objects, cache)
         if not self.from_disk_cache:
-            llvm_ir = self.llvm_ir  # scheduled and rendered on a miss only (timed by the back end)
+            code = self.back_end.code  # scheduled and rendered on a miss only (timed there)
             started = time.perf_counter()
-            if pool.needed_by(llvm_ir):
-                pool.start()
-            self._jit = jit.JitModule.compile(llvm_ir, cache)
-            self._bind()
+            self._link(compile_program(code, settings.checked, cache))
         self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
         # the steps of compiling (a hit's loop IR and LLVM text, made later if asked for, are not)
         self.compile_steps = tuple(self.timings)
@@ -194,22 +193,25 @@ class CompiledFunction:
         self._arena, address = self._new_arena()
         self._free_arena = [address]  # empty while a call runs on it
 
-    def _load(self, object_code: bytes, cache: ObjectCache) -> bool:
-        """Run `object_code` from the disk cache; False if LLVM refuses it (an entry this user's
+    def _load(self, objects: list[bytes], cache: ObjectCache) -> bool:
+        """Run `objects` from the disk cache; False if LLVM refuses them (an entry this user's
         processes wrote, so only a bug of ours: the caller compiles again)."""
         try:
-            if pool.needed_by(object_code):
-                pool.start()
-            self._jit = jit.JitModule.load(object_code, cache.path)
-            self._bind()
+            self._link(objects)
         except RuntimeError as error:
             LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
                         self.function.name, cache.path, error)
             return False
+        jit.count("disk_hits")
+        LOG.debug("disk cache hit: %s", cache.path)
         return True
 
-    def _bind(self) -> None:
-        """The native entry points of `self._jit` as Python callables."""
+    def _link(self, objects: list[bytes]) -> None:
+        """Link `objects` (the thread pool first if they call it) and bind their entry points as
+        Python callables."""
+        if any(pool.needed_by(code) for code in objects):
+            pool.start()
+        self._jit = jit.JitModule.link(objects)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
         if self.profiling:
@@ -372,9 +374,9 @@ class CompiledFunction:
             elif stage == "loops":
                 self._stages[stage] = format_program(self.loops)
             elif stage == "llvm":
-                self._stages[stage] = jit.optimized_ir(self.llvm_ir)
+                self._stages[stage] = stage_text(self.back_end.code, jit.optimized_ir)
             else:
-                self._stages[stage] = jit.assembly(self.llvm_ir)
+                self._stages[stage] = stage_text(self.back_end.code, jit.assembly)
         return self._stages[stage]
 
 

@@ -1,14 +1,17 @@
-"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), MCJIT.
+"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), emit object
+code, link it in memory (MCJIT).
 
-`JitModule.compile` builds a module from LLVM IR text and hands its object code to
-`tracer.runtime.cache.ObjectCache` (`ExecutionEngine.set_object_cache`); `JitModule.load` runs
-object code from the disk cache without any IR (an engine over an empty module, the object
-added). BLAS is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
+`compile_object` turns one module's LLVM IR text into object code; `JitModule.link` runs object
+codes (an engine over an empty module, the objects added, each resolving the others' symbols);
+`JitModule.compile` does both for one module and hands its object code to
+`tracer.runtime.cache.ObjectCache`; `JitModule.load` runs object code from the disk cache. BLAS
+is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
 `llvmlite.binding.add_symbol` to the gemm of the OpenBLAS that numpy ships (no raw address ever
 appears in the IR or in cached objects).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
@@ -17,6 +20,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -24,11 +28,18 @@ import numpy as np
 from tracer.runtime import collectives
 from tracer.runtime.cache import ObjectCache
 
-# Counters the tests read: how many modules were compiled to machine code in this process, and how
-# many were loaded from the disk cache instead.
-STATISTICS = {"compiled": 0, "disk_hits": 0}
+# Counters the tests read: how many programs (or modules: the thread pool) were compiled to machine
+# code in this process and how many were loaded from the disk cache instead; and of the kernels
+# those compiled programs are made of, how many were compiled, and how many found compiled (in
+# this process or on disk) for another program or an earlier signature.
+STATISTICS = {"compiled": 0, "disk_hits": 0, "kernels_compiled": 0, "kernel_hits": 0}
 _lock = threading.Lock()
 LOG = logging.getLogger("tracer.cache")
+
+
+def count(statistic: str) -> None:
+    with _lock:
+        STATISTICS[statistic] += 1
 
 
 @functools.cache
@@ -128,69 +139,101 @@ def optimize(module: llvm.ModuleRef) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
-def optimized_ir(text: str) -> str:
+def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
+    """The module `text` as `compile_object` compiles it, printed."""
     _initialize()
     module = llvm.parse_assembly(text)
     module.verify()
-    optimize(module)
+    if optimized:
+        optimize(module)
     return str(module)
 
 
-def assembly(text: str) -> str:
+def assembly(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
+    """The assembly `compile_object` makes of the module `text`."""
     _initialize()
     module = llvm.parse_assembly(text)
-    optimize(module)
-    return target_machine().emit_assembly(module)
+    if optimized:
+        optimize(module)
+    with _code_generation(strength_reduction):
+        return target_machine().emit_assembly(module)
+
+
+def compile_object(text: str, optimized: bool = True, strength_reduction: bool = True) -> bytes:
+    """Parse, verify and (unless not `optimized`) optimize the module `text`, and emit its object
+    code. The optimizer is what takes the time, and llvmlite keeps ~95 KB of memory for every run
+    of it: a module of calls alone (a program's entry) is not worth it. Without
+    `strength_reduction`, code generation leaves out LLVM's loop strength reduction (see
+    `_code_generation`)."""
+    _initialize()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    if optimized:
+        optimize(module)
+    with _code_generation(strength_reduction):
+        return target_machine().emit_object(module)
+
+
+_code_generation_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _code_generation(strength_reduction: bool) -> Iterator[None]:
+    """Code generation with or without LLVM's loop strength reduction (LSR), an option of the
+    whole process that is set back after. LSR rewrites a loop's affine addresses into pointer
+    increments; on loops whose addresses come from integer division and remainder (a transpose, a
+    split of heads) it has little to rewrite, yet it took 57% of all code generation of the GPT
+    step (6.3 of 11.8 s CPU, `llvm.set_time_passes`), most of it on such loops."""
+    with _code_generation_lock:
+        if not strength_reduction:
+            llvm.set_option("tracer", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            if not strength_reduction:
+                llvm.set_option("tracer", "-disable-lsr=false")
 
 
 class JitModule:
-    """One compiled LLVM module and the engine that owns its code. The native code lives exactly
-    as long as this object: nothing else refers to the engine (its object-cache callbacks are
-    dropped once the code is built), so releasing the last CompiledFunction that holds a JitModule
-    disposes the engine and unmaps the code."""
+    """Object code linked into memory, and the engine that owns it. The native code lives exactly
+    as long as this object: nothing else refers to the engine, so releasing the last
+    CompiledFunction that holds a JitModule disposes the engine and unmaps the code."""
 
     def __init__(self, engine: llvm.ExecutionEngine):
         self.engine = engine
 
     @classmethod
-    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
-        """Parse, verify, optimize and compile `text`; its object code goes into `cache`."""
+    def link(cls, objects: Sequence[bytes]) -> JitModule:
+        """Link `objects` into a new engine (an empty module's): each resolves the others'
+        exported symbols and those registered with `llvm.add_symbol`."""
         _initialize()
-        if collectives.needed_by(text):
-            collectives.register()
-        module = llvm.parse_assembly(text)
-        module.verify()
-        optimize(module)
-        engine = llvm.create_mcjit_compiler(module, new_target_machine())
-
-        def notify(_module, buffer: bytes) -> None:
-            with _lock:
-                STATISTICS["compiled"] += 1
-            if cache is not None:
-                cache.store(buffer)
-
-        engine.set_object_cache(notify)
+        if any(collectives.needed_by(object_code) for object_code in objects):
+            collectives.register()  # MPI_Allreduce and its handles, which the objects call
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        for object_code in objects:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine.finalize_object()
-        engine.set_object_cache()  # the callbacks hold the object code: let it go
+        return cls(engine)
+
+    @classmethod
+    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
+        """Compile the module `text`; its object code goes into `cache`."""
+        object_code = compile_object(text)
+        count("compiled")
         if cache is not None:
+            cache.store(object_code)
             LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
         else:
             LOG.debug("disk cache off: compiled to machine code")
-        return cls(engine)
+        return cls.link([object_code])
 
     @classmethod
     def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
         """Link `object_code` (authenticated by the disk cache) into a new engine."""
-        _initialize()
-        if collectives.needed_by(object_code):
-            collectives.register()
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        engine.finalize_object()
-        with _lock:
-            STATISTICS["disk_hits"] += 1
+        module = cls.link([object_code])
+        count("disk_hits")
         LOG.debug("disk cache hit: %s", path)
-        return cls(engine)
+        return module
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)

@@ -13,7 +13,7 @@ import time
 from typing import Iterator
 
 from tracer.codegen.bounds import Sites, arena_overflow
-from tracer.codegen.module import generate_module
+from tracer.codegen.module import GeneratedCode, generate_module
 from tracer.errors import BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Function, gc_paused
@@ -85,7 +85,8 @@ class BackEnd:
         return loops
 
     @functools.cached_property
-    def _module(self) -> tuple[str, Sites | None]:
+    def code(self) -> GeneratedCode:
+        """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
         loops = self.loops
         with self.step("codegen"):
             return generate_module(loops, self.plan, self.triple, self.blas, self.layout,
@@ -93,11 +94,11 @@ class BackEnd:
 
     @property
     def llvm_ir(self) -> str:
-        """The LLVM IR text rendered from the loops (before LLVM's optimizer)."""
-        return self._module[0]
+        """The LLVM IR text of every module, rendered from the loops (before LLVM's optimizer)."""
+        return self.code.text
 
     @property
     def sites(self) -> Sites | None:
         """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's, and the index
         checks of gather and scatter; None when there are none."""
-        return self._module[1]
+        return self.code.sites

@@ -76,7 +76,8 @@ SCRIPT = textwrap.dedent("""
     compiled = CompiledFunction(gelu_forward_backward(1000))
     x = np.linspace(-4, 4, 1000, dtype=np.float32)
     y, dy = compiled([x, np.ones_like(x)])
-    print(json.dumps(dict(jit.STATISTICS, y=float(y.sum()), dy=float(dy.sum()))))
+    print(json.dumps(dict(jit.STATISTICS, y=float(y.sum()), dy=float(dy.sum()),
+                          program=compiled.disk_key.hex() + ".o")))
 """)
 
 
@@ -89,30 +90,46 @@ def run_process(cache: Path) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
+def corrupt(entry: Path, content: str) -> None:
+    data = entry.read_bytes()
+    if content == "flipped":  # a flipped byte in the object code: the checksum no longer matches
+        data = bytearray(data)
+        data[-100] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    else:
+        entry.write_bytes(data[:200] if content == "truncated" else b"not an object file")
+
+
 def test_second_process_compiles_nothing_and_corrupt_entries_are_recompiled(tmp_path):
     first = run_process(tmp_path)
-    assert first["compiled"] == 1 and first["disk_hits"] == 0
+    assert (first["compiled"], first["disk_hits"], first["kernel_hits"]) == (1, 0, 0)
+    kernels = first["kernels_compiled"]
+    assert kernels >= 1
+    program = tmp_path / first["program"]
     entries = list(tmp_path.glob("*.o"))
-    assert len(entries) == 1
+    assert program in entries and len(entries) == 1 + kernels  # the program's, each kernel's
     second = run_process(tmp_path)
-    assert second["compiled"] == 0 and second["disk_hits"] == 1
+    assert (second["compiled"], second["disk_hits"], second["kernels_compiled"]) == (0, 1, 0)
     assert (second["y"], second["dy"]) == (first["y"], first["dy"])
 
-    # a flipped byte in the object code: the checksum no longer matches
-    data = bytearray(entries[0].read_bytes())
-    data[-100] ^= 0xFF
-    entries[0].write_bytes(bytes(data))
-    third = run_process(tmp_path)
-    assert third["compiled"] == 1 and third["disk_hits"] == 0
-    assert (third["y"], third["dy"]) == (first["y"], first["dy"])
-
-    # a truncated entry, and garbage
-    for content in (entries[0].read_bytes()[:200], b"not an object file"):
-        entries[0].write_bytes(content)
+    # the program's entry corrupt: compiled again from its kernels' entries
+    for content in ("flipped", "truncated", "garbage"):
+        corrupt(program, content)
         again = run_process(tmp_path)
-        assert again["compiled"] == 1 and again["disk_hits"] == 0
-        assert again["y"] == first["y"]
+        assert (again["compiled"], again["disk_hits"]) == (1, 0)
+        assert (again["kernels_compiled"], again["kernel_hits"]) == (0, kernels)
+        assert (again["y"], again["dy"]) == (first["y"], first["dy"])
     assert run_process(tmp_path)["compiled"] == 0  # the rewritten entry is good
+
+    # every entry corrupt: everything compiled again
+    for content in ("flipped", "truncated", "garbage"):
+        for entry in entries:
+            corrupt(entry, content)
+        again = run_process(tmp_path)
+        assert (again["compiled"], again["disk_hits"]) == (1, 0)
+        assert (again["kernels_compiled"], again["kernel_hits"]) == (kernels, 0)
+        assert (again["y"], again["dy"]) == (first["y"], first["dy"])
+    assert run_process(tmp_path)["compiled"] == 0
 
 
 def test_cache_key_covers_host_and_version():

@@ -43,7 +43,7 @@ STEP = textwrap.dedent("""
     x = tr.tensor(np.linspace(-1, 1, 16, dtype=np.float32), requires_grad=True)
     loss, grad = step(x, 0.25)
     # whether each compiled signature scheduled its loop IR and generated its LLVM text
-    generated = [[name in vars(o.back_end) for name in ("loops", "_module")]
+    generated = [[name in vars(o.back_end) for name in ("loops", "code")]
                  for o in gc.get_objects() if isinstance(o, CompiledFunction)]
     print(json.dumps(dict(jit.STATISTICS, loss=float(loss.item()), grad=grad.numpy().tolist(),
                           x=x.detach().numpy().tolist(), jinja2="jinja2" in sys.modules,
@@ -92,7 +92,7 @@ def test_a_disk_hit_generates_no_llvm_text_and_imports_no_jinja2(tmp_path):
     second = run_step(tmp_path)
     assert (second["compiled"], second["disk_hits"]) == (0, 1)
     assert not second["jinja2"] and second["generated"] == [[False, False]]
-    assert second == dict(first, compiled=0, disk_hits=1, jinja2=False,
+    assert second == dict(first, compiled=0, disk_hits=1, kernels_compiled=0, jinja2=False,
                           generated=[[False, False]])
 
 
@@ -107,12 +107,13 @@ def test_a_changed_compiler_does_not_load_the_object_an_older_one_wrote(tmp_path
     cache_directory = tmp_path / "cache"
     assert run_step(cache_directory, copy)["compiled"] == 1
     assert run_step(cache_directory, copy)["disk_hits"] == 1
+    entries = len(list(cache_directory.glob("*.o")))  # the program's and its kernels'
     with open(copy / "codegen" / "templates" / "loops.ll.j2", "a") as template:
         template.write("{# changed #}\n")
     changed = run_step(cache_directory, copy)
-    assert (changed["compiled"], changed["disk_hits"]) == (1, 0)
+    assert (changed["compiled"], changed["disk_hits"], changed["kernel_hits"]) == (1, 0, 0)
     assert_step_correct(changed)
-    assert len(list(cache_directory.glob("*.o"))) == 2
+    assert len(list(cache_directory.glob("*.o"))) == 2 * entries  # none of them reused
 
 
 def test_source_fingerprint_covers_names_and_contents(tmp_path):

@@ -1,0 +1,100 @@
+"""Kernels are compiled once per distinct text (runtime/kernels.py): a repeated kernel within a
+program, and a kernel another signature or program already compiled, are reused; any change of a
+kernel's text compiles it again."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from tracer.runtime import jit, kernels
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches(monkeypatch, tmp_path):
+    """An empty disk cache and an empty in-memory table of kernel objects."""
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernels, "_objects", OrderedDict())
+
+
+def executables(traced) -> list:
+    """The CompiledFunction of each signature `traced` compiled."""
+    return [entry.executable for entry in traced._signatures.entries.values()]
+
+
+def counted(call):
+    """`call()`'s result and how many kernels it compiled and found compiled."""
+    before = dict(jit.STATISTICS)
+    result = call()
+    return result, {name: jit.STATISTICS[name] - before[name]
+                    for name in ("compiled", "kernels_compiled", "kernel_hits")}
+
+
+def two_layers(x, w1, w2):
+    """The same layer twice (same shapes): its kernels have one text."""
+    for w in (w1, w2):
+        x = (x @ w).tanh() * 0.5 + x
+    return x
+
+
+def two_layers_numpy(x, w1, w2):
+    for w in (w1, w2):
+        x = np.tanh(x @ w) * 0.5 + x
+    return x
+
+
+def test_a_repeated_layer_compiles_its_kernels_once():
+    rng = np.random.default_rng(0)
+    x, w1, w2 = (rng.standard_normal(shape) for shape in ((8, 16), (16, 16), (16, 16)))
+    traced = tr.trace(two_layers)
+    result, counts = counted(lambda: traced(*(tr.tensor(a) for a in (x, w1, w2))))
+    np.testing.assert_allclose(result.numpy(), two_layers_numpy(x, w1, w2), rtol=1e-12)
+    (compiled,) = executables(traced)
+    kernels = len(compiled.kernels)
+    distinct = len(compiled.back_end.code.kernels)
+    assert counts["compiled"] == 1
+    assert distinct < kernels  # the second layer's kernels are the first's
+    assert counts["kernels_compiled"] + counts["kernel_hits"] == distinct
+    # every call of the entry names one of the distinct kernel modules' symbols
+    symbols = {kernel.symbol for kernel in compiled.back_end.code.kernels}
+    calls = [line for line in compiled.back_end.code.entry.splitlines()
+             if line.strip().startswith("call void @tracer_kernel_")]
+    assert len(calls) == kernels
+    assert {call.split("@")[1].split("(")[0] for call in calls} == symbols
+
+
+def weights_then_batch(x, w):
+    """A kernel of `w` alone (its text does not change with the batch) and one of `x`'s batch."""
+    return (x @ (w * 3 - 1).exp()).sum(1)
+
+
+def test_a_new_batch_size_compiles_only_the_kernels_it_changes():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 5))
+    traced = tr.trace(weights_then_batch)
+    results = {}
+    for batch in (4, 7):
+        x = rng.standard_normal((batch, 6))
+        result, results[batch] = counted(lambda: traced(tr.tensor(x), tr.tensor(w)))
+        np.testing.assert_allclose(result.numpy(), (x @ np.exp(w * 3 - 1)).sum(1), rtol=1e-12)
+    assert results[4]["compiled"] == results[7]["compiled"] == 1
+    # the second signature finds the kernel of `w` compiled, and compiles the rest
+    assert results[7]["kernel_hits"] >= 1
+    assert results[7]["kernels_compiled"] >= 1
+
+
+def test_a_changed_constant_compiles_its_kernel_again():
+    """Kernels equal but for a constant have different texts and symbols: neither is reused."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(33)
+    symbols = set()
+    for factor in (2.0, 3.0):
+        traced = tr.trace(lambda x: (x * factor).sin())
+        result, counts = counted(lambda: traced(tr.tensor(x)))
+        np.testing.assert_allclose(result.numpy(), np.sin(x * factor), rtol=1e-12)
+        assert (counts["kernels_compiled"], counts["kernel_hits"]) == (1, 0)
+        (compiled,) = executables(traced)
+        symbols |= {kernel.symbol for kernel in compiled.back_end.code.kernels}
+    assert len(symbols) == 2
