@@ -264,22 +264,62 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
     return reads_at_own_index(root, targets, lambda value: id(value) in materialized)
 
 
-def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
-    """Group the instructions of `function` (the `optimized` stage) into kernels. With
-    `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
-    would add the product onto the result one term at a time, rounding differently from the
-    unfused expression), linear functions of a matmul become MatmulUpdate kernels."""
-    materialized, reused = _choose_materialized(function)
+def _matmul_updates(function: Function, materialized: set[int]) -> dict[int, MatmulUpdate]:
+    """The stored values that are linear functions of a matmul only they read, by id (their
+    product is then not stored: the gemm adds it into the result)."""
     users = function.users()
     outputs = {id(v) for v in function.outputs}
     updates: dict[int, MatmulUpdate] = {}
-    for instruction in function.instructions if matmul_updates else ():
+    for instruction in function.instructions:
         for value in instruction.outputs:
             if id(value) in materialized:
                 update = matmul_update(value, users, materialized, outputs)
                 if update is not None:
                     updates[id(value)] = update
                     materialized.discard(id(update.matmul.outputs[0]))
+    return updates
+
+
+def _kernel_of(root: Value, update: MatmulUpdate | None, materialized: set[int],
+               in_order: Callable[[set[int]], list[Instruction]]) -> tuple[Kernel, int]:
+    """The kernel that stores `root` alone, and the code cost of what it evaluates."""
+    producer = root.producer
+    if update is not None:
+        product = update.matmul.outputs[0]
+        instruction_ids, reads = _inline_closure([root], materialized | {id(product)}, set())
+        looked_through = [v.producer for v in update.matmul.inputs if matmul_operand(v)[1]]
+        instruction_ids |= {id(i) for i in looked_through} | {id(update.matmul)}
+        buffers = [matmul_operand(v)[0] for v in update.matmul.inputs]
+        inputs = list({id(v): v for v in [*reads, *buffers] if v is not product}.values())
+        return Kernel("matmul", [root], in_order(instruction_ids), inputs, update), 0
+    if producer is not None and producer.primitive == "matmul":
+        inputs = list({id(v): v for v in map(lambda x: matmul_operand(x)[0],
+                                              producer.inputs)}.values())
+        # the transposes read through by the gemm flags are shown inside the kernel
+        looked_through = [v.producer for v in producer.inputs if matmul_operand(v)[1]]
+        return Kernel("matmul", [root], [*looked_through, producer], inputs), 0
+    if producer is not None and producer.primitive == "all_reduce":  # a call of the MPI library
+        return Kernel("all_reduce", [root], [producer], list(producer.inputs)), 0
+    if producer is not None and producer.primitive == "scatter":
+        kind = "scatter"
+    elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
+            producer) and root.type.size > 0:
+        kind = "accumulate"
+    else:
+        kind = "loop"
+    instruction_ids, inputs = _inline_closure([root], materialized, set())
+    kernel = Kernel(kind, [root], in_order(instruction_ids), inputs)
+    return kernel, sum(code_cost(i) for i in kernel.instructions)
+
+
+def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
+    """Group the instructions of `function` (the `optimized` stage) into kernels. With
+    `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
+    would add the product onto the result one term at a time, rounding differently from the
+    unfused expression), linear functions of a matmul become MatmulUpdate kernels."""
+    materialized, reused = _choose_materialized(function)
+    outputs = {id(v) for v in function.outputs}
+    updates = _matmul_updates(function, materialized) if matmul_updates else {}
     roots: list[Value] = [p for p in function.parameters if id(p) in materialized
                           and any(p is v for v in function.outputs)]
     for instruction in function.instructions:
@@ -298,44 +338,12 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     loops_by_shape: dict[tuple[int, ...], list[int]] = {}  # loop kernel indices, ascending
     for root in roots:
         producer = root.producer
-        cost = 0
-        if id(root) in updates:
-            update = updates[id(root)]
-            product = update.matmul.outputs[0]
-            instruction_ids, reads = _inline_closure([root], materialized | {id(product)}, set())
-            looked_through = [v.producer for v in update.matmul.inputs if matmul_operand(v)[1]]
-            instruction_ids |= {id(i) for i in looked_through} | {id(update.matmul)}
-            buffers = [matmul_operand(v)[0] for v in update.matmul.inputs]
-            inputs = list({id(v): v for v in [*reads, *buffers] if v is not product}.values())
-            kernel = Kernel("matmul", [root], in_order(instruction_ids), inputs, update)
-            kernels.append(kernel)
-            owns.append({id(root)})
-            costs.append(0)
-            producer_kernel[id(root)] = len(kernels) - 1
-            continue
-        if producer is not None and producer.primitive in ("matmul", "scatter", "all_reduce"):
-            kind = producer.primitive
-        elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
-                producer) and root.type.size > 0:
-            kind = "accumulate"
-        else:
-            kind = "loop"
-        if kind == "matmul":
-            inputs = list({id(v): v for v in map(lambda x: matmul_operand(x)[0],
-                                                  producer.inputs)}.values())
-            # the transposes read through by the gemm flags are shown inside the kernel
-            looked_through = [v.producer for v in producer.inputs if matmul_operand(v)[1]]
-            kernel = Kernel(kind, [root], [*looked_through, producer], inputs)
-        elif kind == "all_reduce":  # a call of the MPI library on two buffers
-            kernel = Kernel(kind, [root], [producer], list(producer.inputs))
-        else:
-            instruction_ids, inputs = _inline_closure([root], materialized, set())
-            kernel = Kernel(kind, [root], in_order(instruction_ids), inputs)
-            cost = sum(code_cost(i) for i in kernel.instructions)
+        kernel, cost = _kernel_of(root, updates.get(id(root)), materialized, in_order)
         ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
         target = None
         # a reduction across rows stays alone, a part that ir/rows.py can take as it is
-        merges = kind == "loop" and not (producer is not None and reduces_across_rows(producer))
+        merges = kernel.kind == "loop" and not (producer is not None
+                                                and reduces_across_rows(producer))
         if merges:
             candidates = loops_by_shape.get(root.shape, [])
             for index in candidates[bisect.bisect_left(candidates, max(ready, 0)):]:
@@ -364,19 +372,25 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
         closures[target].add(root, materialized, owns[target])
         costs[target] = closures[target].cost
         producer_kernel[id(root)] = target
-    # The instructions and buffers of merged kernels, computed once each (as if from scratch).
+    _finish_merged(kernels, owns, closures, materialized, reused, outputs, in_order)
+    return FusedFunction(function, kernels, materialized)
+
+
+def _finish_merged(kernels: list[Kernel], owns: list[set[int]], closures: dict[int, _Closure],
+                   materialized: set[int], reused: set[int], outputs: set[int],
+                   in_order: Callable[[set[int]], list[Instruction]]) -> None:
+    """The instructions and buffers of merged kernels, computed once each (as if from scratch);
+    then a value stored for its readers to reuse that no other kernel reads is computed once per
+    element in its own kernel, whose readers read it at their own index (merging checked that):
+    it needs no buffer, and the kernel's instructions stay as they are."""
     for index in closures:
         merged, own = kernels[index], owns[index]
         instruction_ids, inputs = _inline_closure(merged.results, materialized, own)
         merged.instructions = in_order(instruction_ids)
         merged.inputs = inputs
-    # A value stored for its readers to reuse that no other kernel reads is computed once per
-    # element in its own kernel, whose readers read it at their own index (merging checked that):
-    # it needs no buffer, and the kernel's instructions stay as they are.
     read = {id(v) for kernel in kernels for v in kernel.inputs}
     for index in closures:
         for value in kernels[index].results[:]:
             if id(value) in reused and id(value) not in outputs and id(value) not in read:
                 kernels[index].results.remove(value)
                 materialized.discard(id(value))
-    return FusedFunction(function, kernels, materialized)

@@ -279,7 +279,7 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
 # The fast call path --------------------------------------------------------------------------------
 
 def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
-    from tracer.runtime.compiled import array_layout
+    from tracer.runtime.code_settings import array_layout
     if array_layout() is None:
         pytest.skip("numpy's array struct layout not recognized: general path only")
     function = update_function("f32")
@@ -325,7 +325,7 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
     """A model's training step writes dozens of parameters (and AdamW's state) in place: the fast
     entry checks each against every other parameter in a loop, so its code grows linearly (its
     unrolled pairs once made LLVM take minutes on the transformer example's step)."""
-    from tracer.runtime.compiled import array_layout
+    from tracer.runtime.code_settings import array_layout
     if array_layout() is None:
         pytest.skip("numpy's array struct layout not recognized: general path only")
     count = 40

@@ -67,7 +67,7 @@ from hypothesis import HealthCheck, event, example, given, settings, strategies 
 
 import tracer as tr
 from conftest import beyond_float32
-from tracer.runtime.compiled import bounds_setting
+from tracer.runtime.code_settings import bounds_setting
 
 try:
     import torch

@@ -77,7 +77,7 @@ def test_a_new_batch_size_compiles_only_the_kernels_it_changes():
     results = {}
     for batch in (4, 7):
         x = rng.standard_normal((batch, 6))
-        result, results[batch] = counted(lambda: traced(tr.tensor(x), tr.tensor(w)))
+        result, results[batch] = counted(lambda x=x: traced(tr.tensor(x), tr.tensor(w)))
         np.testing.assert_allclose(result.numpy(), (x @ np.exp(w * 3 - 1)).sum(1), rtol=1e-12)
     assert results[4]["compiled"] == results[7]["compiled"] == 1
     # the second signature finds the kernel of `w` compiled, and compiles the rest
@@ -93,7 +93,7 @@ def test_a_changed_constant_compiles_its_kernel_again():
     # (a float read from a closure is a runtime input: the constants are written in the code)
     for factor, function in ((2.0, lambda x: (x * 2.0).sin()), (3.0, lambda x: (x * 3.0).sin())):
         traced = tr.trace(function)
-        result, counts = counted(lambda: traced(tr.tensor(x)))
+        result, counts = counted(lambda traced=traced: traced(tr.tensor(x)))
         np.testing.assert_allclose(result.numpy(), np.sin(x * factor), rtol=1e-12)
         assert (counts["kernels_compiled"], counts["kernel_hits"]) == (1, 0)
         (compiled,) = executables(traced)

@@ -1,6 +1,7 @@
 """Errors raised to users, and how they find the user's source line."""
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -30,6 +31,15 @@ def user_line() -> str:
     if frame is None:
         return "<unknown>"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def definition_line(function) -> str:
+    """'file.py:12' for the line that defines `function` (a user's Function backward, say)."""
+    try:
+        code = inspect.unwrap(function).__code__
+    except AttributeError:
+        return "<unknown>"
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
 
 
 def warn_at_user_line(message: str, category: type[Warning]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 from typing import Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import attach, custom_node, delayed_error, edge_of
 from tracer.context import is_grad_enabled, no_grad, set_grad_enabled, state
-from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError
+from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError, definition_line
 from tracer.creation import zeros
 from tracer.function_forward import inputs_kept, last_places, refuse_dirty_leaves
 from tracer.named import Named
@@ -195,7 +194,7 @@ class _FunctionRule:
         """The handles of the gradients `result` returned, as PyTorch's engine takes them: one
         of a shape the input's broadcasts to is summed down to it, one of another dtype cast."""
         where = f"{self.name}.backward"
-        line = _definition_line(self.user_backward)
+        line = definition_line(self.user_backward)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         expected = self.given
         # PyTorch accepts extra trailing Nones (here also for arguments left to their defaults).
@@ -241,14 +240,6 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return np.broadcast_shapes(shape, target) == tuple(target)
     except ValueError:
         return False
-
-
-def _definition_line(function: Callable) -> str:
-    try:
-        code = inspect.unwrap(function).__code__
-    except AttributeError:
-        return "<unknown>"
-    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
 
 
 def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs):

@@ -26,7 +26,7 @@ from tracer.dispatch import apply, as_tensor, promote, tensor_operand
 from tracer.derivatives import addcdiv, lerp, logsumexp, power_norm, safe_sqrt
 from tracer.dtypes import float32
 from tracer.tensor import Tensor
-from tracer.variance import safe_sqrt, std, var
+from tracer.variance import std, var
 
 # The magnitude from which every float of the dtype is an integer.
 _INTEGRAL_FROM = {irtypes.float32: 2.0 ** 23, irtypes.float64: 2.0 ** 52}

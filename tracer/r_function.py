@@ -6,7 +6,8 @@ import inspect
 from typing import Callable
 
 from tracer.errors import FunctionBackwardError
-from tracer.function import _definition_line, apply_function
+from tracer.errors import definition_line
+from tracer.function import apply_function
 
 
 class autograd_function:
@@ -29,13 +30,13 @@ class autograd_function:
             raise FunctionBackwardError(
                 f"{self.name}.backward must return a dict of gradients by argument name "
                 f"(e.g. {{'input': grad}}), got {type(result).__name__}",
-                _definition_line(self.user_backward))
+                definition_line(self.user_backward))
         unknown = set(result) - set(self.argument_names)
         if unknown:
             raise FunctionBackwardError(
                 f"{self.name}.backward returned gradients for {sorted(unknown)}, which are not "
                 f"arguments of forward ({', '.join(self.argument_names)})",
-                _definition_line(self.user_backward))
+                definition_line(self.user_backward))
         return tuple(result.get(name) for name in self.argument_names)
 
     def __call__(self, *args, **kwargs):

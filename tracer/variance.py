@@ -9,6 +9,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.dimensions import normalize_dims
+from tracer.derivatives import safe_sqrt
 from tracer.errors import ArgumentError
 from tracer.function import Function
 from tracer.tensor import Tensor
@@ -101,9 +102,3 @@ def std(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
         correction=None) -> Tensor:
     # (where the variance is 0 the gradient is 0, as PyTorch's, not 0 * inf = nan)
     return safe_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
-
-
-def safe_sqrt(squares: Tensor) -> Tensor:
-    """sqrt whose gradient at 0 is 0 (PyTorch's norm backward), not inf * 0 = nan."""
-    zero = squares == 0
-    return where(zero, 0.0, where(zero, 1.0, squares).sqrt())
