@@ -16,7 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from tracer.errors import GradcheckError
-from tracer.function import _definition_line, apply_function
+from tracer.errors import definition_line
+from tracer.function import apply_function
 from tracer.gradcheck import first_mismatch
 from tracer.ir.graph import Function, Instruction
 from tracer.ir.reference import REFERENCE, evaluate_primitive
@@ -100,7 +101,7 @@ def _check_call(instruction: Instruction, values: dict[int, np.ndarray],
         f"{rule.name}.forward (in float64): the gradient of output {mismatch.output} element "
         f"{mismatch.output_element} with respect to input '{name}' element {mismatch.element} is "
         f"{mismatch.analytic!r} by backward, {mismatch.numerical!r} numerically",
-        _definition_line(backward))
+        definition_line(backward))
 
 
 def check_custom_backwards(function: Function, arguments: Sequence[np.ndarray]) -> None:
