@@ -212,8 +212,8 @@ CASES: dict[str, Case] = {
     "Tensor.round": unary(lambda lib, x: x.round()),
     # stable sorts on both sides, so that tied values (the constant rows) send their gradients
     # to the same positions
-    "Tensor.sort": row(lambda lib, x: (x.sort(1, stable=True)[0],
-                                       x.sort(1, descending=True, stable=True)[0])),
+    "Tensor.sort": row(lambda lib, x: (x.sort(dim=1, stable=True)[0],
+                                       x.sort(dim=1, descending=True, stable=True)[0])),
     # PyTorch's topk orders ties as it likes, and sends their gradients there: values only
     "Tensor.topk": Case(lambda lib, x: x.topk(2, dim=1)[0], lambda dtype: [rows(dtype)],
                         gradients=False),
@@ -483,7 +483,7 @@ def assert_close(actual, expected: np.ndarray, exact: np.ndarray | None, what: s
     scale = np.maximum(magnitude, magnitude.max(axis=-1, keepdims=True) if actual.ndim > 1 else 0)
     gap = _distance(actual, expected)
     close = gap <= tolerance * scale + max(absolute, np.finfo(expected.dtype).tiny)
-    rows = [a for a in arrays if actual.ndim > 1 and a.ndim > 1 and a.shape[0] == actual.shape[0]]
+    rows = [a for a in arrays if actual.ndim > 1 and a.ndim == 2 and a.shape[0] == actual.shape[0]]
     if rows and expected.dtype == np.float64:
         # the rounding of terms of the inputs' magnitude in a row's cancelling sum
         terms = np.where(np.isfinite(rows[0]), np.abs(rows[0]), 0.0).max(axis=1)

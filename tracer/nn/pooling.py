@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
+
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
-from tracer.creation import iota
+from tracer.creation import iota, tensor
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
 from tracer.nn.convolution import pair, windows, constant_pad
@@ -73,7 +75,13 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
         x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
     padded = constant_pad(x, [0, 0, *padding], [0, 0, *high], float("-inf"))
     cells = windows(padded, kernel, stride, dilation, out, "ncijhw")
-    values, offsets = cells.reshape(*cells.shape[:4], kernel[0] * kernel[1]).max(-1)
+    flat = cells.reshape(*cells.shape[:4], kernel[0] * kernel[1])
+    # PyTorch's kernel takes the first of tied maxima but the last nan of a window (a nan
+    # replaces the maximum so far): the gradient goes there
+    first = flat.max(-1)[1]
+    last_nan = where(flat != flat, iota(flat.shape, 4), -1).amax(-1)
+    offsets = where(last_nan >= 0, last_nan, first)
+    values = flat.gather(-1, offsets.unsqueeze(-1)).squeeze(-1)
     if unbatched:
         values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
@@ -118,14 +126,24 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0,
     return fresh(result.squeeze(0)) if unbatched else result
 
 
-def _averaging(size: int, out: int, dtype) -> Tensor:
-    """The (out, size) matrix whose row i averages the inputs floor(i * size / out) up to
-    ceil((i + 1) * size / out) (exclusive)."""
-    row, column = iota((out, 1), 0), iota((1, size), 1)
-    start = (row * size) // out
-    end = ((row + 1) * size + out - 1) // out
-    inside = (column >= start) & (column < end)
-    return where(inside, 1.0 / (end - start).to(dtype), 0.0).to(dtype)
+def _window_means(x: Tensor, axis: int, out: int) -> Tensor:
+    """The means of `x` along `axis` (2 or 3) over PyTorch's adaptive windows: output i averages
+    the inputs floor(i * size / out) up to ceil((i + 1) * size / out) (exclusive). Each window is
+    gathered (padded to the longest by repeating its last element) and its padding is left out by
+    a select, not multiplied by 0, so an inf outside a window does not make it nan."""
+    size = x.shape[axis]
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    length = max(end - start for start, end in zip(starts, ends))
+    index = np.array([[min(start + j, end - 1) for j in range(length)]
+                      for start, end in zip(starts, ends)], np.int64)
+    inside = tensor(np.arange(length)[None, :] < (np.array(ends) - np.array(starts))[:, None])
+    counts = tensor((np.array(ends) - np.array(starts)).astype(np.dtype(x.dtype)))
+    if axis == 2:  # (N, C, out, length, W)
+        gathered = x[:, :, tensor(index)]
+        return where(inside[:, :, None], gathered, 0.0).sum(3) / counts[:, None]
+    gathered = x[:, :, :, tensor(index)]  # (N, C, H, out, length)
+    return where(inside, gathered, 0.0).sum(4) / counts
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
@@ -147,7 +165,5 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         tiles = x.reshape(*x.shape[:2], out[0], height // out[0], out[1], width // out[1])
         result = tiles.mean((3, 5))
     else:
-        # (N, C, H, W) @ (W, OW), then (N, C, OW, H) @ (H, OH): each one gemm
-        across = x.matmul(_averaging(width, out[1], x.dtype).t()).transpose(2, 3)
-        result = across.matmul(_averaging(height, out[0], x.dtype).t()).transpose(2, 3)
+        result = _window_means(_window_means(x, 3, out[1]), 2, out[0])
     return fresh(result.squeeze(0) if unbatched else result)
