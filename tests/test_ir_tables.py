@@ -193,8 +193,8 @@ def test_every_function_a_scalar_lowering_calls_is_defined(dtype):
     from tracer.ir.primitives import COMPARE, ELEMENTWISE, LOGICAL
 
     templates = pathlib.Path(LOWERING["exp"].emit.__code__.co_filename).parent / "templates"
-    header = (templates / "module.ll.j2").read_text().split('{% include "math.ll.j2" %}')[0]
-    known = set(re.findall(r"(?:define|declare)[^@]*@([\w.]+)\(", header + render("math.ll.j2")))
+    declared = "".join(path.read_text() for path in templates.glob("*.ll.j2"))
+    known = set(re.findall(r"(?:define|declare)[^@]*@([\w.]+)\(", declared + render("math.ll.j2")))
     calls = set()
     for primitive in sorted(ELEMENTWISE - LOGICAL - {"logical_not", "select", "cast"}):
         writer = Writer()
