@@ -24,6 +24,8 @@ CALLS_BEFORE_CHECK = 2
 def load_example(filename: str):
     """A program of examples/ (what users start from), loaded from its file as a module (named
     apart from any module of the file's own name; registered, as dataclasses need)."""
+    if str(EXAMPLES) not in sys.path:  # examples import one another (cnn_digits reads digits)
+        sys.path.insert(0, str(EXAMPLES))
     name = f"benchmarks.examples.{Path(filename).stem}"
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / filename)
     module = importlib.util.module_from_spec(spec)

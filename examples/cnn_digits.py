@@ -18,6 +18,8 @@ import tracer as tr
 import tracer.nn.functional as F
 from tracer import nn
 
+from digits import accuracy, batches  # the MLP example's batches and eval-mode accuracy
+
 
 def synthetic_digits(count: int = 1797, seed: int = 0):
     """Images (count, 64) in [0, 16] and labels: ten random smooth 8x8 patterns, each image one
@@ -80,22 +82,6 @@ def make_step(model: CNN, optimizer, x, y):
         optimizer.step()
         return loss
     return step
-
-
-def batches(count: int, batch_size: int):
-    """A new random order of `count` rows cut into full batches (one shape: one signature)."""
-    order = tr.randperm(count)
-    return [order[start:start + batch_size]
-            for start in range(0, count - batch_size + 1, batch_size)]
-
-
-def accuracy(model: CNN, x, y) -> float:
-    """The share of correct predictions, in eval mode (the batch norms use running statistics)."""
-    model.eval()
-    with tr.no_grad():
-        correct = (model(x).argmax(1) == y).float().mean().item()
-    model.train()
-    return correct
 
 
 def main(argv=None) -> float:
