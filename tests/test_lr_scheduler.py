@@ -9,6 +9,7 @@ import torch
 
 import tracer as tr
 from tracer import nn
+from torch_oracle import paired_mlps
 
 SCHEDULERS = [
     ("LambdaLR", dict(lr_lambda=lambda epoch: 0.95 ** epoch)),
@@ -116,13 +117,7 @@ def test_bad_arguments_are_refused_as_torch_refuses_them():
 
 
 def _models():
-    tr.manual_seed(18)
-    ours = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
-    theirs = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    with torch.no_grad():
-        for mine, reference in zip(ours.parameters(), theirs.parameters()):
-            reference.copy_(torch.tensor(mine.detach().numpy()))
-    return ours, theirs
+    return paired_mlps(18, 6, 8, 3, "ReLU")
 
 
 TRAINING = [("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01), "CosineAnnealingLR",

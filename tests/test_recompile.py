@@ -10,6 +10,7 @@ import torch
 
 import tracer as tr
 from tracer import nn
+from torch_oracle import paired_mlps
 
 rng = np.random.default_rng(16)
 X = rng.standard_normal((12, 5)).astype(np.float32)
@@ -18,13 +19,7 @@ STEPS = 20
 
 
 def _models():
-    tr.manual_seed(16)
-    ours = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
-    theirs = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
-    with torch.no_grad():
-        for mine, reference in zip(ours.parameters(), theirs.parameters()):
-            reference.copy_(torch.tensor(mine.detach().numpy()))
-    return ours, theirs
+    return paired_mlps(16, 5, 7, 3, "Tanh")
 
 
 def _cosine(step: int, base: float) -> float:

@@ -65,3 +65,17 @@ def compare_with_torch(function, torch_function, arrays, traced=False, gradients
                                    **_limits(expected_grad, tolerance),
                                    err_msg=f"gradient of input {index}")
     return outputs
+
+
+def paired_mlps(seed: int, inputs: int, hidden: int, outputs: int, activation: str):
+    """Linear-activation-Linear in tracer (seeded with `seed`) and the same in torch with the same
+    weights: a model for comparing training loops step by step."""
+    tr.manual_seed(seed)
+    ours = tr.nn.Sequential(tr.nn.Linear(inputs, hidden), getattr(tr.nn, activation)(),
+                            tr.nn.Linear(hidden, outputs))
+    theirs = torch.nn.Sequential(torch.nn.Linear(inputs, hidden), getattr(torch.nn, activation)(),
+                                 torch.nn.Linear(hidden, outputs))
+    with torch.no_grad():
+        for mine, reference in zip(ours.parameters(), theirs.parameters()):
+            reference.copy_(torch.tensor(mine.detach().numpy()))
+    return ours, theirs
