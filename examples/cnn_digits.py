@@ -18,7 +18,8 @@ import tracer as tr
 import tracer.nn.functional as F
 from tracer import nn
 
-from digits import accuracy, batches  # the MLP example's batches and eval-mode accuracy
+# the MLP example's batches, eval-mode accuracy and traced step (rows picked from the closure's data)
+from digits import accuracy, batches, make_step
 
 
 def synthetic_digits(count: int = 1797, seed: int = 0):
@@ -69,19 +70,6 @@ class CNN(nn.Module):
 
     def forward(self, x):
         return self.classifier(F.flatten(self.features(x), 1))
-
-
-def make_step(model: CNN, optimizer, x, y):
-    """The training step on the rows `rows` of (x, y), which it reads from the closure (runtime
-    inputs of the compiled step, as the parameters, AdamW's state and the running statistics)."""
-    @tr.trace
-    def step(rows):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x[rows]), y[rows])
-        loss.backward()
-        optimizer.step()
-        return loss
-    return step
 
 
 def main(argv=None) -> float:
