@@ -29,7 +29,7 @@ import torch
 import tracer as tr
 from tracer import ir
 from tracer.runtime.arguments import parameter_arrays
-from tracer.runtime.entry import stage_text
+from tracer.runtime.pipeline import stage_text
 
 DTYPES = [np.float32, np.float64]
 SUBNORMAL = {np.float32: (1e-45, 1e-40), np.float64: (5e-324, 1e-310)}
