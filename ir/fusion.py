@@ -22,7 +22,8 @@ ir/rows.py then merges kernels that can run one row at a time into `rows` kernel
 by a `combine` kernel when it reduces across the rows).
 
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
-results, reductions (unless computed inline into a single same-shape elementwise consumer; a
+results, the data a gather reads more elements of than it has (overlapping windows), reductions
+(unless computed inline into a single same-shape elementwise consumer; a
 reduction across the first axis of a tensor of two or more axes, a column or total sum, is always
 stored, by a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are
 expensive and read at a broadcast index, and values whose inline expression grew too large.
@@ -149,6 +150,13 @@ def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
                 materialized.update(id(matmul_operand(v)[0]) for v in instruction.inputs)
             else:  # removed before codegen; stays correct if one slips through
                 materialized.update(id(v) for v in instruction.inputs)
+        elif (instruction.primitive == "gather"
+              and output.type.size > instruction.inputs[0].type.size):
+            # Overlapping windows (convolution's and pooling's) read each element of the data
+            # several times: stored, it is computed once, and the windows' loads are affine in
+            # the loop indices (a padding inlined there would select per load, a gather for
+            # the vectorizer).
+            materialized.add(id(instruction.inputs[0]))
         elif instruction.primitive in REDUCE:
             readers = users.get(id(output), [])
             inline = (reduction_is_inner(instruction) and len(readers) == 1
