@@ -23,7 +23,6 @@ def _arctan_inverse(k: int, scale: int) -> tuple[int, int]:
     return total, 2 * terms + 2  # each term truncated twice; the neglected tail below one unit
 
 
-@functools.cache
 def pi_bounds(scale: int) -> tuple[int, int]:
     """Integers low < high with low <= pi * 2^scale <= high (Machin: pi = 16 atan(1/5) -
     4 atan(1/239))."""
@@ -34,20 +33,29 @@ def pi_bounds(scale: int) -> tuple[int, int]:
     return approximation - error, approximation + error
 
 
+# The most bits of 2/pi a table asks for: the float64 one's last row needs 2^1151 * 2/pi.
+MOST_BITS = 1200
+
+
 @functools.cache
-def two_over_pi_floor(exponent: int) -> int:
-    """floor(2^exponent * 2/pi), exact: computed from bounds on pi with more guard bits until both
-    bounds give the same integer."""
-    if exponent < 0:
-        return 0  # 2/pi < 1
+def _two_over_pi_bits() -> int:
+    """floor(2^MOST_BITS * 2/pi), exact: computed from bounds on pi with more guard bits until
+    both bounds give the same integer (once per process, a few milliseconds)."""
     guard = 64
     while True:
-        scale = exponent + guard
+        scale = MOST_BITS + guard
         low, high = pi_bounds(scale)
-        numerator = 1 << (exponent + 1 + scale)
+        numerator = 1 << (MOST_BITS + 1 + scale)
         if numerator // high == numerator // low:
             return numerator // low
         guard *= 2
+
+
+def two_over_pi_floor(exponent: int) -> int:
+    """floor(2^exponent * 2/pi) for exponent <= MOST_BITS (floor(floor(y) / 2^k) = floor(y / 2^k))."""
+    if exponent > MOST_BITS:
+        raise ValueError(f"2/pi is computed to {MOST_BITS} bits, not {exponent}")
+    return _two_over_pi_bits() >> (MOST_BITS - exponent) if exponent >= 0 else 0  # 2/pi < 1
 
 
 def reduction_chunks(exponent: int, top: int, widths: tuple[int, ...]) -> list[float]:
