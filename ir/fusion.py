@@ -42,6 +42,7 @@ from typing import Callable
 from tracer.ir.costs import CODE_COST, EXPENSIVE
 from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
 from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 
 # gather is a load at a computed index, so it fuses into loops like a layout change; a check is
@@ -238,43 +239,6 @@ def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -
         instructions.add(id(value.producer))
         stack.extend(value.producer.inputs)
     return instructions, list(reads.values())
-
-
-def same_index(instruction: Instruction, value: Value, operand: Value) -> bool:
-    """Whether computing `value` at an index reads `operand` at that same index: elementwise
-    primitives on equal shapes."""
-    return instruction.primitive in ELEMENTWISE and operand.shape == value.shape
-
-
-def reads_at_own_index(root: Value, targets: set[int], is_boundary: Callable[[Value], bool],
-                       keeps_index: Callable[[Instruction, Value, Value], bool] = same_index,
-                       forbidden: set[int] | frozenset[int] = frozenset(),
-                       include_root: bool = False) -> bool:
-    """Whether every path from `root` down to a value in `targets` reads it at the root's own
-    index, each step keeping it where `keeps_index(instruction, value, operand)`, and no path
-    reaches a value in `forbidden`. The walk stops at values without a producer and at values
-    for which `is_boundary` holds; the root itself is a target, forbidden or boundary only with
-    `include_root`."""
-    stack: list[tuple[Value, bool]] = [(root, True)]
-    visited: set[tuple[int, bool]] = set()
-    while stack:
-        value, aligned = stack.pop()
-        if (id(value), aligned) in visited:
-            continue
-        visited.add((id(value), aligned))
-        examined = include_root or value is not root
-        if examined and id(value) in forbidden:
-            return False
-        if examined and id(value) in targets:
-            if not aligned:
-                return False
-            continue
-        if value.producer is None or (examined and is_boundary(value)):
-            continue
-        instruction = value.producer
-        stack.extend((operand, aligned and keeps_index(instruction, value, operand))
-                     for operand in instruction.inputs)
-    return True
 
 
 def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> bool:
