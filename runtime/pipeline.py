@@ -34,7 +34,7 @@ from tracer.ir.rows import group_rows
 from tracer.ir.schedule import schedule
 from tracer.ir.text import format_function
 from tracer.ir.verify_loops import verify_loops
-from tracer.runtime import jit
+from tracer.runtime import compile_worker, jit
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.check_grads import check_custom_backwards
@@ -166,6 +166,8 @@ def compile_graph(function: Function, write_into: dict[int, int] | None = None,
         with step("load"):
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
+        if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
+            compile_worker.start()  # it starts while the kernels are scheduled and rendered
         code = back_end.code  # scheduled and rendered on a miss only
         with step("llvm"):
             objects = compile_program(code, back_end.settings.checked, cache)
