@@ -13,9 +13,13 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from tracer.codegen.module import GeneratedCode, KernelModule
+from typing import TYPE_CHECKING
+
 from tracer.runtime import compile_worker, jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
+
+if TYPE_CHECKING:
+    from tracer.codegen.module import GeneratedCode, KernelModule
 
 # This process's kernel objects by symbol, most recently used last, up to MEMORY_BYTES in all (so
 # that a changed shape recompiles only what changed with the disk cache off too).
