@@ -10,6 +10,7 @@ it left. Its object code is what `jit.compile_object` makes here (the same LLVM,
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import pickle
@@ -54,6 +55,18 @@ class Worker:
         self.process = subprocess.Popen([sys.executable, "-c", command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, close_fds=True)
         self.cpu_seconds = 0.0  # the worker's CPU time so far, as it last reported it
+        atexit.register(self.close)
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker (closing its pipe ends it) and wait for it."""
+        if kill:
+            self.process.kill()
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+        self.process.stdout.close()
 
     def compile(self, job: Job) -> bytes | None:
         """The object code of `job`, or None if the worker failed (it is then not used again)."""
@@ -93,7 +106,7 @@ def _stop(worker: Worker) -> None:
     with _worker_lock:
         if _worker is worker:
             _worker = None
-    worker.process.kill()
+    worker.close(kill=True)
 
 
 def worker_cpu_seconds() -> float:
