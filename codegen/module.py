@@ -91,8 +91,9 @@ def _header_parts(header: str) -> tuple[list[str | None], dict[str, tuple[int, f
 def header_for(header: str, body: str) -> str:
     """`header` with only the function definitions that `body` calls, directly or through
     another. LLVM parses and optimizes every function of a module before it drops an unused
-    internal one: the 15 math functions every kernel module carried took 27% of the GPT step's
-    LLVM time (5.3 s CPU against 3.8 s without them)."""
+    internal one: the 15 math functions every kernel module carried took 6% of the GPT step's
+    kernel compile time (3.54 s CPU against 3.32 s without them, each module compiled both ways in
+    turn) and 3.7 MB of LLVM text against 1.1 MB, which a compiled signature keeps."""
     pieces, definitions = _header_parts(header)
     wanted, pending = set(), [name for name in _REFERENCE.findall(body) if name in definitions]
     while pending:
