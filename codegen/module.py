@@ -4,6 +4,7 @@ templates/parallel.ll.j2 wrapper, which calls the thread pool's `tracer_parallel
 registers it) -- and the fast entry that takes numpy array objects."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import NamedTuple
@@ -65,6 +66,44 @@ class KernelModule(NamedTuple):
 
 KERNEL_NAME = "kernel"  # every kernel's name in its own module
 
+# A function definition of the header (from `define` to the `}` that starts a line), and a
+# reference to a global name.
+_DEFINITION = re.compile(r"^define [^@\n]*@([\w.]+)\(.*?^}\n?", re.MULTILINE | re.DOTALL)
+_REFERENCE = re.compile(r"@([\w.]+)")
+
+
+@functools.lru_cache(maxsize=8)
+def _header_parts(header: str) -> tuple[list[str | None], dict[str, tuple[int, frozenset[str]]]]:
+    """`header` as pieces, each definition a None in the text that holds its place, and each
+    definition's name with its piece's index and the names it refers to."""
+    pieces: list[str | None] = []
+    definitions: dict[str, tuple[int, frozenset[str]]] = {}
+    start = 0
+    for match in _DEFINITION.finditer(header):
+        pieces.append(header[start:match.start()])
+        definitions[match.group(1)] = (len(pieces), frozenset(_REFERENCE.findall(match.group())))
+        pieces.append(match.group())
+        start = match.end()
+    pieces.append(header[start:])
+    return pieces, definitions
+
+
+def header_for(header: str, body: str) -> str:
+    """`header` with only the function definitions that `body` calls, directly or through
+    another. LLVM parses and optimizes every function of a module before it drops an unused
+    internal one: the 15 math functions every kernel module carried took 6% of the GPT step's
+    kernel compile time (3.54 s CPU against 3.32 s without them, each module compiled both ways in
+    turn) and 3.7 MB of LLVM text against 1.1 MB, which a compiled signature keeps."""
+    pieces, definitions = _header_parts(header)
+    wanted, pending = set(), [name for name in _REFERENCE.findall(body) if name in definitions]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending.extend(n for n in definitions[name][1] if n in definitions)
+    dropped = {definitions[name][0] for name in definitions.keys() - wanted}
+    return "".join(piece for index, piece in enumerate(pieces) if index not in dropped)
+
 
 def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
                   metadata: list[str], header: str) -> KernelModule:
@@ -77,7 +116,7 @@ def kernel_module(kernel_text: str, name: str, pointers: int, call: str, paralle
     placeholder = "tracer_kernel_"
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
               f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
-    text = "\n\n".join([header, body, export, *metadata]) + "\n"
+    text = "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n"
     symbol = placeholder + hashlib.sha256(text.encode()).hexdigest()[:32]
     return KernelModule(symbol, text.replace(f"@{placeholder}(", f"@{symbol}("))
 

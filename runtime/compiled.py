@@ -25,12 +25,12 @@ from tracer.codegen.bounds import RECORD_BYTES, Sites
 from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Function
 from tracer.ir.index_checks import checks_an_index
-from tracer.ir.loops import LoopKernel, LoopProgram
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.runtime import jit, pool
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
+    from tracer.ir.loops import LoopKernel, LoopProgram
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

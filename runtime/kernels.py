@@ -13,9 +13,13 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from tracer.codegen.module import GeneratedCode, KernelModule
-from tracer.runtime import jit
+from typing import TYPE_CHECKING
+
+from tracer.runtime import compile_worker, jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
+
+if TYPE_CHECKING:
+    from tracer.codegen.module import GeneratedCode, KernelModule
 
 # This process's kernel objects by symbol, most recently used last, up to MEMORY_BYTES in all (so
 # that a changed shape recompiles only what changed with the disk cache off too).
@@ -37,9 +41,20 @@ def kernel_options(text: str) -> dict[str, bool]:
 
 def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | None) -> list[bytes]:
     """The object codes of `code`, the entry's first, then each kernel module's; stored together
-    in the program's `cache` entry."""
-    objects = [jit.compile_object(code.entry, **ENTRY_OPTIONS),
-               *(kernel_object(k, checked) for k in code.kernels)]
+    in the program's `cache` entry. The modules not found compiled are compiled together
+    (runtime/compile_worker.py: in a second process too when they are many)."""
+    found = [found_object(kernel, checked) for kernel in code.kernels]
+    missing = [kernel for kernel, object_code in zip(code.kernels, found) if object_code is None]
+    compiled = compile_worker.compile_objects(
+        [(code.entry, ENTRY_OPTIONS), *((k.text, kernel_options(k.text)) for k in missing)])
+    made = dict(zip((kernel.symbol for kernel in missing), compiled[1:]))
+    for kernel in missing:
+        jit.count("kernels_compiled")
+        _remember(kernel.symbol, made[kernel.symbol])
+        if (kernel_cache := _kernel_cache(kernel, checked)) is not None:
+            kernel_cache.store(made[kernel.symbol])
+    objects = [compiled[0], *(object_code if object_code is not None else made[kernel.symbol]
+                              for kernel, object_code in zip(code.kernels, found))]
     jit.count("compiled")
     if cache is not None:
         cache.store(pack_objects(objects))
@@ -49,23 +64,23 @@ def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | Non
     return objects
 
 
-def kernel_object(kernel: KernelModule, checked: bool) -> bytes:
+def _kernel_cache(kernel: KernelModule, checked: bool) -> ObjectCache | None:
+    host = jit.host()
+    return open_entry(cache_key(kernel.text, host.triple, host.cpu, host.features, checked,
+                                host.llvm_version))
+
+
+def found_object(kernel: KernelModule, checked: bool) -> bytes | None:
+    """The object code of `kernel` compiled before, in this process or on disk; None if not."""
     with _lock:
         object_code = _objects.get(kernel.symbol)
         if object_code is not None:
             _objects.move_to_end(kernel.symbol)
     if object_code is None:
-        host = jit.host()
-        cache = open_entry(cache_key(kernel.text, host.triple, host.cpu, host.features, checked,
-                                     host.llvm_version))
+        cache = _kernel_cache(kernel, checked)
         object_code = cache.load() if cache is not None else None
         if object_code is None:
-            object_code = jit.compile_object(kernel.text, **kernel_options(kernel.text))
-            jit.count("kernels_compiled")
-            if cache is not None:
-                cache.store(object_code)
-            _remember(kernel.symbol, object_code)
-            return object_code
+            return None
         _remember(kernel.symbol, object_code)
     jit.count("kernel_hits")
     return object_code

@@ -8,6 +8,10 @@ the compile report).
 The other modules each do one of these steps and return here: runtime/recording.py records,
 ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
 runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
+
+What a disk-cache hit does not need -- the scheduler, the loop IR, the code generator and its
+Jinja2 templates, the gradient checker -- is imported where it is first used: a fresh process that
+finds its program compiled imports ~40 modules fewer.
 """
 from __future__ import annotations
 
@@ -16,33 +20,31 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from tracer import ir
-from tracer.codegen.bounds import Sites
-from tracer.codegen.module import GeneratedCode, generate_module
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
-from tracer.ir.fusion_text import format_fused
 from tracer.ir.graph import Function, gc_paused
 from tracer.ir.index_checks import checks_an_index
-from tracer.ir.loops import LoopProgram, format_program
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
-from tracer.ir.schedule import schedule
 from tracer.ir.text import format_function
-from tracer.ir.verify_loops import verify_loops
-from tracer.runtime import jit
+from tracer.runtime import compile_worker, jit
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
-from tracer.runtime.check_grads import check_custom_backwards
 from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry
 from tracer.runtime.kernels import ENTRY_OPTIONS, compile_program, kernel_options
 from tracer.runtime.recording import Recorder, Recording
+
+if TYPE_CHECKING:
+    from tracer.codegen.bounds import Sites
+    from tracer.codegen.module import GeneratedCode
+    from tracer.ir.loops import LoopProgram
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
@@ -97,6 +99,7 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
         stages["optimized"] = format_function(optimized)
     if unexpanded is not None:
         with step("check_grads", pause_collector=False):
+            from tracer.runtime.check_grads import check_custom_backwards
             check_custom_backwards(unexpanded, parameter_arrays(recording.sources, [
                 *(value for value, _ in leaves), *recording.captured,
                 *(np.array(float_input.value) for float_input in recording.floats)]))
@@ -166,6 +169,8 @@ def compile_graph(function: Function, write_into: dict[int, int] | None = None,
         with step("load"):
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
+        if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
+            compile_worker.start()  # it starts while the kernels are scheduled and rendered
         code = back_end.code  # scheduled and rendered on a miss only
         with step("llvm"):
             objects = compile_program(code, back_end.settings.checked, cache)
@@ -233,6 +238,8 @@ class BackEnd:
     @functools.cached_property
     def loops(self) -> LoopProgram:
         """The `loops` stage: the fused kernels scheduled on the plan, verified."""
+        from tracer.ir.schedule import schedule
+        from tracer.ir.verify_loops import verify_loops
         with self.step("schedule"):
             loops = schedule(self.fused, self.plan, self.settings.threads)
             verify_loops(loops)
@@ -241,6 +248,7 @@ class BackEnd:
     @functools.cached_property
     def code(self) -> GeneratedCode:
         """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
+        from tracer.codegen.module import generate_module
         loops = self.loops
         with self.step("render"):
             settings = self.settings
@@ -267,8 +275,10 @@ class BackEnd:
                              f"{', '.join(BACK_END_STAGES)}")
         if stage not in self._stages:
             if stage == "fused":
+                from tracer.ir.fusion_text import format_fused
                 text = format_fused(self.fused)
             elif stage == "loops":
+                from tracer.ir.loops import format_program
                 text = format_program(self.loops)
             else:
                 printer = jit.optimized_ir if stage == "llvm" else jit.assembly

@@ -24,7 +24,6 @@ from tracer.runtime.entry import Entry
 from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
-from tracer.runtime.report import write_report, write_report_to
 from tracer.runtime.signatures import SignatureCache
 from tracer.buffers import is_traced, results, state_of, write_back
 from tracer.context import is_grad_enabled, state
@@ -174,6 +173,7 @@ class TracedFunction:
                 continue
             folder, self._report_due = self._report_due, None
             if folder:  # a signature compiled: now cached, the TRACER_REPORT page shows it
+                from tracer.runtime.report import write_report_to  # (imports the templates)
                 write_report_to(self, folder)
             return entry, [value for value, _ in leaves], leaves
 
@@ -205,6 +205,7 @@ class TracedFunction:
     def report(self, path: str) -> str:
         """Write the HTML compile report of every signature compiled so far to `path`; returns
         the path (see runtime/report.py)."""
+        from tracer.runtime.report import write_report
         return write_report(self, path)
 
     def _dump(self, entry: Entry) -> None:
