@@ -13,6 +13,7 @@ import tracer as tr
 from tracer import ir
 from tracer.ir.fusion import MAX_SHARED_LOADS
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 
 SHAPE = (64, 48)
 
@@ -57,7 +58,7 @@ def test_a_shared_sum_of_many_stored_tensors_is_stored_once(count):
     inputs = arrays(count)
     tensors = [tr.tensor(a) for a in inputs]
     text = tr.trace(step).ir(*tensors, stage="optimized")
-    function = CompiledFunction(ir.parse_function(text))
+    function = compile_graph(ir.parse_function(text))
     if count >= MAX_SHARED_LOADS:  # summed once, by the kernel that stores the stream
         assert stored_intermediates(function) == 1
         assert [kernels_reading(function, p) for p in function.fused.function.parameters] == [
