@@ -22,8 +22,8 @@ import math
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
-                             Compute, Gemm, Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
-                             initial_value, line_of, literal)
+                             Compute, Gemm, HostCall, Load, LoopKernel, LoopProgram, Store,
+                             accumulator_dtype, initial_value, line_of, literal)
 from tracer.ir.memory import MemoryPlan
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
@@ -324,6 +324,13 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
         scheduler.emit(AllReduce(names[id(instruction.inputs[0])], result_names[0], result,
                                  result.type.size, result.dtype, instruction.attributes["op"],
                                  line=instruction.location))
+    elif kernel.kind == "host_callback":
+        (instruction,) = kernel.instructions
+        scheduler = KernelScheduler(fused, kernel, names)
+        scheduler.emit(HostCall(instruction.attributes["callback"],
+                                [names[id(v)] for v in instruction.inputs], result_names,
+                                list(instruction.inputs), list(kernel.results),
+                                line=instruction.location))
     else:
         scheduler = KernelScheduler(fused, kernel, names)
         if kernel.kind == "loop":

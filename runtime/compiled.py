@@ -35,13 +35,13 @@ from tracer.ir.graph import Function
 from tracer.ir.loops import LoopKernel, LoopProgram, format_program
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.ir.text import format_function
-from tracer.runtime import jit, pool
+from tracer.runtime import callbacks, jit, pool
 from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.kernels import compile_program, stage_text
 from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
 from tracer.runtime.code_settings import CodeSettings
 from tracer.errors import BoundsError, IndexOutOfRangeError
-from tracer.ir.index_checks import checks_an_index
+from tracer.ir.index_checks import can_fail
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 LOG = logging.getLogger("tracer.cache")
@@ -187,7 +187,7 @@ class CompiledFunction:
         every gather, so no copy is made.)"""
         kernels = self.fused.kernels
         checking = [n for n, kernel in enumerate(kernels)
-                    if any(checks_an_index(i) for i in kernel.instructions)]
+                    if any(can_fail(i) for i in kernel.instructions)]
         writing = [n for n, kernel in enumerate(kernels)
                    if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
         return bool(checking and writing) and min(writing) <= max(checking)
@@ -285,6 +285,8 @@ class CompiledFunction:
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
         if code == 0:
             return None
+        if self.sites.is_callback(code - 1):
+            callbacks.raise_failure()  # what the Python code raised
         error = IndexOutOfRangeError if self.sites.is_index(code - 1) else BoundsError
         return (error, *self.sites.message(code - 1, offset))
 

@@ -17,7 +17,7 @@ from tracer.codegen.module import GeneratedCode, generate_module
 from tracer.errors import BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Function, gc_paused
-from tracer.ir.index_checks import checks_an_index
+from tracer.ir.index_checks import can_fail
 from tracer.ir.loops import LoopProgram
 from tracer.ir.memory import MemoryPlan, plan_memory
 from tracer.ir.rows import group_rows
@@ -56,10 +56,10 @@ class BackEnd:
         with self.step("fuse"):
             self.fused: FusedFunction = group_rows(fuse(function, matmul_updates=blas))
         # Whether the code keeps an error record after the arena's temporaries (bounds-checked,
-        # or an index that may be out of range): decided once, here, for the code that writes it
-        # and the runtime that sizes the arena and reads it.
+        # an index that may be out of range, or a host callback): decided once, here, for the code
+        # that writes it and the runtime that sizes the arena and reads it.
         self.error_record: bool = checked or any(
-            checks_an_index(i) for kernel in self.fused.kernels for i in kernel.instructions)
+            can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries

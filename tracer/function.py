@@ -19,7 +19,8 @@ from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import attach, custom_node, delayed_error, edge_of
 from tracer.context import is_grad_enabled, no_grad, set_grad_enabled, state
-from tracer.errors import ArgumentError, FunctionBackwardError, InplaceError, definition_line
+from tracer.errors import (ArgumentError, FunctionBackwardError, HostValuesNeeded, InplaceError,
+                           definition_line)
 from tracer.creation import zeros
 from tracer.function_forward import inputs_kept, last_places, refuse_dirty_leaves
 from tracer.named import Named
@@ -157,8 +158,11 @@ class _FunctionRule:
         self.ctx.needs_input_grad = Named(self.argument_names, needs_by_argument)
         if self.trace is None:
             return self._run(builder, cotangents, tensor_positions)
-        with tracing(self.trace), self.trace.emitting_into(builder):
-            return self._run(builder, cotangents, tensor_positions)
+        try:
+            with tracing(self.trace), self.trace.emitting_into(builder):
+                return self._run(builder, cotangents, tensor_positions)
+        except HostValuesNeeded:  # a backward that reads tensor values runs on the host
+            return host_function.backward_on_host(self, builder, cotangents, needs)
 
     def _wrap(self, handle) -> Tensor:
         if isinstance(handle, Tensor):  # a backward that records its graph (create_graph)
@@ -257,8 +261,12 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     edges_before = [edge_of(t) for t in tensors] if trace is None else None
     labelled = trace.label(f"{name}.forward") if trace else contextlib.nullcontext()
     with inputs_kept(tensors) as watching:
-        with watching(), no_grad(), labelled:
-            raw = forward(ctx, *arguments)
+        try:
+            with watching(), no_grad(), labelled:
+                raw = forward(ctx, *arguments)
+        except HostValuesNeeded:  # a forward that reads tensor values runs on the host
+            return host_function.apply_on_host(name, forward, backward, functools.partial(
+                FunctionCtx, name, argument_names, list(ctx.needs_input_grad)), arguments, given, trace)
         multiple = isinstance(raw, (tuple, list))
         outputs = list(raw) if multiple else [raw]
         for dirty in ctx._dirty:
@@ -392,3 +400,6 @@ def once_differentiable(backward: Callable) -> Callable:
             return backward(ctx, *grad_outputs)
     run_once.once_differentiable = True
     return run_once
+
+
+from tracer import host_function  # noqa: E402 - it builds on this module's _FunctionRule
