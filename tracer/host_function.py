@@ -34,7 +34,7 @@ from tracer.ir.types import TensorType, is_float
 from tracer.ir.vjp import CustomRule
 from tracer.context import is_grad_enabled, no_grad
 from tracer.errors import HostCallbackError, definition_line, user_line
-from tracer.function import _FunctionRule
+from tracer.function_rule import FunctionRule
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
 
@@ -92,7 +92,7 @@ class HostFunction:
         return [Tensor._make(next(values), None, a.requires_grad, leaf=True)
                 if isinstance(a, Tensor) else a for a in self.arguments]
 
-    def run_forward(self, *arrays: np.ndarray) -> tuple[list, _FunctionRule]:
+    def run_forward(self, *arrays: np.ndarray) -> tuple[list, FunctionRule]:
         """The user's forward on tensors of `arrays` (eagerly, gradients off), and the rule that
         runs its backward with the ctx it filled."""
         with tracing(None), no_grad():
@@ -110,8 +110,8 @@ class HostFunction:
         ctx._saved_bases = [None] * len(ctx._saved)
         differentiable = [is_float(o.dtype) and not any(o is n for n in ctx._non_differentiable)
                           for o in outputs if isinstance(o, Tensor)]
-        rule = _FunctionRule(self.name, self.forward, self.backward, ctx, arguments, outputs,
-                             differentiable, None, self.given)
+        rule = FunctionRule(self.name, self.forward, self.backward, ctx, arguments, outputs,
+                            differentiable, None, self.given)
         return outputs, rule
 
     def traced_run(self, arrays: list[np.ndarray]) -> list[bool]:
@@ -146,7 +146,7 @@ class HostFunction:
         self.runs.rule = rule
         return tuple(results)
 
-    def rule_of_last_run(self, arrays: list) -> _FunctionRule:
+    def rule_of_last_run(self, arrays: list) -> FunctionRule:
         """The backward of this thread's last forward run, which ran earlier in the same call
         (the backward callback has the forward's result as an operand)."""
         return self.runs.rule
@@ -199,7 +199,7 @@ class HostBackward:
     `operands` (which order it after the forward run it needs, and hold what it reads) and the
     cotangents that flow; its results are the gradients of the inputs that need one."""
 
-    def __init__(self, name: str, rule_of_run: Callable[[list], _FunctionRule],
+    def __init__(self, name: str, rule_of_run: Callable[[list], FunctionRule],
                  operands: list[Value], input_types: list[TensorType], line: str):
         self.name, self.rule_of_run = name, rule_of_run
         self.operands, self.input_types, self.line = operands, input_types, line
@@ -230,7 +230,7 @@ class HostBackward:
         return [next(results) if need else None for need in needs]
 
 
-def backward_on_host(rule: _FunctionRule, builder, cotangents: list, needs: list[bool]) -> list:
+def backward_on_host(rule: FunctionRule, builder, cotangents: list, needs: list[bool]) -> list:
     """The traced backward of a Function whose forward was traced but whose backward reads
     tensor values: a host callback given the saved tensors and the tensors kept as ctx
     attributes, which it puts in a copy of ctx as eager tensors."""
@@ -241,7 +241,7 @@ def backward_on_host(rule: _FunctionRule, builder, cotangents: list, needs: list
     operands = [ctx._saved_handles[i] for i in saved] + [
         trace.handle_of(getattr(ctx, k)) for k in attributes]
 
-    def rule_of_run(arrays: list) -> _FunctionRule:
+    def rule_of_run(arrays: list) -> FunctionRule:
         eager_ctx = copy.copy(ctx)
         eager_ctx._trace, eager_ctx._saved_aliases = None, []
         eager_ctx._saved = list(ctx._saved)
