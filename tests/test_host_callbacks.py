@@ -242,3 +242,41 @@ def test_the_compiled_step_calls_back_from_another_thread():
     thread.start()
     thread.join()
     np.testing.assert_allclose(results[0], expected, rtol=1e-6)
+
+
+class SortWithIndex(tr.autograd.Function):
+    """Two outputs of two dtypes from one callback: the sorted values and the int64 order (not
+    differentiable); backward gets a gradient for each output (None-free: materialized)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        order = np.argsort(x.detach().numpy(), kind="stable")
+        ctx.save_for_backward(tr.from_numpy(order))
+        return tr.from_numpy(x.detach().numpy()[order]), tr.from_numpy(order)
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_order):
+        (order,) = ctx.saved_tensors
+        result = np.zeros_like(grad_values.numpy())
+        result[order.numpy()] = grad_values.numpy()
+        return tr.from_numpy(result)
+
+
+def test_a_callback_with_outputs_of_two_dtypes_matches_torch_sort():
+    values = np.array([0.3, -2.0, 1.5, 0.0, -0.7], np.float32)
+    weights = np.arange(1.0, 6.0, dtype=np.float32)
+
+    @tr.trace
+    def weighted_sort(x):
+        ordered, order = SortWithIndex.apply(x)
+        (ordered * tr.from_numpy(weights)).sum().backward()
+        return ordered, order, x.grad
+
+    ordered, order, grad = weighted_sort(tr.tensor(values, requires_grad=True))
+    x = torch.tensor(values, requires_grad=True)
+    expected, expected_order = torch.sort(x, stable=True)
+    (expected * torch.from_numpy(weights)).sum().backward()
+    assert ordered.tolist() == expected.tolist() and order.dtype == tr.int64
+    assert order.tolist() == expected_order.tolist() and grad.tolist() == x.grad.tolist()
+    fused = weighted_sort.ir(tr.tensor(values, requires_grad=True), stage="fused")
+    assert "host_callback[5]" in fused
