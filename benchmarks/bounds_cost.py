@@ -31,17 +31,24 @@ def compiled_program(inputs, checked: bool, threads: str):
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=100)
-    options = parser.parse_args()
+def lines(repeats: int = 100, budget: float = 60.0) -> list[str]:
+    """The figures, one line each: medians of up to `repeats` calls within `budget` seconds
+    per program (`make bench` runs this with fewer)."""
+    found: list[str] = []
     inputs = gelu.make_inputs(gelu.SIZES["1M"])
     for threads in ("1", ""):
         calls = {checked: compiled_program(inputs, checked, threads) for checked in (False, True)}
-        times = median_times(calls, Timing(repeats=options.repeats, budget=60.0))
-        print(f"GELU fwd+bwd 1M, threads={threads or 'default'}: unchecked "
-              f"{times[False] * 1e3:.3f} ms, checked {times[True] * 1e3:.3f} ms, "
-              f"ratio {times[True] / times[False]:.2f}")
+        times = median_times(calls, Timing(repeats=repeats, budget=budget))
+        found.append(f"GELU fwd+bwd 1M, threads={threads or 'default'}: unchecked "
+                     f"{times[False] * 1e3:.3f} ms, checked {times[True] * 1e3:.3f} ms, "
+                     f"ratio {times[True] / times[False]:.2f}")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=100)
+    print("\n".join(lines(parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

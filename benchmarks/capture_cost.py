@@ -43,10 +43,10 @@ def with_a_global(x):
     return (x * WEIGHT + 1).sum()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=200)
-    options = parser.parse_args()
+def lines(repeats: int = 200, budget: float = 60.0) -> list[str]:
+    """The figures, one line each: medians of up to `repeats` calls within `budget` seconds
+    per program (`make bench` runs this with fewer)."""
+    found: list[str] = []
     generator = np.random.default_rng(0)
     tensors = [tr.tensor(generator.standard_normal(16), dtype=tr.float32) for _ in range(4)]
     x = tr.tensor(generator.standard_normal(16), dtype=tr.float32)
@@ -70,15 +70,22 @@ def main() -> None:
         return run
 
     times = median_times({name: repeated(call) for name, call in calls.items()},
-                         Timing(repeats=options.repeats, minimum=20, budget=60.0))
+                         Timing(repeats=repeats, minimum=20, budget=budget))
     for name, (function, arguments) in {"arguments": (traced, (x, *tensors, SCALE)),
                                         "model object": (Model.step, (model, x)),
                                         "global tensor": (global_traced, (x,))}.items():
         entry, _, _ = function._lookup(arguments, {}, count=False)
         check = min(timeit.repeat(lambda entry=entry: captured_change(entry), number=10000, repeat=5)) / 10000
-        print(f"{name}: {times[name] / CALLS_PER_SAMPLE * 1e6:.1f} µs per call, "
-              f"guard check {check * 1e6:.2f} µs ({len(entry.guards)} paths, "
-              f"{len(entry.captured)} captured tensors)")
+        found.append(f"{name}: {times[name] / CALLS_PER_SAMPLE * 1e6:.1f} µs per call, "
+                     f"guard check {check * 1e6:.2f} µs ({len(entry.guards)} paths, "
+                     f"{len(entry.captured)} captured tensors)")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=200)
+    print("\n".join(lines(parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

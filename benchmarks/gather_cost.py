@@ -113,17 +113,24 @@ def cross_entropy_calls(rng) -> dict:
     return calls
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=50)
-    options = parser.parse_args()
+def lines(repeats: int = 50, budget: float = 60.0) -> list[str]:
+    """The figures, one line each: medians of up to `repeats` calls within `budget` seconds
+    per program (`make bench` runs this with fewer)."""
+    found: list[str] = []
     rng = np.random.default_rng(0)
     for title, calls in ((f"embedding lookup fwd+bwd, {LOOKUPS} rows of {ROWS}x{WIDTH}",
                           embedding_calls(rng)),
                          (f"cross-entropy fwd+bwd, {BATCH}x{CLASSES}", cross_entropy_calls(rng))):
-        times = median_times(calls, Timing(repeats=options.repeats, budget=60.0))
-        print(title + ": " + ", ".join(f"{name} {seconds * 1e3:.3f} ms"
-                                       for name, seconds in times.items()))
+        times = median_times(calls, Timing(repeats=repeats, budget=budget))
+        found.append(title + ": " + ", ".join(f"{name} {seconds * 1e3:.3f} ms"
+                                              for name, seconds in times.items()))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=50)
+    print("\n".join(lines(parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

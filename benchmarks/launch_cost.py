@@ -44,18 +44,25 @@ def compiled_call(x_array: np.ndarray, forced_parallel: bool):
     return lambda: traced(x)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20_000)
-    options = parser.parse_args()
+def lines(repeats: int = 20_000, budget: float = 20.0) -> list[str]:
+    """The figures, one line each: medians of up to `repeats` calls within `budget` seconds
+    per program (`make bench` runs this with fewer)."""
+    found: list[str] = []
     threads = os.environ.get("TRACER_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     for label, size in SIZES.items():
         x_array = np.random.default_rng(0).standard_normal(size).astype(np.float32)
         calls = {parallel: compiled_call(x_array, parallel) for parallel in (False, True)}
-        times = median_times(calls, Timing(repeats=options.repeats, budget=20.0))
-        print(f"x * 2 + 1 on {label} float32: 1 thread {times[False] * 1e6:.1f} µs, "
-              f"forced onto {threads} threads {times[True] * 1e6:.1f} µs per call, "
-              f"difference {(times[True] - times[False]) * 1e6:+.1f} µs")
+        times = median_times(calls, Timing(repeats=repeats, budget=budget))
+        found.append(f"x * 2 + 1 on {label} float32: 1 thread {times[False] * 1e6:.1f} µs, "
+                     f"forced onto {threads} threads {times[True] * 1e6:.1f} µs per call, "
+                     f"difference {(times[True] - times[False]) * 1e6:+.1f} µs")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20_000)
+    print("\n".join(lines(parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

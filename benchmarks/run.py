@@ -40,9 +40,10 @@ def main() -> None:
 
 
 def run(quick: bool, output: Path) -> None:
-    from benchmarks import (cnn, compile_time, cross_entropy, dispatch, distributed, first_result,
-                            gelu, higher_order, layer_norm, mlp, peers, readme_table, report,
-                            transformer, two_layer)
+    from benchmarks import (bounds_cost, capture_cost, cnn, compile_time, cross_entropy, dispatch,
+                            distributed, first_result, gather_cost, gelu, higher_order,
+                            launch_cost, layer_norm, mlp, peers, readme_table, report, transformer,
+                            two_layer)
     from benchmarks.harness import PEERS, Timing
 
     timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
@@ -70,9 +71,15 @@ def run(quick: bool, output: Path) -> None:
     # where the model steps' time goes, kernel by kernel (TRACER_PROFILE=1)
     profiles = [*mlp.profiles(quick), *transformer.profiles(quick)]
     print(f"{time.perf_counter() - started:6.1f}s  kernel profiles", flush=True)
+    # what the index and bounds checks, the guards of captured state and a parallel launch cost
+    costs = [line for probe in (bounds_cost, gather_cost, capture_cost, launch_cost)
+             for line in (probe.lines(budget=3.0) if quick else probe.lines())]
+    print(f"{time.perf_counter() - started:6.1f}s  costs of checks, guards and launches", flush=True)
     text = report.table(rows, notes)
     text += ("\n## Where the tracer's model steps spend their time (TRACER_PROFILE=1)\n\n```\n"
              + "\n\n".join(profiles) + "\n```\n")
+    text += ("\n## What checks, guards and parallel launches cost\n\n```\n" + "\n".join(costs)
+             + "\n```\n")
     (output / "results.md").write_text(text)
     report.chart(rows, notes[0], output / "results.png")
     if output == HERE:

@@ -2,12 +2,12 @@
 causal self-attention, layer norm, GELU MLP, cross-entropy on the next character) with AdamW's
 update, `loss.backward(); optimizer.step(); optimizer.zero_grad()` in one step. The tracer runs the
 example's own model and step; PyTorch runs the same model written with torch.nn (`torch_gpt()`,
-also the oracle of tests/test_transformer_example.py), from the same initial weights on the same
+also the oracle of tests/test_examples_transformer.py), from the same initial weights on the same
 batch, eagerly and under torch.compile. No numpy or jax version: writing the backward of a
 transformer by hand is not what their users do.
 
 The float64 reference is the tracer's eager mode in float64 (numpy, the reference semantics, which
-tests/test_transformer_example.py checks against PyTorch to 1e-12).
+tests/test_examples_transformer.py checks against PyTorch to 1e-12).
 """
 from __future__ import annotations
 

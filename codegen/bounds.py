@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Value
 from tracer.ir.memory import MemoryPlan
 
@@ -86,15 +85,3 @@ class Sites:
                 f"the kernel stopped before the access and no later kernel ran"), s.line
 
 
-def arena_overflow(fused: FusedFunction, plan: MemoryPlan) -> str | None:
-    """What lies outside the arena in `plan`, if anything. The kernels check each offset against
-    its buffer's element count, relative to the buffer's pointer; that every temporary's block is
-    inside the arena is a fact of the plan, so it is checked once, at compile time."""
-    for kernel in fused.kernels:
-        for value in kernel.results:
-            location = plan.write(value)
-            end = location.index + value.type.size * value.dtype.itemsize
-            if location.kind == "arena" and (location.index < 0 or end > plan.arena_size):
-                return (f"the memory plan puts %{value.name} ({value.type}) at bytes "
-                        f"[{location.index}, {end}) of an arena of {plan.arena_size} bytes")
-    return None

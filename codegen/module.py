@@ -47,7 +47,7 @@ class GeneratedCode(NamedTuple):
     symbol. A kernel module's text does not depend on the program around it (its kernel is renamed
     `kernel`, its loop metadata numbered from 0), and its exported symbol is named after a hash of
     that text, so identical kernels (the same layer repeated, the same step at another batch
-    size) are one module, compiled once and cached on their own (runtime/compiled.py)."""
+    size) are one module, compiled once and cached on their own (runtime/kernels.py)."""
     entry: str
     kernels: list[KernelModule]
     sites: Sites | None

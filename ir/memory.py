@@ -148,3 +148,17 @@ def plan_memory(fused: FusedFunction, write_into: dict[int, int] | None = None) 
             plan.locations[id(value)] = location
             plan.result_locations[id(value)] = location
     return plan
+
+
+def arena_overflow(fused: FusedFunction, plan: MemoryPlan) -> str | None:
+    """What lies outside the arena in `plan`, if anything. The kernels check each offset against
+    its buffer's element count, relative to the buffer's pointer; that every temporary's block is
+    inside the arena is a fact of the plan, so it is checked once, at compile time."""
+    for kernel in fused.kernels:
+        for value in kernel.results:
+            location = plan.write(value)
+            end = location.index + value.type.size * value.dtype.itemsize
+            if location.kind == "arena" and (location.index < 0 or end > plan.arena_size):
+                return (f"the memory plan puts %{value.name} ({value.type}) at bytes "
+                        f"[{location.index}, {end}) of an arena of {plan.arena_size} bytes")
+    return None

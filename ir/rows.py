@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tracer.ir.fusion import FusedFunction, Kernel, code_cost
+from tracer.ir.fusion import FusedFunction, Kernel, code_cost, reads_at_own_index
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import accumulator_dtype
 from tracer.ir.primitives import ELEMENTWISE, REDUCE
@@ -131,25 +131,10 @@ def _reads_own_row(root: Value, k: int, group: _Group, own: set[int],
     """Whether computing `root` at a row's index reads the group's row values only at that row,
     and no result of its reduction parts. The walk goes through what is computed inline (not
     stored, or a result of the kernel itself, in `own`)."""
-    stack = [(root, True)]
-    seen: set[tuple[int, bool]] = set()
-    while stack:
-        value, aligned = stack.pop()
-        if (id(value), aligned) in seen:
-            continue
-        seen.add((id(value), aligned))
-        if id(value) in group.reduced:
-            return False
-        if id(value) in group.row_values:
-            if not aligned:
-                return False
-            continue
-        if value.producer is None or (id(value) in materialized and id(value) not in own):
-            continue
-        instruction = value.producer
-        stack.extend((operand, aligned and _keeps_rows(instruction, value, operand, k))
-                     for operand in instruction.inputs)
-    return True
+    return reads_at_own_index(
+        root, group.row_values, lambda value: id(value) in materialized and id(value) not in own,
+        keeps_index=lambda instruction, value, operand: _keeps_rows(instruction, value, operand, k),
+        forbidden=group.reduced, include_root=True)
 
 
 def _row_bytes(value: Value, rows: tuple[int, ...]) -> int:

@@ -1,16 +1,13 @@
-"""A compiled Function: fused kernels in LLVM modules (runtime/kernels.py), one native entry point.
+"""A compiled Function: the object code runtime/pipeline.py made for its memory plan, loaded, with
+one native entry point.
 
-    compiled = compile_function(ir.optimize(function))
+    compiled = pipeline.compile_function(ir.optimize(function))
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
 
-Everything that does not depend on the argument values is done once, at construction: fusion,
-memory planning, the disk-cache key (from the program and the settings), then either loading the
-object code of a hit, or scheduling, code generation and compilation (runtime/pipeline.py); the
-output shapes and dtypes and the layout of the pointer array. The loop IR and the LLVM text of a
-hit are made only if asked for (`loops`, `llvm_ir`, `stage_text`, a bounds failure's message). A
-call converts the arguments to C-contiguous arrays of the parameter dtypes (a no-op when they
-already are), allocates the outputs, fills the pointer array and makes one ctypes call, which
-releases the GIL.
+Loading fixes what does not depend on the argument values: the output shapes and dtypes and the
+layout of the pointer array. A call converts the arguments to C-contiguous arrays of the
+parameter dtypes (a no-op when they already are), allocates the outputs, fills the pointer array
+and makes one ctypes call, which releases the GIL.
 
 With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
 a call whose native code caught an access outside a buffer raises `tr.BoundsError`. The indices of
@@ -20,31 +17,23 @@ arguments are unchanged (see `CompiledFunction._copies_targets`).
 from __future__ import annotations
 
 import ctypes
-import logging
-import threading
-import time
-import weakref
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from tracer.codegen.bounds import RECORD_BYTES, Sites
 from tracer.ir.fusion import FusedFunction
-from tracer.ir.fusion_text import format_fused
 from tracer.ir.graph import Function
-from tracer.ir.loops import LoopKernel, LoopProgram, format_program
-from tracer.ir.memory import ALIGNMENT, MemoryPlan
-from tracer.ir.text import format_function
-from tracer.runtime import callbacks, jit, pool
-from tracer.runtime.cache import ObjectCache, cache_directory, cache_key, open_entry, unpack_objects
-from tracer.runtime.kernels import compile_program, stage_text
-from tracer.runtime.pipeline import BACK_END_STAGES, BackEnd
-from tracer.runtime.code_settings import CodeSettings
-from tracer.errors import BoundsError, IndexOutOfRangeError
 from tracer.ir.index_checks import can_fail
+from tracer.ir.loops import LoopKernel, LoopProgram
+from tracer.ir.memory import ALIGNMENT, MemoryPlan
+from tracer.runtime import callbacks, jit, pool
+from tracer.errors import BoundsError, IndexOutOfRangeError
+
+if TYPE_CHECKING:
+    from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-LOG = logging.getLogger("tracer.cache")
 
 
 class KernelTime(NamedTuple):
@@ -63,44 +52,21 @@ class CompiledFunction:
     copy of the argument and returns the copy, which the caller copies back. So the caller writes
     back with `if output is not target: np.copyto(target, output)`."""
 
-    stages: tuple[str, ...] = BACK_END_STAGES  # the stages `stage_text` prints
-
-    def __init__(self, function: Function, write_into: dict[int, int] | None = None,
-                 settings: CodeSettings | None = None):
-        self.function = function
-        self.settings = settings = settings or CodeSettings.current()
-        self.profiling = settings.profile
-        host = jit.host()
-        self.back_end = BackEnd(function, write_into, blas=settings.blas,
-                                threads=settings.threads, triple=host.triple,
-                                layout=settings.layout, profile=settings.profile,
-                                checked=settings.checked)
-        self.timings: dict[str, float] = self.back_end.timings  # seconds per back-end step
-        self.fused: FusedFunction = self.back_end.fused
-        self.plan: MemoryPlan = self.back_end.plan
+    def __init__(self, back_end: "BackEnd", objects: list[bytes], from_disk_cache: bool):
+        """Load `objects`, the code runtime/pipeline.py made (or found in the disk cache) for the
+        plan of `back_end`; raises RuntimeError if LLVM refuses them."""
+        self.back_end = back_end
+        self.function: Function = back_end.function
+        self.settings = back_end.settings
+        self.profiling = self.settings.profile
+        self.timings: dict[str, float] = back_end.timings  # seconds per back-end step
+        self.fused: FusedFunction = back_end.fused
+        self.plan: MemoryPlan = back_end.plan
+        self.disk_key: bytes = back_end.disk_key
+        self.from_disk_cache = from_disk_cache
         self.in_place: dict[int, int] = dict(self.plan.in_place)
-        # The disk key comes from the program and the settings, so a hit needs neither the loop
-        # IR nor the LLVM text. The user's lines do not change the object code (the table of
-        # bounds-checked accesses that names them is made from `function` when needed): an edit
-        # that moves the code still hits.
-        program = "\n".join([format_function(function, locations=False),
-                             f"write_into={sorted((write_into or {}).items())}", repr(settings)])
-        self.disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
-                                  host.llvm_version)
-        cache = open_entry(self.disk_key)
-        started = time.perf_counter()
-        cached = cache.load() if cache is not None else None
-        objects = unpack_objects(cached) if cached is not None else None
-        self.from_disk_cache = objects is not None and self._load(objects, cache)
-        if not self.from_disk_cache:
-            code = self.back_end.code  # scheduled and rendered on a miss only (timed there)
-            started = time.perf_counter()
-            self._link(compile_program(code, settings.checked, cache))
-        self.timings["llvm"] = time.perf_counter() - started  # compiling, or loading a hit
-        # the steps of compiling (a hit's loop IR and LLVM text, made later if asked for, are not)
-        self.compile_steps = tuple(self.timings)
-        self._stages: dict[str, str] = {}
-
+        self._link(objects)
+        function = self.function
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
@@ -127,19 +93,6 @@ class CompiledFunction:
         self._arena_size = self.plan.arena_size + (RECORD_BYTES if self._checked else 0)
         self._arena, address = self._new_arena()
         self._free_arena = [address]  # empty while a call runs on it
-
-    def _load(self, objects: list[bytes], cache: ObjectCache) -> bool:
-        """Run `objects` from the disk cache; False if LLVM refuses them (an entry this user's
-        processes wrote, so only a bug of ours: the caller compiles again)."""
-        try:
-            self._link(objects)
-        except RuntimeError as error:
-            LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
-                        self.function.name, cache.path, error)
-            return False
-        jit.count("disk_hits")
-        LOG.debug("disk cache hit: %s", cache.path)
-        return True
 
     def _link(self, objects: list[bytes]) -> None:
         """Link `objects` (the thread pool first if they call it) and bind their entry points as
@@ -299,28 +252,20 @@ class CompiledFunction:
         return [KernelTime(code.name, counts[2 * i], counts[2 * i + 1] * 1e-9)
                 for i, code in enumerate(self.kernels)]
 
+    @property
+    def compile_steps(self) -> tuple[str, ...]:
+        """The back-end steps of compiling (a hit's loop IR and LLVM text, made later if asked
+        for, are not)."""
+        return self.back_end.compile_steps
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages `stage_text` prints."""
+        return self.back_end.stages
+
     def stage_text(self, stage: str) -> str:
-        """The printed form of a back-end stage: "fused", "loops", "llvm" (optimized) or
-        "asm"."""
-        if stage not in BACK_END_STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of "
-                             f"{', '.join(BACK_END_STAGES)}")
-        if stage not in self._stages:
-            if stage == "fused":
-                self._stages[stage] = format_fused(self.fused)
-            elif stage == "loops":
-                self._stages[stage] = format_program(self.loops)
-            elif stage == "llvm":
-                self._stages[stage] = stage_text(self.back_end.code, jit.optimized_ir)
-            else:
-                self._stages[stage] = stage_text(self.back_end.code, jit.assembly)
-        return self._stages[stage]
-
-
-# Shared by every traced function whose signature gives the same graph, and only while one of them
-# holds it: the native code is freed with the last reference.
-_compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakValueDictionary()
-_compiled_lock = threading.Lock()
+        """The printed form of a back-end stage (see BackEnd.stage_text)."""
+        return self.back_end.stage_text(stage)
 
 
 def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> bool:
@@ -335,23 +280,3 @@ def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> 
             if start < begin + array.nbytes and begin < start + size:
                 return True
     return False
-
-
-def compile_function(function: Function,
-                     write_into: dict[int, int] | None = None) -> CompiledFunction:
-    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
-    (and the settings that change the generated code) while it is in use."""
-    write_into = dict(write_into or {})
-    settings = CodeSettings.current()
-    key = (format_function(function), tuple(sorted(write_into.items())), settings,
-           cache_directory())
-    with _compiled_lock:
-        compiled = _compiled.get(key)
-    if compiled is not None:
-        LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
-                  function.name)
-    else:
-        compiled = CompiledFunction(function, write_into, settings)
-        with _compiled_lock:
-            compiled = _compiled.setdefault(key, compiled)
-    return compiled

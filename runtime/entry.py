@@ -1,22 +1,13 @@
-"""A compiled signature: what a call of it needs (`Entry`), and how one trace of the function
-becomes one (`compile_entry`: gradients expanded, optimized, compiled, guarded)."""
+"""A compiled signature: what a call of it needs (`Entry`), built from its recording and its
+compiled code with the guards that say when it still applies (`build_entry`)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
-from tracer import ir
-from tracer.runtime.arguments import parameter_arrays
-from tracer.runtime.check_grads import check_custom_backwards
-from tracer.runtime.compiled import compile_function
 from tracer.runtime.floats import compile_reader
 from tracer.runtime.guards import captured_names, captured_state, compile_check, guards_for
-from tracer.runtime.pipeline import STAGES
-from tracer.runtime.recording import record
-from tracer.errors import ArgumentError
+from tracer.runtime.recording import Recording
 from tracer.tensor import Tensor
 
 
@@ -59,40 +50,14 @@ class Entry:
     reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
 
-def compile_entry(python_function: Callable, name: str, leaves: Sequence, rebuild: Callable,
-                  static_objects: Sequence[tuple[str, Any]], check_grads: bool,
-                  static_floats: frozenset[str] = frozenset()) -> Entry:
-    """Trace `python_function` once (see `record`, which takes `leaves`, `rebuild`,
-    `static_objects` and `static_floats`), expand its gradients, optimize it and compile it: the
-    entry of its signature. `check_grads` checks every custom backward against finite
-    differences first."""
-    started = time.perf_counter()
-    recording = record(python_function, name, leaves, rebuild, static_objects, check_grads,
-                       static_floats)
-    function, stages, sources = recording.function, recording.stages, recording.sources
-    timings = {"trace": recording.seconds}
-    ir.verify(function)
-    stages["grad"] = ir.format_function(function)
-    timings["grad"] = time.perf_counter() - started - sum(timings.values())
-    optimized = ir.optimize(function)
-    ir.verify(optimized)
-    stages["optimized"] = ir.format_function(optimized)
-    timings["optimize"] = time.perf_counter() - started - sum(timings.values())
+def build_entry(recording: Recording, executable: Any, leaves: Sequence,
+                stages: dict[str, str], timings: dict[str, float]) -> Entry:
+    """The entry of a signature whose trace is `recording` (made from the argument `leaves`) and
+    whose compiled code is `executable`, with its guards; `stages` and `timings` are the front
+    end's (runtime/pipeline.py)."""
     captured = recording.captured
-    if recording.unexpanded is not None:
-        check_custom_backwards(recording.unexpanded, parameter_arrays(
-            sources, [value for value, _ in leaves] + captured
-            + [np.array(float_input.value) for float_input in recording.floats]))
-        timings["check_grads"] = time.perf_counter() - started - sum(timings.values())
-    # Updated data and .grad are written straight into the argument's buffer where that is safe.
-    parameter_of = {(kind, index): position for position, (kind, index) in enumerate(sources)}
-    write_into = {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
-                  for index, kind, output in recording.writebacks
-                  if ("leaf" if kind == "data" else "grad", index) in parameter_of}
-    executable = compile_function(optimized, write_into=write_into)
-    timings["backend"] = time.perf_counter() - started - sum(timings.values())
     entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
-                  recording.writebacks, recording.cleared, sources, captured,
+                  recording.writebacks, recording.cleared, recording.sources, captured,
                   captured_state(captured), stages=stages, rules=recording.rules)
     if not recording.writebacks and not recording.cleared:
         entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
@@ -109,12 +74,3 @@ def compile_entry(python_function: Callable, name: str, leaves: Sequence, rebuil
                              for k, name in enumerate(entry.captured_names)})
     entry.timings = timings
     return entry
-
-
-def stage_text(entry: Entry, stage: str) -> str:
-    """The text of one pipeline stage of a compiled signature."""
-    if stage in entry.stages:
-        return entry.stages[stage]
-    if stage not in STAGES:
-        raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    return entry.executable.stage_text(stage)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from typing import Callable
-
 from tracer.codegen.module import GeneratedCode, KernelModule
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
@@ -49,14 +47,6 @@ def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | Non
     else:
         jit.LOG.debug("disk cache off: compiled to machine code")
     return objects
-
-
-def stage_text(code: GeneratedCode, printer: Callable[..., str]) -> str:
-    """`printer` (jit.optimized_ir or jit.assembly) of each module of `code`, compiled as
-    `compile_program` compiles it."""
-    return "\n".join([printer(code.entry, **ENTRY_OPTIONS),
-                      *(printer(kernel.text, **kernel_options(kernel.text))
-                        for kernel in code.kernels)])
 
 
 def kernel_object(kernel: KernelModule, checked: bool) -> bytes:

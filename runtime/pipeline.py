@@ -1,28 +1,48 @@
-"""The compiler's pipeline, top to bottom: the stages every compiled signature goes through, each
-printable (`f.ir(*args, stage=...)`, `TRACER_DUMP`, the compile report).
+"""The compiler's pipeline, top to bottom: one call of a traced function becomes the native code of
+its signature, stage by stage, each timed and printable (`f.ir(*args, stage=...)`, TRACER_DUMP,
+the compile report).
 
-The front end (runtime/trace.py) traces and optimizes; the back end (`BackEnd`, which
-runtime/compiled.py runs) fuses, places the buffers in memory, schedules the loops and renders
-them to LLVM IR, which LLVM optimizes and compiles (or a disk-cache hit replaces).
+    compile_signature   trace → grad → optimize (→ check_grads) → back end → the signature's Entry
+    compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
+
+The other modules each do one of these steps and return here: runtime/recording.py records,
+ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
+runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
-from typing import Iterator
+import weakref
+from typing import Any, Callable, Iterator, Sequence
 
-from tracer.codegen.bounds import Sites, arena_overflow
+import numpy as np
+
+from tracer import ir
+from tracer.codegen.bounds import Sites
 from tracer.codegen.module import GeneratedCode, generate_module
-from tracer.errors import BoundsError
+from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
+from tracer.ir.fusion_text import format_fused
 from tracer.ir.graph import Function, gc_paused
 from tracer.ir.index_checks import can_fail
-from tracer.ir.loops import LoopProgram
-from tracer.ir.memory import MemoryPlan, plan_memory
+from tracer.ir.loops import LoopProgram, format_program
+from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.schedule import schedule
+from tracer.ir.text import format_function
 from tracer.ir.verify_loops import verify_loops
+from tracer.runtime import jit
+from tracer.runtime.arguments import parameter_arrays
+from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
+from tracer.runtime.check_grads import check_custom_backwards
+from tracer.runtime.code_settings import CodeSettings
+from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.entry import Entry, build_entry
+from tracer.runtime.kernels import ENTRY_OPTIONS, compile_program, kernel_options
+from tracer.runtime.recording import Recorder, Recording
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
@@ -33,54 +53,188 @@ STAGES = (
     "llvm",       # the LLVM IR rendered from the loops (codegen/), after LLVM's optimizer
     "asm",        # the machine code for the host CPU
 )
-# The stages before "fused" are kept as text by the traced function (runtime/trace.py); these are
-# printed on demand by the compiled function (runtime/compiled.py).
-BACK_END_STAGES = STAGES[STAGES.index("fused"):]
+FRONT_END_STAGES = STAGES[:STAGES.index("fused")]  # kept as text by each signature's Entry
+BACK_END_STAGES = STAGES[STAGES.index("fused"):]  # printed on demand by the BackEnd
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
 
 
-class BackEnd:
-    """What the back end makes of one optimized Function. The fused kernels and the memory plan
-    are made at once: calling the code needs the plan (the outputs, the arena, the in-place
-    pairs). The loop IR and the LLVM text are made when first asked for: compiling asks at once,
-    while a disk-cache hit runs the object code without them (they are made for `stage_text`, the
-    report or a bounds failure's message)."""
+class Steps:
+    """Seconds per step, in the order the steps ran."""
 
-    def __init__(self, function: Function, write_into: dict[int, int] | None, *, blas: bool,
-                 threads: int, triple: str, layout: tuple[int, int] | None, profile: bool,
-                 checked: bool):
-        self.function = function
-        self.blas, self.threads, self.triple = blas, threads, triple
-        self.layout, self.profile, self.checked = layout, profile, checked
-        self.timings: dict[str, float] = {}  # seconds per step, in the order they ran
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, pause_collector: bool = True) -> Iterator[None]:
+        """Times the step `name`, with the cyclic garbage collector paused (see
+        ir.graph.gc_paused) unless it runs the user's code."""
+        started = time.perf_counter()
+        with gc_paused() if pause_collector else contextlib.nullcontext():
+            yield
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - started
+
+
+def compile_signature(python_function: Callable, name: str, leaves: Sequence, rebuild: Callable,
+                      static_objects: Sequence[tuple[str, Any]], check_grads: bool,
+                      static_floats: frozenset[str] = frozenset()) -> Entry:
+    """Trace `python_function` once (see runtime/recording.Recorder, which takes `leaves`,
+    `rebuild`, `static_objects` and `static_floats`), expand its gradients, optimize and compile
+    it: the entry of its signature. `check_grads` checks every custom backward against finite
+    differences first. Raises recording.Specialize when the trace needs static values."""
+    step, stages = Steps(), {}
+    with Recorder(python_function, name, leaves, rebuild, static_objects, static_floats) as recorder:
+        with step("trace", pause_collector=False):
+            traced = recorder.trace()
+            stages["traced"] = format_function(traced)
+            # the autodiff pass rewrites the graph: the check evaluates the traced one
+            unexpanded = traced.copy() if check_grads else None
+        with step("grad", pause_collector=False):  # (traces the custom backwards)
+            stages["grad"] = format_function(recorder.expand_gradients())
+    recording = recorder.recording
+    with step("optimize"):
+        optimized = ir.optimize(recording.function)
+        ir.verify(optimized)
+        stages["optimized"] = format_function(optimized)
+    if unexpanded is not None:
+        with step("check_grads", pause_collector=False):
+            check_custom_backwards(unexpanded, parameter_arrays(recording.sources, [
+                *(value for value, _ in leaves), *recording.captured,
+                *(np.array(float_input.value) for float_input in recording.floats)]))
+    with step("backend"):
+        executable = compile_function(optimized, write_into=_written_in_place(recording))
+    return build_entry(recording, executable, leaves, stages, step.timings)
+
+
+def _written_in_place(recording: Recording) -> dict[int, int]:
+    """{output: parameter}: updated data and .grad written straight into the argument's buffer
+    (where the memory plan finds that safe)."""
+    parameter_of = {(kind, index): position
+                    for position, (kind, index) in enumerate(recording.sources)}
+    return {output: parameter_of[("leaf" if kind == "data" else "grad", index)]
+            for index, kind, output in recording.writebacks
+            if ("leaf" if kind == "data" else "grad", index) in parameter_of}
+
+
+def stage_text(entry: Entry, stage: str) -> str:
+    """The text of one pipeline stage of a compiled signature."""
+    if stage in entry.stages:
+        return entry.stages[stage]
+    if stage not in STAGES:
+        raise ArgumentError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    return entry.executable.stage_text(stage)
+
+
+# Shared by every traced function whose signature gives the same graph, and only while one of them
+# holds it: the native code is freed with the last reference.
+_compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakValueDictionary()
+_compiled_lock = threading.Lock()
+
+
+def compile_function(function: Function,
+                     write_into: dict[int, int] | None = None) -> CompiledFunction:
+    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
+    (and the settings that change the generated code) while it is in use."""
+    write_into = dict(write_into or {})
+    settings = CodeSettings.current()
+    key = (format_function(function), tuple(sorted(write_into.items())), settings,
+           cache_directory())
+    with _compiled_lock:
+        compiled = _compiled.get(key)
+    if compiled is not None:
+        jit.LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
+                      function.name)
+        return compiled
+    compiled = compile_graph(function, write_into, settings)
+    with _compiled_lock:
+        return _compiled.setdefault(key, compiled)
+
+
+def compile_graph(function: Function, write_into: dict[int, int] | None = None,
+                  settings: CodeSettings | None = None) -> CompiledFunction:
+    """The back end: `function` (optimized) fused, its memory planned, and its object code loaded
+    from the disk cache or scheduled, rendered and compiled, then loaded.
+
+    `write_into={output index: parameter index}` asks for outputs written directly into the
+    buffers of parameters (an in-place update; see CompiledFunction)."""
+    back_end = BackEnd(function, write_into, settings or CodeSettings.current())
+    step = back_end.step
+    cache = open_entry(back_end.disk_key)
+    cached = cache.load() if cache is not None else None
+    objects = unpack_objects(cached) if cached is not None else None
+    compiled = None
+    if objects is not None:
+        with step("load"):
+            compiled = back_end.load(objects, str(cache.path))
+    if compiled is None:
+        code = back_end.code  # scheduled and rendered on a miss only
+        with step("llvm"):
+            objects = compile_program(code, back_end.settings.checked, cache)
+        with step("load"):
+            compiled = CompiledFunction(back_end, objects, from_disk_cache=False)
+    back_end.compile_steps = tuple(back_end.timings)
+    return compiled
+
+
+class BackEnd:
+    """What the back end makes of one optimized Function, and the printed form of each of its
+    stages. The fused kernels and the memory plan are made at once: calling the code needs the
+    plan (the outputs, the arena, the in-place pairs). The loop IR and the LLVM text are made when
+    first asked for: compiling asks at once, while a disk-cache hit runs the object code without
+    them (they are made for `stage_text`, the report or a bounds failure's message)."""
+
+    stages = BACK_END_STAGES  # what `stage_text` prints
+
+    def __init__(self, function: Function, write_into: dict[int, int] | None,
+                 settings: CodeSettings):
+        self.function, self.settings = function, settings
+        self.host = jit.host()
+        self.step = Steps()
+        self.timings = self.step.timings
+        self.compile_steps: tuple[str, ...] = ()  # the steps of compiling, set when it ends
+        self._stages: dict[str, str] = {}
         with self.step("fuse"):
-            self.fused: FusedFunction = group_rows(fuse(function, matmul_updates=blas))
+            fused = fuse(function, matmul_updates=settings.blas)
+        with self.step("rows"):
+            self.fused: FusedFunction = group_rows(fused)
         # Whether the code keeps an error record after the arena's temporaries (bounds-checked,
         # an index that may be out of range, or a host callback): decided once, here, for the code
         # that writes it and the runtime that sizes the arena and reads it.
-        self.error_record: bool = checked or any(
+        self.error_record: bool = settings.checked or any(
             can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries
             # lie inside the arena is a fact of the plan, checked here once.
-            overflow = arena_overflow(self.fused, self.plan) if checked else None
+            overflow = arena_overflow(self.fused, self.plan) if settings.checked else None
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
+        # The disk key comes from the program and the settings, so a hit needs neither the loop
+        # IR nor the LLVM text. The user's lines do not change the object code (the table of
+        # bounds-checked accesses that names them is made from `function` when needed): an edit
+        # that moves the code still hits.
+        program = "\n".join([format_function(function, locations=False),
+                             f"write_into={sorted((write_into or {}).items())}", repr(settings)])
+        self.disk_key = cache_key(program, self.host.triple, self.host.cpu, self.host.features,
+                                  settings.checked, self.host.llvm_version)
 
-    @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        """Times the step `name` into `timings`, with the cyclic garbage collector paused."""
-        started = time.perf_counter()
-        with gc_paused():  # see ir.graph.gc_paused
-            yield
-        self.timings[name] = time.perf_counter() - started
+    def load(self, objects: list[bytes], path: str) -> CompiledFunction | None:
+        """The CompiledFunction of `objects` from the disk cache; None if LLVM refuses them (an
+        entry this user's processes wrote, so only a bug of ours: the caller compiles again)."""
+        try:
+            compiled = CompiledFunction(self, objects, from_disk_cache=True)
+        except RuntimeError as error:
+            jit.LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
+                            self.function.name, path, error)
+            return None
+        jit.count("disk_hits")
+        jit.LOG.debug("disk cache hit: %s", path)
+        return compiled
 
     @functools.cached_property
     def loops(self) -> LoopProgram:
         """The `loops` stage: the fused kernels scheduled on the plan, verified."""
         with self.step("schedule"):
-            loops = schedule(self.fused, self.plan, self.threads)
+            loops = schedule(self.fused, self.plan, self.settings.threads)
             verify_loops(loops)
         return loops
 
@@ -88,9 +242,11 @@ class BackEnd:
     def code(self) -> GeneratedCode:
         """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
         loops = self.loops
-        with self.step("codegen"):
-            return generate_module(loops, self.plan, self.triple, self.blas, self.layout,
-                                   self.profile, self.checked, self.error_record)
+        with self.step("render"):
+            settings = self.settings
+            return generate_module(loops, self.plan, self.host.triple, settings.blas,
+                                   settings.layout, settings.profile, settings.checked,
+                                   self.error_record)
 
     @property
     def llvm_ir(self) -> str:
@@ -102,3 +258,23 @@ class BackEnd:
         """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's, and the index
         checks of gather and scatter; None when there are none."""
         return self.code.sites
+
+    def stage_text(self, stage: str) -> str:
+        """The printed form of a back-end stage: "fused", "loops", "llvm" (optimized, each module
+        as runtime/kernels.py compiles it) or "asm"."""
+        if stage not in BACK_END_STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of "
+                             f"{', '.join(BACK_END_STAGES)}")
+        if stage not in self._stages:
+            if stage == "fused":
+                text = format_fused(self.fused)
+            elif stage == "loops":
+                text = format_program(self.loops)
+            else:
+                printer = jit.optimized_ir if stage == "llvm" else jit.assembly
+                code = self.code
+                text = "\n".join([printer(code.entry, **ENTRY_OPTIONS),
+                                  *(printer(kernel.text, **kernel_options(kernel.text))
+                                    for kernel in code.kernels)])
+            self._stages[stage] = text
+        return self._stages[stage]

@@ -1,11 +1,12 @@
 """Tracing one call of a function: a proxy tensor for every argument leaf, the function run on them
-(with the tensors it reads from outside captured, see Trace.capture), its gradients expanded, and
-what it changed of its arguments and captured tensors, to be written back after each call."""
+(with the tensors it reads from outside captured, see Trace.capture), and what it changed of its
+arguments and captured tensors, to be written back after each call. The pipeline
+(runtime/pipeline.py) runs the autodiff pass inside the same recording context."""
 from __future__ import annotations
 
+import contextlib
 import numbers
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -37,11 +38,8 @@ class Recording:
     captured: list[Tensor]
     reached: Reached              # what the function could reach before tracing
     used: set[str] | None         # the names of the code run while tracing (see guards_for)
-    stages: dict[str, str]        # "traced"
-    unexpanded: ir.Function | None  # before the autodiff pass, kept for check_grads
     floats: list[FloatInput]      # floats read from outside: parameters after the captured ones
-    rules: list = field(default_factory=list)
-    seconds: float = 0.0          # tracing time, without the autodiff pass
+    rules: list = field(default_factory=list)  # custom rules the traced text names
 
 
 class Specialize(Exception):
@@ -54,85 +52,116 @@ class Specialize(Exception):
         self.paths, self.floats, self.why = paths, floats, why
 
 
-def record(function: Callable, name: str, leaves: Sequence, rebuild: Callable,
-           static_objects: Sequence[tuple[str, Any]], keep_unexpanded: bool,
-           static_floats: frozenset[str] = frozenset()) -> Recording:
-    """Trace `function` on proxies of the argument `leaves` ((value, path) pairs), which
-    `rebuild(proxies)` turns into its (args, kwargs); `static_objects` are the named arguments
-    that are objects. The floats it reads from outside are runtime inputs (runtime/floats.py)
-    but those named in `static_floats`. Raises Specialize when an int argument or such a float
-    must be static."""
-    started = time.perf_counter()
-    trace = Trace(name if name.isidentifier() else "function")
-    proxies: list = []
-    sources: list[tuple[str, int]] = []
-    seen: dict[int, Any] = {}
-    reached = reachable(function, static_objects)
-    floats = RuntimeFloats(trace, reached.floats(), static_floats)
-    trace.decider = lambda value: decide(trace, value)
-    with tracing(trace), recording_names() as used:
+class Recorder:
+    """One call of a function traced on proxies of its argument `leaves` ((value, path) pairs),
+    which `rebuild(proxies)` turns into its (args, kwargs); `static_objects` are the named
+    arguments that are objects. The floats it reads from outside are runtime inputs
+    (runtime/floats.py) but those named in `static_floats`.
+
+    A context manager: inside it, `trace()` runs the function and `expand_gradients()` the
+    autodiff pass, in the same tracing context (a custom backward traced by the autodiff pass may
+    capture tensors too); after it, `recording` holds what the trace found. `trace()` raises
+    Specialize when an int argument or such a float must be static."""
+
+    def __init__(self, function: Callable, name: str, leaves: Sequence, rebuild: Callable,
+                 static_objects: Sequence[tuple[str, Any]],
+                 static_floats: frozenset[str] = frozenset()):
+        self.function, self.leaves, self.rebuild = function, leaves, rebuild
+        self.static_objects = static_objects
+        self.trace_state = Trace(name if name.isidentifier() else "function")
+        self.reached = reachable(function, static_objects)
+        self.floats = RuntimeFloats(self.trace_state, self.reached.floats(), static_floats)
+        self.trace_state.decider = lambda value: decide(self.trace_state, value)
+        self.sources: list[tuple[str, int]] = []
+        self.contexts = contextlib.ExitStack()
+        self.recording: Recording | None = None
+        self._traced: ir.Function | None = None
+
+    def __enter__(self) -> "Recorder":
+        self.contexts.enter_context(tracing(self.trace_state))
+        self.used = self.contexts.enter_context(recording_names())
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
         try:
-            for index, (value, path) in enumerate(leaves):
-                if id(value) in seen and not isinstance(value, numbers.Number):
-                    proxies.append(seen[id(value)])
-                    continue
-                proxy, kinds = trace.add_argument(value, parameter_name(path), index)
-                sources += [(kind, index) for kind in kinds]
-                seen[id(value)] = proxy
-                proxies.append(proxy)
-            args, kwargs = rebuild(proxies)
-            floats.substitute()
-            try:
-                result = function(*args, **kwargs)
-            except SpecializationNeeded as error:
-                raise _specialization(trace, error, leaves, proxies, floats.inputs) from None
-            except Exception as error:
-                if not floats.inputs:
-                    raise
-                # perhaps code that takes a float and not a tensor: trace again with the floats
-                # as constants (if that fails too, its error is the user's)
-                raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
-                                 f"tracing with them as runtime inputs raised {error!r}"
-                                 ) from error
-            rebound = floats.rebound()
-            if rebound:  # as an int would be: compiled in, and its change seen while tracing
-                raise Specialize(frozenset(), rebound, "the traced function changes them")
-            result_leaves: list = []
-            result_structure = flatten(result, result_leaves, "result")
-            outputs = [_result_value(trace, value) for value, _ in result_leaves]
-            traced = trace.function
-            traced.outputs = outputs
-            exponents = floats.exponents(traced)
-            if exponents:
-                raise Specialize(frozenset(), exponents, "they are exponents of powers")
-            floats.settle(traced)
-            floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
-            _check_nothing_stored(trace, reachable(function, static_objects))
-            writebacks, cleared, unread = trace.writebacks(outputs, len(leaves))
-            _name_captured(traced, trace.captured, reached)
-            floats.order(traced)
-            stages = {"traced": ir.format_function(traced)}
-            seconds = time.perf_counter() - started
-            # the autodiff pass rewrites the graph: the check evaluates the traced one
-            unexpanded = traced.copy() if keep_unexpanded else None
-            # The traced text names custom rules (@MyReLU.0) that parse back only while they are
-            # alive; the autodiff pass drops them from the graph, so the entry keeps them.
-            rules = [i.attributes["rule"] for i in traced.instructions
-                     if isinstance(i.attributes.get("rule"), ir.CustomRule)]
-            ir.verify(traced)
-            ir.expand_gradients(traced)  # (a custom backward may capture tensors too)
-            floats.order(traced)
+            self.floats.restore()
+            self.trace_state.release()
         finally:
-            floats.restore()
-            trace.release()
-    for k, captured in enumerate(trace.captured):
-        sources += [("leaf", len(leaves) + k)] + [("grad", len(leaves) + k)] * (
-            captured.grad is not None)
-    first_float = len(leaves) + len(trace.captured)
-    sources += [("leaf", first_float + k) for k in range(len(floats.inputs))]
-    return Recording(traced, result_structure, [v for v, _ in result_leaves], writebacks, cleared,
-                     unread, sources, [c.tensor for c in trace.captured], reached, used, stages,
-                     unexpanded, floats.inputs, rules, seconds)
+            self.contexts.close()
+        if error is None:
+            self.recording = self._finish()
+
+    def trace(self) -> ir.Function:
+        """The function's primitives (the `traced` stage), verified."""
+        trace, leaves, floats = self.trace_state, self.leaves, self.floats
+        proxies: list = []
+        seen: dict[int, Any] = {}
+        for index, (value, path) in enumerate(leaves):
+            if id(value) in seen and not isinstance(value, numbers.Number):
+                proxies.append(seen[id(value)])
+                continue
+            proxy, kinds = trace.add_argument(value, parameter_name(path), index)
+            self.sources += [(kind, index) for kind in kinds]
+            seen[id(value)] = proxy
+            proxies.append(proxy)
+        args, kwargs = self.rebuild(proxies)
+        floats.substitute()
+        try:
+            result = self.function(*args, **kwargs)
+        except SpecializationNeeded as error:
+            raise _specialization(trace, error, leaves, proxies, floats.inputs) from None
+        except Exception as error:
+            if not floats.inputs:
+                raise
+            # perhaps code that takes a float and not a tensor: trace again with the floats as
+            # constants (if that fails too, its error is the user's)
+            raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
+                             f"tracing with them as runtime inputs raised {error!r}") from error
+        rebound = floats.rebound()
+        if rebound:  # as an int would be: compiled in, and its change seen while tracing
+            raise Specialize(frozenset(), rebound, "the traced function changes them")
+        result_leaves: list = []
+        self.result_structure = flatten(result, result_leaves, "result")
+        self.result_leaves = [value for value, _ in result_leaves]
+        outputs = [_result_value(trace, value) for value in self.result_leaves]
+        traced = self._traced = trace.function
+        traced.outputs = outputs
+        exponents = floats.exponents(traced)
+        if exponents:
+            raise Specialize(frozenset(), exponents, "they are exponents of powers")
+        floats.settle(traced)
+        floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
+        _check_nothing_stored(trace, reachable(self.function, self.static_objects))
+        self.writebacks, self.cleared, self.unread = trace.writebacks(outputs, len(leaves))
+        _name_captured(traced, trace.captured, self.reached)
+        floats.order(traced)
+        # The traced text names custom rules (@MyReLU.0) that parse back only while they are
+        # alive; the autodiff pass drops them from the graph, so the entry keeps them.
+        self.rules = [i.attributes["rule"] for i in traced.instructions
+                      if isinstance(i.attributes.get("rule"), ir.CustomRule)]
+        ir.verify(traced)
+        return traced
+
+    def expand_gradients(self) -> ir.Function:
+        """The traced function with its gradient directives replaced by the autodiff pass (the
+        `grad` stage), verified."""
+        ir.expand_gradients(self._traced)
+        self.floats.order(self._traced)
+        ir.verify(self._traced)
+        return self._traced
+
+    def _finish(self) -> Recording:
+        leaves, captured = self.leaves, self.trace_state.captured
+        sources = list(self.sources)
+        for k, entry in enumerate(captured):
+            sources += [("leaf", len(leaves) + k)] + [("grad", len(leaves) + k)] * (
+                entry.grad is not None)
+        first_float = len(leaves) + len(captured)
+        sources += [("leaf", first_float + k) for k in range(len(self.floats.inputs))]
+        return Recording(self._traced, self.result_structure, self.result_leaves,
+                         self.writebacks, self.cleared, self.unread, sources,
+                         [c.tensor for c in captured], self.reached, self.used,
+                         self.floats.inputs, self.rules)
 
 
 def _name_captured(function: ir.Function, captured: list, reached: Reached) -> None:

@@ -128,8 +128,8 @@ def _signature(leaves: tuple, grad_mode: bool, entry: "Entry", number: int) -> d
     # disk-cache hit, the loop IR and the LLVM text are made later, only when asked for (a stage
     # text, this page): those steps are listed apart, not as parts of "backend".
     timings = [(stage, 1e3 * seconds) for stage, seconds in entry.timings.items()]
-    timings += [(f"backend: {stage}" + (" (loaded from the disk cache)"
-                                        if stage == "llvm" and executable.from_disk_cache else ""),
+    timings += [(f"backend: {stage}" + (" (from the disk cache)"
+                                        if stage == "load" and executable.from_disk_cache else ""),
                  1e3 * executable.timings[stage]) for stage in executable.compile_steps]
     return {
         "number": number,

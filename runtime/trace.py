@@ -2,7 +2,7 @@
 
 A call flattens its arguments (Tensors, numpy arrays, Python numbers, and lists/tuples/dicts of
 them), looks the signature up in the cache, and on a miss traces the function with proxy tensors,
-expands its gradients, optimizes it and builds an executable (runtime/entry.py). Running it
+expands its gradients, optimizes it and compiles it (runtime/pipeline.py). Running it
 returns the results and writes in-place changes and `.grad` back into the caller's tensors, as
 eager mode would have; with results that require grad, it records them on the eager tape
 (runtime/differentiable.py).
@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, parameter_arrays,
                                      unflatten)
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.entry import Entry, compile_entry, stage_text
+from tracer.runtime.entry import Entry
+from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.report import write_report, write_report_to
@@ -186,10 +187,10 @@ class TracedFunction:
 
     def _compile(self, args, kwargs, leaves) -> Entry:
         structure, _ = self._split(args, kwargs)
-        entry = compile_entry(self.python_function, self._name, leaves,
-                              lambda proxies: unflatten(structure, proxies),
-                              self._static_objects(args, kwargs), self.check_grads,
-                              self._static_floats)
+        entry = compile_signature(self.python_function, self._name, leaves,
+                                  lambda proxies: unflatten(structure, proxies),
+                                  self._static_objects(args, kwargs), self.check_grads,
+                                  self._static_floats)
         self._dump(entry)
         return entry
 

@@ -215,8 +215,13 @@ class CheckedFunction:
 @pytest.fixture(autouse=True)
 def check_every_compiled_stage(monkeypatch):
     monkeypatch.setattr(tracer.runtime.trace.TracedFunction, "_compile", _checked_compile)
-    compile_function = tracer.runtime.entry.compile_function
-    monkeypatch.setattr(tracer.runtime.entry, "compile_function",
-                        lambda function, **options: CheckedFunction(
-                            compile_function(function, **options)))
+    compile_function = tracer.runtime.pipeline.compile_function
+
+    def checked_compile_function(function, **options):
+        # one checker per compiled function, so that code shared in memory stays one object
+        compiled = compile_function(function, **options)
+        if not hasattr(compiled, "checked_by_the_tests"):
+            compiled.checked_by_the_tests = CheckedFunction(compiled)
+        return compiled.checked_by_the_tests
+    monkeypatch.setattr(tracer.runtime.pipeline, "compile_function", checked_compile_function)
     yield

@@ -11,9 +11,9 @@ import tracer as tr
 from tracer import ir
 from tracer.ir import schedule, schedule_index, schedule_threads
 from tracer.ir.types import TensorType
-from tracer.runtime import compiled as compiled_module
 from tracer.runtime import jit, pipeline
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 
 N = 1000
 
@@ -23,7 +23,7 @@ def isolated(monkeypatch):
     """Corrupted code must reach neither the disk cache nor the in-memory one other tests use."""
     monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
     monkeypatch.setenv("TRACER_NUM_THREADS", "1")
-    monkeypatch.setattr(compiled_module, "_compiled", {})
+    monkeypatch.setattr(pipeline, "_compiled", {})
 
 
 def scale_in_place(n: int = N) -> ir.Function:
@@ -37,7 +37,7 @@ def scale_in_place(n: int = N) -> ir.Function:
 
 def compile_checked(monkeypatch, function, checked=True, **options) -> CompiledFunction:
     monkeypatch.setenv("TRACER_CHECK_BOUNDS", "1" if checked else "0")
-    return CompiledFunction(function, **options)
+    return compile_graph(function, **options)
 
 
 def guarded(n: int, guard: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -189,9 +189,9 @@ def test_checked_and_unchecked_code_never_share_a_cache_entry(monkeypatch, tmp_p
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     function = scale_in_place()
     monkeypatch.setenv("TRACER_CHECK_BOUNDS", "0")
-    plain = compiled_module.compile_function(function)
+    plain = pipeline.compile_function(function)
     monkeypatch.setenv("TRACER_CHECK_BOUNDS", "1")
-    checked = compiled_module.compile_function(function)
+    checked = pipeline.compile_function(function)
     assert plain is not checked and checked.sites is not None and plain.sites is None
     assert len(list(tmp_path.glob("*.o"))) == 2
-    assert compiled_module.compile_function(function) is checked
+    assert pipeline.compile_function(function) is checked

@@ -14,6 +14,7 @@ from tracer.ir.loops import Gemm, Loop
 from tracer.ir.types import TensorType
 from tracer.runtime import jit
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 from two_layer_net import make_data, step
 
 
@@ -37,7 +38,7 @@ def arrays_for(function: ir.Function, seed=0):
 @pytest.mark.parametrize("dtype", ["f32", "f64", "i64"])
 def test_outputs_written_into_parameters(dtype):
     function = update_function(dtype)
-    compiled = CompiledFunction(function, write_into={1: 0, 2: 1})
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
     assert compiled.in_place == {1: 0, 2: 1}
     arguments = arrays_for(function)
     w, g = arguments[0], arguments[1]
@@ -58,7 +59,7 @@ def test_outputs_written_into_parameters(dtype):
 ])
 def test_unusable_argument_runs_on_a_copy(make):
     function = update_function("f32")
-    compiled = CompiledFunction(function, write_into={1: 0, 2: 1})
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
     arguments = arrays_for(function)
     expected = ir.interpret(function, [a.copy() for a in arguments])
     arguments[0] = make(arguments[0])
@@ -75,7 +76,7 @@ def test_unusable_argument_runs_on_a_copy(make):
 
 def test_overlapping_arguments_run_on_a_copy():
     function = update_function("f64", (4, 4))
-    compiled = CompiledFunction(function, write_into={1: 0, 2: 1})
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
     storage = np.arange(16.0).reshape(4, 4)
     lr = np.array(0.5)
     expected = ir.interpret(function, [storage.copy(), storage.copy(), lr])
@@ -96,7 +97,7 @@ def test_refused_when_unsafe():
     later = b.op("matmul", b.swap_last_axes(v), new_v)  # reads the old v after the update
     f.outputs = [new_w, new_v, later, new_v]
     f = ir.optimize(f)
-    compiled = CompiledFunction(f, write_into={0: 0, 1: 1})
+    compiled = compile_graph(f, write_into={0: 0, 1: 1})
     assert compiled.in_place == {}
     assert set(compiled.plan.refused) == {0, 1}
     arguments = arrays_for(f)
@@ -112,9 +113,9 @@ def test_refused_when_unsafe():
     g.add_parameter("y", TensorType((3,), "f64"))  # the second target
     doubled = ir.GraphBuilder(g).mul(x, 2.0)
     g.outputs = [doubled, doubled]
-    assert CompiledFunction(g, write_into={0: 0, 1: 1}).in_place == {}
-    assert CompiledFunction(g, write_into={1: 0}).in_place == {}
-    assert CompiledFunction(g, write_into={0: 1, 1: 1}).in_place == {}
+    assert compile_graph(g, write_into={0: 0, 1: 1}).in_place == {}
+    assert compile_graph(g, write_into={1: 0}).in_place == {}
+    assert compile_graph(g, write_into={0: 1, 1: 1}).in_place == {}
 
 
 def test_traced_sgd_step_updates_the_users_buffers():
@@ -192,7 +193,7 @@ def linear_update(variant: str, dtype="f64") -> ir.Function:
 @pytest.mark.parametrize("in_place", [True, False])
 def test_update_fused_into_the_gemm(variant, dtype, in_place):
     function = linear_update(variant, dtype)
-    compiled = CompiledFunction(function, write_into={0: 0} if in_place else None)
+    compiled = compile_graph(function, write_into={0: 0} if in_place else None)
     fused = compiled.stage_text("fused")
     assert fused.count("kernel_") == 1 and "accumulate(" in fused and "beta=1" in fused
     assert compiled.plan.arena_size == 0  # the product is never stored
@@ -266,7 +267,7 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
     monkeypatch.setattr(jit, "blas_available", lambda: False)
     monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     function = linear_update("with_grad", "f64")
-    compiled = CompiledFunction(function, write_into={0: 0})
+    compiled = compile_graph(function, write_into={0: 0})
     assert "accumulate(" in compiled.stage_text("fused") and "tracer_dgemm" not in \
         compiled.llvm_ir
     arguments = arrays_for(function, seed=9)
@@ -283,7 +284,7 @@ def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
     if array_layout() is None:
         pytest.skip("numpy's array struct layout not recognized: general path only")
     function = update_function("f32")
-    compiled = CompiledFunction(function, write_into={1: 0, 2: 1})
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
     general = []
     original = CompiledFunction._call
     monkeypatch.setattr(CompiledFunction, "_call",
@@ -330,7 +331,7 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
         pytest.skip("numpy's array struct layout not recognized: general path only")
     count = 40
     function = many_updates_function(count)
-    compiled = CompiledFunction(function, write_into={k: k for k in range(count)})
+    compiled = compile_graph(function, write_into={k: k for k in range(count)})
     assert compiled.in_place == {k: k for k in range(count)}
     fast = compiled.llvm_ir.split("define i32 @tracer_fast(")[1].split("\n}\n")[0]
     assert len(fast.splitlines()) < 12 * (2 * count + count) + 60, "not linear in the parameters"

@@ -20,7 +20,7 @@ from tracer.ir.loop_interpreter import run_program
 from tracer.ir import primitives
 from tracer.ir.primitives import GRADIENT_MARKERS, PRIMITIVES
 from tracer.ir.types import TensorType
-from tracer.runtime.compiled import CompiledFunction, compile_function
+from tracer.runtime.pipeline import compile_function, compile_graph
 
 RNG = np.random.default_rng(0)
 FLOATS = ("f32", "f64")
@@ -70,7 +70,7 @@ def assert_matches(actual: np.ndarray, expected: np.ndarray, ulps: float = 4) ->
 def run_both(function: ir.Function, arguments, ulps: float = 4, layouts_too: bool = True):
     function = ir.optimize(function)
     ir.verify(function)
-    compiled = CompiledFunction(function)
+    compiled = compile_graph(function)
     expected = ir.interpret(function, arguments)
     variants = [arguments]
     if layouts_too:
@@ -200,14 +200,14 @@ def test_int64_pow_matches_pytorch(exponent):
     function = ir.optimize(single("pow", [TensorType(x.shape, "i64")] * 2))
     (interpreted,) = ir.interpret(function, [x, y])
     np.testing.assert_array_equal(interpreted, expected)
-    np.testing.assert_array_equal(CompiledFunction(function)([x, y])[0], expected)
+    np.testing.assert_array_equal(compile_graph(function)([x, y])[0], expected)
     # a constant exponent (the lowering has special cases for some) and a broadcast one
     f = ir.Function("pow_constant")
     p = f.add_parameter("x", TensorType(x.shape, "i64"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.pow(p, exponent), b.pow(p, b.full((1,), exponent, "i64"))]
     function = ir.optimize(f)
-    for result in (*ir.interpret(function, [x]), *CompiledFunction(function)([x])):
+    for result in (*ir.interpret(function, [x]), *compile_graph(function)([x])):
         np.testing.assert_array_equal(result, expected)
 
 
@@ -229,7 +229,7 @@ def test_int64_pow_negative_exponents_mixed_with_positive():
     for base, exponent, expected in [(2, -1, 0), (-1, -3, -1), (-1, -4, 1), (0, -2, 0), (5, 0, 1)]:
         arguments = [np.array(base), np.array(exponent)]
         assert ir.interpret(scalar, arguments)[0] == expected
-        assert CompiledFunction(scalar)(arguments)[0] == expected
+        assert compile_graph(scalar)(arguments)[0] == expected
     # folded at compile time through the same reference
     f = ir.Function("folded")
     p = f.add_parameter("x", TensorType((), "i64"))
@@ -237,7 +237,7 @@ def test_int64_pow_negative_exponents_mixed_with_positive():
     f.outputs = [b.add(p, b.pow(b.constant(-1, "i64"), b.constant(-3, "i64")))]
     function = ir.optimize(f)
     assert all(i.primitive != "pow" for i in function.instructions)
-    assert CompiledFunction(function)([np.array(10)])[0] == 9
+    assert compile_graph(function)([np.array(10)])[0] == 9
 
 
 SIGN_CASES = [np.nan, -np.nan, -0.0, 0.0, -2.0, 3.5, np.inf, -np.inf, 1e-45, -1e-300, 5e-324]
@@ -254,7 +254,7 @@ def test_sign_matches_pytorch_bit_for_bit(dtype):
     x = np.array(SIGN_CASES, dtype)  # every zero is +0.0
     function = ir.optimize(single("sign", [TensorType(x.shape, dtype)]))
     (interpreted,) = ir.interpret(function, [x])
-    (compiled,) = CompiledFunction(function)([x])
+    (compiled,) = compile_graph(function)([x])
     assert interpreted.tobytes() == expected.tobytes()
     assert compiled.tobytes() == expected.tobytes()
 
@@ -275,7 +275,7 @@ def test_recorded_pytorch_values_match_pytorch():
 def test_sign_int64_extremes():
     x = np.array([-2 ** 63, -5, -1, 0, 1, 7, 2 ** 63 - 1])
     function = ir.optimize(single("sign", [TensorType(x.shape, "i64")]))
-    for result in (ir.interpret(function, [x])[0], CompiledFunction(function)([x])[0]):
+    for result in (ir.interpret(function, [x])[0], compile_graph(function)([x])[0]):
         np.testing.assert_array_equal(result, [-1, -1, -1, 0, 1, 1, 1])
 
 
@@ -404,7 +404,7 @@ def test_large_sum_accuracy(dtype):
     x = random_array((3, 100_000), dtype, 0.0, 1.0)
     dtype = ir.types.as_dtype(dtype)
     function = single("reduce_sum", [TensorType(x.shape, dtype)], axes=(1,))
-    (actual,) = CompiledFunction(ir.optimize(function))([x])
+    (actual,) = compile_graph(ir.optimize(function))([x])
     exact = x.astype(np.float64).sum(axis=1)
     bound = 8 * np.finfo(dtype).eps * np.abs(x).astype(np.float64).sum(axis=1)
     assert np.all(np.abs(actual - exact) <= bound)
@@ -480,7 +480,7 @@ def test_outputs_that_are_parameters_or_repeated():
     b = ir.GraphBuilder(f)
     y = b.op("exp", x)
     f.outputs = [x, y, y, b.constant(1.5, "f64")]
-    compiled = CompiledFunction(ir.optimize(f))
+    compiled = compile_graph(ir.optimize(f))
     value = random_array((2, 3), "f32")
     out = compiled([value])
     assert out[0] is not value and np.array_equal(out[0], value)
@@ -494,7 +494,7 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     """Without BLAS, float32 matmul sums in float64 and rounds each element once (the row is done
     in blocks of 256 columns, so n = 300 crosses a block): at least as accurate as numpy's sgemm,
     against the exact (float64) product."""
-    import tracer.runtime.compiled
+    import tracer.runtime.pipeline
     from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
     a_shape, b_shape = shapes
@@ -506,7 +506,7 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     f.outputs = [b.op("matmul", *(b.swap_last_axes(p) if t else p
                                   for p, t in zip((pa, pb), transpose)))]
     function = ir.optimize(f)
-    compiled = tracer.runtime.compiled.CompiledFunction(function)
+    compiled = tracer.runtime.pipeline.compile_graph(function)
     assert "tracer_sgemm" not in compiled.llvm_ir
     rng = np.random.default_rng(11)  # not RNG: later tests' data stays as it was
     x, y = (rng.normal(0, 1, s).astype(np.float32) for s in stored)
@@ -524,7 +524,6 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
 def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
     the runtime does not choose without BLAS today, against the exact update rounded once."""
-    import tracer.runtime.compiled
     import tracer.runtime.pipeline
     from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
@@ -538,7 +537,7 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     product = b.op("matmul", b.swap_last_axes(x), g)
     f.outputs = [b.sub(w, b.mul(lr, product))]
     function = ir.optimize(f)
-    compiled = tracer.runtime.compiled.CompiledFunction(function)
+    compiled = tracer.runtime.pipeline.compile_graph(function)
     assert "accumulate(" in compiled.stage_text("fused")
     assert "tracer_sgemm" not in compiled.llvm_ir
     rng = np.random.default_rng(12)

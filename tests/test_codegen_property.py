@@ -15,7 +15,7 @@ from tracer import ir
 from tracer.ir.loop_interpreter import run_program
 from tracer.ir.primitives import broadcast_shapes, ShapeError
 from tracer.ir.types import TensorType
-from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 
 UNARY = ["neg", "abs", "tanh", "sin", "cos", "exp", "sign", "sqrt_abs"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "div_safe", "select_gt"]
@@ -135,7 +135,7 @@ def check(function: ir.Function, seed: int) -> None:
     for checked in ("0", "1"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("TRACER_CHECK_BOUNDS", checked)
-            compiled = CompiledFunction(optimized)
+            compiled = compile_graph(optimized)
         assert ("bounds-checked" in compiled.llvm_ir) == (checked == "1")
         for variant in variants:
             compare(compiled(variant), expected)

@@ -20,7 +20,7 @@ from tracer.ir.fusion import fuse
 from tracer.ir.memory import plan_memory
 from tracer.ir.types import TensorType
 from tracer.runtime import jit
-from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 from conftest import stored_but_unread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def gelu_forward_backward(n: int, dtype: str = "f32") -> ir.Function:
 def test_gelu_inner_loop_is_vectorized_without_libm_calls(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     function = gelu_forward_backward(1 << 16)
-    compiled = CompiledFunction(function)
+    compiled = compile_graph(function)
     fused = compiled.stage_text("fused")
     assert fused.count("kernel_") == 1  # forward and backward in one loop nest, tanh computed once
     llvm_text = compiled.stage_text("llvm")
@@ -70,10 +70,10 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from tracer import ir
     from tracer.runtime import jit
-    from tracer.runtime.compiled import CompiledFunction
+    from tracer.runtime.pipeline import compile_graph
     sys.path.insert(0, {tests!r})
     from test_codegen_runtime import gelu_forward_backward
-    compiled = CompiledFunction(gelu_forward_backward(1000))
+    compiled = compile_graph(gelu_forward_backward(1000))
     x = np.linspace(-4, 4, 1000, dtype=np.float32)
     y, dy = compiled([x, np.ones_like(x)])
     print(json.dumps(dict(jit.STATISTICS, y=float(y.sum()), dy=float(dy.sum()),
@@ -145,7 +145,7 @@ def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
     before = dict(jit.STATISTICS)
-    CompiledFunction(gelu_forward_backward(77))
+    compile_graph(gelu_forward_backward(77))
     assert not list(tmp_path.iterdir())
     assert jit.STATISTICS["compiled"] == before["compiled"] + 1
 
@@ -155,7 +155,7 @@ def test_no_raw_addresses_in_the_module(tmp_path, monkeypatch):
     f = ir.Function("mm")
     x = f.add_parameter("x", TensorType((4, 4), "f64"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", x, x)]
-    compiled = CompiledFunction(f)
+    compiled = compile_graph(f)
     assert "inttoptr" not in compiled.llvm_ir
     if jit.blas_available():
         assert "@tracer_dgemm" in compiled.llvm_ir
@@ -173,7 +173,7 @@ def test_memory_plan_reuses_dead_temporaries():
     plan = plan_memory(fused)
     one = 64 * 64 * 8
     assert plan.arena_size <= 2 * one
-    compiled = CompiledFunction(f)
+    compiled = compile_graph(f)
     argument = np.random.default_rng(2).normal(0, 0.1, (64, 64))
     np.testing.assert_allclose(compiled([argument])[0], ir.interpret(f, [argument])[0],
                                rtol=1e-12, atol=1e-15)
@@ -182,7 +182,7 @@ def test_memory_plan_reuses_dead_temporaries():
 def test_reentrant_calls_from_threads():
     from concurrent.futures import ThreadPoolExecutor
     function = gelu_forward_backward(10_000, "f64")
-    compiled = CompiledFunction(function)
+    compiled = compile_graph(function)
     rng = np.random.default_rng(3)
     inputs = [[rng.normal(size=10_000), rng.normal(size=10_000)] for _ in range(16)]
     with ThreadPoolExecutor(4) as pool:
@@ -208,7 +208,7 @@ def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
     results = {}
     for threads in ("1", "2", "4", "5"):
         monkeypatch.setenv("TRACER_NUM_THREADS", threads)
-        compiled = CompiledFunction(f)
+        compiled = compile_graph(f)
         if threads != "1":
             assert "call void @tracer_parallel" in compiled.llvm_ir
         results[threads] = compiled([argument])
@@ -242,7 +242,7 @@ def test_a_value_stored_to_bound_recomputation_but_read_only_in_its_kernel_is_no
     would write a buffer nobody reads (exact GELU fwd+bwd wrote 12 of them)."""
     x = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
     text = tr.trace(step).ir(tr.tensor(x, requires_grad=True), stage="optimized")
-    compiled = CompiledFunction(ir.parse_function(text))
+    compiled = compile_graph(ir.parse_function(text))
     assert stored_but_unread(compiled.fused) == []
     assert len(compiled.fused.kernels) == 1
     expected = ir.interpret(compiled.function, [x])
@@ -267,7 +267,7 @@ def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_p
     f.outputs = [x]
     function = ir.optimize(f)
     assert len(function.instructions) >= 300
-    compiled = CompiledFunction(function)
+    compiled = compile_graph(function)
     kernels = compiled.fused.kernels
     assert len(kernels) > 1
     for kernel in kernels:

@@ -29,7 +29,7 @@ import torch
 import tracer as tr
 from tracer import ir
 from tracer.runtime.arguments import parameter_arrays
-from tracer.runtime.entry import stage_text
+from tracer.runtime.pipeline import stage_text
 
 DTYPES = [np.float32, np.float64]
 SUBNORMAL = {np.float32: (1e-45, 1e-40), np.float64: (5e-324, 1e-310)}
@@ -295,7 +295,8 @@ NOT_DIFFERENTIABLE = {
     **dict.fromkeys("Tensor.zero_ Tensor.fill_".split(), "an overwrite by a constant"),
     **dict.fromkeys("tr.arange tr.empty tr.eye tr.full tr.full_like tr.linspace tr.ones "
                     "tr.ones_like tr.zeros tr.zeros_like tr.rand tr.randn tr.randint tr.randperm "
-                    "tr.tensor tr.from_numpy tr.from_dlpack tr.manual_seed".split(),
+                    "tr.tensor tr.from_numpy tr.from_dlpack tr.manual_seed tr.get_rng_state "
+                    "tr.set_rng_state".split(),
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "

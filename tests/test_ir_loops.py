@@ -23,7 +23,7 @@ from tracer.ir.types import TensorType
 from tracer.ir.verify import VerificationError
 from tracer.ir.verify_loops import verify_loops
 from tracer.runtime import jit
-from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +148,7 @@ def test_a_large_kernel_is_split_across_threads(monkeypatch):
     x = f.add_parameter("x", TensorType((64, 3), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("exp", x)]
-    compiled = CompiledFunction(ir.optimize(f))
+    compiled = compile_graph(ir.optimize(f))
     text = compiled.stage_text("loops")
     assert "kernel_0 loop, range [0, 192), 8 chunks, 2 threads:" in text
     assert "call void @kernel.parallel(" in compiled.llvm_ir
@@ -211,7 +211,7 @@ def gather_then_scatter() -> ir.Function:
 
 def test_an_index_out_of_range_stops_the_loop_ir_as_it_stops_the_native_code():
     function = gather_then_scatter()
-    compiled = CompiledFunction(ir.optimize(function))
+    compiled = compile_graph(ir.optimize(function))
     text = format_program(compiled.loops)
     assert text.count("= checked_index ") == 2 and "{dimension 0, %index}" in text
     table = np.arange(15, dtype=np.float32).reshape(5, 3)
@@ -302,7 +302,7 @@ def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch
     a = f.add_parameter("a", TensorType((100, 40), "f32"))
     w = f.add_parameter("w", TensorType((40, 30), "f32"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
-    compiled = CompiledFunction(ir.optimize(f))
+    compiled = compile_graph(ir.optimize(f))
     (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
     assert gemm.blocks > 1 and gemm.rows * (gemm.blocks - 1) < 100 <= gemm.rows * gemm.blocks
     assert compiled.kernels[0].threads == 2 and compiled.kernels[0].extent == gemm.blocks

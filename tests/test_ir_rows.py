@@ -16,6 +16,7 @@ import tracer.nn.functional as F
 from tracer import ir
 from tracer.ir.loop_interpreter import run_program
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 from torch_oracle import compare_with_torch
 
 
@@ -75,7 +76,7 @@ def torch_results(step, arrays):
 def compiled(step, arrays) -> CompiledFunction:
     """The step's optimized program, compiled under the current settings (thread count)."""
     text = tr.trace(step).ir(*tracer_arguments(step, arrays), stage="optimized")
-    return CompiledFunction(ir.parse_function(text))
+    return compile_graph(ir.parse_function(text))
 
 
 def assert_close_to_torch(results, expected, dtype):
@@ -165,7 +166,7 @@ def test_row_functions_make_at_most_two_passes_forward_and_two_backward(
     for program, most in ((function, 2), (forward_backward, 4)):
         arguments = [x] if program is function else [x, g]
         text = tr.trace(program).ir(*arguments, stage="optimized")
-        compiled_program = CompiledFunction(ir.parse_function(text))
+        compiled_program = compile_graph(ir.parse_function(text))
         assert "rows" in kinds(compiled_program), name
         assert passes(compiled_program, x.size) <= most, compiled_program.stage_text("fused")
     compare_with_torch(function, torch_function, [x], traced=True)
@@ -264,7 +265,7 @@ def test_a_row_value_read_at_another_row_or_index_is_not_taken_in():
     x = np.random.default_rng(6).random((5, 5)) + 1
     index = np.array([4, 0, 2, 2, 1])
     text = tr.trace(program).ir(x, index, stage="optimized")
-    function = CompiledFunction(ir.parse_function(text))
+    function = compile_graph(ir.parse_function(text))
     assert "rows" not in kinds(function)
     (result,) = function([x, index])
     s = x.sum(1, keepdims=True)
@@ -288,7 +289,7 @@ def test_rows_of_several_axes_and_a_maximum_across_rows():
     x = np.random.default_rng(7).standard_normal((20, 6))
     x[3, 2] = np.nan
     text = tr.trace(peaks).ir(x, stage="optimized")
-    function = CompiledFunction(ir.parse_function(text))
+    function = compile_graph(ir.parse_function(text))
     assert kinds(function)[:2] == ["rows", "combine"]
     peak, total = function([x])
     centered = torch.tensor(x) - torch.tensor(x).mean(dim=1, keepdim=True)
@@ -403,7 +404,7 @@ def test_a_reduction_read_by_an_earlier_row_kernel_is_not_delayed_past_it():
     rng = np.random.default_rng(10)
     x, y = rng.random((6, 4)) + 1, rng.random((5, 4)) + 1
     text = tr.trace(program).ir(x, y, stage="optimized")
-    function = CompiledFunction(ir.parse_function(text))
+    function = compile_graph(ir.parse_function(text))
     assert kinds(function) == ["accumulate", "rows", "rows"]
     x_normalized, y_normalized = function([x, y])
     np.testing.assert_allclose(x_normalized, x / x.sum(1, keepdims=True), rtol=1e-14)

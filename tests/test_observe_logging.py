@@ -86,7 +86,7 @@ def test_compile_times_and_cache_messages(log, tmp_path, monkeypatch):
     messages = [r.getMessage() for r in log.records]
     compiled = [m for m in messages if ": compiled in " in m]
     assert len(compiled) == 2
-    for stage in ("trace", "grad", "optimize", "backend", "fuse", "codegen", "llvm"):
+    for stage in ("trace", "grad", "optimize", "backend", "fuse", "render", "llvm", "load"):
         assert f"{stage} " in compiled[0]
     stored = [m for m in messages if m.startswith("disk cache miss")]
     assert len(stored) == 1 and str(tmp_path) in stored[0]

@@ -86,7 +86,7 @@ def test_report_shows_every_section_with_real_content(tmp_path):
         shown = page.sections[stage][1]
         assert shown.strip() and shown.endswith(step.ir(tr.randn(16, 4), w, 0.1, stage=stage))
     timings = page.sections["timings"][0]
-    for stage in ("trace", "grad", "optimize", "backend", "backend: llvm", "total"):
+    for stage in ("trace", "grad", "optimize", "backend", "backend: load", "total"):
         assert stage in timings
     graph = page.sections["kernel-graph"][0]
     fused = step.ir(x, w, 0.1, stage="fused")
@@ -265,12 +265,13 @@ def test_after_a_disk_cache_hit_the_compile_times_say_so_and_add_up(tmp_path, mo
         rows = timing_rows(text, "timings")
         parts = {stage: ms for stage, ms in rows.items() if stage.startswith("backend: ")}
         assert 0 < sum(parts.values()) <= rows["backend"], (name, rows)
-        assert {"backend: fuse", "backend: memory"} <= parts.keys()
+        assert {"backend: fuse", "backend: rows", "backend: memory"} <= parts.keys()
         later = timing_rows(text, "later")
         if name == "compiled":
-            assert {"backend: schedule", "backend: codegen", "backend: llvm"} <= parts.keys()
+            assert {"backend: schedule", "backend: render", "backend: llvm",
+                    "backend: load"} <= parts.keys()
             assert later == {}
         else:  # nothing was generated while compiling: the code came from the cache
-            assert parts.keys() == {"backend: fuse", "backend: memory",
-                                    "backend: llvm (loaded from the disk cache)"}
-            assert "codegen" in later and later["codegen"] > 0
+            assert parts.keys() == {"backend: fuse", "backend: rows", "backend: memory",
+                                    "backend: load (from the disk cache)"}
+            assert "render" in later and later["render"] > 0

@@ -84,3 +84,19 @@ def test_eager_draws_are_the_traced_draws_bit_for_bit(shape):
     traced = tr.trace(lambda state: generator.uniform(shape, "test"))(generator.state).numpy()
     np.testing.assert_array_equal(eager, traced)
     assert generator.state.item() == eager_state
+
+
+def test_rng_state_restores_every_generator_and_refuses_other_arrays():
+    tr.manual_seed(5)
+    tr.randn(3)
+    saved = tr.get_rng_state()
+    assert saved.numpy().dtype == np.uint8 and saved.shape == (45,)
+    draws = lambda: (tr.randn(4).numpy(), tr.randperm(9).numpy(),  # noqa: E731
+                     tr.nn.functional.dropout(tr.ones(16), 0.5).numpy())
+    first = draws()
+    tr.randn(50)
+    tr.set_rng_state(saved)
+    for expected, again in zip(first, draws()):
+        np.testing.assert_array_equal(again, expected)
+    with pytest.raises(tr.TracerError, match="uint8 tensor of 45 bytes"):
+        tr.set_rng_state(np.zeros(45, np.int64))

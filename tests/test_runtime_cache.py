@@ -25,6 +25,7 @@ from tracer import ir
 from tracer.ir.types import TensorType
 from tracer.runtime import cache, jit
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 from tracer.runtime.signatures import recompile_reason
 from tracer.runtime.trace import TracedFunction
 
@@ -47,7 +48,7 @@ def compile_counting(function: ir.Function) -> tuple[np.ndarray, int, int]:
     """The result on 0..63 of a fresh compile of `function`, and how many modules this compiled
     to machine code and loaded from the disk cache."""
     before = dict(jit.STATISTICS)
-    result = CompiledFunction(function)([np.arange(64.0)])[0]
+    result = compile_graph(function)([np.arange(64.0)])[0]
     return (result, jit.STATISTICS["compiled"] - before["compiled"],
             jit.STATISTICS["disk_hits"] - before["disk_hits"])
 
@@ -76,8 +77,8 @@ def test_object_code_of_another_signature_relabelled_is_refused_and_recompiled(d
     x = np.arange(64.0)
     np.testing.assert_array_equal(compile_counting(double)[0], 2 * x)
     np.testing.assert_array_equal(compile_counting(triple)[0], 3 * x)
-    double_entry = entry_path(CompiledFunction(double), directory)
-    triple_entry = entry_path(CompiledFunction(triple), directory)
+    double_entry = entry_path(compile_graph(double), directory)
+    triple_entry = entry_path(compile_graph(triple), directory)
     key = bytes.fromhex(double_entry.stem)
 
     relabel(double_entry, triple_entry, key)
@@ -172,7 +173,7 @@ def test_untrusted_secret_is_not_used(directory, caplog, make, reason):
 
 def test_fifo_entry_does_not_hang_and_is_replaced(directory):
     function = scaled(7.0)
-    entry = entry_path(CompiledFunction(function), directory)
+    entry = entry_path(compile_graph(function), directory)
     entry.unlink()
     os.mkfifo(entry, 0o600)
     result, compiled, hits = in_thread(lambda: compile_counting(function))
@@ -184,7 +185,7 @@ def test_fifo_entry_does_not_hang_and_is_replaced(directory):
 
 def test_symlinked_entry_is_not_followed(directory, tmp_path):
     function = scaled(8.0)
-    entry = entry_path(CompiledFunction(function), directory)
+    entry = entry_path(compile_graph(function), directory)
     valid = tmp_path / "valid.o"
     entry.rename(valid)
     entry.symlink_to(valid)  # even a link to a good entry: nothing outside the directory is run
@@ -207,7 +208,7 @@ LOAD_SCRIPT = textwrap.dedent("""
 def test_entry_that_never_ends_is_not_read(directory, kind):
     """Loaded in a child process limited to 1 GiB of address space, so a regression fails with a
     MemoryError instead of filling this machine's memory."""
-    entry = entry_path(CompiledFunction(scaled(9.0)), directory)
+    entry = entry_path(compile_graph(scaled(9.0)), directory)
     entry.unlink()
     if kind == "symlink to /dev/zero":
         entry.symlink_to("/dev/zero")
@@ -235,7 +236,7 @@ def test_disk_cache_evicts_least_recently_used_past_its_size(directory, monkeypa
     entries = {}
     for name, function in functions.items():
         compile_counting(function)
-        entries[name] = entry_path(CompiledFunction(function), directory)
+        entries[name] = entry_path(compile_graph(function), directory)
     sizes = {name: path.stat().st_size for name, path in entries.items()}
     entries["c"].unlink()
     past = time.time() - 1000

@@ -19,8 +19,9 @@ from tracer import ir
 from tracer.ir import schedule
 from tracer.ir.types import TensorType
 from tracer.runtime import cache, jit
-from tracer.runtime import compiled as compiled_module
+from tracer.runtime import pipeline
 from tracer.runtime.compiled import CompiledFunction
+from tracer.runtime.pipeline import compile_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,14 +145,14 @@ def scale(n: int = 100) -> ir.Function:
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
-    monkeypatch.setattr(compiled_module, "_compiled", {})
+    monkeypatch.setattr(pipeline, "_compiled", {})
 
 
 def compiled_twice(function: ir.Function) -> tuple[CompiledFunction, CompiledFunction]:
     """A miss, then a hit of the same function (two objects: no sharing in memory)."""
     before = dict(jit.STATISTICS)
-    miss = CompiledFunction(function)
-    hit = CompiledFunction(function)
+    miss = compile_graph(function)
+    hit = compile_graph(function)
     assert jit.STATISTICS["compiled"] - before["compiled"] == 1
     assert jit.STATISTICS["disk_hits"] - before["disk_hits"] == 1
     return miss, hit
@@ -202,8 +203,8 @@ def test_code_that_moved_in_the_users_file_hits_and_names_its_new_line(fresh_cac
     monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (3 if kernel.kind == "loop" else 0))
     before = dict(jit.STATISTICS)
-    first = CompiledFunction(located("step.py:10"))
-    moved = CompiledFunction(located("step.py:12"))
+    first = compile_graph(located("step.py:10"))
+    moved = compile_graph(located("step.py:12"))
     assert jit.STATISTICS["compiled"] - before["compiled"] == 1
     assert jit.STATISTICS["disk_hits"] - before["disk_hits"] == 1
     assert moved.disk_key == first.disk_key

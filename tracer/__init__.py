@@ -33,7 +33,8 @@ from tracer.arithmetic import where
 from tracer.creation import (arange, as_tensor, from_numpy, full, full_like, ones, ones_like, rand, randn,
                              tensor, zeros, zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
-from tracer.random import Generator, default_generator, manual_seed, randint, randperm
+from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, randint,
+                           randperm, set_rng_state)
 from tracer.transforms import grad, jvp, value_and_grad, vjp
 from tracer.jacobians import hessian, jacrev, vmap
 from tracer.serialization import load, save

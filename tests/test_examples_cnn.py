@@ -1,8 +1,10 @@
 """examples/cnn_digits.py and examples/fused_conv_bn.py: the CNN learns the digits (scikit-learn's,
-or the synthetic stand-in without it) and its compiled steps equal the same CNN and AdamW in
+or the synthetic stand-in without it), resumes from its checkpoint exactly, and its compiled steps
+equal the same CNN and AdamW in
 PyTorch from the same weights; the ported conv-BN Function equals the tutorial's in PyTorch,
 values and gradients, eagerly and traced, and a network using it trains as PyTorch's does."""
 import numpy as np
+import pytest
 import torch
 
 import tracer as tr
@@ -10,9 +12,33 @@ import cnn_digits
 import fused_conv_bn
 
 
-def test_cnn_learns_the_digits(capsys):
-    assert cnn_digits.main(["--epochs", "4"]) >= 0.85
+def test_cnn_learns_the_digits_and_resumes_from_its_checkpoint_as_if_it_had_not_stopped(
+        capsys, tmp_path):
+    straight, stopped = tmp_path / "straight.pt", tmp_path / "stopped.pt"
+    assert cnn_digits.main(["--epochs", "4", "--checkpoint", str(straight)]) >= 0.85
     assert "test accuracy" in capsys.readouterr().out
+    cnn_digits.main(["--epochs", "4", "--checkpoint", str(stopped), "--stop-after", "2"])
+    assert tr.load(stopped, weights_only=True)["epoch"] == 2
+    cnn_digits.main(["--epochs", "4", "--checkpoint", str(stopped), "--resume"])
+    expected, actual = (tr.load(path, weights_only=True) for path in (straight, stopped))
+    assert actual["epoch"] == expected["epoch"] == 4
+    for name, value in expected["model"].items():  # the same steps: the same numbers
+        np.testing.assert_array_equal(actual["model"][name].numpy(), value.numpy(), err_msg=name)
+    for moments, saved in zip(actual["optimizer"]["state"].values(),
+                              expected["optimizer"]["state"].values()):
+        for key, value in saved.items():
+            np.testing.assert_array_equal(np.asarray(moments[key]), np.asarray(value))
+    # the cosine schedule over 4 epochs, as PyTorch's CosineAnnealingLR gives it (0 at the end)
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    reference = torch.optim.AdamW([parameter], lr=3e-3)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(reference, T_max=4)
+    rates = []
+    for _ in range(4):
+        reference.step()
+        schedule.step()
+        rates.append(reference.param_groups[0]["lr"])
+    assert actual["optimizer"]["param_groups"][0]["lr"] == pytest.approx(rates[-1], abs=1e-15)
+    assert actual["schedule"]["_last_lr"] == pytest.approx([rates[-1]], abs=1e-15)
 
 
 def _torch_cnn(model):
