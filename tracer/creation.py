@@ -55,13 +55,12 @@ def as_tensor(data, dtype=None) -> Tensor:
 
 
 class CreationMethods:
-    """`Tensor.new(data)`: PyTorch's legacy constructor, a tensor of `data` (or of zeros of the
-    shape `*sizes`) with this tensor's dtype, as custom Functions that compute in numpy use it."""
+    """`Tensor.new(data)`: PyTorch's legacy constructor, a tensor of `data` with this tensor's
+    dtype, as custom Functions that compute in numpy use it (`input.new(result)`). Its other form,
+    `new(*sizes)`, is PyTorch's `new_empty`, which is not here."""
 
-    def new(self, *data) -> Tensor:
-        if len(data) == 1 and not isinstance(data[0], int):
-            return tensor(data[0], self.dtype)
-        return zeros(*data, dtype=self.dtype)
+    def new(self, data) -> Tensor:
+        return tensor(data, self.dtype)
 
 
 def full(*shape, fill_value=None, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
