@@ -280,3 +280,16 @@ def test_a_callback_with_outputs_of_two_dtypes_matches_torch_sort():
     assert order.tolist() == expected_order.tolist() and grad.tolist() == x.grad.tolist()
     fused = weighted_sort.ir(tr.tensor(values, requires_grad=True), stage="fused")
     assert "host_callback[5]" in fused
+
+
+def test_as_tensor_and_new_as_pytorchs():
+    # (the tutorial's constructors) as_tensor shares an array of the dtype asked for, copies
+    # otherwise; new(data) takes the tensor's dtype
+    for m in (tr, torch):
+        array = np.arange(3.0, dtype=np.float32)
+        shared, converted = m.as_tensor(array), m.as_tensor(array, dtype=m.float64)
+        array[0] = 7.0
+        assert shared.tolist() == [7.0, 1.0, 2.0] and converted.tolist() == [0.0, 1.0, 2.0]
+        assert converted.dtype == m.float64
+        made = m.ones(2, dtype=m.float32).new(np.array([1.5, 2.5]))
+        assert made.dtype == m.float32 and made.tolist() == [1.5, 2.5]
