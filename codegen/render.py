@@ -42,6 +42,8 @@ HOST_CALLBACK_DECLARATION = f"declare i32 @{HOST_CALLBACK_SYMBOL}(i64, ptr)"
 # float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
 # CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.
 FLOAT32_LANES = 8
+# float32 functions of templates/math.ll.j2 that compute (in part) in float64.
+WIDENED_FLOAT32_MATH = frozenset({"sin", "cos", "pow"})
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
 MATMUL_BLOCK = 256
 # Offsets never wrap (nsw lets LLVM's scalar evolution see strides); the unsigned division,
@@ -153,6 +155,8 @@ class KernelRenderer:
             return ""
         types = {s.dtype for s in loop.body if isinstance(s, (Compute, Accumulate))}
         types |= {s.value.dtype for s in loop.body if isinstance(s, (Load, Store))}
+        types |= {float64 for s in loop.body
+                  if isinstance(s, Compute) and s.primitive in WIDENED_FLOAT32_MATH}
         if float32 not in types or not types & {float64, int64}:
             return ""
         number = len(self.metadata)

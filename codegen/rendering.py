@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.codegen.lowering import double_hex
+from tracer.codegen.two_over_pi import reduction_table
 
 
 @functools.cache
@@ -18,6 +19,7 @@ def _environment():
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     environment.filters["d"] = double_hex
+    environment.globals["reduction_table"] = reduction_table  # math.ll.j2's bits of 2/pi
     return environment
 
 

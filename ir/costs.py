@@ -17,7 +17,7 @@ from tracer.ir.primitives import PRIMITIVES
 CODE_COST: dict[str, int] = {
     # elementwise, unary
     "neg": 1, "abs": 1, "sign": 1, "logical_not": 1, "sqrt": 2,
-    "exp": 50, "log": 60, "tanh": 100, "sin": 80, "cos": 80,
+    "exp": 50, "log": 60, "tanh": 100, "sin": 150, "cos": 150,
     # elementwise, binary and the rest
     "add": 1, "sub": 1, "mul": 1, "div": 2, "fmod": 20, "pow": 150, "maximum": 1, "minimum": 1,
     "lt": 1, "le": 1, "gt": 1, "ge": 1, "eq": 1, "ne": 1, "logical_and": 1, "logical_or": 1,

@@ -24,7 +24,8 @@ ir/rows.py then merges kernels that can run one row at a time into `rows` kernel
 by a `combine` kernel when it reduces across the rows).
 
 Which values live in memory ("materialized") is decided first: function outputs, matmul operands and
-results, reductions (unless computed inline into a single same-shape elementwise consumer; a
+results, the data a gather reads more elements of than it has (overlapping windows), reductions
+(unless computed inline into a single same-shape elementwise consumer; a
 reduction across the first axis of a tensor of two or more axes, a column or total sum, is always
 stored, by a kernel of its own, which ir/rows.py can compute by chunks of rows), values that are
 expensive and read at a broadcast index, and values whose inline expression grew too large.
@@ -43,6 +44,7 @@ from typing import Callable
 from tracer.ir.costs import CODE_COST, EXPENSIVE
 from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
 from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 
 # gather is a load at a computed index, so it fuses into loops like a layout change; a check is
@@ -151,6 +153,13 @@ def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
                 materialized.update(id(matmul_operand(v)[0]) for v in instruction.inputs)
             else:  # removed before codegen; stays correct if one slips through
                 materialized.update(id(v) for v in instruction.inputs)
+        elif (instruction.primitive == "gather"
+              and output.type.size > instruction.inputs[0].type.size):
+            # Overlapping windows (convolution's and pooling's) read each element of the data
+            # several times: stored, it is computed once, and the windows' loads are affine in
+            # the loop indices (a padding inlined there would select per load, a gather for
+            # the vectorizer).
+            materialized.add(id(instruction.inputs[0]))
         elif instruction.primitive in REDUCE:
             readers = users.get(id(output), [])
             inline = (reduction_is_inner(instruction) and len(readers) == 1
@@ -232,43 +241,6 @@ def _inline_closure(roots: list[Value], materialized: set[int], own: set[int]) -
         instructions.add(id(value.producer))
         stack.extend(value.producer.inputs)
     return instructions, list(reads.values())
-
-
-def same_index(instruction: Instruction, value: Value, operand: Value) -> bool:
-    """Whether computing `value` at an index reads `operand` at that same index: elementwise
-    primitives on equal shapes."""
-    return instruction.primitive in ELEMENTWISE and operand.shape == value.shape
-
-
-def reads_at_own_index(root: Value, targets: set[int], is_boundary: Callable[[Value], bool],
-                       keeps_index: Callable[[Instruction, Value, Value], bool] = same_index,
-                       forbidden: set[int] | frozenset[int] = frozenset(),
-                       include_root: bool = False) -> bool:
-    """Whether every path from `root` down to a value in `targets` reads it at the root's own
-    index, each step keeping it where `keeps_index(instruction, value, operand)`, and no path
-    reaches a value in `forbidden`. The walk stops at values without a producer and at values
-    for which `is_boundary` holds; the root itself is a target, forbidden or boundary only with
-    `include_root`."""
-    stack: list[tuple[Value, bool]] = [(root, True)]
-    visited: set[tuple[int, bool]] = set()
-    while stack:
-        value, aligned = stack.pop()
-        if (id(value), aligned) in visited:
-            continue
-        visited.add((id(value), aligned))
-        examined = include_root or value is not root
-        if examined and id(value) in forbidden:
-            return False
-        if examined and id(value) in targets:
-            if not aligned:
-                return False
-            continue
-        if value.producer is None or (examined and is_boundary(value)):
-            continue
-        instruction = value.producer
-        stack.extend((operand, aligned and keeps_index(instruction, value, operand))
-                     for operand in instruction.inputs)
-    return True
 
 
 def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> bool:

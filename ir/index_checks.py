@@ -2,7 +2,8 @@
 an index at run time (and so can fail, and need the error record, as host callbacks do).
 
 The tracer passes every index tensor a user gives through `check_index` before a gather or
-scatter reads it; the iotas it builds itself (the other axes of `gather`) need no check. The
+scatter reads it; the indices it builds itself from iotas (the other axes of `gather`, the
+windows of convolution and pooling) need no check. The
 passes drop a check of a value already known in range, and the scheduler checks a gather's or
 scatter's index operand itself only when it is not known in range.
 """
@@ -13,15 +14,57 @@ from tracer.ir.primitives import CHECKS, HOST, INDEXING
 
 
 def index_in_range(operand: Value, size: int) -> bool:
-    """Whether every value of the index operand `operand` lies in [0, size): it is a
-    `check_index` against that size (which wraps negative values), or an iota that fits."""
-    producer = operand.producer
-    if producer is None:
-        return False
-    if producer.primitive == "check_index":
-        return producer.attributes["size"] == size
-    return (producer.primitive == "iota"
-            and operand.shape[producer.attributes["dimension"]] <= size)
+    """Whether every value of the index operand `operand` lies in [0, size), as far as its
+    producers show (see `value_range`)."""
+    bounds = value_range(operand)
+    return bounds is not None and bounds[0] >= 0 and bounds[1] < size
+
+
+# Integer arithmetic wraps modulo 2**64: bounds beyond int64's are not bounds.
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+_DEPTH = 64  # how far up the producers `value_range` looks
+
+
+def value_range(value: Value, depth: int = 0) -> tuple[int, int] | None:
+    """Bounds [low, high] of every element of the integer `value`, if its producers fix them
+    before the program runs: a `check_index` (its result lies in [0, size): it wraps negative
+    values and fails on the rest), an iota, an integer constant, and sums, differences, products,
+    maxima and minima of such values, through broadcasts, reshapes, transposes, slices and
+    integer casts. (The tracer builds the windows of convolution and pooling this way: their
+    gathers need no check.) None where they do not."""
+    producer = value.producer
+    if producer is None or depth > _DEPTH or value.dtype.kind not in "iu":
+        return None
+    primitive, attributes = producer.primitive, producer.attributes
+    if primitive == "check_index":
+        return 0, attributes["size"] - 1
+    if primitive == "iota":
+        return 0, max(value.shape[attributes["dimension"]] - 1, 0)
+    if primitive == "constant":
+        return (int(attributes["value"]),) * 2
+    if primitive in ("broadcast", "reshape", "transpose", "slice", "cast"):
+        if primitive == "cast" and producer.inputs[0].dtype.kind not in "iu":
+            return None
+        return value_range(producer.inputs[0], depth + 1)
+    if primitive not in ("add", "sub", "mul", "maximum", "minimum"):
+        return None
+    operands = [value_range(operand, depth + 1) for operand in producer.inputs]
+    if None in operands:
+        return None
+    (a_low, a_high), (b_low, b_high) = operands
+    if primitive == "add":
+        bounds = a_low + b_low, a_high + b_high
+    elif primitive == "sub":
+        bounds = a_low - b_high, a_high - b_low
+    elif primitive == "mul":
+        products = [a * b for a in (a_low, a_high) for b in (b_low, b_high)]
+        bounds = min(products), max(products)
+    elif primitive == "maximum":
+        bounds = max(a_low, b_low), max(a_high, b_high)
+    else:
+        bounds = min(a_low, b_low), min(a_high, b_high)
+    in_int64 = _INT64[0] <= bounds[0] and bounds[1] <= _INT64[1]
+    return bounds if in_int64 and value.dtype.itemsize == 8 else None
 
 
 def check_is_needed(instruction: Instruction) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand, reads_at_own_index
+from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
+from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.graph import Value
 
 ALIGNMENT = 64

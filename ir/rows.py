@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tracer.ir.fusion import FusedFunction, Kernel, code_cost, reads_at_own_index
+from tracer.ir.fusion import FusedFunction, Kernel, code_cost
+from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import accumulator_dtype
 from tracer.ir.primitives import ELEMENTWISE, REDUCE

@@ -6,13 +6,24 @@ the bounds documented in the template. float32 results are checked against numpy
 rounded to float32 (correctly rounded but for the rare double rounding), over every 4096th float32
 bit pattern (about a million points: both signs, subnormals, inf and nan payloads) plus the special
 values and thresholds; the slow run sweeps every 64th pattern (67 million points).
+
+sin and cos are also checked over every exponent up to the largest finite value against mpmath
+(the C library's float64 sin and cos, which numpy calls, are off by 8 ulp at the hardest argument),
+at random arguments and at the arguments closest to multiples of pi/2, where the reduction cancels
+most; and the table of the bits of 2/pi that reduces them is checked against mpmath's pi.
 """
 from __future__ import annotations
 
+import math
+import re
+from fractions import Fraction
+
+import mpmath
 import numpy as np
 import pytest
 
 from tracer import ir
+from tracer.codegen.rendering import render
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
@@ -89,13 +100,13 @@ def test_float64_within_documented_ulps(primitive):
     assert distance[worst] <= bound, (inputs[worst], actual[worst], expected[worst])
 
 
-# float32: the ulp bounds documented in codegen/templates/math.ll.j2 (sin and cos: for
-# |x| < 2^20 pi/2), and the inputs where each function changes regime.
+# float32: the ulp bounds documented in codegen/templates/math.ll.j2, and the inputs where each
+# function changes regime (sin and cos: from Cody-Waite to Payne-Hanek reduction at 1647099.25).
 FLOAT32_BOUNDS = {"exp": 1, "log": 1, "tanh": 2, "sin": 2, "cos": 2, "sqrt": 0}
-TRIGONOMETRIC_RANGE = 2 ** 20 * np.pi / 2
 EDGES = np.float32([88.72283, 88.72284, -87.33654, -87.33655, -103.27892, -103.97207, -103.97208,
                     -104.0, 89.0, 9.01, 9.02, 20.0, 0.55, 3.4028235e38, 1.1754944e-38, 1e-45,
-                    np.pi, np.pi / 2, TRIGONOMETRIC_RANGE, 1e9, 1.0, 0.0, np.inf, np.nan])
+                    np.pi, np.pi / 2, 1647099.25, 2 ** 20 * np.pi / 2, 1e9, 1.0, 0.0, np.inf,
+                    np.nan])
 with np.errstate(over="ignore"):
     EDGES = np.concatenate([EDGES, -EDGES, np.nextafter(EDGES, np.float32(np.inf)),
                             np.nextafter(EDGES, np.float32(-np.inf))])
@@ -107,15 +118,11 @@ def float32_sweep(stride: int, start: int = 0, stop: int = 2 ** 32) -> np.ndarra
 
 
 def float32_ulps(primitive: str, inputs: np.ndarray, compiled: CompiledFunction) -> np.ndarray:
-    """The ulp distance of the compiled float32 function from numpy's float64 one, rounded;
-    0 for sin and cos outside the range their bound is documented for."""
+    """The ulp distance of the compiled float32 function from numpy's float64 one, rounded."""
     (actual,) = compiled([inputs])
     with np.errstate(all="ignore"):
         expected = REFERENCE[primitive](inputs.astype(np.float64)).astype(np.float32)
-    distance = ulp_distance(actual, expected)
-    if primitive in ("sin", "cos"):
-        distance[np.isfinite(inputs) & (np.abs(inputs) >= TRIGONOMETRIC_RANGE)] = 0
-    return distance
+    return ulp_distance(actual, expected)
 
 
 @pytest.mark.parametrize("primitive", sorted(CASES))
@@ -154,17 +161,106 @@ def test_float32_within_documented_ulps_dense(primitive):
         assert distance[worst] <= FLOAT32_BOUNDS[primitive], (inputs[worst], distance[worst])
 
 
+# sin and cos over the whole range ----------------------------------------------------------------
+
+FORMATS = {"f64": (np.float64, 53, range(-60, 972)), "f32": (np.float32, 24, range(-30, 105))}
+HARDEST_DOUBLE = math.ldexp(6381956970095103, 797)  # within 2^-60.9 of a multiple of pi/2
+FRACTION_BITS = 256  # of 2^e * 2/pi mod 1, for continued fractions of denominators below 2^53
+with mpmath.workprec(1100 + FRACTION_BITS):
+    TWO_OVER_PI_BITS = int(mpmath.floor(mpmath.ldexp(2 / mpmath.pi, 1100 + FRACTION_BITS)))
+
+
+def closest_to_multiples_of_half_pi(exponent: int, bits: int, count: int = 2) -> list[int]:
+    """Mantissas m of `bits` bits whose m * 2^exponent are among the closest to a multiple of
+    pi/2: m * alpha is nearest an integer (alpha = 2^exponent * 2/pi mod 1) at multiples, sums and
+    differences of the last denominators of alpha's continued fraction below 2^bits."""
+    scale = 1 << FRACTION_BITS
+    alpha = (TWO_OVER_PI_BITS >> (1100 - exponent)) % scale
+    low, high = 1 << (bits - 1), 1 << bits
+    numerator, denominator, previous, current, denominators = alpha, scale, 0, 1, []
+    while numerator and current < high:
+        quotient = denominator // numerator
+        denominator, numerator = numerator, denominator % numerator
+        previous, current = current, quotient * current + previous
+        denominators.append(previous)
+    last = denominators[-4:]
+    candidates = {j * d + i * e for d in last for e in [0, *last] for i in (-1, 0, 1)
+                  for j in range(max(1, low // d - 1), low // d + 3) if low <= j * d + i * e < high}
+
+    def distance(m: int) -> int:
+        remainder = m * alpha % scale
+        return min(remainder, scale - remainder)
+    return sorted(candidates, key=distance)[:count]
+
+
+def whole_range(dtype: str) -> np.ndarray:
+    """For each exponent (from |x| near 2^-8 to the largest finite value): a random mantissa and
+    the two closest to a multiple of pi/2; both signs."""
+    numpy_dtype, bits, exponents = FORMATS[dtype]
+    mantissas = [[int(RNG.integers(1 << (bits - 1), 1 << bits)),
+                  *closest_to_multiples_of_half_pi(exponent, bits)] for exponent in exponents]
+    values = [math.ldexp(m, exponent) for exponent, row in zip(exponents, mantissas) for m in row]
+    if dtype == "f64":
+        values.append(HARDEST_DOUBLE)
+    values = np.array(values, numpy_dtype)
+    return np.concatenate([values, -values])
+
+
+def correctly_rounded(primitive: str, inputs: np.ndarray) -> np.ndarray:
+    """mpmath's sin or cos, exact to far below an ulp (the argument's 1024 + 53 bits and the
+    cancellation near a multiple of pi/2), rounded to the inputs' dtype."""
+    function = getattr(mpmath, primitive)
+    with mpmath.workprec(1300):
+        exact = [float(function(mpmath.mpf(float(x)))) for x in inputs]
+    return np.array(exact).astype(inputs.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("primitive", ["sin", "cos"])
-def test_float32_sin_cos_beyond_the_documented_range(primitive):
-    # documented: absolute error below 1e-6 up to |x| = 1e9, sin(0) and cos(0) from there on
-    inside = np.float32(np.geomspace(TRIGONOMETRIC_RANGE, 1e9, 100000)[:-1])
-    outside = np.float32([1e9, 3e9, 1e20, 3.4028235e38])
-    inputs = np.concatenate([inside, -inside, outside, -outside])
-    (actual,) = compile_unary(primitive, "f32", inputs.size)([inputs])
-    expected = REFERENCE[primitive](inputs[:2 * inside.size].astype(np.float64))
-    assert np.max(np.abs(actual[:2 * inside.size] - expected)) < 1e-6
-    np.testing.assert_array_equal(actual[2 * inside.size:],
-                                  REFERENCE[primitive](np.zeros(2 * outside.size, np.float32)))
+def test_sin_cos_over_the_whole_finite_range(primitive, dtype):
+    inputs = whole_range(dtype)
+    (actual,) = compile_unary(primitive, dtype, inputs.size)([inputs])
+    distance = ulp_distance(actual, correctly_rounded(primitive, inputs))
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= 2, (inputs[worst], actual[worst], distance[worst])
+
+
+def test_sin_cos_of_the_hardest_double():
+    # cos(6381956970095103 * 2^797) = -4.68716592425462761112e-19 (Muller, Elementary Functions):
+    # correctly rounded here (the C library's is 8 ulp off)
+    inputs = np.array([HARDEST_DOUBLE, -HARDEST_DOUBLE])
+    (sine,) = compile_unary("sin", "f64", 2)([inputs])
+    (cosine,) = compile_unary("cos", "f64", 2)([inputs])
+    np.testing.assert_array_equal(cosine, [-4.68716592425462761112e-19] * 2)
+    np.testing.assert_array_equal(sine, [1.0, -1.0])
+
+
+# The tables of 2/pi in the rendered code: row b of the float64 table is 2^(32 b - 1023) 2/pi
+# mod 2^54, of the float32 one 2^(16 b - 127) 2/pi mod 2^25, each truncated to its lowest chunk's
+# last bit (2^-158, 2^-81), in chunks that are doubles.
+TABLES = {"f64": (32, 1023, 54, -158), "f32": (16, 127, 25, -81)}
+
+
+def rendered_table(dtype: str) -> list[list[float]]:
+    text = render("math.ll.j2")
+    body = re.search(rf"@tracer\.two_over_pi\.{dtype} = .*?constant [^\n]*\n(.*?)\]\n", text,
+                     re.S).group(1)
+    hexadecimal = [re.findall(r"double (0x[0-9A-F]+)", line) for line in body.splitlines()]
+    return [[np.uint64(int(h, 16)).view(np.float64).item() for h in row] for row in hexadecimal]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_the_bits_of_two_over_pi_in_the_code_against_mpmath(dtype):
+    bucket, bias, modulus, last = TABLES[dtype]
+    rows = rendered_table(dtype)
+    assert len(rows) == (2 * bias + 1) // bucket + 1
+    with mpmath.workprec(1300):
+        two_over_pi = 2 / mpmath.pi
+        for b, row in enumerate(rows):
+            exponent = bucket * b - bias
+            units = int(mpmath.floor(mpmath.ldexp(two_over_pi, exponent - last)))
+            expected = units % (1 << (modulus - last))
+            assert sum(Fraction(chunk) for chunk in row) == Fraction(expected) * Fraction(2) ** last, b
 
 
 def compile_pow(dtype: str, size: int) -> CompiledFunction:

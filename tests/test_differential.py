@@ -86,7 +86,7 @@ KNOWN_RESTRICTIONS = {
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
 }
 # Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26. F3 is a documented
-# difference (README "Where this differs from PyTorch"), accepted by `compare`: see
+# difference (docs/differences.md), accepted by `compare`: see
 # VIEW_REFUSAL.
 
 
@@ -745,7 +745,7 @@ def assert_close(actual, reference, exact, what, precision=None):
                         f"{r[tuple(b)]!r}, float64 {exact[tuple(b)]!r}" for b in bad))
 
 
-# F3, by design (README "Where this differs from PyTorch"): tracer's views are copies, so reading
+# F3, by design (docs/differences.md): tracer's views are copies, so reading
 # the result of a view operation after its base was changed in place raises this InplaceError,
 # where PyTorch's view shows the change. Accepted as agreement in a program that changes a base in
 # place after taking a view of it (`changes_viewed_base`), and only this error.
@@ -1463,7 +1463,7 @@ class Generator:
         size = v.shape[dim]
         count = self.choice([1, 2, 3, 4]) if size else self.choice([0, 2])
         # (no negative index into a tensor with no elements: PyTorch skips index_add_'s check
-        # there, tracer refuses it; README "Where this differs from PyTorch")
+        # there, tracer refuses it; docs/differences.md)
         negative = self.integer(0, 3) == 0 and 0 not in v.shape
         index = self.new_index_input((count,), size, negative=negative) if size else None
         if index is None:  # no index into an empty dimension but an empty one

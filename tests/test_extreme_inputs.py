@@ -356,20 +356,10 @@ def test_extreme_inputs_traced(name, dtype):
     compare(CASES[name], dtype, "traced")
 
 
-# Known differences the sweep finds (strict: the test fails once they are fixed).
-SWEEP_DIFFERENCES = {
-    ("Tensor.sin", "traced"): "compiled sin and cos reduce |x| < 1e9 (float32) and 1e15 "
-                              "(float64) only, and give sin(0) and cos(0) beyond",
-    ("Tensor.cos", "traced"): "the same as sin",
-}
-
-
 def _sweep_parameters():
     for name in sorted(name for name, case in CASES.items() if case.inputs is extreme_values_list):
         for mode in ("eager", "traced"):
-            reason = SWEEP_DIFFERENCES.get((name, mode))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            yield pytest.param(name, mode, marks=marks, id=f"{name}-{mode}")
+            yield pytest.param(name, mode, id=f"{name}-{mode}")
 
 
 @pytest.mark.slow
