@@ -41,14 +41,16 @@ def main() -> None:
 
 def run(quick: bool, output: Path) -> None:
     from benchmarks import (bounds_cost, capture_cost, cnn, compile_time, cross_entropy, dispatch,
-                            distributed, first_result, gather_cost, gelu, launch_cost, layer_norm,
-                            mlp, peers, readme_table, report, transformer, two_layer)
+                            distributed, first_result, gather_cost, gelu, higher_order,
+                            launch_cost, layer_norm, mlp, peers, readme_table, report, transformer,
+                            two_layer)
     from benchmarks.harness import PEERS, Timing
 
     timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
     started = time.perf_counter()
     rows = []
-    for workload in (two_layer, mlp, transformer, cnn, gelu, layer_norm, cross_entropy, dispatch):
+    for workload in (two_layer, mlp, transformer, cnn, higher_order, gelu, layer_norm, cross_entropy,
+                     dispatch):
         rows += workload.rows(quick, timing)
         print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     # --quick leaves torch out: it takes seconds to import, torch.compile tens of seconds to compile

@@ -30,6 +30,7 @@ class Site:
 
 
 INDEX = "index"  # the access kind of a gather or scatter index check
+CALLBACK = "callback"  # the site of a host callback, which fails when the Python code raised
 
 
 class Sites:
@@ -59,6 +60,14 @@ class Sites:
         `axis` of `size` elements."""
         return self.add_internal(kernel, f"dimension {axis} (index operand %{operand.name}: "
                                  f"{operand.type})", size, INDEX, line)
+
+    def add_callback(self, kernel: str, callback, line: str) -> int:
+        """The site number of a host callback (its failure is the exception the Python code
+        raised, which runtime/callbacks.py keeps)."""
+        return self.add_internal(kernel, repr(callback), 0, CALLBACK, line)
+
+    def is_callback(self, site: int) -> bool:
+        return self.sites[site].access == CALLBACK
 
     def is_index(self, site: int) -> bool:
         return self.sites[site].access == INDEX

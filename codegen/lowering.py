@@ -21,6 +21,8 @@
   as it is.
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
 - kind "collective": `all_reduce`, its own kernel: one call of MPI_Allreduce (codegen/render.py).
+- kind "callback": `host_callback`, its own kernel: one call of the runtime's dispatcher, which
+  calls the Python code back (codegen/render.py, runtime/callbacks.py).
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """
 from __future__ import annotations
@@ -256,6 +258,7 @@ def _table() -> dict[str, Lowering]:
     table["scatter"] = Lowering("scatter")
     table["check_index"] = Lowering("check")
     table["all_reduce"] = Lowering("collective")
+    table["host_callback"] = Lowering("callback")
     table.update({name: Lowering("removed") for name in GRADIENT_MARKERS})
     return table
 

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
-from tracer.codegen.render import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS, record_register,
-                                    render_kernel)
+from tracer.codegen.render import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
+                                    HOST_CALLBACK_DECLARATION, record_register, render_kernel)
 from tracer.codegen.rendering import render
 from tracer.ir.loops import LoopProgram, checks_indices
 from tracer.ir.memory import Location, MemoryPlan
@@ -139,6 +139,8 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         declarations.append("declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind")
     if any(kernel.kind == "all_reduce" for kernel in program.kernels):
         declarations.extend(ALL_REDUCE_DECLARATIONS)
+    if any(kernel.kind == "host_callback" for kernel in program.kernels):
+        declarations.append(HOST_CALLBACK_DECLARATION)
     if blas:
         for dtype, symbol in GEMM_SYMBOLS.items():
             t = LLVM_TYPE[dtype]

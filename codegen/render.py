@@ -22,7 +22,7 @@ from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, l
 from tracer.codegen.rendering import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
-                             Gemm, IndexOp, Load, Loop, LoopKernel, Store)
+                             Gemm, HostCall, IndexOp, Load, Loop, LoopKernel, Store)
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
@@ -34,6 +34,11 @@ ALL_REDUCE_SYMBOL, MPI_HANDLES_SYMBOL = "tracer_mpi_allreduce", "tracer_mpi_hand
 MPI_HANDLES = ("comm_world", "float32", "float64", "int64", "sum", "max", "min")
 ALL_REDUCE_DECLARATIONS = (f"declare i32 @{ALL_REDUCE_SYMBOL}(ptr, ptr, i32, i64, i64, i64)",
                            f"@{MPI_HANDLES_SYMBOL} = external global [{len(MPI_HANDLES)} x i64]")
+# A host callback calls the dispatcher the runtime registers as HOST_CALLBACK_SYMBOL with the
+# callback's number and an array of its buffers' pointers (operands, then results); a status other
+# than 0 means the Python code raised (runtime/callbacks.py keeps the exception).
+HOST_CALLBACK_SYMBOL = "tracer_host_callback"
+HOST_CALLBACK_DECLARATION = f"declare i32 @{HOST_CALLBACK_SYMBOL}(i64, ptr)"
 # float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
 # CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.
 FLOAT32_LANES = 8
@@ -135,6 +140,8 @@ class KernelRenderer:
                 self.gemm(statement)
             elif isinstance(statement, AllReduce):
                 self.all_reduce(statement)
+            elif isinstance(statement, HostCall):
+                self.host_call(statement)
             else:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
 
@@ -243,6 +250,23 @@ class KernelRenderer:
         self.w.emit(f"call i32 @{ALL_REDUCE_SYMBOL}(ptr %{statement.source}, "
                     f"ptr %{statement.target}, i32 {statement.count}, i64 {handles[0]}, "
                     f"i64 {handles[1]}, i64 {handles[2]})")
+
+
+    def host_call(self, statement: HostCall) -> None:
+        """The dispatcher called with the callback's number and its buffers; a failure (the
+        status, as the offset) goes to the error record through the `check` of bounds.ll.j2, so
+        the entry runs no later kernel."""
+        buffers = [*statement.operands, *statement.results]
+        array = self.w.alloca(f"[{len(buffers)} x ptr]", "buffers")
+        for position, name in enumerate(buffers):
+            slot = self.w.value(f"getelementptr inbounds [{len(buffers)} x ptr], ptr {array}, "
+                                f"i64 0, i64 {position}", "p")
+            self.w.emit(f"store ptr %{name}, ptr {slot}, align 8")
+        status = self.w.value(f"call i32 @{HOST_CALLBACK_SYMBOL}(i64 {statement.callback.number}, "
+                              f"ptr {array})", "status")
+        widened = self.w.value(f"zext i32 {status} to i64", "status")
+        site = self.sites.add_callback(self.kernel.name, statement.callback, statement.line)
+        self.w.raw(str(macros("bounds.ll.j2").check(self.w.label("callback"), site, widened, 1)))
 
 
 def wrap_index(w: Writer, position: str, size: int) -> str:

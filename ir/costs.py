@@ -7,7 +7,7 @@ an inline expression and of a kernel with it (ir/fusion.py), and a row kernel ke
 its row when recomputing it would cost more (ir/rows.py). A primitive that costs more than one
 instruction is EXPENSIVE: fusion stores it rather than recompute it at each element of a
 broadcast. Primitives that never run inline (matmul, scatter, the collective, the gradient
-markers that the optimizer removes) cost 1: they are kernels, or nothing, of their own.
+markers that the optimizer removes, the host callbacks) cost 1: they are kernels, or nothing, of their own.
 tests/test_ir_tables.py fails when a primitive has no row.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ CODE_COST: dict[str, int] = {
     "gather": 1, "check_index": 1,
     # kernels of their own, or removed before codegen
     "matmul": 1, "scatter": 1, "all_reduce": 1, "stop_gradient": 1, "custom_vjp": 1,
+    "host_callback": 1,
 }
 assert set(CODE_COST) == PRIMITIVES, set(CODE_COST) ^ PRIMITIVES
 

@@ -1,6 +1,6 @@
 """Fusion: group the instructions of an optimized Function into kernels.
 
-A kernel is one unit of native code. Fusion makes four kinds:
+A kernel is one unit of native code. Fusion makes five kinds:
 
 - `loop`: one loop nest over the shape of its results. Elementwise ops, layout changes (broadcast,
   reshape, transpose, slice, pad), sources (constant, iota) and reductions over trailing axes are
@@ -11,6 +11,8 @@ A kernel is one unit of native code. Fusion makes four kinds:
 - `scatter`: a write (or accumulation) at computed indices: the target is copied into the result,
   then a loop over the updates stores each at its index; target, updates and indices are computed
   inline.
+- `host_callback`: a call back into Python (ir/host.py) that writes all its results; a barrier
+  that nothing fuses across.
 - `matmul`: a BLAS call (or a generated loop nest). An operand that is the transpose of the last two
   axes of a buffer reads that buffer with the transpose flag instead of materializing it. A value
   that is a linear function of a matmul only it reads -- `w - lr * (x^T @ g)`, the SGD update of a
@@ -77,8 +79,8 @@ class Kernel:
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
     ones that produce its results)."""
 
-    kind: str  # "loop", "accumulate", "scatter", "matmul", "all_reduce", or (ir/rows.py) "rows",
-    # "combine"
+    kind: str  # "loop", "accumulate", "scatter", "matmul", "all_reduce", "host_callback", or
+    # (ir/rows.py) "rows", "combine"
     results: list[Value]
     instructions: list[Instruction] = field(default_factory=list)
     inputs: list[Value] = field(default_factory=list)
@@ -294,6 +296,10 @@ def _kernel_of(root: Value, update: MatmulUpdate | None, materialized: set[int],
         return Kernel("matmul", [root], [*looked_through, producer], inputs), 0
     if producer is not None and producer.primitive == "all_reduce":  # a call of the MPI library
         return Kernel("all_reduce", [root], [producer], list(producer.inputs)), 0
+    if producer is not None and producer.primitive == "host_callback":  # Python code, which
+        # writes all its results at once
+        return Kernel("host_callback", list(producer.outputs), [producer],
+                      list(producer.inputs)), 0
     if producer is not None and producer.primitive == "scatter":
         kind = "scatter"
     elif producer is not None and producer.primitive in REDUCE and not reduction_is_inner(
@@ -331,6 +337,8 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
     closures: dict[int, _Closure] = {}  # kernel index -> what it evaluates, for merged loop kernels
     loops_by_shape: dict[tuple[int, ...], list[int]] = {}  # loop kernel indices, ascending
     for root in roots:
+        if id(root) in producer_kernel:  # a further result of a host callback's kernel
+            continue
         producer = root.producer
         kernel, cost = _kernel_of(root, updates.get(id(root)), materialized, in_order)
         ready = max((producer_kernel.get(id(v), -1) for v in kernel.inputs), default=-1)
@@ -350,9 +358,9 @@ def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
                 break
         if target is None:
             kernels.append(kernel)
-            owns.append({id(root)})
+            owns.append({id(v) for v in kernel.results})
             costs.append(cost)
-            producer_kernel[id(root)] = len(kernels) - 1
+            producer_kernel.update((id(v), len(kernels) - 1) for v in kernel.results)
             if merges:
                 loops_by_shape.setdefault(root.shape, []).append(len(kernels) - 1)
             continue

@@ -1,5 +1,5 @@
 """Which index values are known to be in range before a program runs, and which instructions check
-an index at run time (and so can fail, and need the error record).
+an index at run time (and so can fail, and need the error record, as host callbacks do).
 
 The tracer passes every index tensor a user gives through `check_index` before a gather or
 scatter reads it; the indices it builds itself from iotas (the other axes of `gather`, the
@@ -10,7 +10,7 @@ scatter's index operand itself only when it is not known in range.
 from __future__ import annotations
 
 from tracer.ir.graph import Instruction, Value
-from tracer.ir.primitives import CHECKS, INDEXING
+from tracer.ir.primitives import CHECKS, HOST, INDEXING
 
 
 def index_in_range(operand: Value, size: int) -> bool:
@@ -86,3 +86,9 @@ def checks_an_index(instruction: Instruction) -> bool:
         return check_is_needed(instruction)
     return instruction.primitive in INDEXING and not all(
         index_in_range(operand, size) for operand, size in indexed_sizes(instruction))
+
+
+def can_fail(instruction: Instruction) -> bool:
+    """Whether the code of `instruction` can fail at run time, and so needs the error record and
+    stops the program: an index it checks, or a host callback (which may raise)."""
+    return instruction.primitive in HOST or checks_an_index(instruction)

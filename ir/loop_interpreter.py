@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tracer.ir.loops import (Accumulate, Accumulator, AllReduce, CheckIndex, Compute, Gemm, IndexOp,
-                             Load, Loop, LoopKernel, LoopProgram, Store)
+from tracer.ir.loops import (Accumulate, Accumulator, AllReduce, CheckIndex, Compute, Gemm,
+                             HostCall, IndexOp, Load, Loop, LoopKernel, LoopProgram, Store)
 from tracer.ir.memory import Location
 from tracer.ir.primitives import IndexRangeError
 from tracer.ir.reference import REFERENCE
@@ -122,6 +122,12 @@ class KernelRun:
                 source = self.buffers[statement.source][:statement.count]
                 self.buffers[statement.target][:statement.count] = REFERENCE["all_reduce"](
                     source, op=statement.op)
+            elif isinstance(statement, HostCall):
+                operands = [self.buffers[name][:v.type.size].reshape(v.shape)
+                            for name, v in zip(statement.operands, statement.operand_values)]
+                results = statement.callback(*operands)
+                for name, value, result in zip(statement.results, statement.values, results):
+                    self.buffers[name][:value.type.size] = np.asarray(result).reshape(-1)
             else:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
 

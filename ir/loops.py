@@ -20,6 +20,7 @@ memory plan placed them) whose body is a tree of statements:
   each C[b]), a BLAS call or a loop nest.
 - `AllReduce`: the target buffer is the elementwise sum (max, min) of the source buffer over the
   processes of an MPI job, one call of the MPI library (MPI_Allreduce); alone, a copy.
+- `HostCall`: result buffers written by Python code the program calls back (ir/host.py).
 
 Registers are written once (`%v3`), except accumulators, which `Accumulate` updates in place. A
 register defined inside a loop is used only inside it; an accumulator is read after its loops.
@@ -185,8 +186,22 @@ class AllReduce:
     line: str = ""
 
 
+@dataclass
+class HostCall:
+    """results = callback(operands), Python code called back on the host (ir/host.py): the
+    buffers `operands` in, the buffers `results` (of `values`) written. It can fail (the callback
+    raised): then the kernel records the failure and the entry runs no later kernel."""
+
+    callback: object  # an ir.host.HostCallback
+    operands: list[str]
+    results: list[str]
+    operand_values: list[Value]  # whose buffers operands are
+    values: list[Value]  # whose buffers results are
+    line: str = ""
+
+
 Statement = Union[Compute, IndexOp, CheckIndex, Load, Store, Loop, Accumulator, Accumulate, Gemm,
-                  AllReduce]
+                  AllReduce, HostCall]
 
 
 @dataclass(eq=False)
@@ -197,7 +212,7 @@ class LoopKernel:
 
     name: str
     kind: str  # the fused kernel's: "loop", "accumulate", "scatter", "matmul", "all_reduce",
-    # "rows", "combine"
+    # "host_callback", "rows", "combine"
     buffers: list[Buffer]
     body: list
     extent: int
@@ -344,6 +359,10 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
     if isinstance(statement, AllReduce):
         text = (f"all_reduce {statement.target}[0:{statement.count}] = {statement.op} over processes "
                 f"of {statement.source}[0:{statement.count}] : {SHORT_NAMES[statement.dtype]}")
+        return [_comment(indent + text, statement.line)]
+    if isinstance(statement, HostCall):
+        text = (f"{', '.join(statement.results)} = host_call {statement.callback!r}"
+                f"({', '.join(statement.operands)})")
         return [_comment(indent + text, statement.line)]
     raise TypeError(f"not a loop IR statement: {statement!r}")
 

@@ -163,3 +163,11 @@ def arena_overflow(fused: FusedFunction, plan: MemoryPlan) -> str | None:
                 return (f"the memory plan puts %{value.name} ({value.type}) at bytes "
                         f"[{location.index}, {end}) of an arena of {plan.arena_size} bytes")
     return None
+
+
+def shared_buffers(kernel: Kernel, plan: MemoryPlan) -> dict[int, int]:
+    """result position -> input position, for the results written into the buffer an input is read
+    from (an in-place update): the kernel gets one pointer for both, so `noalias` stays true."""
+    reads = {plan.read(v): i for i, v in enumerate(kernel.inputs)}
+    return {j: reads[plan.write(v)] for j, v in enumerate(kernel.results)
+            if plan.write(v) in reads}

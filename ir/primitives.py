@@ -46,15 +46,18 @@ INDEXING = frozenset({"gather", "scatter"})
 CHECKS = frozenset({"check_index"})
 # Identity on their operands at run time; they only tell the autodiff pass how gradients flow.
 GRADIENT_MARKERS = frozenset({"stop_gradient", "custom_vjp"})
+# Python code the program calls back into on the host (ir/host.py): `host_callback %a, ...
+# {callback}` has the results of `callback(a, ...)`, whose types the callback declares.
+HOST = frozenset({"host_callback"})
 # Primitives with several results (the VJP rule takes and gives a list of cotangents per output).
-MULTIPLE_OUTPUTS = frozenset({"custom_vjp"})
+MULTIPLE_OUTPUTS = frozenset({"custom_vjp", "host_callback"})
 # Communication between the processes of a data-parallel job (MPI): `all_reduce x {op}` is the
 # elementwise sum (max, min) of x over every process; a process alone is a world of one.
 COLLECTIVES = frozenset({"all_reduce"})
 REDUCE_OPS = ("sum", "max", "min")
 
 PRIMITIVES = (ELEMENTWISE | LAYOUT | REDUCE | SOURCES | INDEXING | CHECKS | GRADIENT_MARKERS
-              | COLLECTIVES | {"matmul"})
+              | COLLECTIVES | HOST | {"matmul"})
 
 # Not primitives but requests to a pass: `gradient %output, %seed, %wrt...` stands for the gradients
 # of %output (seeded by %seed) with respect to each %wrt until the autodiff pass expands it in place.
@@ -296,6 +299,12 @@ def _all_reduce(in_types: list[TensorType], op: str) -> list[TensorType]:
     return [x]
 
 
+def _host_callback(in_types: list[TensorType], callback) -> list[TensorType]:
+    if not callback.result_types:
+        raise ShapeError(f"host_callback {callback!r} declares no results")
+    return list(callback.result_types)
+
+
 def _table() -> dict[str, Callable[..., list[TensorType]]]:
     table: dict[str, Callable[..., list[TensorType]]] = {}
     for name in UNARY:
@@ -322,6 +331,7 @@ def _table() -> dict[str, Callable[..., list[TensorType]]]:
         "custom_vjp": _custom_vjp,
         "gradient": _gradient,
         "all_reduce": _all_reduce,
+        "host_callback": _host_callback,
     })
     return table
 
@@ -333,7 +343,7 @@ SHAPE_RULES = _table()
 ARITY = {name: 1 for name in UNARY | LAYOUT | REDUCE | CHECKS | COLLECTIVES | {"cast"}}
 ARITY.update({name: 2 for name in BINARY | {"matmul"}})
 ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom_vjp": None,
-              "gradient": None, "gather": None, "scatter": None})
+              "gradient": None, "gather": None, "scatter": None, "host_callback": None})
 
 
 def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) -> list[TensorType]:

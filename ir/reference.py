@@ -137,6 +137,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "iota": _iota,
     "stop_gradient": lambda x: x,
     "all_reduce": _all_reduce,
+    "host_callback": lambda *operands, callback: callback(*operands),
     "custom_vjp": lambda *operands, num_outputs, rule: tuple(operands[:num_outputs]),
 }
 

@@ -22,9 +22,9 @@ import math
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
-                             Compute, Gemm, Load, LoopKernel, LoopProgram, Store, accumulator_dtype,
-                             initial_value, line_of, literal)
-from tracer.ir.memory import MemoryPlan
+                             Compute, Gemm, HostCall, Load, LoopKernel, LoopProgram, Store,
+                             accumulator_dtype, initial_value, line_of, literal)
+from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
@@ -295,14 +295,6 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
             self.memo.pop()
 
 
-def shared_buffers(kernel: Kernel, plan: MemoryPlan) -> dict[int, int]:
-    """result position -> input position, for the results written into the buffer an input is read
-    from (an in-place update): the kernel gets one pointer for both, so `noalias` stays true."""
-    reads = {plan.read(v): i for i, v in enumerate(kernel.inputs)}
-    return {j: reads[plan.write(v)] for j, v in enumerate(kernel.results)
-            if plan.write(v) in reads}
-
-
 def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: MemoryPlan,
                     threads: int) -> LoopKernel:
     """The loop IR of one fused kernel; it may run on up to `threads` threads."""
@@ -324,6 +316,13 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
         scheduler.emit(AllReduce(names[id(instruction.inputs[0])], result_names[0], result,
                                  result.type.size, result.dtype, instruction.attributes["op"],
                                  line=instruction.location))
+    elif kernel.kind == "host_callback":
+        (instruction,) = kernel.instructions
+        scheduler = KernelScheduler(fused, kernel, names)
+        scheduler.emit(HostCall(instruction.attributes["callback"],
+                                [names[id(v)] for v in instruction.inputs], result_names,
+                                list(instruction.inputs), list(kernel.results),
+                                line=instruction.location))
     else:
         scheduler = KernelScheduler(fused, kernel, names)
         if kernel.kind == "loop":

@@ -41,14 +41,14 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
 
 def split_extent(kernel: Kernel, flat: bool) -> int:
     """The range the entry passes a kernel: its outermost loop's, a matmul's batch count (times
-    the blocks of each product, ir/schedule.py), a row kernel's chunks (a combine or all_reduce
-    kernel's is not used)."""
+    the blocks of each product, ir/schedule.py), a row kernel's chunks (a combine, all_reduce or
+    host_callback kernel's is not used)."""
     if kernel.kind == "matmul":
         return math.prod(kernel.results[0].shape[:-2])
     if kernel.kind in ("rows", "combine"):
         return kernel.chunks if kernel.kind == "rows" else 1
-    if kernel.kind == "all_reduce":
-        return 1  # one call of the MPI library
+    if kernel.kind in ("all_reduce", "host_callback"):
+        return 1  # one call of the MPI library, or of Python code
     shape = (kernel.results[0].type.size,) if flat else kernel.shape
     return next((size for size in shape if size != 1), 1)
 

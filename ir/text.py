@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.host import HostCallback
 from tracer.ir.types import BY_SHORT_NAME, SHORT_NAMES, TensorType
 from tracer.ir.vjp import CustomRule
 
@@ -93,9 +94,9 @@ def parse_attribute(text: str) -> Any:
     if text in ("inf", "-inf", "nan"):
         return float(text)
     if text.startswith("@"):
-        rule = CustomRule.live.get(text[1:])
+        rule = (HostCallback.live if text.startswith("@host.") else CustomRule.live).get(text[1:])
         if rule is None:
-            raise ParseError(f"custom rule {text} is not alive in this process")
+            raise ParseError(f"custom rule or callback {text} is not alive in this process")
         return rule
     value = ast.literal_eval(text)
     return tuple(value) if isinstance(value, list) else value

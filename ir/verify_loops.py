@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
-                             Gemm, IndexOp, Load, Loop, LoopKernel, LoopProgram, Store)
+                             Gemm, HostCall, IndexOp, Load, Loop, LoopKernel, LoopProgram, Store)
 from tracer.ir.verify import VerificationError
 
 
@@ -80,6 +80,10 @@ def _verify_block(kernel: LoopKernel, statements: list, scopes: list[set[str]],
             buffer(statement, statement.source, statement.target)
             if statement.source == statement.target:
                 raise fail("an all_reduce whose source is its target", statement)
+        elif isinstance(statement, HostCall):
+            buffer(statement, *statement.operands, *statement.results)
+            if set(statement.operands) & set(statement.results):
+                raise fail("a host call that writes a buffer it reads", statement)
         else:
             raise fail("not a loop IR statement", statement)
     scopes.pop()

@@ -186,6 +186,12 @@ def _custom_vjp(b, cotangents, outputs, inputs, needs, attributes):
     return [None] * count + list(gradients)
 
 
+def _host_callback(b, cotangents, outputs, inputs, needs, attributes):
+    # A Function's callbacks get their gradients from its backward (custom_vjp): a gradient asked
+    # of one itself is of a backward that runs on the host, which is not differentiable again.
+    raise attributes["callback"].gradient_error()
+
+
 def _table() -> dict[str, Callable[..., list]]:
     table: dict[str, Callable[..., list]] = dict.fromkeys(NON_DIFFERENTIABLE, _no_gradient)
     simple = {
@@ -209,7 +215,8 @@ def _table() -> dict[str, Callable[..., list]]:
         "select": _select, "cast": _cast, "reshape": _reshape, "transpose": _transpose,
         "slice": _slice, "pad": _pad, "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum,
         "reduce_min": _reduce_extremum,
-        "matmul": _matmul, "all_reduce": _all_reduce, "custom_vjp": _custom_vjp, "gather": _gather, "scatter": _scatter,
+        "matmul": _matmul, "all_reduce": _all_reduce, "custom_vjp": _custom_vjp,
+        "host_callback": _host_callback, "gather": _gather, "scatter": _scatter,
     })
     return table
 
@@ -248,6 +255,7 @@ VALUES_READ: dict[str, Callable[[list[bool]], tuple]] = {
     "reduce_max": _reads(True, True), "reduce_min": _reads(True, True),
     "gather": _indices_of(1), "scatter": _indices_of(2),
     "all_reduce": _reads(True, True),
+    "host_callback": _reads(False),  # its rule refuses
 }
 assert set(VALUES_READ) == PRIMITIVES, set(VALUES_READ) ^ PRIMITIVES
 

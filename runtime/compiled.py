@@ -24,9 +24,9 @@ import numpy as np
 from tracer.codegen.bounds import RECORD_BYTES, Sites
 from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Function
-from tracer.ir.index_checks import checks_an_index
+from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
-from tracer.runtime import jit, pool
+from tracer.runtime import callbacks, jit, pool
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class CompiledFunction:
         every gather, so no copy is made.)"""
         kernels = self.fused.kernels
         checking = [n for n, kernel in enumerate(kernels)
-                    if any(checks_an_index(i) for i in kernel.instructions)]
+                    if any(can_fail(i) for i in kernel.instructions)]
         writing = [n for n, kernel in enumerate(kernels)
                    if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
         return bool(checking and writing) and min(writing) <= max(checking)
@@ -238,6 +238,8 @@ class CompiledFunction:
         code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
         if code == 0:
             return None
+        if self.sites.is_callback(code - 1):
+            callbacks.raise_failure()  # what the Python code raised
         error = IndexOutOfRangeError if self.sites.is_index(code - 1) else BoundsError
         return (error, *self.sites.message(code - 1, offset))
 

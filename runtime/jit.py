@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-from tracer.runtime import collectives
+from tracer.runtime import callbacks, collectives
 from tracer.runtime.cache import ObjectCache
 
 # Counters the tests read: how many programs (or modules: the thread pool) were compiled to machine
@@ -213,6 +213,8 @@ class JitModule:
         _initialize()
         if any(collectives.needed_by(object_code) for object_code in objects):
             collectives.register()  # MPI_Allreduce and its handles, which the objects call
+        if any(callbacks.needed_by(object_code) for object_code in objects):
+            callbacks.register()  # the dispatcher of host callbacks
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
         for object_code in objects:
             engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))

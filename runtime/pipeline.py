@@ -28,7 +28,7 @@ from tracer import ir
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Function, gc_paused
-from tracer.ir.index_checks import checks_an_index
+from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
@@ -202,10 +202,10 @@ class BackEnd:
         with self.step("rows"):
             self.fused: FusedFunction = group_rows(fused)
         # Whether the code keeps an error record after the arena's temporaries (bounds-checked,
-        # or an index that may be out of range): decided once, here, for the code that writes it
-        # and the runtime that sizes the arena and reads it.
+        # an index that may be out of range, or a host callback): decided once, here, for the code
+        # that writes it and the runtime that sizes the arena and reads it.
         self.error_record: bool = settings.checked or any(
-            checks_an_index(i) for kernel in self.fused.kernels for i in kernel.instructions)
+            can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries

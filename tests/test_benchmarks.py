@@ -1,5 +1,6 @@
 """The benchmark programs (benchmarks/) cannot rot: each workload's check against its float64
-reference, at tiny sizes, with the tracer and numpy only (no torch, no jax, no timing)."""
+reference, at tiny sizes, with the tracer and numpy only (no timing, no jax, and torch only as the
+float64 reference of the higher-order steps)."""
 import sys
 from pathlib import Path
 
@@ -70,3 +71,13 @@ def test_mlp_training_step_and_its_kernel_profile():
     lines = text.splitlines()
     assert lines[0].startswith("MLP: ") and "by kind: " in lines[1] and "matmul" in lines[1]
     assert len(lines) == 5 and all("x floor" in line for line in lines[2:])
+
+
+@pytest.mark.parametrize("workload, size", [("pinn_workload", 16), ("wgan_workload", (8, 8)),
+                                            ("per_sample_workload", (4, 3, 5, 2))])
+def test_higher_order_steps(workload, size):
+    # (their float64 reference is PyTorch's eager step, installed with the test dependencies)
+    from benchmarks import higher_order
+    programs, expected, scales = getattr(higher_order, workload)(size)
+    dtype = next(d for _, _, w, d in higher_order.WORKLOADS if w.__name__ == workload)
+    checked_run(programs[0], expected, higher_order.TOLERANCE[dtype], scales)

@@ -166,6 +166,19 @@ def _make_functions(B):
         def backward(ctx, grad_output):
             return None, grad_output * 0.5
 
+    class NumpyTanh(base):
+        """Computes in numpy (a host callback under tr.trace): its forward and backward read
+        tensor values, and ctx keeps an array."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.result = np.asarray(np.tanh(x.detach().numpy()))
+            return x.new(ctx.result)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output.new(np.asarray(grad_output.numpy() * (1 - ctx.result ** 2)))
+
     def linear_forward(ctx, input, weight, bias=None):
         ctx.save_for_backward(input=input, weight=weight, bias=bias)
         output = input.mm(weight.t())
@@ -210,7 +223,7 @@ def _make_functions(B):
         linear = tr.autograd_function(forward=linear_forward, backward=linear_backward,
                                       name="linear")
     return {"square": Square.apply, "scale_clamp": ScaleClamp.apply, "mul_pair": MulPair.apply,
-            "no_grad_first": NoGradFirst.apply, "linear": linear}
+            "no_grad_first": NoGradFirst.apply, "numpy_tanh": NumpyTanh.apply, "linear": linear}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +341,7 @@ UNARY = {
     "detach": lambda B, x: x.detach(),
     "square_fn": lambda B, x: B.functions["square"](x),
     "scale_clamp": lambda B, x: B.functions["scale_clamp"](x, 1.5),
+    "numpy_tanh_fn": lambda B, x: B.functions["numpy_tanh"](x),
 }
 # ops whose result PyTorch holds with the input's strides (contiguity passes through)
 ELEMENTWISE = set(UNARY) - {"detach"}

@@ -295,8 +295,8 @@ NOT_DIFFERENTIABLE = {
     **dict.fromkeys("Tensor.zero_ Tensor.fill_".split(), "an overwrite by a constant"),
     **dict.fromkeys("tr.arange tr.empty tr.eye tr.full tr.full_like tr.linspace tr.ones "
                     "tr.ones_like tr.zeros tr.zeros_like tr.rand tr.randn tr.randint tr.randperm "
-                    "tr.tensor tr.from_numpy tr.from_dlpack tr.manual_seed tr.get_rng_state "
-                    "tr.set_rng_state".split(),
+                    "tr.tensor tr.from_numpy tr.as_tensor Tensor.new tr.from_dlpack tr.manual_seed "
+                    "tr.get_rng_state tr.set_rng_state".split(),
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "

@@ -22,7 +22,8 @@ TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RU
 def test_primitive_set_is_the_documented_closed_set():
     # The design's closed set: elementwise unary/binary, compare, select, cast, broadcast, reshape,
     # transpose, slice, pad, reduce sum/max/min, matmul, constant/iota, gather/scatter at computed
-    # indices (+ gradient markers), and the one collective of data-parallel jobs (all_reduce).
+    # indices (+ gradient markers), the one collective of data-parallel jobs (all_reduce), and
+    # Python code called back on the host (host_callback).
     expected = {
         "neg", "abs", "sign", "exp", "log", "sqrt", "tanh", "sin", "cos", "logical_not",
         "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
@@ -30,6 +31,7 @@ def test_primitive_set_is_the_documented_closed_set():
         "select", "cast", "broadcast", "reshape", "transpose", "slice", "pad",
         "reduce_sum", "reduce_max", "reduce_min", "matmul", "constant", "iota",
         "gather", "scatter", "check_index", "stop_gradient", "custom_vjp", "all_reduce",
+        "host_callback",
     }
     assert PRIMITIVES == expected
     assert DIRECTIVES == {"gradient"}

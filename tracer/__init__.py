@@ -19,8 +19,8 @@ from tracer.device import device
 from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, RecompileWarning,
-                           SettingError, ShapeMismatchError, TracerError, TracerWarning,
-                           TracingError)
+                           HostCallbackError, SettingError, ShapeMismatchError, TracerError,
+                           TracerWarning, TracingError)
 from tracer.function import Function, FunctionCtx, once_differentiable
 from tracer.r_function import autograd_function
 from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
@@ -30,7 +30,7 @@ from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.arithmetic import where
-from tracer.creation import (arange, from_numpy, full, full_like, ones, ones_like, rand, randn,
+from tracer.creation import (arange, as_tensor, from_numpy, full, full_like, ones, ones_like, rand, randn,
                              tensor, zeros, zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, randint,

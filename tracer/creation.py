@@ -44,6 +44,25 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return leaf(array, False)
 
 
+def as_tensor(data, dtype=None) -> Tensor:
+    """PyTorch's `torch.as_tensor`: a numpy array of the dtype asked for is shared (as
+    `from_numpy`), a Tensor of it returned as it is; anything else is converted (a copy)."""
+    if isinstance(data, Tensor):
+        return data if dtype is None or as_dtype(dtype) == data.dtype else data.to(dtype)
+    if isinstance(data, np.ndarray) and (dtype is None or as_dtype(dtype) == data.dtype):
+        return from_numpy(data)
+    return tensor(data, dtype)
+
+
+class CreationMethods:
+    """`Tensor.new(data)`: PyTorch's legacy constructor, a tensor of `data` with this tensor's
+    dtype, as custom Functions that compute in numpy use it (`input.new(result)`). Its other form,
+    `new(*sizes)`, is PyTorch's `new_empty`, which is not here."""
+
+    def new(self, data) -> Tensor:
+        return tensor(data, self.dtype)
+
+
 def full(*shape, fill_value=None, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
     """`full(size, fill_value)` as in PyTorch (size a tuple or list), or `full(*size,
     fill_value=...)`."""

@@ -84,6 +84,16 @@ class SpecializationNeeded(TracingError):
         self.message, self.value, self.what = message, value, what  # value: an ir.Value
 
 
+class HostValuesNeeded(SpecializationNeeded):
+    """A custom Function's forward or backward read the values of a traced tensor (`.numpy()`):
+    under `@trace` it then runs as a host callback (tracer/host_function.py)."""
+
+
+class HostCallbackError(TracerError):
+    """A custom Function that runs on the host (NumPy, SciPy) under `@trace` returned results of
+    other shapes or dtypes than when it was traced, or cannot be differentiated again."""
+
+
 class InplaceError(TracerError):
     """An in-place change that would invalidate a gradient."""
 

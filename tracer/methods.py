@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tracer.arithmetic import ArithmeticMethods
 from tracer.backward import BackwardMethods
+from tracer.creation import CreationMethods
 from tracer.device import DeviceMethods
 from tracer.hooks import HookMethods
 from tracer.dimensions import number_indices
@@ -51,5 +52,5 @@ class IndexMethods:
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,
                InPlaceMethods, IndexMethods, BackwardMethods, HookMethods, RoundingMethods,
-               PickleMethods, RandomMethods, SortingMethods):
+               PickleMethods, RandomMethods, SortingMethods, CreationMethods):
     add_methods(_group)

@@ -20,7 +20,7 @@ import numpy as np
 
 from tracer.ir import types as irtypes
 from tracer.context import state
-from tracer.errors import (ArgumentError, InplaceError, ShapeMismatchError,
+from tracer.errors import (ArgumentError, HostValuesNeeded, InplaceError, ShapeMismatchError,
                            SpecializationNeeded, user_line)
 
 
@@ -146,13 +146,13 @@ class Tensor:
                 f"{what} needs the value of a Python number passed to the traced function, which "
                 f"is a runtime input; name its position in tr.trace(f, static_argnums=...) to "
                 f"bake it in (one compilation per value)", self._handle, what)
-        if self._trace is not None and self._trace.labels:  # in a custom Function's forward
-            raise SpecializationNeeded(
+        if self._trace is not None and self._trace.labels:  # in a custom Function
+            # (which then runs as a host callback: tracer/host_function.py)
+            raise HostValuesNeeded(
                 f"{what} in {self._trace.labels[-1]} needs the value of a traced tensor: under "
-                f"@tr.trace a Function's forward and backward are traced, and values are only "
-                f"known when the compiled function runs. Apply the Function outside the traced "
-                f"function (it runs eagerly there, as in PyTorch), or write it with tensor "
-                f"operations", self._handle, what)
+                f"@tr.trace a Function's forward and backward that read values run in Python "
+                f"when the compiled function runs, but this one reads them where that cannot be "
+                f"done", self._handle, what)
         if self._trace is not None:
             raise SpecializationNeeded(
                 f"{what} needs the value of a traced tensor, which is only known when the compiled "

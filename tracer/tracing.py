@@ -63,6 +63,9 @@ class Trace:
         # runtime), and what decides a comparison of one in Python (see runtime/floats.py).
         self.float_inputs: dict = {}
         self.decider = None
+        # The values the parameters hold in the call being traced, by id of the parameter: a
+        # Function that runs on the host is run once on the values it gets (tracer/host_function.py).
+        self.parameter_values: dict[int, object] = {}
 
     def location(self) -> str:
         line = user_line()
@@ -94,14 +97,19 @@ class Trace:
         Tensor, a numpy array or a Python number -- and the kinds of the parameters made for it,
         in order: "number"; or "leaf", then "grad" for a tensor that has a .grad."""
         if isinstance(value, numbers.Number):
-            return self.add_number(name, isinstance(value, numbers.Integral)), ["number"]
+            proxy = self.add_number(name, isinstance(value, numbers.Integral))
+            self.parameter_values[id(proxy._handle)] = value
+            return proxy, ["number"]
         requires_grad = isinstance(value, Tensor) and value.requires_grad
         proxy = Tensor._make(self.parameter(name, TensorType(value.shape, value.dtype)), self,
                              requires_grad, leaf=True)
+        self.parameter_values[id(proxy._handle)] = (value._handle if isinstance(value, Tensor)
+                                                    else value)
         kinds = ["leaf"]
         grad = value._grad if isinstance(value, Tensor) else None
         if grad is not None:
             grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
+            self.parameter_values[id(grad_value)] = grad._handle
             proxy._grad = Tensor._make(grad_value, self, False)
             kinds.append("grad")
         if isinstance(value, Tensor):
@@ -145,6 +153,7 @@ class Trace:
         saved = tuple(getattr(tensor, slot) for slot in _CAPTURED_SLOTS)
         name = f"captured{len(self.captured)}"
         value = self.parameter(name, TensorType(tensor.shape, tensor.dtype))
+        self.parameter_values[id(value)] = tensor._handle
         grad = tensor._grad
         tensor._handle, tensor._trace, tensor._node, tensor._leaf = value, self, None, True
         tensor._base = tensor._view_base = tensor._accumulator = None
@@ -152,6 +161,7 @@ class Trace:
         grad_value = None
         if grad is not None:
             grad_value = self.parameter(f"{name}_grad", TensorType(grad.shape, grad.dtype))
+            self.parameter_values[id(grad_value)] = grad._handle
             tensor._grad = Tensor._make(grad_value, self, False)
         if tensor.requires_grad:
             self.leaves.append(tensor)
