@@ -70,3 +70,16 @@ def test_mlp_training_step_and_its_kernel_profile():
     lines = text.splitlines()
     assert lines[0].startswith("MLP: ") and "by kind: " in lines[1] and "matmul" in lines[1]
     assert len(lines) == 5 and all("x floor" in line for line in lines[2:])
+
+
+def test_per_sample_gradient_norms_batched_and_unrolled():
+    # the probe's two tracer steps, tiny: the vmap pass against one gradient per sample
+    import tracer as tr
+    from benchmarks import per_sample_gradients
+
+    params, x, y = per_sample_gradients.make_arguments(batch=3, dtype=np.float64)
+    arguments = ({k: tr.tensor(v) for k, v in params.items()}, tr.tensor(x), tr.tensor(y))
+    batched, unrolled = per_sample_gradients.tracer_steps()
+    norms = batched(*arguments).numpy()
+    assert norms.shape == (3,) and np.all(norms > 0)
+    np.testing.assert_allclose(norms, unrolled(*arguments).numpy(), rtol=1e-12)
