@@ -187,6 +187,8 @@ def batch_function(b: Builder, function: Function, arguments: Sequence[tuple[Han
     for instruction in function.instructions:
         inputs, batched = zip(*(environment[id(v)] for v in instruction.inputs)) \
             if instruction.inputs else ((), ())
+        if hasattr(b, "location"):  # (the batched instructions keep the user's line)
+            b.location = lambda where=instruction.location: where
         if any(batched):
             results = BATCHING_RULES[instruction.primitive](
                 b, size, list(inputs), list(batched), instruction.attributes)

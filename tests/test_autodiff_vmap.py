@@ -264,3 +264,35 @@ def test_a_custom_function_batches_unless_differentiated_outside(traced):
         if loops:
             assert "custom Function" in fallbacks[0]
         np.testing.assert_allclose(result.numpy(), 3 * x * x + 1, rtol=1e-12)
+
+
+def test_eager_backward_through_vmap_reaches_a_modules_parameters():
+    x = RANDOM.standard_normal((5, 3)).astype(np.float32)
+    ours, theirs = tr.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(ours.weight.detach().numpy()))
+        theirs.bias.copy_(torch.tensor(ours.bias.detach().numpy()))
+
+    def per_row(model):
+        def f(row):
+            with (tr.no_grad() if model is ours else torch.no_grad()):
+                scale = model(row).sum()  # (a constant to the gradient)
+            return model(row).tanh().sum() * scale
+        return f
+
+    with _vmap_log() as fallbacks:
+        tr.vmap(per_row(ours))(tr.tensor(x)).pow(2).sum().backward()
+    assert not fallbacks
+    tf.vmap(per_row(theirs))(torch.tensor(x)).pow(2).sum().backward()
+    for a, b in ((ours.weight, theirs.weight), (ours.bias, theirs.bias)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=2e-5, atol=1e-6)
+
+
+def test_batched_instructions_keep_the_mapped_functions_lines():
+    def f(row):
+        return row.sin() * 2  # the line the batched instructions name
+
+    line = f"test_autodiff_vmap.py:{f.__code__.co_firstlineno + 1}"
+    text = tr.trace(lambda x: tr.vmap(f)(x)).ir(tr.tensor(RANDOM.standard_normal((4, 3))))
+    body = [text_line for text_line in text.splitlines() if " = " in text_line]
+    assert body and all(text_line.endswith(line) for text_line in body), text

@@ -18,7 +18,7 @@ from tracer.context import is_grad_enabled, state
 from tracer.dispatch import from_data
 from tracer.errors import ArgumentError, TracingError
 from tracer.functional import stack
-from tracer.graph_builder import TENSORS
+from tracer.graph_builder import TENSORS, TensorBuilder
 from tracer.tensor import Tensor
 from tracer.tracing import Trace, tracing
 from tracer.transforms import tree_leaves, tree_map
@@ -43,6 +43,24 @@ class _ElementTrace(Trace):
         if tensor._trace is self:
             return super().handle_of(tensor)
         return self.capture(tensor)
+
+
+class _LocatedTensors(TensorBuilder):
+    """Tensors through `apply`, recorded (inside `@trace`) at `location()`: the line of the mapped
+    function that the instruction replayed comes from, not the line that calls vmap."""
+
+    def __init__(self):
+        self.location = lambda: ""
+
+    def emit(self, primitive, inputs, attributes):
+        trace = state.trace
+        if trace is None:
+            return super().emit(primitive, inputs, attributes)
+        previous, trace.builder.location = trace.builder.location, self.location
+        try:
+            return super().emit(primitive, inputs, attributes)
+        finally:
+            trace.builder.location = previous
 
 
 def _dims_tree(value, dims, what: str):
@@ -152,7 +170,7 @@ def _batched(f: Callable, args: tuple, kwargs: dict, leaves: list, dims: list, s
     arguments = [(tensor, False) if dim is None else (TENSORS.transpose(
         tensor, (dim, *(d for d in range(tensor.ndim) if d != dim))), True)
         for tensor, dim in parameters]
-    outputs = batch_function(TENSORS, function, arguments, size)
+    outputs = batch_function(_LocatedTensors(), function, arguments, size)
     moved = []
     for (output, batched), dim in zip(outputs, _output_dims(result, out_dims)):
         if dim is None:
