@@ -94,7 +94,8 @@ def lines(quick: bool = False) -> list[str]:
              ("torch.func eager", torch_step(), theirs),
              ("torch.compile(torch.func)", torch.compile(torch_step()), theirs)]
     for name, step, arguments in peers[::2] if quick else peers:
-        call = (lambda step=step, arguments=arguments: step(*arguments))
+        def call(step=step, arguments=arguments):
+            return step(*arguments)
         try:
             wall, cpu, result = _first_call(call)
             check([result], [expected], TOLERANCE)

@@ -296,3 +296,29 @@ def test_batched_instructions_keep_the_mapped_functions_lines():
     text = tr.trace(lambda x: tr.vmap(f)(x)).ir(tr.tensor(RANDOM.standard_normal((4, 3))))
     body = [text_line for text_line in text.splitlines() if " = " in text_line]
     assert body and all(text_line.endswith(line) for text_line in body), text
+
+
+@MODES
+def test_assignments_into_the_functions_own_tensors_sorting_and_argmax(traced):
+    # (torch.func.vmap refuses `z[i] = row[:2]` with z unbatched: PyTorch's loop is the oracle)
+    def body(lib):
+        def f(row, index):
+            y = row.clone()
+            y[0] = 5.0
+            y[index] = row[index] * 3
+            y[1:3] = y[1:3] + 1
+            z = lib.zeros(4, dtype=row.dtype)
+            z[index] = row[:2]
+            return y, z, row.sort()[0], row.argmax(), row.softmax(0)
+        return f
+
+    x, index = RANDOM.standard_normal((5, 4)), RANDOM.integers(0, 4, (5, 2))
+    ours = tr.vmap(body(tr))
+    with _vmap_log() as fallbacks:
+        result = (tr.trace(ours) if traced else ours)(tr.tensor(x), tr.tensor(index))
+    assert not fallbacks
+    per_element = [body(torch)(torch.tensor(x[k]), torch.tensor(index[k])) for k in range(5)]
+    for k, output in enumerate(result):
+        expected = torch.stack([outputs[k] for outputs in per_element]).numpy()
+        assert output.numpy().dtype == expected.dtype
+        np.testing.assert_allclose(output.numpy(), expected, rtol=1e-12, atol=1e-15)

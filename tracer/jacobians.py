@@ -10,7 +10,6 @@ import numpy as np
 from tracer.dispatch import from_data
 from tracer.functional import stack
 from tracer.creation import zeros_like
-from tracer.tensor import Tensor
 from tracer.transforms import _argnums, _float_outputs, tree_leaves, tree_map, vjp
 
 

@@ -108,7 +108,7 @@ def _looped(f: Callable, args: tuple, kwargs: dict, leaves: list, dims: list, si
     for index in range(size):
         taken = iter([leaf if dim is None else leaf[(slice(None),) * (dim % leaf.ndim) + (index,)]
                       for leaf, dim in zip(leaves, dims)])
-        results.append(f(*tree_map(lambda _: next(taken), args), **kwargs))
+        results.append(f(*tree_map(lambda _, taken=taken: next(taken), args), **kwargs))
     per_element = [tree_leaves(result) for result in results]
     stacked = iter([per_element[0][k] if dim is None else
                     stack([outputs[k] for outputs in per_element], dim=dim)
