@@ -1,5 +1,5 @@
-"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py) run, and
-agree with the same computations in PyTorch."""
+"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py,
+examples/per_sample_clipping.py) run, and agree with the same computations in PyTorch."""
 import math
 
 import numpy as np
@@ -8,6 +8,7 @@ import torch
 
 import tracer as tr
 import hessian_vector
+import per_sample_clipping
 import pinn_burgers
 
 
@@ -87,3 +88,36 @@ def test_newton_cg_main_decreases_the_loss(capsys):
     hessian_vector.main()
     losses = [float(line.split()[-1]) for line in capsys.readouterr().out.splitlines()]
     assert losses[1] < 0.5 * losses[0] and losses[-1] <= losses[1]
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_per_sample_clipping_step_matches_torch_func(traced):
+    import torch.func as tf
+
+    x, y = per_sample_clipping.data(count=12)
+    params = per_sample_clipping.initial_params(hidden=5)
+    step = tr.trace(per_sample_clipping.step) if traced else per_sample_clipping.step
+    updated, largest = step(params, x, y, 0.5, 0.3)
+
+    def torch_loss(p, x, y):
+        logits = (x @ p["w1"] + p["b1"]).tanh() @ p["w2"] + p["b2"]
+        return torch.nn.functional.cross_entropy(logits.unsqueeze(0), y.unsqueeze(0))
+
+    theirs = {k: torch.tensor(v.numpy()) for k, v in params.items()}
+    grads = tf.vmap(tf.grad(torch_loss), in_dims=(None, 0, 0))(
+        theirs, torch.tensor(x.numpy()), torch.tensor(y.numpy()))
+    norms = sum(g.pow(2).sum(tuple(range(1, g.ndim))) for g in grads.values()).sqrt()
+    scale = (0.3 / (norms + 1e-6)).clamp(max=1.0)
+    assert (scale < 1).any()  # (some examples are clipped)
+    np.testing.assert_allclose(largest.item(), norms.max().item(), rtol=1e-12)
+    for key, g in grads.items():
+        expected = theirs[key] - 0.5 * (g * scale.reshape(-1, *[1] * (g.ndim - 1))).mean(0)
+        np.testing.assert_allclose(updated[key].numpy(), expected.numpy(), rtol=1e-12,
+                                   atol=1e-14)
+
+
+def test_per_sample_clipping_training_compiled_matches_eager_and_learns():
+    eager = per_sample_clipping.train(3, traced=False)
+    traced = per_sample_clipping.train(40, traced=True)
+    np.testing.assert_allclose(traced[:3], eager, rtol=1e-10)
+    assert traced[-1] < 0.3 * traced[0]
