@@ -1,5 +1,6 @@
 """The differential tester's random programs through `tr.vmap`: a program of the "value" kind (its
-results) or the "grad" kind (the gradient of a weighted sum of its results: per-sample gradients)
+results), the "grad" kind (the gradient of a weighted sum of its results: per-sample gradients) or
+the "grad2" kind (second order, by autograd.grad with create_graph inside the mapped function)
 mapped over a batch of inputs -- each input mapped along a drawn dimension or not mapped -- eagerly
 and under `@tr.trace`, against the same program run once per element on its own tensors (the
 independent oracle of the batching pass: no vmap, no batching rule). A program the pass cannot
@@ -22,6 +23,8 @@ RTOL = {"float64": 1e-10, "float32": 1e-5}  # of the largest magnitude (sums may
 @st.composite
 def mapped_programs(draw):
     program = draw(programs(kinds=["value", "grad"]))
+    if program.kind == "grad" and draw(st.booleans()):  # second order inside vmap
+        program = dataclasses.replace(program, kind="grad2")
     arguments = {k for k, op in enumerate(program.ops) if op[0] == "arg"}
     # (a mapped argument's element is a slice of it: tracer refuses in-place changes of slices)
     assume(not any(_changed(op) in arguments for op in program.ops))
