@@ -42,7 +42,8 @@ def main() -> None:
 def run(quick: bool, output: Path) -> None:
     from benchmarks import (bounds_cost, capture_cost, cnn, compile_time, cross_entropy, dispatch,
                             distributed, first_result, gather_cost, gelu, higher_order,
-                            launch_cost, layer_norm, mlp, peers, readme_table, report, transformer,
+                            launch_cost, layer_norm, mlp, peers, per_sample_gradients,
+                            readme_table, report, transformer,
                             two_layer)
     from benchmarks.harness import PEERS, Timing
 
@@ -75,11 +76,15 @@ def run(quick: bool, output: Path) -> None:
     costs = [line for probe in (bounds_cost, gather_cost, capture_cost, launch_cost)
              for line in (probe.lines(budget=3.0) if quick else probe.lines())]
     print(f"{time.perf_counter() - started:6.1f}s  costs of checks, guards and launches", flush=True)
+    per_sample = per_sample_gradients.lines(quick)
+    print(f"{time.perf_counter() - started:6.1f}s  per-sample gradients", flush=True)
     text = report.table(rows, notes)
     text += ("\n## Where the tracer's model steps spend their time (TRACER_PROFILE=1)\n\n```\n"
              + "\n\n".join(profiles) + "\n```\n")
     text += ("\n## What checks, guards and parallel launches cost\n\n```\n" + "\n".join(costs)
              + "\n```\n")
+    text += ("\n## Per-sample gradients: tr.vmap batched, unrolled, torch.func\n\n```\n"
+             + "\n".join(per_sample) + "\n```\n")
     (output / "results.md").write_text(text)
     report.chart(rows, notes[0], output / "results.png")
     if output == HERE:

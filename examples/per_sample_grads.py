@@ -3,8 +3,8 @@ their norms, and the clipped step of differentially private SGD (Abadi et al., 2
 them: each sample's gradient is scaled to norm at most CLIP before the batch's are averaged.
 Gaussian noise, added in DP-SGD proper, is left out so that the step can be checked exactly.
 
-The loss is written for one sample; vmap maps it over the batch. Under `@tr.trace` the map unrolls
-into one compiled graph: the norms and the step are one native call.
+The loss is written for one sample; vmap maps it over the batch by the batching pass, so under
+`@tr.trace` the graph does not grow with the batch: the norms and the step are one native call.
 """
 import numpy as np
 

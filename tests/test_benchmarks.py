@@ -81,3 +81,16 @@ def test_higher_order_steps(workload, size):
     programs, expected, scales = getattr(higher_order, workload)(size)
     dtype = next(d for _, _, w, d in higher_order.WORKLOADS if w.__name__ == workload)
     checked_run(programs[0], expected, higher_order.TOLERANCE[dtype], scales)
+
+
+def test_per_sample_gradient_norms_batched_and_unrolled():
+    # the probe's two tracer steps, tiny: the vmap pass against one gradient per sample
+    import tracer as tr
+    from benchmarks import per_sample_gradients
+
+    params, x, y = per_sample_gradients.make_arguments(batch=3, dtype=np.float64)
+    arguments = ({k: tr.tensor(v) for k, v in params.items()}, tr.tensor(x), tr.tensor(y))
+    batched, unrolled = per_sample_gradients.tracer_steps()
+    norms = batched(*arguments).numpy()
+    assert norms.shape == (3,) and np.all(norms > 0)
+    np.testing.assert_allclose(norms, unrolled(*arguments).numpy(), rtol=1e-12)

@@ -1,5 +1,4 @@
-"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py) run, and
-agree with the same computations in PyTorch."""
+"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py) run, and agree with the same computations in PyTorch."""
 import math
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Every primitive has exactly one row in each table (shape rule, reference semantics, VJP rule).
+"""Every primitive has exactly one row in each table (shape rule, reference semantics, VJP rule,
+batching rule).
 
 Adding a primitive without filling a table, or leaving a stale row behind, fails here.
 """
@@ -15,8 +16,10 @@ from tracer.ir import primitives
 from tracer.ir.primitives import ARITY, DIRECTIVES, PRIMITIVES
 from tracer.ir.reference import REFERENCE
 from tracer.ir.vjp import VJP_RULES
+from tracer.ir.batching import BATCHING_RULES
 
-TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RULES": VJP_RULES}
+TABLES = {"SHAPE_RULES": primitives.SHAPE_RULES, "REFERENCE": REFERENCE, "VJP_RULES": VJP_RULES,
+          "BATCHING_RULES": BATCHING_RULES}
 
 
 def test_primitive_set_is_the_documented_closed_set():
@@ -63,6 +66,7 @@ def test_directives_have_shape_rules_only():
         assert directive in primitives.SHAPE_RULES
         assert directive not in REFERENCE
         assert directive not in VJP_RULES
+        assert directive not in BATCHING_RULES  # (expanded before batching)
 
 
 def test_arity_table_covers_everything():

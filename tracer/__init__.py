@@ -36,7 +36,8 @@ from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, randint,
                            randperm, set_rng_state)
 from tracer.transforms import grad, jvp, value_and_grad, vjp
-from tracer.jacobians import hessian, jacrev, vmap
+from tracer.jacobians import hessian, jacrev
+from tracer.vmapping import vmap
 from tracer.serialization import load, save
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)

@@ -1,5 +1,5 @@
-"""Whole derivatives and batching, torch.func style: `jacrev`, `hessian` and `vmap`, eager and
-inside `@trace` (where the loops below unroll into one graph, compiled as one native call)."""
+"""Whole derivatives, torch.func style: `jacrev` and `hessian`, eager and inside `@trace` (where
+the loops below unroll into one graph, compiled as one native call)."""
 from __future__ import annotations
 
 import functools
@@ -8,10 +8,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tracer.dispatch import from_data
-from tracer.errors import ArgumentError
 from tracer.functional import stack
 from tracer.creation import zeros_like
-from tracer.tensor import Tensor
 from tracer.transforms import _argnums, _float_outputs, tree_leaves, tree_map, vjp
 
 
@@ -73,56 +71,3 @@ def hessian(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """The Hessian of scalar `f` with respect to the arguments `argnums` (as torch.func.hessian):
     the Jacobian of its gradient."""
     return jacrev(jacrev(f, argnums), argnums)
-
-
-def _sizes(args, in_dims) -> int:
-    sizes = set()
-    for arg, dim in zip(args, in_dims):
-        if dim is None:
-            continue
-        for leaf in tree_leaves(arg):
-            if not isinstance(leaf, Tensor):
-                raise ArgumentError(f"vmap: in_dims {dim} for a {type(leaf).__name__}; only "
-                                    f"tensors can be mapped over (use None)")
-            if not -leaf.ndim <= dim < leaf.ndim:
-                raise ArgumentError(f"vmap: in_dims {dim} is out of range for a tensor of shape "
-                                    f"{list(leaf.shape)}")
-            sizes.add(leaf.shape[dim])
-    if len(sizes) != 1:
-        raise ArgumentError(f"vmap: the mapped dimensions have sizes {sorted(sizes)}; they must "
-                            f"all have one size" if sizes else
-                            "vmap: at least one argument must be mapped (in_dims not all None)")
-    return sizes.pop()
-
-
-def _take(value, dim: int | None, index: int):
-    if dim is None:
-        return value
-    return tree_map(lambda t: t[(slice(None),) * (dim % t.ndim) + (index,)], value)
-
-
-def vmap(f: Callable, in_dims: int | None | Sequence = 0, out_dims: int | Sequence = 0
-         ) -> Callable:
-    """`f` mapped over a dimension of its arguments (as torch.func.vmap): `in_dims` says which of
-    each argument (None: the same for every element; an int for a list, tuple or dict applies to
-    every tensor in it), `out_dims` where the mapped dimension goes in each output. It runs `f`
-    once per element and stacks the results, so it composes with every transform and with
-    custom Functions (per-sample gradients: `vmap(grad(loss), in_dims=(None, 0, 0))`); inside
-    `@trace` the loop unrolls into the one compiled graph."""
-    @functools.wraps(f)
-    def wrapper(*args):
-        dims = (in_dims,) * len(args) if in_dims is None or isinstance(in_dims, int) \
-            else tuple(in_dims)
-        if len(dims) != len(args):
-            raise ArgumentError(f"vmap: in_dims has {len(dims)} entries for {len(args)} arguments")
-        size = _sizes(args, dims)
-        results = [f(*(_take(a, d, i) for a, d in zip(args, dims))) for i in range(size)]
-        leaves = [tree_leaves(r) for r in results]
-        outs = (out_dims,) * len(leaves[0]) if isinstance(out_dims, int) else tuple(out_dims)
-        if len(outs) != len(leaves[0]):
-            raise ArgumentError(f"vmap: out_dims has {len(outs)} entries for {len(leaves[0])} "
-                                f"outputs")
-        stacked = iter([stack([per[k] for per in leaves], dim=outs[k])
-                        for k in range(len(leaves[0]))])
-        return tree_map(lambda _: next(stacked), results[0])
-    return wrapper

@@ -31,6 +31,11 @@ class Captured:
 class Trace:
     """The state of one function being traced."""
 
+    # Whether a tensor computed outside from tensors that require grad is refused as an input (a
+    # compiled function cannot send gradients back into it; vmap's element trace, replayed on the
+    # tensors themselves, can).
+    refuses_computed = True
+
     def __init__(self, name: str):
         self.function = Function(name)
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
@@ -144,7 +149,7 @@ class Trace:
         attribute, or made by tr.tensor inside it) becomes a runtime input. Until `release`, the
         tensor itself stands for that input, as an argument's proxy does: operations on it, its
         .grad (a runtime input too) and in-place changes of either are traced."""
-        if tensor.requires_grad and not tensor.is_leaf:
+        if tensor.requires_grad and not tensor.is_leaf and self.refuses_computed:
             raise TracingError(
                 f"the traced function uses a tensor of shape {list(tensor.shape)} computed outside "
                 f"it from tensors that require grad; gradients cannot flow from the compiled code "

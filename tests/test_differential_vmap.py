@@ -1,0 +1,129 @@
+"""The differential tester's random programs through `tr.vmap`: a program of the "value" kind (its
+results), the "grad" kind (the gradient of a weighted sum of its results: per-sample gradients) or
+the "grad2" kind (second order, by autograd.grad with create_graph inside the mapped function)
+mapped over a batch of inputs -- each input mapped along a drawn dimension or not mapped -- eagerly
+and under `@tr.trace`, against the same program run once per element on its own tensors (the
+independent oracle of the batching pass: no vmap, no batching rule). A program the pass cannot
+batch may only fall back to the per-element loop because tracing one element needs its values."""
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import assume, event, given, settings, strategies as st
+
+import tracer as tr
+from test_differential import (Backend, SETTINGS, _changed, _flatten, _program_function,
+                               make_array, programs)
+
+SIZE = 3
+RTOL = {"float64": 1e-10, "float32": 1e-5}  # of the largest magnitude (sums may add otherwise)
+
+
+@st.composite
+def mapped_programs(draw):
+    program = draw(programs(kinds=["value", "grad"]))
+    if program.kind == "grad" and draw(st.booleans()):  # second order inside vmap
+        program = dataclasses.replace(program, kind="grad2")
+    arguments = {k for k, op in enumerate(program.ops) if op[0] == "arg"}
+    # (a mapped argument's element is a slice of it: tracer refuses in-place changes of slices)
+    assume(not any(_changed(op) in arguments for op in program.ops))
+    dims = [draw(st.one_of(st.none(), st.integers(-len(spec.shape) - 1, len(spec.shape))))
+            for spec in program.inputs]
+    assume(any(d is not None for d in dims))
+    return program, dims
+
+
+def _elements(program, dims):
+    """Per element, its arrays; the mapped inputs differ between elements (their seeds)."""
+    return [[make_array(dataclasses.replace(spec, seed=spec.seed + 1000 * element * (d is not None)))
+             for spec, d in zip(program.inputs, dims)] for element in range(SIZE)]
+
+
+def _run_once_per_element(program, elements):
+    results = []
+    for arrays in elements:
+        function = _program_function(Backend(tr), program)
+        try:
+            outputs = _flatten(list(_as_list(function(*(tr.tensor(a) for a in arrays)))))
+        except tr.TracerError:
+            return None
+        results.append([o.detach().numpy() for o in outputs])
+    if any(r.shape != first.shape for per in results for r, first in zip(per, results[0])):
+        return None
+    return [np.stack([per[k] for per in results]) for k in range(len(results[0]))]
+
+
+def _as_list(value):
+    return value if isinstance(value, (list, tuple)) else [value]
+
+
+def _batched_arguments(elements, dims):
+    arguments = []
+    for k, d in enumerate(dims):
+        if d is None:
+            arguments.append(tr.tensor(elements[0][k]))
+        else:
+            stacked = np.stack([arrays[k] for arrays in elements])
+            arguments.append(tr.tensor(np.moveaxis(stacked, 0, d % stacked.ndim)))
+    return arguments
+
+
+class _Fallbacks(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def check_mapped(mapped):
+    program, dims = mapped
+    elements = _elements(program, dims)
+    expected = _run_once_per_element(program, elements)
+    assume(expected is not None)
+    dims = [None if d is None else d % (len(spec.shape) + 1)
+            for spec, d in zip(program.inputs, dims)]
+    logger, fallbacks = logging.getLogger("tracer.vmap"), _Fallbacks()
+    logger.addHandler(fallbacks)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        for traced in (False, True):
+            mapped = tr.vmap(_program_function(Backend(tr), program), in_dims=tuple(dims))
+            if traced:
+                mapped = tr.trace(mapped)
+            outputs = _flatten(list(_as_list(mapped(*_batched_arguments(elements, dims)))))
+            assert len(outputs) == len(expected)
+            for actual, reference in zip(outputs, expected):
+                actual = actual.detach().numpy()
+                assert actual.shape == reference.shape and actual.dtype == reference.dtype
+                if reference.dtype.kind != "f":
+                    np.testing.assert_array_equal(actual, reference)
+                    continue
+                scale = float(np.nanmax(np.abs(reference), initial=0.0)) \
+                    if np.isfinite(reference).any() else 0.0
+                np.testing.assert_allclose(actual, reference, rtol=0, equal_nan=True,
+                                           atol=RTOL[reference.dtype.name] * max(scale, 1e-30))
+    finally:
+        logger.removeHandler(fallbacks)
+        logger.level = level
+    event(f"{program.kind}: {'loop' if fallbacks.messages else 'batched'}")
+    assert all("needs its values" in message for message in fallbacks.messages), \
+        fallbacks.messages
+
+
+# `make test`: 60 programs, the same on every run (about 20 s on the busy 2-core machine,
+# compiling each; 120 took 42 s)
+@settings(max_examples=60, derandomize=True, **SETTINGS)
+@given(mapped_programs())
+def test_random_programs_through_vmap_agree_with_one_run_per_element(mapped):
+    check_mapped(mapped)
+
+
+# `make test-slow`: 2,000 programs.
+@pytest.mark.slow
+@settings(max_examples=2_000, **SETTINGS)
+@given(mapped_programs())
+def test_random_programs_through_vmap_long(mapped):
+    check_mapped(mapped)
