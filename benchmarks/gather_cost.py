@@ -16,7 +16,7 @@ import torch
 
 import tracer as tr
 from benchmarks.harness import Timing, median_times
-from tracer.codegen import render
+from tracer.codegen import render_kernel
 
 ROWS, WIDTH, LOOKUPS = 50_000, 64, 32_768
 BATCH, CLASSES = 4096, 1000
@@ -25,16 +25,16 @@ BATCH, CLASSES = 4096, 1000
 @contextlib.contextmanager
 def without_index_checks():
     """Compile with the index check left out (wrapping kept): only to measure what it costs."""
-    checked = render.KernelRenderer.checked_index
+    checked = render_kernel.KernelRenderer.checked_index
 
     def unchecked(self, statement):
-        return render.wrap_index(self.w, self.index(statement.position), statement.size)
+        return render_kernel.wrap_index(self.w, self.index(statement.position), statement.size)
 
-    render.KernelRenderer.checked_index = unchecked
+    render_kernel.KernelRenderer.checked_index = unchecked
     try:
         yield
     finally:
-        render.KernelRenderer.checked_index = checked
+        render_kernel.KernelRenderer.checked_index = checked
 
 
 def embedding_calls(rng) -> dict:

@@ -20,9 +20,9 @@
   under TRACER_CHECK_BOUNDS: an index is data); a gather or scatter then reads the checked index
   as it is.
 - kind "matmul": its own kernel (templates/matmul.ll.j2): BLAS gemm or a loop nest.
-- kind "collective": `all_reduce`, its own kernel: one call of MPI_Allreduce (codegen/render.py).
+- kind "collective": `all_reduce`, its own kernel: one call of MPI_Allreduce (codegen/render_kernel.py).
 - kind "callback": `host_callback`, its own kernel: one call of the runtime's dispatcher, which
-  calls the Python code back (codegen/render.py, runtime/callbacks.py).
+  calls the Python code back (codegen/render_kernel.py, runtime/callbacks.py).
 - kind "removed": gradient markers; `ir.optimize` forwards their operands, so none reaches codegen.
 """
 from __future__ import annotations

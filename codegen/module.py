@@ -1,4 +1,4 @@
-"""The LLVM module of a loop program (ir/loops.py): its kernels (codegen/render.py), the entry
+"""The LLVM module of a loop program (ir/loops.py): its kernels (codegen/render_kernel.py), the entry
 point that calls them in order -- a kernel whose range is split across threads through the
 templates/parallel.ll.j2 wrapper, which calls the thread pool's `tracer_parallel` (runtime/pool.py
 registers it) -- and the fast entry that takes numpy array objects."""
@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
-from tracer.codegen.render import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
+from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
                                     HOST_CALLBACK_DECLARATION, record_register, render_kernel)
-from tracer.codegen.rendering import render
+from tracer.codegen.template_environment import render
 from tracer.ir.loops import LoopProgram, checks_indices
 from tracer.ir.memory import Location, MemoryPlan
 

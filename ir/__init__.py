@@ -1,6 +1,6 @@
 """The SSA intermediate representation: types, graph, primitives and their tables, passes."""
 from tracer.ir.builder import ArrayBuilder, Builder, GraphBuilder
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.interpreter import interpret
 from tracer.ir.passes import cse, dce, fold_constants, optimize, simplify
 from tracer.ir.primitives import DIRECTIVES, PRIMITIVES, SHAPE_RULES, ShapeError, infer_types

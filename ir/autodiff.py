@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.primitives import DIRECTIVES, NON_DIFFERENTIABLE
 from tracer.ir.types import is_float
 from tracer.ir.vjp import apply_vjp
@@ -85,7 +85,7 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
             for v, g in zip(wrt, gradients)]
 
 
-def trace_directive(function: Function, directive: Instruction) -> list[Value | None]:
+def trace_directive(function: Graph, directive: Instruction) -> list[Value | None]:
     """Trace now the backward instructions of `directive`, the `gradient` instruction just
     recorded last in `function`, and keep them for `expand_gradients`; return the gradients,
     None where none flows (PyTorch then leaves `.grad` None). Tracing them when the user calls
@@ -93,13 +93,13 @@ def trace_directive(function: Function, directive: Instruction) -> list[Value | 
     output, seed, *wrt = directive.inputs
     emitted: list[Instruction] = []
     # Named in a scratch function, renamed when spliced in: the traced stage stays densely named.
-    builder = GraphBuilder(Function(function.name), instructions=emitted)
+    builder = GraphBuilder(Graph(function.name), instructions=emitted)
     gradients = backward(builder, function.instructions[:-1], output, seed, wrt)
     function.expansions[id(directive)] = (emitted, gradients)
     return gradients
 
 
-def expand_gradients(function: Function) -> Function:
+def expand_gradients(function: Graph) -> Graph:
     """The `grad` stage: replace every `gradient` directive of `function` (in place) by the
     instructions that compute it (traced when it was recorded, or now for a function that was
     parsed from text). A gradient that turns out to be absent is zeros."""

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from tracer.ir.autodiff import active_values, expand_gradients
 from tracer.ir.builder import Builder, Handle
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.passes import dce
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 from tracer.ir.types import int64
@@ -179,7 +179,7 @@ def _table() -> dict[str, Callable[..., list[Handle]]]:
 BATCHING_RULES = _table()
 
 
-def batch_function(b: Builder, function: Function, arguments: Sequence[tuple[Handle, bool]],
+def batch_function(b: Builder, function: Graph, arguments: Sequence[tuple[Handle, bool]],
                    size: int) -> list[tuple[Handle, bool]]:
     """Emit through `b` the instructions of `function` (traced on one element's shapes, its
     gradient directives expanded) for `size` elements at once. `arguments`: per parameter, a
@@ -207,13 +207,13 @@ def batch_function(b: Builder, function: Function, arguments: Sequence[tuple[Han
 
 
 
-def _replace(function: Function, replacements: dict[int, Value], instructions) -> None:
+def _replace(function: Graph, replacements: dict[int, Value], instructions) -> None:
     for instruction in instructions:
         instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
     function.outputs = [replacements.get(id(v), v) for v in function.outputs]
 
 
-def _detach_gradients(function: Function) -> None:
+def _detach_gradients(function: Graph) -> None:
     """A `gradient` directive's results are constants to any later gradient (it was taken without
     create_graph); once expanded they are ordinary instructions, so mark them as constants."""
     index = 0
@@ -235,7 +235,7 @@ def _detach_gradients(function: Function) -> None:
             function.expansions[key] = (emitted, [replacements.get(id(g), g) for g in gradients])
 
 
-def prepare(function: Function, differentiable: Sequence[Value]) -> Function:
+def prepare(function: Graph, differentiable: Sequence[Value]) -> Graph:
     """Make `function` (one element's trace) ready for `batch_function`, in place: its gradient
     directives expanded (per element, the simplest sound order: the backward is batched like any
     other instructions), dead instructions dropped, and the custom Functions' markers dropped

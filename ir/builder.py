@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.primitives import infer_types
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.types import TensorType, as_dtype
@@ -128,7 +128,7 @@ class GraphBuilder(Builder):
     """Appends instructions to `instructions` (by default the body of `function`, which names the
     new values); `location()` says which user line each one comes from."""
 
-    def __init__(self, function: Function, location: Callable[[], str] = lambda: "",
+    def __init__(self, function: Graph, location: Callable[[], str] = lambda: "",
                  instructions: list[Instruction] | None = None):
         self.function = function
         self.location = location

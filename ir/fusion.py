@@ -44,7 +44,7 @@ from typing import Callable
 
 from tracer.ir.costs import CODE_COST, EXPENSIVE
 from tracer.ir.fusion_matmul import MatmulUpdate, matmul_update
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.primitives import CHECKS, ELEMENTWISE, LAYOUT, REDUCE, SOURCES
 
@@ -104,7 +104,7 @@ class Kernel:
 
 @dataclass(eq=False)
 class FusedFunction:
-    function: Function
+    function: Graph
     kernels: list[Kernel]
     materialized: set[int]  # ids of values stored in memory (parameters included)
 
@@ -136,7 +136,7 @@ def reduction_is_inner(instruction: Instruction) -> bool:
     return operand.type.ndim == 0 or operand.type.ndim - 1 in instruction.attributes["axes"]
 
 
-def _choose_materialized(function: Function) -> tuple[set[int], set[int]]:
+def _choose_materialized(function: Graph) -> tuple[set[int], set[int]]:
     """The ids of the values stored in memory, and of those among them stored only so that their
     readers do not compute them again (which need no buffer if their readers all end up in their
     own kernel, computing them once per element)."""
@@ -260,7 +260,7 @@ def _identity_reads(root: Value, materialized: set[int], targets: set[int]) -> b
     return reads_at_own_index(root, targets, lambda value: id(value) in materialized)
 
 
-def _matmul_updates(function: Function, materialized: set[int]) -> dict[int, MatmulUpdate]:
+def _matmul_updates(function: Graph, materialized: set[int]) -> dict[int, MatmulUpdate]:
     """The stored values that are linear functions of a matmul only they read, by id (their
     product is then not stored: the gemm adds it into the result)."""
     users = function.users()
@@ -312,7 +312,7 @@ def _kernel_of(root: Value, update: MatmulUpdate | None, materialized: set[int],
     return kernel, sum(code_cost(i) for i in kernel.instructions)
 
 
-def fuse(function: Function, matmul_updates: bool = True) -> FusedFunction:
+def fuse(function: Graph, matmul_updates: bool = True) -> FusedFunction:
     """Group the instructions of `function` (the `optimized` stage) into kernels. With
     `matmul_updates` (the runtime passes whether a BLAS gemm is available: the generated loop nest
     would add the product onto the result one term at a time, rounding differently from the

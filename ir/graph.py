@@ -42,7 +42,7 @@ class Instruction:
 
 
 @dataclass(eq=False)
-class Function:
+class Graph:
     name: str
     parameters: list[Value] = field(default_factory=list)
     instructions: list[Instruction] = field(default_factory=list)
@@ -83,7 +83,7 @@ class Function:
                 result.setdefault(id(value), []).append(instruction)
         return result
 
-    def copy(self) -> "Function":
+    def copy(self) -> "Graph":
         """A deep copy with fresh Value objects (same names), so passes can rewrite it freely."""
         mapping: dict[int, Value] = {}
 
@@ -91,7 +91,7 @@ class Function:
             mapping[id(value)] = Value(value.name, value.type, producer)
             return mapping[id(value)]
 
-        result = Function(self.name, [clone(p) for p in self.parameters], _counter=self._counter)
+        result = Graph(self.name, [clone(p) for p in self.parameters], _counter=self._counter)
         for instruction in self.instructions:
             new = Instruction(instruction.primitive, [mapping[id(v)] for v in instruction.inputs],
                               dict(instruction.attributes), location=instruction.location)

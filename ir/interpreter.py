@@ -5,11 +5,11 @@ from typing import Sequence
 
 import numpy as np
 
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.reference import evaluate_primitive
 
 
-def interpret(function: Function, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+def interpret(function: Graph, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
     if len(arguments) != len(function.parameters):
         raise ValueError(f"{function.name} takes {len(function.parameters)} arguments, "
                          f"got {len(arguments)}")

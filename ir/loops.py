@@ -24,7 +24,7 @@ memory plan placed them) whose body is a tree of statements:
 
 Registers are written once (`%v3`), except accumulators, which `Accumulate` updates in place. A
 register defined inside a loop is used only inside it; an accumulator is read after its loops.
-codegen/render.py renders a program to LLVM IR and ir/loop_interpreter.py runs it in numpy, so the
+codegen/render_kernel.py renders a program to LLVM IR and ir/loop_interpreter.py runs it in numpy, so the
 schedule can be checked without LLVM. The printed form is the `loops` stage.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function, Instruction, Value, gc_paused
+from tracer.ir.graph import Graph, Instruction, Value, gc_paused
 from tracer.ir.index_checks import check_is_needed
 from tracer.ir.primitives import CHECKS, ELEMENTWISE
 from tracer.ir.reference import evaluate_primitive
@@ -15,7 +15,7 @@ from tracer.ir.text import format_attribute
 from tracer.ir.types import int64, is_float
 
 
-def _replace_uses(function: Function, replacements: dict[int, Value]) -> None:
+def _replace_uses(function: Graph, replacements: dict[int, Value]) -> None:
     def resolve(value: Value) -> Value:
         while id(value) in replacements:
             value = replacements[id(value)]
@@ -42,7 +42,7 @@ def _forwarded_operands(instruction: Instruction) -> list[Value] | None:
     return None
 
 
-def simplify(function: Function) -> Function:
+def simplify(function: Graph) -> Graph:
     """Drop gradient markers (needed only by autodiff), layout changes that change nothing and
     index checks that cannot fail."""
     replacements: dict[int, Value] = {}
@@ -162,7 +162,7 @@ def _algebraic_replacement(instruction: Instruction, builder: GraphBuilder,
     return None
 
 
-def simplify_algebra(function: Function) -> Function:
+def simplify_algebra(function: Graph) -> Graph:
     """x*1, x+0, x/1 -> x; x ** c for a constant c -> multiplications, sqrt or a reciprocal
     (`constant_power`); select on a constant condition -> one branch; chains of reshapes, of
     broadcasts and of transposes -> one step; -(-x) -> x; (a @ b)^T -> b^T @ a^T when the
@@ -185,7 +185,7 @@ def simplify_algebra(function: Function) -> Function:
     return function
 
 
-def fold_constants(function: Function) -> Function:
+def fold_constants(function: Graph) -> Graph:
     """Evaluate elementwise instructions on scalar constants at compile time."""
     constants: dict[int, object] = {}
     for instruction in function.instructions:
@@ -202,7 +202,7 @@ def fold_constants(function: Function) -> Function:
     return function
 
 
-def cse(function: Function) -> Function:
+def cse(function: Graph) -> Graph:
     """Reuse the first of several instructions that compute the same thing from the same values."""
     seen: dict[tuple, Instruction] = {}
     replacements: dict[int, Value] = {}
@@ -219,7 +219,7 @@ def cse(function: Function) -> Function:
     return function
 
 
-def dce(function: Function) -> Function:
+def dce(function: Graph) -> Graph:
     """Remove instructions none of whose results are used: every primitive is pure except the
     checks, which can fail and so stay (PyTorch raises for an index it never reads)."""
     live = {id(v) for v in function.outputs}
@@ -236,7 +236,7 @@ def dce(function: Function) -> Function:
 PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce)
 
 
-def _fingerprint(function: Function) -> tuple:
+def _fingerprint(function: Graph) -> tuple:
     """What the passes can change: they rewrite instructions in place (primitive, operands), drop
     some and create new ones only in place of a pow they remove, so equal fingerprints mean an
     unchanged function."""
@@ -244,7 +244,7 @@ def _fingerprint(function: Function) -> tuple:
             tuple(map(id, function.outputs)))
 
 
-def optimize(function: Function) -> Function:
+def optimize(function: Graph) -> Graph:
     """The `optimized` stage: the passes above on a copy of `function`, until nothing changes."""
     with gc_paused():
         result = function.copy()

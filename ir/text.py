@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.host import HostCallback
 from tracer.ir.types import BY_SHORT_NAME, SHORT_NAMES, TensorType
 from tracer.ir.vjp import CustomRule
@@ -46,7 +46,7 @@ def format_instruction(instruction: Instruction, locations: bool = True) -> str:
     return text
 
 
-def format_function(function: Function, locations: bool = True) -> str:
+def format_function(function: Graph, locations: bool = True) -> str:
     """The text of `function`; `locations=False` leaves out the user's lines (the comments)."""
     parameters = ", ".join(f"%{p.name}: {p.type}" for p in function.parameters)
     lines = [f"def {function.name}({parameters}):"]
@@ -102,12 +102,12 @@ def parse_attribute(text: str) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def parse_function(text: str) -> Function:
+def parse_function(text: str) -> Graph:
     lines = [line for line in text.splitlines() if line.strip()]
     header = _HEADER.match(lines[0].strip()) if lines else None
     if not header:
         raise ParseError("expected 'def name(...):' on the first line")
-    function = Function(header.group(1))
+    function = Graph(header.group(1))
     scope: dict[str, Value] = {}
     for parameter in _split_top_level(header.group(2)):
         name, type_text = parameter.split(":", 1)
@@ -154,9 +154,9 @@ def parse_function(text: str) -> Function:
     return function
 
 
-def same_function(a: Function, b: Function) -> bool:
+def same_function(a: Graph, b: Graph) -> bool:
     """Structural equality: same names, types, primitives, attributes, locations and wiring."""
-    def signature(function: Function):
+    def signature(function: Graph):
         def value(v: Value):
             return (v.name, v.type)
         return (function.name, [value(p) for p in function.parameters],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.primitives import ShapeError, infer_types
 from tracer.ir.text import format_instruction
 
@@ -14,7 +14,7 @@ class VerificationError(ValueError):
     pass
 
 
-def verify(function: Function) -> None:
+def verify(function: Graph) -> None:
     """Raise VerificationError naming the first ill-formed instruction of `function`."""
     defined: set[int] = set()
     names: set[str] = set()

@@ -1,6 +1,6 @@
 """The dispatcher through which compiled code calls Python back (host callbacks, ir/host.py).
 
-A compiled `host_callback` calls `tracer_host_callback(number, buffers)` (codegen/render.py): a
+A compiled `host_callback` calls `tracer_host_callback(number, buffers)` (codegen/render_kernel.py): a
 ctypes callback registered by name with llvmlite, so no address is in the IR or in cached object
 code. It finds the callback by its number, runs it on copies of the operand buffers (the Python
 code may keep them, as a Function's ctx.save_for_backward does, while the arena is reused) and
@@ -21,7 +21,7 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
-from tracer.codegen.render import HOST_CALLBACK_SYMBOL
+from tracer.codegen.render_kernel import HOST_CALLBACK_SYMBOL
 from tracer.ir.host import HostCallback
 
 _DISPATCHER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)

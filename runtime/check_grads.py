@@ -19,7 +19,7 @@ from tracer.errors import GradcheckError
 from tracer.errors import definition_line
 from tracer.function import apply_function
 from tracer.gradcheck import first_mismatch
-from tracer.ir.graph import Function, Instruction
+from tracer.ir.graph import Graph, Instruction
 from tracer.ir.reference import REFERENCE, evaluate_primitive
 from tracer.creation import tensor
 from tracer.tensor import Tensor
@@ -27,7 +27,7 @@ from tracer.tensor import Tensor
 LOG = logging.getLogger("tracer.trace")
 
 
-def _reachable_values(function: Function, arguments: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+def _reachable_values(function: Graph, arguments: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
     """The value (by id) of every instruction output computable from the arguments alone."""
     values = {id(p): np.asarray(a) for p, a in zip(function.parameters, arguments)}
     for instruction in function.instructions:
@@ -104,7 +104,7 @@ def _check_call(instruction: Instruction, values: dict[int, np.ndarray],
         definition_line(backward))
 
 
-def check_custom_backwards(function: Function, arguments: Sequence[np.ndarray]) -> None:
+def check_custom_backwards(function: Graph, arguments: Sequence[np.ndarray]) -> None:
     """Check every custom Function applied in `function` (the traced graph, before autodiff, on
     the call's parameter arrays); raise GradcheckError naming the Function, input and element."""
     calls = [i for i in function.instructions if i.primitive == "custom_vjp"]

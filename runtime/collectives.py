@@ -1,5 +1,5 @@
 """The MPI library under compiled collectives. A compiled `all_reduce` calls `tracer_mpi_allreduce`
-with handles read from the table `tracer_mpi_handles` (codegen/render.py); both are registered
+with handles read from the table `tracer_mpi_handles` (codegen/render_kernel.py); both are registered
 here, by name with llvmlite, from the libmpi that mpi4py loaded into this process, so neither a
 library path nor a handle value is in the IR or in cached object code."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import llvmlite.binding as llvm
 
-from tracer.codegen.render import ALL_REDUCE_SYMBOL, MPI_HANDLES, MPI_HANDLES_SYMBOL
+from tracer.codegen.render_kernel import ALL_REDUCE_SYMBOL, MPI_HANDLES, MPI_HANDLES_SYMBOL
 
 _keep: list = []  # the library and the handle table live as long as the process
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from tracer.codegen.bounds import RECORD_BYTES, Sites
 from tracer.ir.fusion import FusedFunction
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
 from tracer.runtime import callbacks, jit, pool
@@ -56,7 +56,7 @@ class CompiledFunction:
         """Load `objects`, the code runtime/pipeline.py made (or found in the disk cache) for the
         plan of `back_end`; raises RuntimeError if LLVM refuses them."""
         self.back_end = back_end
-        self.function: Function = back_end.function
+        self.function: Graph = back_end.function
         self.settings = back_end.settings
         self.profiling = self.settings.profile
         self.timings: dict[str, float] = back_end.timings  # seconds per back-end step

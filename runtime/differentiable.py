@@ -14,7 +14,7 @@ from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
     from tracer.runtime.entry import Entry
-    from tracer.runtime.trace import TracedFunction
+    from tracer.runtime.traced_function import TracedFunction
 
 
 def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leaves,

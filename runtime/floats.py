@@ -80,7 +80,7 @@ class RuntimeFloats:
                 changed.add(float_input.name)
         return frozenset(changed)
 
-    def exponents(self, function: ir.Function) -> frozenset[str]:
+    def exponents(self, function: ir.Graph) -> frozenset[str]:
         """The floats `function` raises to (`x ** self.p`): compiled in, a constant power
         becomes multiplications and square roots, faster and rounded as PyTorch's."""
         inputs = {id(i.parameter): i.name for i in self.inputs}
@@ -101,7 +101,7 @@ class RuntimeFloats:
             found |= names
         return frozenset(found)
 
-    def settle(self, function: ir.Function) -> None:
+    def settle(self, function: ir.Graph) -> None:
         """Drop the proxies `function` does not read (putting their floats back)."""
         read = {id(value) for instruction in function.instructions for value in instruction.inputs}
         read |= {id(value) for value in function.outputs}
@@ -114,7 +114,7 @@ class RuntimeFloats:
         for i in unused:
             self._write(i.root, i.steps, i.value, record=False)
 
-    def order(self, function: ir.Function) -> None:
+    def order(self, function: ir.Graph) -> None:
         """Move the kept proxies' parameters last, in order (see Recording.sources)."""
         kept = {id(i.parameter) for i in self.inputs}
         function.parameters = ([p for p in function.parameters if id(p) not in kept]

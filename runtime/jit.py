@@ -135,7 +135,7 @@ def blas_library() -> ctypes.CDLL | None:
 
 # Compilation ------------------------------------------------------------------------------------
 
-def optimize(module: llvm.ModuleRef) -> None:
+def optimize_module(module: llvm.ModuleRef) -> None:
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
@@ -149,7 +149,7 @@ def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = T
     module = llvm.parse_assembly(text)
     module.verify()
     if optimized:
-        optimize(module)
+        optimize_module(module)
     return str(module)
 
 
@@ -158,7 +158,7 @@ def assembly(text: str, optimized: bool = True, strength_reduction: bool = True)
     _initialize()
     module = llvm.parse_assembly(text)
     if optimized:
-        optimize(module)
+        optimize_module(module)
     with _code_generation(strength_reduction):
         return target_machine(optimized).emit_assembly(module)
 
@@ -173,7 +173,7 @@ def compile_object(text: str, optimized: bool = True, strength_reduction: bool =
     module = llvm.parse_assembly(text)
     module.verify()
     if optimized:
-        optimize(module)
+        optimize_module(module)
     with _code_generation(strength_reduction):
         return target_machine(optimized).emit_object(module)
 

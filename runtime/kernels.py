@@ -28,7 +28,7 @@ _objects: OrderedDict[str, bytes] = OrderedDict()
 _lock = threading.Lock()
 
 
-# An index computed by integer division or remainder (codegen/render.py names index registers %iN).
+# An index computed by integer division or remainder (codegen/render_kernel.py names index registers %iN).
 _DIVIDED_INDEX = re.compile(r"\b(udiv|urem) i64 %i\d")
 ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence of calls
 

@@ -27,7 +27,7 @@ import numpy as np
 from tracer import ir
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
-from tracer.ir.graph import Function, gc_paused
+from tracer.ir.graph import Graph, gc_paused
 from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
@@ -133,7 +133,7 @@ _compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakVa
 _compiled_lock = threading.Lock()
 
 
-def compile_function(function: Function,
+def compile_function(function: Graph,
                      write_into: dict[int, int] | None = None) -> CompiledFunction:
     """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
     (and the settings that change the generated code) while it is in use."""
@@ -152,7 +152,7 @@ def compile_function(function: Function,
         return _compiled.setdefault(key, compiled)
 
 
-def compile_graph(function: Function, write_into: dict[int, int] | None = None,
+def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
                   settings: CodeSettings | None = None) -> CompiledFunction:
     """The back end: `function` (optimized) fused, its memory planned, and its object code loaded
     from the disk cache or scheduled, rendered and compiled, then loaded.
@@ -189,7 +189,7 @@ class BackEnd:
 
     stages = BACK_END_STAGES  # what `stage_text` prints
 
-    def __init__(self, function: Function, write_into: dict[int, int] | None,
+    def __init__(self, function: Graph, write_into: dict[int, int] | None,
                  settings: CodeSettings):
         self.function, self.settings = function, settings
         self.host = jit.host()

@@ -88,7 +88,7 @@ def _compile() -> jit.JitModule:
         except RuntimeError as error:
             LOG.warning("could not load the thread pool from %s (%s); compiling it again",
                         cache.path, error)
-    from tracer.codegen.rendering import render
+    from tracer.codegen.template_environment import render
 
     futex, pause = _ARCHITECTURES[architecture]
     text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,

@@ -26,7 +26,7 @@ from tracer.tracing import Trace, tracing
 @dataclass
 class Recording:
     """A traced call, its gradients expanded."""
-    function: ir.Function
+    function: ir.Graph
     result_structure: tuple
     result_leaves: list           # the result's leaves, traced
     # (leaf index, "data" | "grad", output index) for every value written back; leaf indices
@@ -75,7 +75,7 @@ class Recorder:
         self.sources: list[tuple[str, int]] = []
         self.contexts = contextlib.ExitStack()
         self.recording: Recording | None = None
-        self._traced: ir.Function | None = None
+        self._traced: ir.Graph | None = None
 
     def __enter__(self) -> "Recorder":
         self.contexts.enter_context(tracing(self.trace_state))
@@ -91,7 +91,7 @@ class Recorder:
         if error is None:
             self.recording = self._finish()
 
-    def trace(self) -> ir.Function:
+    def trace(self) -> ir.Graph:
         """The function's primitives (the `traced` stage), verified."""
         trace, leaves, floats = self.trace_state, self.leaves, self.floats
         proxies: list = []
@@ -142,7 +142,7 @@ class Recorder:
         ir.verify(traced)
         return traced
 
-    def expand_gradients(self) -> ir.Function:
+    def expand_gradients(self) -> ir.Graph:
         """The traced function with its gradient directives replaced by the autodiff pass (the
         `grad` stage), verified."""
         ir.expand_gradients(self._traced)
@@ -164,7 +164,7 @@ class Recorder:
                          self.floats.inputs, self.rules)
 
 
-def _name_captured(function: ir.Function, captured: list, reached: Reached) -> None:
+def _name_captured(function: ir.Graph, captured: list, reached: Reached) -> None:
     """Name the parameters of captured tensors after the first path to them (%self_layer_w)."""
     taken = {value.name for value in function.parameters}
     for entry, name in zip(captured, captured_names(reached, [c.tensor for c in captured])):

@@ -29,7 +29,7 @@ from tracer.runtime.pipeline import REPORT_STAGES
 
 if TYPE_CHECKING:
     from tracer.runtime.entry import Entry
-    from tracer.runtime.trace import TracedFunction
+    from tracer.runtime.traced_function import TracedFunction
 
 _LEAF_KINDS = {"I": "Python int (runtime input)", "F": "Python float (runtime input)"}
 

@@ -19,13 +19,13 @@ from tracer.ir.primitives import CHECKS
 from tracer.ir.loops import Loop
 from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.entry
-import tracer.runtime.trace
+import tracer.runtime.traced_function
 from tracer.runtime import pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-_compile = tracer.runtime.trace.TracedFunction._compile
+_compile = tracer.runtime.traced_function.TracedFunction._compile
 
 
 def _checked_compile(self, *args, **kwargs):
@@ -38,7 +38,7 @@ def _checked_compile(self, *args, **kwargs):
     return entry
 
 
-def roundtrip(function: ir.Function) -> ir.Function:
+def roundtrip(function: ir.Graph) -> ir.Graph:
     """The graph verifies, prints, parses back equal (and printing that gives the same text) and
     the parsed graph verifies; returns it."""
     ir.verify(function)
@@ -116,7 +116,7 @@ def beyond_float32(values: np.ndarray, exact: np.ndarray) -> np.ndarray:
                                                  & (np.sign(values) == np.sign(exact))))
 
 
-def in_float64(function: ir.Function) -> ir.Function:
+def in_float64(function: ir.Graph) -> ir.Graph:
     """A copy of `function` computing in float64 wherever it computes in float32: a closer
     approximation of the exact result than either float32 evaluation."""
     result = function.copy()
@@ -214,7 +214,7 @@ class CheckedFunction:
 
 @pytest.fixture(autouse=True)
 def check_every_compiled_stage(monkeypatch):
-    monkeypatch.setattr(tracer.runtime.trace.TracedFunction, "_compile", _checked_compile)
+    monkeypatch.setattr(tracer.runtime.traced_function.TracedFunction, "_compile", _checked_compile)
     compile_function = tracer.runtime.pipeline.compile_function
 
     def checked_compile_function(function, **options):

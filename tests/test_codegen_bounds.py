@@ -26,9 +26,9 @@ def isolated(monkeypatch):
     monkeypatch.setattr(pipeline, "_compiled", {})
 
 
-def scale_in_place(n: int = N) -> ir.Function:
+def scale_in_place(n: int = N) -> ir.Graph:
     """x <- x * 2 + 1 (the output is written into x's buffer)."""
-    f = ir.Function("scale")
+    f = ir.Graph("scale")
     x = f.add_parameter("x", TensorType((n,), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.add(b.mul(x, 2.0), 1.0)]
@@ -115,7 +115,7 @@ def test_a_failure_on_one_thread_stops_the_kernel_and_later_kernels(monkeypatch)
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
     monkeypatch.setattr(schedule_threads, "PARALLEL_WORK_PER_THREAD", 1)
     loop_runs_past_the_end(monkeypatch, extra=10)
-    f = ir.Function("two")
+    f = ir.Graph("two")
     x = f.add_parameter("x", TensorType((N,), "f32"))
     b = ir.GraphBuilder(f)
     total = b.op("reduce_sum", b.op("exp", x), axes=(0,))  # a second kernel, after the loop
@@ -134,7 +134,7 @@ def test_a_matmul_batch_too_many_is_caught_before_the_gemm(monkeypatch, blas):
     split_extent = schedule.split_extent
     monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (kernel.kind == "matmul"))
-    f = ir.Function("batched")
+    f = ir.Graph("batched")
     a = f.add_parameter("a", TensorType((2, 3, 4), "f32"))
     c = f.add_parameter("c", TensorType((2, 4, 5), "f32"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", a, c)]
@@ -153,7 +153,7 @@ def test_a_matmul_update_checks_its_product_operands(monkeypatch):
     split_extent = schedule.split_extent
     monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (kernel.update is not None))
-    f = ir.Function("sgd")
+    f = ir.Graph("sgd")
     w = f.add_parameter("w", TensorType((1, 4, 5), "f32"))
     x = f.add_parameter("x", TensorType((1, 4, 3), "f32"))
     g = f.add_parameter("g", TensorType((1, 3, 5), "f32"))
@@ -175,7 +175,7 @@ def test_a_memory_plan_that_overflows_the_arena_is_refused_at_compile_time(monke
         return plan
 
     monkeypatch.setattr(pipeline, "plan_memory", short_arena)
-    f = ir.Function("temporaries")
+    f = ir.Graph("temporaries")
     x = f.add_parameter("x", TensorType((4, 4), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("matmul", b.op("matmul", x, x), x)]

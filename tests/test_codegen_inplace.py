@@ -18,9 +18,9 @@ from tracer.runtime.pipeline import compile_graph
 from two_layer_net import make_data, step
 
 
-def update_function(dtype="f32", shape=(6, 5)) -> ir.Function:
+def update_function(dtype="f32", shape=(6, 5)) -> ir.Graph:
     """(w - lr * g, zeros): a parameter update and a gradient reset."""
-    f = ir.Function("update")
+    f = ir.Graph("update")
     w = f.add_parameter("w", TensorType(shape, dtype))
     g = f.add_parameter("g", TensorType(shape, dtype))
     lr = f.add_parameter("lr", TensorType((), dtype))
@@ -30,7 +30,7 @@ def update_function(dtype="f32", shape=(6, 5)) -> ir.Function:
     return ir.optimize(f)
 
 
-def arrays_for(function: ir.Function, seed=0):
+def arrays_for(function: ir.Graph, seed=0):
     rng = np.random.default_rng(seed)
     return [np.asarray((rng.normal(size=p.shape) * 10).astype(p.dtype)) for p in function.parameters]
 
@@ -88,7 +88,7 @@ def test_overlapping_arguments_run_on_a_copy():
 
 
 def test_refused_when_unsafe():
-    f = ir.Function("unsafe")
+    f = ir.Graph("unsafe")
     w = f.add_parameter("w", TensorType((5, 5), "f64"))
     v = f.add_parameter("v", TensorType((5, 5), "f64"))
     b = ir.GraphBuilder(f)
@@ -108,7 +108,7 @@ def test_refused_when_unsafe():
     for a, o in zip(arguments, original):
         np.testing.assert_array_equal(a, o)
     # the same value written back to two parameters, or also returned: not in place
-    g = ir.Function("twice")
+    g = ir.Graph("twice")
     x = g.add_parameter("x", TensorType((3,), "f64"))
     g.add_parameter("y", TensorType((3,), "f64"))  # the second target
     doubled = ir.GraphBuilder(g).mul(x, 2.0)
@@ -167,8 +167,8 @@ def test_traced_in_place_on_numpy_arguments(dtype):
 needs_blas = pytest.mark.skipif(not jit.blas_available(), reason="no BLAS gemm found")
 
 
-def linear_update(variant: str, dtype="f64") -> ir.Function:
-    f = ir.Function("linear_update")
+def linear_update(variant: str, dtype="f64") -> ir.Graph:
+    f = ir.Graph("linear_update")
     w = f.add_parameter("w", TensorType((7, 5), dtype))
     x = f.add_parameter("x", TensorType((3, 7), dtype))
     g = f.add_parameter("g", TensorType((3, 5), dtype))
@@ -312,9 +312,9 @@ def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
     assert len(general) == 3
 
 
-def many_updates_function(count: int) -> ir.Function:
+def many_updates_function(count: int) -> ir.Graph:
     """(w_k - g_k for each k): `count` parameters updated in place, as by an optimizer's step."""
-    f = ir.Function("updates")
+    f = ir.Graph("updates")
     weights = [f.add_parameter(f"w{k}", TensorType((3,), "f32")) for k in range(count)]
     gradients = [f.add_parameter(f"g{k}", TensorType((3,), "f32")) for k in range(count)]
     b = ir.GraphBuilder(f)

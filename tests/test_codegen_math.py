@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tracer import ir
-from tracer.codegen.rendering import render
+from tracer.codegen.template_environment import render
 from tracer.ir.types import TensorType
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
@@ -53,7 +53,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def compile_unary(primitive: str, dtype: str, size: int) -> CompiledFunction:
-    function = ir.Function(primitive)
+    function = ir.Graph(primitive)
     x = function.add_parameter("x", TensorType((size,), dtype))
     function.outputs = [ir.GraphBuilder(function).op(primitive, x)]
     return compile_graph(function)
@@ -264,7 +264,7 @@ def test_the_bits_of_two_over_pi_in_the_code_against_mpmath(dtype):
 
 
 def compile_pow(dtype: str, size: int) -> CompiledFunction:
-    function = ir.Function("pow")
+    function = ir.Graph("pow")
     x = function.add_parameter("x", TensorType((size,), dtype))
     y = function.add_parameter("y", TensorType((size,), dtype))
     function.outputs = [ir.GraphBuilder(function).op("pow", x, y)]
@@ -306,7 +306,7 @@ def test_pow_float32():
 
 
 def test_integer_pow():
-    function = ir.Function("ipow")
+    function = ir.Graph("ipow")
     x = function.add_parameter("x", TensorType((200,), "i64"))
     y = function.add_parameter("y", TensorType((200,), "i64"))
     function.outputs = [ir.GraphBuilder(function).op("pow", x, y)]

@@ -67,7 +67,7 @@ def assert_matches(actual: np.ndarray, expected: np.ndarray, ulps: float = 4) ->
         np.testing.assert_array_equal(actual, expected)
 
 
-def run_both(function: ir.Function, arguments, ulps: float = 4, layouts_too: bool = True):
+def run_both(function: ir.Graph, arguments, ulps: float = 4, layouts_too: bool = True):
     function = ir.optimize(function)
     ir.verify(function)
     compiled = compile_graph(function)
@@ -87,8 +87,8 @@ def run_both(function: ir.Function, arguments, ulps: float = 4, layouts_too: boo
     return compiled
 
 
-def single(primitive: str, in_types: list[TensorType], **attributes) -> ir.Function:
-    function = ir.Function(primitive)
+def single(primitive: str, in_types: list[TensorType], **attributes) -> ir.Graph:
+    function = ir.Graph(primitive)
     parameters = [function.add_parameter(f"x{i}", t) for i, t in enumerate(in_types)]
     builder = ir.GraphBuilder(function)
     function.outputs = [builder.op(primitive, *parameters, **attributes)]
@@ -202,7 +202,7 @@ def test_int64_pow_matches_pytorch(exponent):
     np.testing.assert_array_equal(interpreted, expected)
     np.testing.assert_array_equal(compile_graph(function)([x, y])[0], expected)
     # a constant exponent (the lowering has special cases for some) and a broadcast one
-    f = ir.Function("pow_constant")
+    f = ir.Graph("pow_constant")
     p = f.add_parameter("x", TensorType(x.shape, "i64"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.pow(p, exponent), b.pow(p, b.full((1,), exponent, "i64"))]
@@ -231,7 +231,7 @@ def test_int64_pow_negative_exponents_mixed_with_positive():
         assert ir.interpret(scalar, arguments)[0] == expected
         assert compile_graph(scalar)(arguments)[0] == expected
     # folded at compile time through the same reference
-    f = ir.Function("folded")
+    f = ir.Graph("folded")
     p = f.add_parameter("x", TensorType((), "i64"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.add(p, b.pow(b.constant(-1, "i64"), b.constant(-3, "i64")))]
@@ -280,7 +280,7 @@ def test_sign_int64_extremes():
 
 
 def test_nan_semantics():
-    f = ir.Function("nan")
+    f = ir.Graph("nan")
     x = f.add_parameter("x", TensorType((6,), "f64"))
     y = f.add_parameter("y", TensorType((6,), "f64"))
     b = ir.GraphBuilder(f)
@@ -292,9 +292,9 @@ def test_nan_semantics():
 
 # Layout -----------------------------------------------------------------------------------------
 
-def layout_function(primitive, in_type: TensorType, compute: bool, **attributes) -> ir.Function:
+def layout_function(primitive, in_type: TensorType, compute: bool, **attributes) -> ir.Graph:
     """`primitive` applied to a parameter (a strided read) or to a computed value (inline)."""
-    function = ir.Function(primitive)
+    function = ir.Graph(primitive)
     x = function.add_parameter("x", in_type)
     b = ir.GraphBuilder(function)
     operand = b.op("sin", x) if compute else x
@@ -330,7 +330,7 @@ def test_layout(case, compute):
 
 
 def test_iota_and_constant():
-    f = ir.Function("sources")
+    f = ir.Graph("sources")
     x = f.add_parameter("x", TensorType((3, 4), "f32"))
     b = ir.GraphBuilder(f)
     rows = b.op("iota", shape=(3, 4), dimension=0, dtype=np.float32)
@@ -370,7 +370,7 @@ def test_reduce_max_min_int64_extremes(primitive, axes):
     x[0, 0, :] = -2 ** 63  # and a row of INT64_MIN: its max is INT64_MIN
     run_both(single(primitive, [TensorType(x.shape, "i64")], axes=axes), [x])
     for reduction in (max, min):  # also inline, feeding an elementwise consumer
-        f = ir.Function("inline")
+        f = ir.Graph("inline")
         p = f.add_parameter("x", TensorType(x.shape, "i64"))
         b = ir.GraphBuilder(f)
         r = b.op(primitive, p, axes=axes)
@@ -412,7 +412,7 @@ def test_large_sum_accuracy(dtype):
 
 def test_reduction_feeding_elementwise_and_broadcast():
     # softmax: max and sum over the last axis read back at a broadcast index
-    f = ir.Function("softmax")
+    f = ir.Graph("softmax")
     x = f.add_parameter("x", TensorType((4, 7), "f64"))
     b = ir.GraphBuilder(f)
     m = b.op("reduce_max", x, axes=(1,))
@@ -439,7 +439,7 @@ def test_matmul(shapes, dtype):
 
 @pytest.mark.parametrize("transpose", [(False, True), (True, False), (True, True)])
 def test_matmul_of_transposed_operands(transpose):
-    f = ir.Function("mmt")
+    f = ir.Graph("mmt")
     a = f.add_parameter("a", TensorType((5, 3) if transpose[0] else (3, 5), "f64"))
     c = f.add_parameter("c", TensorType((4, 5) if transpose[1] else (5, 4), "f64"))
     b = ir.GraphBuilder(f)
@@ -452,7 +452,7 @@ def test_matmul_of_transposed_operands(transpose):
 
 
 def test_matmul_fallback_loop(monkeypatch):
-    from tracer.codegen.render import render_kernel
+    from tracer.codegen.render_kernel import render_kernel
     from tracer.ir.memory import plan_memory
     from tracer.ir.schedule import schedule
     f = single("matmul", [TensorType((3, 4), "f32"), TensorType((4, 5), "f32")])
@@ -463,7 +463,7 @@ def test_matmul_fallback_loop(monkeypatch):
 
 
 def test_gradient_markers_are_removed_before_codegen():
-    f = ir.Function("markers")
+    f = ir.Graph("markers")
     x = f.add_parameter("x", TensorType((3,), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("exp", b.op("stop_gradient", x))]
@@ -475,7 +475,7 @@ def test_gradient_markers_are_removed_before_codegen():
 # Whole functions --------------------------------------------------------------------------------
 
 def test_outputs_that_are_parameters_or_repeated():
-    f = ir.Function("passthrough")
+    f = ir.Graph("passthrough")
     x = f.add_parameter("x", TensorType((2, 3), "f32"))
     b = ir.GraphBuilder(f)
     y = b.op("exp", x)
@@ -500,7 +500,7 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     a_shape, b_shape = shapes
     swap = lambda shape: (*shape[:-2], shape[-1], shape[-2])  # noqa: E731
     stored = [swap(s) if t else s for s, t in zip(shapes, transpose)]
-    f = ir.Function("mm")
+    f = ir.Graph("mm")
     pa, pb = (f.add_parameter(n, TensorType(s, "f32")) for n, s in zip("ab", stored))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("matmul", *(b.swap_last_axes(p) if t else p
@@ -528,7 +528,7 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     from tracer.runtime import jit
     monkeypatch.setattr(jit, "blas_available", lambda: False)
     monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
-    f = ir.Function("update")
+    f = ir.Graph("update")
     w = f.add_parameter("w", TensorType((300, 4), "f32"))
     x = f.add_parameter("x", TensorType((50, 300), "f32"))
     g = f.add_parameter("g", TensorType((50, 4), "f32"))
@@ -551,7 +551,7 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
 
 
 def test_two_layer_net_step():
-    f = ir.Function("step")
+    f = ir.Graph("step")
     x = f.add_parameter("x", TensorType((8, 4), "f32"))
     w1 = f.add_parameter("w1", TensorType((4, 16), "f32"))
     w2 = f.add_parameter("w2", TensorType((16, 2), "f32"))

@@ -36,7 +36,7 @@ shapes = st.lists(dims, min_size=0, max_size=3).map(tuple)
 
 @st.composite
 def programs(draw, dtype="f64"):
-    function = ir.Function("random")
+    function = ir.Graph("random")
     b = ir.GraphBuilder(function)
     values = [function.add_parameter(f"p{i}", TensorType(draw(shapes), dtype))
               for i in range(draw(st.integers(1, 3)))]
@@ -124,7 +124,7 @@ def non_contiguous(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def check(function: ir.Function, seed: int) -> None:
+def check(function: ir.Graph, seed: int) -> None:
     ir.verify(function)
     optimized = ir.optimize(function)
     ir.verify(optimized)

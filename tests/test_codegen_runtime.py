@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBM = ("expf", "exp", "logf", "log", "tanhf", "tanh", "sinf", "sin", "cosf", "cos", "powf", "pow")
 
 
-def gelu_forward_backward(n: int, dtype: str = "f32") -> ir.Function:
+def gelu_forward_backward(n: int, dtype: str = "f32") -> ir.Graph:
     """y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))) and its derivative times the cotangent g."""
-    f = ir.Function("gelu")
+    f = ir.Graph("gelu")
     x = f.add_parameter("x", TensorType((n,), dtype))
     g = f.add_parameter("g", TensorType((n,), dtype))
     b = ir.GraphBuilder(f)
@@ -152,7 +152,7 @@ def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
 
 def test_no_raw_addresses_in_the_module(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    f = ir.Function("mm")
+    f = ir.Graph("mm")
     x = f.add_parameter("x", TensorType((4, 4), "f64"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", x, x)]
     compiled = compile_graph(f)
@@ -162,7 +162,7 @@ def test_no_raw_addresses_in_the_module(tmp_path, monkeypatch):
 
 
 def test_memory_plan_reuses_dead_temporaries():
-    f = ir.Function("chain")
+    f = ir.Graph("chain")
     x = f.add_parameter("x", TensorType((64, 64), "f64"))
     b = ir.GraphBuilder(f)
     value = x
@@ -198,7 +198,7 @@ def test_threads_give_bit_identical_results(size, monkeypatch, tmp_path):
     from tracer.ir import schedule_threads
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(schedule_threads, "PARALLEL_WORK_PER_THREAD", 64)  # split even small kernels
-    f = ir.Function("mixed")
+    f = ir.Graph("mixed")
     x = f.add_parameter("x", TensorType((size // 7 + 1, 7), "f32"))
     b = ir.GraphBuilder(f)
     t = b.op("tanh", b.op("exp", b.op("sin", x)))
@@ -258,7 +258,7 @@ def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_p
     interpreter's."""
     from tracer.ir.fusion import MAX_EXPRESSION_COST, MAX_KERNEL_COST, code_cost
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    f = ir.Function("chain")
+    f = ir.Graph("chain")
     x = f.add_parameter("x", TensorType((257,), "f32"))
     y = f.add_parameter("y", TensorType((257,), "f32"))
     b = ir.GraphBuilder(f)

@@ -1,5 +1,5 @@
 """Row maxima and minima over rows long enough for the loop vectorizer, of values a select of
-+-inf feeds (a masked softmax's row max: codegen/render.py freezes the element so that the loop
++-inf feeds (a masked softmax's row max: codegen/render_kernel.py freezes the element so that the loop
 vectorizes): the same values as numpy, nan anywhere in a row included. Every compiled call is
 also checked against the reference interpreter (tests/conftest.py)."""
 from __future__ import annotations

@@ -427,7 +427,7 @@ def tracer_traced(case: Case, arrays, weights):
     values = [o.numpy() for o in outputs]
     grads = _grads(arrays, tensors)
     # The reference interpreter on the traced graph with its gradients, before any optimization,
-    # given what a call passes to the compiled code (runtime/trace.py).
+    # given what a call passes to the compiled code (runtime/traced_function.py).
     fresh = ([tr.tensor(a, requires_grad=case.gradients) for a in arrays],
              [tr.tensor(w) for w in weights])
     entry, leaves, _ = step._lookup(fresh, {}, count=False)

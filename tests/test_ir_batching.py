@@ -71,7 +71,7 @@ def _case(primitive, dtype):
 
 
 def _one_instruction(primitive, element_arrays, attributes):
-    function = ir.Function(primitive)
+    function = ir.Graph(primitive)
     parameters = [function.add_parameter(f"x{k}", ir.TensorType(a.shape, a.dtype))
                   for k, a in enumerate(element_arrays)]
     (result,) = GraphBuilder(function).emit(primitive, parameters, attributes)
@@ -89,7 +89,7 @@ def _check_batched(function, elements, batched):
                else per_element[0][k] for k, flag in enumerate(batched)]
     ((array, array_batched),) = batch_function(ArrayBuilder(), function,
                                                list(zip(stacked, batched)), SIZE)
-    graph = ir.Function("batched")
+    graph = ir.Graph("batched")
     parameters = [graph.add_parameter(f"x{k}", ir.TensorType(a.shape, a.dtype))
                   for k, a in enumerate(stacked)]
     ((value, value_batched),) = batch_function(GraphBuilder(graph), function,
@@ -123,7 +123,7 @@ def test_sources_stay_unbatched_and_their_rows_broadcast(primitive):
     # A source has no operand: its value is the same for every element (never batched); next to
     # a batched operand it broadcasts.
     _, attributes = _case(primitive, np.float64)
-    function = ir.Function(primitive)
+    function = ir.Graph(primitive)
     x = function.add_parameter("x", ir.TensorType((2, 3), np.float64))
     b = GraphBuilder(function)
     (source,) = b.emit(primitive, [], attributes)
@@ -163,7 +163,7 @@ def test_matmul_with_one_batched_side_is_one_larger_product():
 
 def test_a_gradient_is_batched_after_it_is_expanded_per_element():
     # d/dx sum(sin(x) * w), traced per element (one directive), prepared and batched.
-    function = ir.Function("grad")
+    function = ir.Graph("grad")
     x = function.add_parameter("x", ir.TensorType((4,), np.float64))
     w = function.add_parameter("w", ir.TensorType((4,), np.float64))
     b = GraphBuilder(function)
@@ -185,7 +185,7 @@ def test_a_gradient_is_batched_after_it_is_expanded_per_element():
 
 
 def _with_custom_marker():
-    function = ir.Function("custom")
+    function = ir.Graph("custom")
     x = function.add_parameter("x", ir.TensorType((3,), np.float64))
     b = GraphBuilder(function)
     cube = b.mul(b.mul(x, x), x)
@@ -210,7 +210,7 @@ def test_custom_vjp_markers_are_dropped_only_where_no_later_gradient_passes():
 
 def test_a_primitive_without_a_row_is_refused_before_anything_is_emitted():
     function = _one_instruction("exp", [np.zeros(2)], {})
-    function.instructions[0].primitive = "host_callback"
+    function.instructions[0].primitive = "a_primitive_without_rows"
     emitted = []
 
     class Recording(ArrayBuilder):
@@ -218,6 +218,6 @@ def test_a_primitive_without_a_row_is_refused_before_anything_is_emitted():
             emitted.append(primitive)
             return super().emit(primitive, inputs, attributes)
 
-    with pytest.raises(CannotBatch, match="no batching rule for host_callback"):
+    with pytest.raises(CannotBatch, match="no batching rule for a_primitive_without_rows"):
         batch_function(Recording(), function, [(np.zeros((SIZE, 2)), True)], SIZE)
     assert emitted == []

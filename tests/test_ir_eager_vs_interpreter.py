@@ -16,7 +16,7 @@ from conftest import roundtrip
 from tracer.ir import primitives
 from tracer.ir.builder import ArrayBuilder, GraphBuilder
 from tracer.ir.fusion import code_cost
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.primitives import ShapeError, broadcast_shapes, infer_types
 from tracer.ir.types import TensorType, float32, float64, int64, is_float
 
@@ -172,7 +172,7 @@ def arguments_for(program, rng):
 
 
 def build_graph(program, outputs):
-    function = Function("random")
+    function = Graph("random")
     parameters = [function.add_parameter(f"p{i}", t)
                   for i, t in enumerate(program.types[:program.n_parameters])]
     values = replay(GraphBuilder(function), parameters, program.steps)
@@ -284,7 +284,7 @@ def test_eager_gradients_match_autodiff(case):
 @pytest.mark.parametrize("shapes", [((0,), (0,)), ((0, 3), (1, 3)), ((2, 0, 1), (1, 4)),
                                     ((1, 1), ()), ((3, 0), (3, 1))], ids=str)
 def test_zero_size_broadcasting(shapes, dtype):
-    function = Function("zero")
+    function = Graph("zero")
     x = function.add_parameter("x", TensorType(shapes[0], dtype))
     y = function.add_parameter("y", TensorType(shapes[1], dtype))
     b = GraphBuilder(function)
@@ -303,7 +303,7 @@ def test_zero_size_broadcasting(shapes, dtype):
 
 def test_eager_results_own_no_views_of_each_other_in_the_interpreter():
     # The interpreter must not let an in-place-free program observe aliasing: outputs equal eager.
-    function = Function("views")
+    function = Graph("views")
     x = function.add_parameter("x", TensorType((2, 3), float64))
     b = GraphBuilder(function)
     t = b.op("transpose", x, permutation=(1, 0))

@@ -16,7 +16,7 @@ from tracer.ir.types import TensorType
 def window_rows(length: int, kernel: int, stride: int, offset: int = 0):
     """A function gathering x[i * stride + h + offset] for i < length, h < kernel from an x of 10
     elements, and the index value."""
-    function = ir.Function("windows")
+    function = ir.Graph("windows")
     x = function.add_parameter("x", TensorType((10,), "f64"))
     builder = GraphBuilder(function)
     rows = builder.op("iota", shape=(length, 1), dimension=0, dtype=np.dtype("int64"))
@@ -52,7 +52,7 @@ def test_iota_arithmetic_has_exact_bounds_and_is_checked_only_when_they_leave_th
 
 
 def test_a_user_index_is_still_checked():
-    function = ir.Function("lookup")
+    function = ir.Graph("lookup")
     x = function.add_parameter("x", TensorType((10,), "f64"))
     index = function.add_parameter("index", TensorType((3,), "i64"))
     builder = GraphBuilder(function)

@@ -31,13 +31,13 @@ def private_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
 
 
-def scheduled(function: ir.Function, write_into=None, threads: int = 1) -> LoopProgram:
+def scheduled(function: ir.Graph, write_into=None, threads: int = 1) -> LoopProgram:
     fused = fuse(ir.optimize(function))
     return schedule(fused, plan_memory(fused, write_into), threads)
 
 
-def scale() -> ir.Function:
-    f = ir.Function("scale")
+def scale() -> ir.Graph:
+    f = ir.Graph("scale")
     x = f.add_parameter("x", TensorType((6,), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.add(b.mul(x, 2.0), 1.0)]
@@ -59,7 +59,7 @@ def scale(%x: f32[6]):  # arena 0 bytes
 
 
 def test_reductions_row_sums_inline_and_column_max_in_memory_order():
-    f = ir.Function("rows")
+    f = ir.Graph("rows")
     x = f.add_parameter("x", TensorType((3, 4), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.reduce_sum(x, (1,)), b.op("reduce_max", x, axes=(0,))]
@@ -90,7 +90,7 @@ def test_reductions_row_sums_inline_and_column_max_in_memory_order():
 
 
 def test_a_transposed_read_and_a_constant_power():
-    f = ir.Function("t")
+    f = ir.Graph("t")
     x = f.add_parameter("x", TensorType((2, 3), "f64"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.pow(b.op("transpose", x, permutation=(1, 0)), 3.0)]
@@ -116,7 +116,7 @@ def test_a_transposed_read_and_a_constant_power():
 def test_the_interpreter_follows_the_memory_plan_and_in_place_writes():
     """Temporaries share the arena (which starts as NaN bytes): reading one before it is written,
     or after another overwrote it, would show in the result."""
-    f = ir.Function("chain")
+    f = ir.Graph("chain")
     x = f.add_parameter("x", TensorType((4, 4), "f64"))
     w = f.add_parameter("w", TensorType((4, 4), "f64"))
     v = f.add_parameter("v", TensorType((4, 4), "f64"))
@@ -144,7 +144,7 @@ def test_the_interpreter_refuses_an_access_outside_a_buffer():
 def test_a_large_kernel_is_split_across_threads(monkeypatch):
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
     monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
-    f = ir.Function("wide")
+    f = ir.Graph("wide")
     x = f.add_parameter("x", TensorType((64, 3), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.op("exp", x)]
@@ -196,10 +196,10 @@ def test_a_load_at_a_computed_index_runs_in_the_interpreter_and_in_llvm():
     np.testing.assert_array_equal(native, values[indices] * 2)
 
 
-def gather_then_scatter() -> ir.Function:
+def gather_then_scatter() -> ir.Graph:
     """rows = table[index] summed per row (a loop kernel), and table with 2 * rows added at index
     (a scatter kernel): both check the index."""
-    f = ir.Function("pick")
+    f = ir.Graph("pick")
     table = f.add_parameter("table", TensorType((5, 3), "f32"))
     index = f.add_parameter("index", TensorType((4,), "i64"))
     b = ir.GraphBuilder(f)
@@ -260,7 +260,7 @@ def test_the_loops_stage_through_the_api_and_tracer_dump(tmp_path, monkeypatch):
 
 
 def test_the_verifier_refuses_a_register_used_outside_its_loop_and_an_unknown_buffer():
-    f = ir.Function("rows")
+    f = ir.Graph("rows")
     x = f.add_parameter("x", TensorType((3, 4), "f32"))
     f.outputs = [ir.GraphBuilder(f).reduce_sum(x, (1,))]
     program = scheduled(f)
@@ -298,7 +298,7 @@ def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch
     product's (native and loop IR, whatever the chunks), as numpy computes them."""
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
     monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
-    f = ir.Function("product")
+    f = ir.Graph("product")
     a = f.add_parameter("a", TensorType((100, 40), "f32"))
     w = f.add_parameter("w", TensorType((40, 30), "f32"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]

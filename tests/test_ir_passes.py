@@ -8,12 +8,12 @@ import pytest
 from tracer import ir
 from tracer.ir import passes
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.types import TensorType
 from tracer.ir.vjp import CustomRule
 
 
-def roundtrip(function: Function) -> None:
+def roundtrip(function: Graph) -> None:
     ir.verify(function)
     text = ir.format_function(function)
     parsed = ir.parse_function(text)
@@ -22,12 +22,12 @@ def roundtrip(function: Function) -> None:
 
 
 def new(*types: tuple[str, tuple[int, ...], str]):
-    function = Function("f")
+    function = Graph("f")
     params = [function.add_parameter(name, TensorType(shape, dtype)) for name, shape, dtype in types]
     return function, GraphBuilder(function), params
 
 
-def run_pass(optimization, function: Function, arguments) -> Function:
+def run_pass(optimization, function: Graph, arguments) -> Graph:
     """Apply `optimization` to a copy; the results must not change (exactly, nan == nan)."""
     roundtrip(function)
     before = ir.interpret(function, arguments)
@@ -46,7 +46,7 @@ def run_pass(optimization, function: Function, arguments) -> Function:
     return returned
 
 
-def primitives_of(function: Function) -> list[str]:
+def primitives_of(function: Graph) -> list[str]:
     return [i.primitive for i in function.instructions]
 
 

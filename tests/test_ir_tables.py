@@ -195,7 +195,7 @@ def test_every_function_a_scalar_lowering_calls_is_defined(dtype):
     import re
 
     from tracer.codegen.lowering import Writer
-    from tracer.codegen.rendering import render
+    from tracer.codegen.template_environment import render
     from tracer.ir.primitives import COMPARE, ELEMENTWISE, LOGICAL
 
     templates = pathlib.Path(LOWERING["exp"].emit.__code__.co_filename).parent / "templates"

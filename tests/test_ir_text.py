@@ -9,15 +9,15 @@ import pytest
 from tracer import ir
 from conftest import roundtrip
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.text import ParseError
 from tracer.ir.types import TensorType
 from tracer.ir.verify import VerificationError
 from tracer.ir.vjp import CustomRule
 
 
-def step_function() -> Function:
-    function = Function("step")
+def step_function() -> Graph:
+    function = Graph("step")
     x = function.add_parameter("x", TensorType((8, 4), "f32"))
     w = function.add_parameter("w", TensorType((4, 2), "f32"))
     locations = iter(["step.py:12", "step.py:13 (MyLoss.forward)", "", "step.py:14", "step.py:14",
@@ -66,7 +66,7 @@ def test_golden_parses_back_equal_and_runs_the_same():
 
 
 def test_golden_gradient_directive_and_scalar_function():
-    function = Function("g")
+    function = Graph("g")
     x = function.add_parameter("x", TensorType((3,), "f64"))
     b = GraphBuilder(function)
     y = b.op("reduce_sum", b.op("sin", x), axes=(0,))
@@ -87,7 +87,7 @@ def test_golden_gradient_directive_and_scalar_function():
 
 
 def test_roundtrip_of_every_attribute_kind():
-    function = Function("kinds")
+    function = Graph("kinds")
     x = function.add_parameter("x", TensorType((2, 3), "f64"))
     flags = function.add_parameter("flags", TensorType((2, 3), "bool"))
     count = function.add_parameter("count", TensorType((0, 3), "i64"))
@@ -169,7 +169,7 @@ def test_parse_error_is_a_value_error():
 # ---------------------------------------------------------------------------------------------
 # The verifier.
 
-def parsed(text: str) -> Function:
+def parsed(text: str) -> Graph:
     return ir.parse_function(text)
 
 
@@ -201,8 +201,8 @@ def test_verifier_rejects_text(text, message):
         ir.verify(function)
 
 
-def small_function() -> tuple[Function, list[Instruction]]:
-    function = Function("f")
+def small_function() -> tuple[Graph, list[Instruction]]:
+    function = Graph("f")
     x = function.add_parameter("x", TensorType((2,), "f64"))
     b = GraphBuilder(function)
     y = b.op("exp", x)

@@ -1,6 +1,6 @@
 """Every differentiable primitive's VJP rule against float64 central differences.
 
-For each case a tiny ir.Function applies the primitive to its parameters; a `gradient %out, %seed,
+For each case a tiny ir.Graph applies the primitive to its parameters; a `gradient %out, %seed,
 %wrt...` directive (as the tracer records it) asks for the vector-Jacobian product with a random
 cotangent `seed`. The autodiff pass expands it, the verifier checks the result, the interpreter runs
 it, and the numbers are compared with central differences of <seed, f(x)> computed by interpreting
@@ -16,7 +16,7 @@ import pytest
 from tracer import ir
 from conftest import roundtrip
 from tracer.ir.builder import ArrayBuilder, GraphBuilder
-from tracer.ir.graph import Function
+from tracer.ir.graph import Graph
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.types import TensorType, float32, float64, is_float
 from tracer.ir.vjp import CustomRule
@@ -28,7 +28,7 @@ ATOL = 1e-8
 
 def build(body, arrays, name="f"):
     """A Function whose parameters have the types of `arrays` and whose output is body(b, *params)."""
-    function = Function(name)
+    function = Graph(name)
     params = [function.add_parameter(f"x{i}", TensorType.of(a)) for i, a in enumerate(arrays)]
     builder = GraphBuilder(function)
     out = body(builder, *params)
@@ -36,12 +36,12 @@ def build(body, arrays, name="f"):
     return function, builder, params, out
 
 
-def objective(forward: Function, arrays, seed) -> float:
+def objective(forward: Graph, arrays, seed) -> float:
     (out,) = ir.interpret(forward, arrays)
     return float(np.sum(seed.astype(np.float64) * out.astype(np.float64)))
 
 
-def finite_differences(forward: Function, arrays, seed, index: int, eps=EPS) -> np.ndarray:
+def finite_differences(forward: Graph, arrays, seed, index: int, eps=EPS) -> np.ndarray:
     """d<seed, f(x)>/d x_index by central differences (the step actually taken, after rounding to
     the parameter's dtype, is the denominator)."""
     x = arrays[index]
@@ -439,7 +439,7 @@ def test_float32_program_gradient_dtype():
 def test_two_directives_in_one_function():
     # The second directive differentiates through the first's expansion (a second derivative).
     x = np.array([0.3, -0.7, 1.1])
-    function = Function("second")
+    function = Graph("second")
     p = function.add_parameter("x", TensorType.of(x))
     b = GraphBuilder(function)
     y = b.op("reduce_sum", b.op("sin", p), axes=(0,))
@@ -538,7 +538,7 @@ def test_gradient_with_respect_to_an_intermediate_value_stops_there():
     s = np.array([1.0, -2.0, 0.5])
 
     def run(*which):
-        function = Function("intermediate")
+        function = Graph("intermediate")
         p = function.add_parameter("x", TensorType.of(x))
         b = GraphBuilder(function)
         h = b.mul(p, p)

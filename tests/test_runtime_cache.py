@@ -27,14 +27,14 @@ from tracer.runtime import cache, jit
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
 from tracer.runtime.signatures import recompile_reason
-from tracer.runtime.trace import TracedFunction
+from tracer.runtime.traced_function import TracedFunction
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scaled(factor: float, size: int = 64) -> ir.Function:
+def scaled(factor: float, size: int = 64) -> ir.Graph:
     """x * factor: functions that differ only in a constant have interchangeable object code."""
-    function = ir.Function("scaled")
+    function = ir.Graph("scaled")
     x = function.add_parameter("x", TensorType((size,), "f64"))
     function.outputs = [ir.GraphBuilder(function).mul(x, factor)]
     return ir.optimize(function)
@@ -44,7 +44,7 @@ def entry_path(compiled: CompiledFunction, directory: Path) -> Path:
     return directory / f"{compiled.disk_key.hex()}.o"
 
 
-def compile_counting(function: ir.Function) -> tuple[np.ndarray, int, int]:
+def compile_counting(function: ir.Graph) -> tuple[np.ndarray, int, int]:
     """The result on 0..63 of a fresh compile of `function`, and how many modules this compiled
     to machine code and loaded from the disk cache."""
     before = dict(jit.STATISTICS)

@@ -133,8 +133,8 @@ def test_source_fingerprint_covers_names_and_contents(tmp_path):
     assert len(set(fingerprints[1:])) == 3
 
 
-def scale(n: int = 100) -> ir.Function:
-    f = ir.Function("scale")
+def scale(n: int = 100) -> ir.Graph:
+    f = ir.Graph("scale")
     x = f.add_parameter("x", TensorType((n,), "f32"))
     b = ir.GraphBuilder(f)
     f.outputs = [b.add(b.mul(x, 2.0), 1.0)]
@@ -148,7 +148,7 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "_compiled", {})
 
 
-def compiled_twice(function: ir.Function) -> tuple[CompiledFunction, CompiledFunction]:
+def compiled_twice(function: ir.Graph) -> tuple[CompiledFunction, CompiledFunction]:
     """A miss, then a hit of the same function (two objects: no sharing in memory)."""
     before = dict(jit.STATISTICS)
     miss = compile_graph(function)
@@ -188,7 +188,7 @@ def test_a_bounds_failure_in_code_from_the_disk_names_the_same_access(fresh_cach
     assert messages[0] == messages[1]
 
 
-def located(location: str) -> ir.Function:
+def located(location: str) -> ir.Graph:
     function = scale()
     for instruction in function.instructions:
         instruction.location = location

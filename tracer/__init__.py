@@ -63,7 +63,7 @@ def __getattr__(name: str):
     # `trace` ties the tracer to the compiler, so it lives in runtime/ (which imports tracer);
     # users reach it from here, imported on first use.
     if name in ("trace", "TracedFunction"):
-        from tracer.runtime import trace as traced
+        from tracer.runtime import traced_function as traced
         return getattr(traced, name)
     if name in ("nn", "optim", "distributed"):  # imported on first use: `import tracer` stays quick
         import importlib

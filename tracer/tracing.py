@@ -1,4 +1,4 @@
-"""The recording side of `@trace`: one Trace collects a function's primitives into an ir.Function."""
+"""The recording side of `@trace`: one Trace collects a function's primitives into an ir.Graph."""
 from __future__ import annotations
 
 import contextlib
@@ -6,7 +6,7 @@ import numbers
 from dataclasses import dataclass
 
 from tracer.ir.builder import GraphBuilder
-from tracer.ir.graph import Function, Instruction, Value
+from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.types import TensorType, float64, int64
 from tracer.context import state
 from tracer.errors import TracingError, user_line
@@ -37,7 +37,7 @@ class Trace:
     refuses_computed = True
 
     def __init__(self, name: str):
-        self.function = Function(name)
+        self.function = Graph(name)
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
         self.builder = GraphBuilder(self.function, self.location)
         self.captured: list[Captured] = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, literal
-from tracer.codegen.rendering import macros, render
+from tracer.codegen.template_environment import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
                              Gemm, HostCall, IndexOp, Load, Loop, LoopKernel, Store)
