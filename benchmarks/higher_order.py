@@ -57,7 +57,9 @@ def _pinn_step(torch):
     return torch_pinn_step
 
 
-def pinn_loss_step(torch, weights, optimizer, t, x, t_data, x_data, u_data):
+def pinn_loss(torch, weights, t, x, t_data, x_data, u_data):
+    """examples/pinn_burgers.py's loss written in PyTorch, on the (weight, bias) pairs `weights`
+    (also the oracle of tests/test_examples_autodiff.py)."""
     def network(t, x):
         h = torch.cat([t, x], dim=1)
         for index, (w, b) in enumerate(weights):
@@ -66,13 +68,17 @@ def pinn_loss_step(torch, weights, optimizer, t, x, t_data, x_data, u_data):
                 h = h.tanh()
         return h
 
-    optimizer.zero_grad()
     t, x = t.detach().requires_grad_(), x.detach().requires_grad_()
     u = network(t, x)
     u_t, u_x = torch.autograd.grad(u.sum(), [t, x], create_graph=True)
     (u_xx,) = torch.autograd.grad(u_x.sum(), x, create_graph=True)
     equation = ((u_t + u * u_x - 0.01 / math.pi * u_xx) ** 2).mean()
-    loss = equation + ((network(t_data, x_data) - u_data) ** 2).mean()
+    return equation + ((network(t_data, x_data) - u_data) ** 2).mean()
+
+
+def pinn_loss_step(torch, weights, optimizer, t, x, t_data, x_data, u_data):
+    optimizer.zero_grad()
+    loss = pinn_loss(torch, weights, t, x, t_data, x_data, u_data)
     loss.backward()
     optimizer.step()
     return loss.detach()

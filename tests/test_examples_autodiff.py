@@ -1,5 +1,7 @@
-"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py) run, and agree with the same computations in PyTorch."""
-import math
+"""The higher-order examples (examples/pinn_burgers.py, examples/hessian_vector.py) run, and agree
+with the same computations in PyTorch (the PINN's: benchmarks/higher_order.py's pinn_loss)."""
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,23 +11,9 @@ import tracer as tr
 import hessian_vector
 import pinn_burgers
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def torch_pinn_loss(weights, t, x, t_data, x_data, u_data):
-    """examples/pinn_burgers.py's loss written in PyTorch, on the same weights."""
-    def network(t, x):
-        h = torch.cat([t, x], dim=1)
-        for index, (w, b) in enumerate(weights):
-            h = h @ w.T + b
-            if index < len(weights) - 1:
-                h = h.tanh()
-        return h
-
-    t, x = t.clone().requires_grad_(), x.clone().requires_grad_()
-    u = network(t, x)
-    u_t, u_x = torch.autograd.grad(u.sum(), [t, x], create_graph=True)
-    (u_xx,) = torch.autograd.grad(u_x.sum(), x, create_graph=True)
-    equation = ((u_t + u * u_x - 0.01 / math.pi * u_xx) ** 2).mean()
-    return equation + ((network(t_data, x_data) - u_data) ** 2).mean()
+from benchmarks.higher_order import pinn_loss  # noqa: E402
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
@@ -43,7 +31,7 @@ def test_pinn_loss_and_weight_gradients_match_pytorch(traced):
     weights = [(torch.tensor(layer.weight.detach().numpy(), requires_grad=True),
                 torch.tensor(layer.bias.detach().numpy(), requires_grad=True))
                for layer in model.layers]
-    expected = torch_pinn_loss(weights, *(torch.tensor(d.numpy()) for d in data))
+    expected = pinn_loss(torch, weights, *(torch.tensor(d.numpy()) for d in data))
     expected.backward()
     np.testing.assert_allclose(value.item(), expected.item(), rtol=1e-12)
     for layer, (w, b) in zip(model.layers, weights):
