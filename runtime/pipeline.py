@@ -104,7 +104,8 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
                 *(value for value, _ in leaves), *recording.captured,
                 *(np.array(float_input.value) for float_input in recording.floats)]))
     with step("backend"):
-        executable = compile_function(optimized, write_into=_written_in_place(recording))
+        executable = compile_function(optimized, write_into=_written_in_place(recording),
+                                      text=stages["optimized"])
     return build_entry(recording, executable, leaves, stages, step.timings)
 
 
@@ -133,14 +134,15 @@ _compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakVa
 _compiled_lock = threading.Lock()
 
 
-def compile_function(function: Graph,
-                     write_into: dict[int, int] | None = None) -> CompiledFunction:
+def compile_function(function: Graph, write_into: dict[int, int] | None = None,
+                     text: str | None = None) -> CompiledFunction:
     """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
-    (and the settings that change the generated code) while it is in use."""
+    (`text` when the caller printed it already, and the settings that change the generated code)
+    while it is in use."""
     write_into = dict(write_into or {})
     settings = CodeSettings.current()
-    key = (format_function(function), tuple(sorted(write_into.items())), settings,
-           cache_directory())
+    key = (text if text is not None else format_function(function),
+           tuple(sorted(write_into.items())), settings, cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
