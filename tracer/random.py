@@ -148,8 +148,9 @@ def manual_seed(seed: int) -> None:
     default_generator.manual_seed(seed)
 
 
-# get_rng_state's bytes: PCG64's 128-bit state and increment, its buffered 32-bit half (a flag
-# and the value), then tr.default_generator's int64 counter; little-endian.
+# get_rng_state's bytes: the 128-bit state and increment of PCG64 (the generator tr.manual_seed
+# makes), its buffered 32-bit half (a flag and the value), then tr.default_generator's int64
+# counter; little-endian.
 _STATE_FIELDS = (("state", 16), ("inc", 16), ("has_uint32", 1), ("uinteger", 4), ("counter", 8))
 _STATE_BYTES = sum(size for _, size in _STATE_FIELDS)
 
@@ -158,7 +159,7 @@ def get_rng_state() -> Tensor:
     """The state of every generator of the library as a uint8 tensor (as torch.get_rng_state): the
     numpy one that tr.manual_seed seeds and `tr.default_generator`. Saved in a checkpoint and
     given back to `set_rng_state`, the same numbers follow."""
-    numpy_state = _seeded_generator("get_rng_state").bit_generator.state
+    numpy_state = eager_generator("get_rng_state").bit_generator.state
     values = {**numpy_state["state"], "has_uint32": numpy_state["has_uint32"],
               "uinteger": numpy_state["uinteger"],
               "counter": int(default_generator.state.item()) % 2 ** 64}
@@ -176,20 +177,13 @@ def set_rng_state(new_state) -> None:
     for name, size in _STATE_FIELDS:
         values[name] = int.from_bytes(data[start:start + size], "little")
         start += size
-    generator = _seeded_generator("set_rng_state")
+    generator = eager_generator("set_rng_state")
     generator.bit_generator.state = {
         "bit_generator": "PCG64", "state": {"state": values["state"], "inc": values["inc"]},
         "has_uint32": values["has_uint32"], "uinteger": values["uinteger"]}
     counter = int(np.uint64(values["counter"]).astype(np.int64))
     default_generator.state._eager_array("set_rng_state")[()] = counter
     default_generator.state._mark_changed()
-
-
-def _seeded_generator(kind: str) -> np.random.Generator:
-    generator = eager_generator(kind)
-    if type(generator.bit_generator).__name__ != "PCG64":  # (tr.manual_seed makes PCG64s)
-        raise ArgumentError(f"{kind} supports numpy's PCG64 generator only")
-    return generator
 
 
 def _normal(generator: Generator, shape: tuple[int, ...], what: str) -> Tensor:
