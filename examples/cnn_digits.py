@@ -99,7 +99,8 @@ def main(argv=None) -> float:
         first_epoch = saved["epoch"] + 1
     step = make_step(model, optimizer, x, y)
     started = time.perf_counter()
-    for epoch in range(first_epoch, (options.stop_after or options.epochs) + 1):
+    last_epoch = options.stop_after or options.epochs
+    for epoch in range(first_epoch, last_epoch + 1):
         losses = [step(rows).item() for rows in batches(x.shape[0], options.batch_size)]
         schedule.step()
         print(f"epoch {epoch:3}: loss {np.mean(losses):.4f}")
@@ -109,8 +110,8 @@ def main(argv=None) -> float:
                      "epoch": epoch}, options.checkpoint)
     seconds = time.perf_counter() - started
     result = accuracy(model, *test_set)
-    print(f"{name}: {epoch} epochs in {seconds:.1f} s (the first step compiles); "
-          f"test accuracy {result:.1%} ({test_set[1].shape[0]} images)")
+    print(f"{name}: epochs {first_epoch} to {last_epoch} in {seconds:.1f} s (the first step "
+          f"compiles); test accuracy {result:.1%} ({test_set[1].shape[0]} images)")
     return result
 
 if __name__ == "__main__":
