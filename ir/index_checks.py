@@ -9,6 +9,8 @@ scatter's index operand itself only when it is not known in range.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.primitives import CHECKS, HOST, INDEXING
 
@@ -20,8 +22,6 @@ def index_in_range(operand: Value, size: int) -> bool:
     return bounds is not None and bounds[0] >= 0 and bounds[1] < size
 
 
-# Integer arithmetic wraps modulo 2**64: bounds beyond int64's are not bounds.
-_INT64 = (-2 ** 63, 2 ** 63 - 1)
 _DEPTH = 64  # how far up the producers `value_range` looks
 
 
@@ -35,6 +35,16 @@ def value_range(value: Value, depth: int = 0) -> tuple[int, int] | None:
     producer = value.producer
     if producer is None or depth > _DEPTH or value.dtype.kind not in "iu":
         return None
+    bounds = _bounds(producer, value, depth)
+    # Integer arithmetic wraps: bounds beyond the value's type (an overflow, a narrowing cast)
+    # are not bounds.
+    limits = np.iinfo(value.dtype)
+    in_type = bounds is not None and limits.min <= bounds[0] and bounds[1] <= limits.max
+    return bounds if in_type else None
+
+
+def _bounds(producer: Instruction, value: Value, depth: int) -> tuple[int, int] | None:
+    """`value_range` of `producer`'s result `value`, before the check that it fits its type."""
     primitive, attributes = producer.primitive, producer.attributes
     if primitive == "check_index":
         return 0, attributes["size"] - 1
@@ -43,9 +53,7 @@ def value_range(value: Value, depth: int = 0) -> tuple[int, int] | None:
     if primitive == "constant":
         return (int(attributes["value"]),) * 2
     if primitive in ("broadcast", "reshape", "transpose", "slice", "cast"):
-        if primitive == "cast" and producer.inputs[0].dtype.kind not in "iu":
-            return None
-        return value_range(producer.inputs[0], depth + 1)
+        return value_range(producer.inputs[0], depth + 1)  # (None for a float operand)
     if primitive not in ("add", "sub", "mul", "maximum", "minimum"):
         return None
     operands = [value_range(operand, depth + 1) for operand in producer.inputs]
@@ -53,18 +61,15 @@ def value_range(value: Value, depth: int = 0) -> tuple[int, int] | None:
         return None
     (a_low, a_high), (b_low, b_high) = operands
     if primitive == "add":
-        bounds = a_low + b_low, a_high + b_high
-    elif primitive == "sub":
-        bounds = a_low - b_high, a_high - b_low
-    elif primitive == "mul":
+        return a_low + b_low, a_high + b_high
+    if primitive == "sub":
+        return a_low - b_high, a_high - b_low
+    if primitive == "mul":
         products = [a * b for a in (a_low, a_high) for b in (b_low, b_high)]
-        bounds = min(products), max(products)
-    elif primitive == "maximum":
-        bounds = max(a_low, b_low), max(a_high, b_high)
-    else:
-        bounds = min(a_low, b_low), min(a_high, b_high)
-    in_int64 = _INT64[0] <= bounds[0] and bounds[1] <= _INT64[1]
-    return bounds if in_int64 and value.dtype.itemsize == 8 else None
+        return min(products), max(products)
+    if primitive == "maximum":
+        return max(a_low, b_low), max(a_high, b_high)
+    return min(a_low, b_low), min(a_high, b_high)
 
 
 def check_is_needed(instruction: Instruction) -> bool:

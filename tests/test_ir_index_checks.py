@@ -83,3 +83,18 @@ def test_convolution_windows_are_copied_rows_without_checks():
     (expected * expected).sum().backward()
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(w_tr.grad.numpy(), w_torch.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_bounds_that_overflow_the_index_type_are_not_bounds():
+    """int64 arithmetic wraps: iota * 2**62 over 4 elements reaches 3 * 2**62, beyond int64, and
+    wraps to -2**62, so nothing is known of it (and a gather reading it is checked)."""
+    function = ir.Graph("wrapping")
+    x = function.add_parameter("x", TensorType((10,), "f64"))
+    builder = GraphBuilder(function)
+    rows = builder.op("iota", shape=(4,), dimension=0, dtype=np.dtype("int64"))
+    scaled = builder.op("mul", rows, builder.broadcast(builder.constant(2 ** 62, "int64"), (4,)))
+    function.outputs = [builder.op("gather", x, scaled, axes=(0,))]
+    assert value_range(rows) == (0, 3) and value_range(scaled) is None
+    assert checks_an_index(function.outputs[0].producer)
+    with pytest.raises(tr.IndexOutOfRangeError):
+        tr.runtime.pipeline.compile_graph(ir.optimize(function))([np.arange(10.0)])
