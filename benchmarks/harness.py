@@ -19,6 +19,9 @@ PEERS = ("tracer", "numpy", "torch eager", "torch.compile", "torch.compile fullg
 # Each program is run this many times before its result is checked: a second call reaches the
 # signature that the timed calls use (a training step's `.grad` exists from the second step on).
 CALLS_BEFORE_CHECK = 2
+# Seconds each program runs untimed before each timed call (median_times): longer than libgomp's
+# default spin after an operation (300,000 pauses, a few milliseconds).
+SETTLE = 0.02
 
 
 def load_example(filename: str):
@@ -64,9 +67,13 @@ class Timing:
 def median_times(calls: dict[str, Callable[[], object]], timing: Timing,
                  settings: dict[str, Callable[[], ContextManager]] | None = None) -> dict[str, float]:
     """The median time of each call, measured in rounds that run every call once, so that a
-    noisy stretch of the machine's load falls on all of them alike; in a new order each round,
-    since a call runs slower right after one whose threads still hold the cores. A call's
-    setting (if any) is entered around it, outside the time measured."""
+    noisy stretch of the machine's load falls on all of them alike, in a new order each round.
+    Before its timed call, each call runs untimed for SETTLE seconds (once at least): the timed
+    call then finds the machine as a training loop leaves it, with its own threads and caches
+    warm and the previous peer's threads no longer spinning (torch's OpenMP threads spin for
+    milliseconds after each operation under their default OMP_WAIT_POLICY, which a user of torch
+    keeps; setting it to PASSIVE instead made torch's GPT step 1.6x slower). A call's setting (if
+    any) is entered around it, outside the time measured."""
     settings = settings or {}
     times: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls)
@@ -78,6 +85,10 @@ def median_times(calls: dict[str, Callable[[], object]], timing: Timing,
         shuffle(order)
         for name in order:
             with settings.get(name, contextlib.nullcontext)():
+                settled = time.perf_counter() + SETTLE
+                calls[name]()
+                while time.perf_counter() < settled:
+                    calls[name]()
                 start = time.perf_counter()
                 calls[name]()
                 times[name].append(time.perf_counter() - start)

@@ -119,7 +119,6 @@ def lines(quick: bool = False) -> list[str]:
 
 
 def main() -> None:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as directory:
         os.environ["TRACER_CACHE_DIR"] = f"{directory}/tracer"
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{directory}/inductor"

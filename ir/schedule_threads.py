@@ -16,23 +16,27 @@ PARALLEL_WORK_PER_THREAD = 1 << 18
 # and the launch waits only for the chunk it holds: with one chunk per thread, for half the
 # kernel. Measured on the GPT step with another process busy: (runtime/pool.py)
 CHUNKS_PER_THREAD = 4
-# A gemm is split into blocks of a multiple of this many rows of its product, each a gemm of its
-# own. OpenBLAS's float32 kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2 and
-# AVX-512 machines), so blocks of 48k rows compute every element as one call over all rows does,
-# to the bit (measured: blocks of 16, 32 or 64 rows round differently). Fewer rows would also
-# spend more of each call on packing the other operand.
+# A gemm is split into one block of rows of its product per thread, each a gemm of its own (a
+# batch of products is shared out whole when it has enough of them). Each block packs the other
+# operand again, so more blocks cost more: with 4 per thread (as loop kernels have, see
+# CHUNKS_PER_THREAD) a 2048x192x768 product ran at 112 GF/s on two threads, with one per thread
+# at 132 GF/s, numpy's threaded OpenBLAS at 134 GF/s (AMD EPYC, idle). OpenBLAS's float32
+# kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2 and AVX-512 machines), so
+# blocks of 48k rows compute every element as one call over all rows does, to the bit (measured:
+# blocks of 16, 32 or 64 rows round differently, and so does a split of the columns): the results
+# are the same whatever the number of threads.
 GEMM_BLOCK_ROWS = 48
 
 
 def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
     """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
-    blocks of `rows` rows, so that a product with enough work for threads has about
-    CHUNKS_PER_THREAD tasks per thread even in a small batch."""
+    blocks of `rows` rows, so that a product with enough work for threads has a block per thread
+    even in a small batch."""
     (result,) = kernel.results
     m = result.shape[-2]
     if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
         return 1, m
-    wanted = -(-threads * CHUNKS_PER_THREAD // max(math.prod(result.shape[:-2]), 1))
+    wanted = -(-threads // max(math.prod(result.shape[:-2]), 1))
     blocks = max(1, min(wanted, m // GEMM_BLOCK_ROWS))
     per_block = -(-m // blocks)
     rows = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS

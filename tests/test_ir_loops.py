@@ -316,6 +316,29 @@ def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch
         np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch):
+    """Blocks of 48k rows give every element of a product the bits one BLAS call over all rows
+    gives (ir/schedule_threads.py), so the result does not depend on TRACER_NUM_THREADS."""
+    rng = np.random.default_rng(2)
+    arguments = [rng.standard_normal((300, 64), np.float32),
+                 rng.standard_normal((64, 50), np.float32)]
+    results = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
+        monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
+        f = ir.Graph("product")
+        a = f.add_parameter("a", TensorType((300, 64), "f32"))
+        w = f.add_parameter("w", TensorType((64, 50), "f32"))
+        f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
+        compiled = compile_graph(ir.optimize(f))
+        (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
+        assert gemm.blocks == int(threads)
+        results.append(compiled(arguments)[0])
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], arguments[0].astype(np.float64) @ arguments[1],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_a_concatenation_backward_writes_each_part_with_its_own_loop():
     """The gradient of q, k, v split from one tensor (pads of each part, added) is three loops
     over the parts of the last axis, with no select: each element is written once."""
