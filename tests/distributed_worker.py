@@ -3,6 +3,7 @@ this rank and prints `ok <name>`; an AssertionError ends the job (tracer.distrib
 
     mpiexec -n 2 python tests/distributed_worker.py collectives|ddp|fail|mismatch
 """
+import os
 import sys
 
 import numpy as np
@@ -35,7 +36,20 @@ def expected(op: str, dtype) -> np.ndarray:
     return stacked.max(axis=0) if op == "max" else stacked.min(axis=0)
 
 
+def check_shared_cores() -> None:
+    """Started without TRACER_NUM_THREADS and OPENBLAS_NUM_THREADS, each rank's compiled code and
+    numpy's products run on its share of the cores (every rank is on this machine)."""
+    from tracer.runtime.pool import _blas_thread_functions
+
+    share = max(1, len(os.sched_getaffinity(0)) // WORLD)
+    assert os.environ["TRACER_NUM_THREADS"] == str(share), os.environ["TRACER_NUM_THREADS"]
+    if _blas_thread_functions() is not None:
+        assert _blas_thread_functions()[0]() == share
+    print("ok shared cores", flush=True)
+
+
 def check_collectives() -> None:
+    check_shared_cores()
     for dtype in (np.float32, np.float64, np.int64):
         for op in ("sum", "avg", "max", "min"):
             if op == "avg" and dtype == np.int64:
