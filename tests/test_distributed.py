@@ -31,7 +31,7 @@ def test_two_ranks(mode):
     result = run_ranks("tests/distributed_worker.py", mode)
     assert result.returncode == 0, result.stdout + result.stderr
     # every check passed on both ranks (the ranks' lines may interleave)
-    expected = {"collectives": 11 + 2 + 1 + 1, "ddp": 2, "mismatch": 1}[mode]
+    expected = {"collectives": 1 + 11 + 2 + 1 + 1, "ddp": 2, "mismatch": 1}[mode]
     assert result.stdout.count("ok ") == 2 * expected, result.stdout
 
 
@@ -114,3 +114,29 @@ def test_the_example_takes_the_steps_of_one_process_on_the_whole_batch():
 def step_of_one(x, y, w1, w2, learning_rate):
     from two_layer_net import step
     return step(x, y, w1, w2, learning_rate)
+
+
+def test_independent_all_reduces_become_one(world_of_one):
+    # Horovod's tensor fusion in the compiled step: the three sums, which depend on no other
+    # all_reduce, are one all_reduce of their concatenation; the max and the sum of a sum stay
+    @tr.trace
+    def step(a, b, c):
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+        dist.all_reduce(c, op=dist.ReduceOp.MAX)
+        total = a.sum() + b.sum()
+        dist.all_reduce(total)
+        d = b * 3
+        dist.all_reduce(d)
+        return a * 2, b - 1, c, total, d
+
+    values = [np.array([[1.5, -0.0], [np.inf, 2.0]], np.float32),
+              np.array([-0.0, np.nan, 3.0], np.float32), np.array([4.0, -5.0], np.float32)]
+    optimized = step.ir(*map(tr.tensor, values), stage="optimized")
+    assert optimized.count("= all_reduce ") == 3  # a, b and d; c's max; the sum of the sums
+    results = step(*(tr.tensor(v) for v in values))
+    a, b, c = values
+    total = np.float32(a.sum() + b.sum())
+    expected = [a * 2, b - 1, c, total, b * 3]
+    for got, wanted in zip(results, expected):  # bitwise: -0.0 and nan come through
+        assert got.numpy().tobytes() == np.asarray(wanted, np.float32).tobytes()
