@@ -16,12 +16,15 @@ AdamW). Three runs of each, interleaved so that the machine's load falls on all 
   before any communication (other processes, memory bandwidth): 1-rank / this is the ceiling of
   the efficiency on this machine.
 
-Efficiency = time on 1 rank / time on 2 ranks (1.0: perfect weak scaling). The all-reduce's time
-is measured alone too (mpi4py's Allreduce of the same elements, the ranks lined up by a barrier);
-"exposed" is how much longer the data-parallel step takes than the one without communication, and
-"hidden" the share of the all-reduce that did not show in the step: 1 - exposed / all-reduce,
-within [0, 1]. The ranks' results are checked by tests/test_distributed.py, not here: the runs
-train on their own data.
+- 2 ranks profiled (TRACER_PROFILE=1): the time each rank's step spends in its all-reduce
+  kernels. On the rank that arrives last that is the all-reduce itself as the step sees it; the
+  other rank's is longer by its wait for the slower rank.
+
+Efficiency = time on 1 rank / time on 2 ranks (1.0: perfect weak scaling). The all-reduce is timed
+alone too (mpi4py's Allreduce of the same elements, the ranks lined up by a barrier); "hidden" is
+the share of it the step did not wait for, 1 - (time in the all-reduce on the last rank) / (the
+all-reduce alone), within [0, 1]. The ranks' results are checked by tests/test_distributed.py,
+not here: the runs train on their own data.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ WORKLOADS = {"seed": "64×1000→100→10, 64 rows per rank",
 # (ranks, whether the step communicates, environment): the three runs of each workload
 RUNS = {"1 rank": (1, True, {"TRACER_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}),
         "2 ranks": (2, True, {}),
-        "2 ranks, no communication": (2, False, {})}
+        "2 ranks, no communication": (2, False, {}),
+        "2 ranks profiled": (2, True, {"TRACER_PROFILE": "1"})}
 
 
 def _seed_step(communicate: bool):
@@ -53,7 +57,7 @@ def _seed_step(communicate: bool):
     from two_layer_net import step as step_alone
     x, y, w1, w2 = make_data()
     traced = step if communicate else tr.trace(step_alone)
-    return (lambda: traced(x, y, w1, w2, 1e-6)), [w1.numel(), w2.numel(), 1]
+    return (lambda: traced(x, y, w1, w2, 1e-6)), [w1.numel(), w2.numel(), 1], traced
 
 
 def _gpt_step(communicate: bool):
@@ -68,7 +72,7 @@ def _gpt_step(communicate: bool):
     step = tr.trace(make_step(wrapped, optimizer))
     tr.manual_seed(1 + dist.get_rank())
     x, y = tr.randint(0, 96, (8, 64)), tr.randint(0, 96, (8, 64))
-    return (lambda: step(x, y)), [sum(p.numel() for p in model.parameters())]
+    return (lambda: step(x, y)), [sum(p.numel() for p in model.parameters())], step
 
 
 def _median_all_reduce(communicator, counts: list[int], repeats: int) -> float:
@@ -93,19 +97,27 @@ def worker(name: str, communicate: bool, steps: int) -> None:
     import tracer.distributed as dist
     from mpi4py import MPI
     dist.init_process_group(backend="mpi")
-    step, counts = {"seed": _seed_step, "gpt": _gpt_step}[name](communicate)
+    step, counts, traced = {"seed": _seed_step, "gpt": _gpt_step}[name](communicate)
     for _ in range(3):  # compiles, then reaches the steady state
         step()
     communicator = MPI.COMM_WORLD
-    times = []
+    executable = list(traced._signatures.entries.values())[-1].executable
+    reducing = [k.kind == "all_reduce" for k in executable.kernels]
+    times, inside = [], []
     for _ in range(steps):
         communicator.Barrier()
+        before = executable.kernel_times()  # (empty unless profiled)
         started = time.perf_counter()
         step()
         times.append(communicator.allreduce(time.perf_counter() - started, op=MPI.MAX))
+        mine = sum(a.seconds - b.seconds for a, b, r in
+                   zip(executable.kernel_times(), before, reducing) if r)
+        inside.append([communicator.allreduce(mine, op=op) for op in (MPI.MIN, MPI.MAX)])
     all_reduce = _median_all_reduce(communicator, counts, steps) if communicate else 0.0
     if dist.get_rank() == 0:
         print(json.dumps({"median": statistics.median(times), "all_reduce": all_reduce,
+                          "inside_last": statistics.median(i[0] for i in inside),
+                          "inside_first": statistics.median(i[1] for i in inside),
                           "threads": os.environ.get("TRACER_NUM_THREADS")}))
 
 
@@ -142,14 +154,16 @@ def rows(quick: bool) -> list[Row]:
             median = {run: statistics.median(m["median"] for m in values)
                       for run, values in measured.items()}
             all_reduce = statistics.median(m["all_reduce"] for m in measured["2 ranks"])
+            last, first = (statistics.median(m[key] for m in measured["2 ranks profiled"])
+                           for key in ("inside_last", "inside_first"))
             one, two, alone = median["1 rank"], median["2 ranks"], median["2 ranks, no communication"]
-            exposed = two - alone
-            hidden = min(1.0, max(0.0, 1 - exposed / all_reduce))
+            hidden = min(1.0, max(0.0, 1 - last / all_reduce))
             row.seconds["tracer"] = two
             row.floors.update({"1 rank": one, "2 ranks, no communication": alone})
             row.size += (f" (efficiency {one / two:.2f}, without communication {one / alone:.2f}; "
-                         f"all-reduce {all_reduce * 1e3:.2f} ms, exposed {exposed * 1e3:.2f} ms, "
-                         f"hidden {hidden:.0%})")
+                         f"all-reduce alone {all_reduce * 1e3:.2f} ms, in the step "
+                         f"{last * 1e3:.2f} ms + {(first - last) * 1e3:.2f} ms waiting for the "
+                         f"slower rank, hidden {hidden:.0%})")
         except (RuntimeError, subprocess.TimeoutExpired, FileNotFoundError) as error:
             row.failures["tracer"] = str(error)[:300]
         result.append(row)
