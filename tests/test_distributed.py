@@ -117,26 +117,32 @@ def step_of_one(x, y, w1, w2, learning_rate):
 
 
 def test_independent_all_reduces_become_one(world_of_one):
-    # Horovod's tensor fusion in the compiled step: the three sums, which depend on no other
-    # all_reduce, are one all_reduce of their concatenation; the max and the sum of a sum stay
+    # Horovod's tensor fusion in the compiled step: the small sums that depend on no other
+    # all_reduce are one all_reduce of their concatenation; the max, the sums of sums and the
+    # large sum (whose copy would cost more than a call) stay apart
+    from tracer.ir.collectives import FUSED_BYTES
+
     @tr.trace
-    def step(a, b, c):
+    def step(a, b, c, large):
         dist.all_reduce(a)
         dist.all_reduce(b)
         dist.all_reduce(c, op=dist.ReduceOp.MAX)
+        dist.all_reduce(large)
         total = a.sum() + b.sum()
         dist.all_reduce(total)
         d = b * 3
         dist.all_reduce(d)
-        return a * 2, b - 1, c, total, d
+        return a * 2, b - 1, c, total, d, large
 
     values = [np.array([[1.5, -0.0], [np.inf, 2.0]], np.float32),
-              np.array([-0.0, np.nan, 3.0], np.float32), np.array([4.0, -5.0], np.float32)]
+              np.array([-0.0, np.nan, 3.0], np.float32), np.array([4.0, -5.0], np.float32),
+              np.arange(FUSED_BYTES // 4 + 1, dtype=np.float32)]
     optimized = step.ir(*map(tr.tensor, values), stage="optimized")
-    assert optimized.count("= all_reduce ") == 3  # a, b and d; c's max; the sum of the sums
+    # a and b; c's max; large; total and d
+    assert optimized.count("= all_reduce ") == 4, optimized
     results = step(*(tr.tensor(v) for v in values))
-    a, b, c = values
+    a, b, c, large = values
     total = np.float32(a.sum() + b.sum())
-    expected = [a * 2, b - 1, c, total, b * 3]
+    expected = [a * 2, b - 1, c, total, b * 3, large]
     for got, wanted in zip(results, expected):  # bitwise: -0.0 and nan come through
         assert got.numpy().tobytes() == np.asarray(wanted, np.float32).tobytes()
