@@ -1,7 +1,7 @@
 """Weak scaling of data-parallel training on MPI: the median time of a traced step at a fixed batch
 per rank, on 1 rank and on 2 (`mpiexec -n R`), each rank on one core: the 2 ranks started as a
-user starts them (tracer.distributed gives each its share of the cores for its compiled code and
-OpenBLAS), the 1 rank told to use one (TRACER_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1).
+user starts them (tracer.distributed gives each its share of the cores; the compiled step runs
+OpenBLAS on one thread), the 1 rank told to use one (TRACER_NUM_THREADS=1).
 
     python -m benchmarks.distributed [--quick]   (the rows of `make bench`, printed)
 
@@ -43,7 +43,7 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 WORKLOADS = {"seed": "64×1000→100→10, 64 rows per rank",
              "gpt": "GPT 2 layers × 128, 4 heads, 8×64 tokens per rank, AdamW"}
 # (ranks, whether the step communicates, environment): the three runs of each workload
-RUNS = {"1 rank": (1, True, {"TRACER_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}),
+RUNS = {"1 rank": (1, True, {"TRACER_NUM_THREADS": "1"}),
         "2 ranks": (2, True, {}),
         "2 ranks, no communication": (2, False, {}),
         "2 ranks profiled": (2, True, {"TRACER_PROFILE": "1"})}

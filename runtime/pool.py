@@ -123,14 +123,6 @@ def _blas_thread_functions() -> tuple[Callable, Callable] | None:
     return get, set_
 
 
-def share_blas(threads: int) -> None:
-    """Run numpy's own products on `threads` OpenBLAS threads (the ranks of an MPI job on one
-    machine each take their share of its cores, tracer/distributed.py)."""
-    functions = _blas_thread_functions()
-    if functions is not None:
-        functions[1](threads)
-
-
 def hold_blas(needed: bool = True) -> None:
     """Run OpenBLAS on the calling thread until the matching release_blas() (if `needed`)."""
     global _blas_callers, _blas_saved

@@ -38,14 +38,10 @@ def expected(op: str, dtype) -> np.ndarray:
 
 
 def check_shared_cores() -> None:
-    """Started without TRACER_NUM_THREADS and OPENBLAS_NUM_THREADS, each rank's compiled code and
-    numpy's products run on its share of the cores (every rank is on this machine)."""
-    from tracer.runtime.pool import _blas_thread_functions
-
+    """Started without TRACER_NUM_THREADS, each rank's compiled code runs on its share of the
+    cores (every rank is on this machine)."""
     share = max(1, len(os.sched_getaffinity(0)) // WORLD)
     assert os.environ["TRACER_NUM_THREADS"] == str(share), os.environ["TRACER_NUM_THREADS"]
-    if _blas_thread_functions() is not None:
-        assert _blas_thread_functions()[0]() == share
     print("ok shared cores", flush=True)
 
 

@@ -17,8 +17,8 @@ dist = tr.distributed
 
 
 def run_ranks(script: str, *arguments: str, ranks: int = 2) -> subprocess.CompletedProcess:
-    # as a user starts them: tracer.distributed gives each rank its share of the cores for its
-    # compiled code and OpenBLAS (the worker checks it)
+    # as a user starts them: tracer.distributed gives each rank's compiled code its share of the
+    # cores (the worker checks it), which runs OpenBLAS on one thread (runtime/pool.py)
     environment = {name: value for name, value in os.environ.items()
                    if name not in ("TRACER_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     environment["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "examples")])

@@ -69,22 +69,19 @@ def init_process_group(backend: str = "mpi", init_method: str | None = None,
 
 
 def _share_cores(communicator, mpi) -> None:
-    """The ranks on one machine share its cores: unless TRACER_NUM_THREADS (OPENBLAS_NUM_THREADS)
-    says otherwise, each rank's compiled code (numpy's products) runs on its share (two ranks of
-    two threads each on 2 cores took ten times as long as one thread each: every rank's threads
-    waited for descheduled peers)."""
+    """The ranks on one machine share its cores: unless TRACER_NUM_THREADS says otherwise, each
+    rank's compiled code runs on its share (two ranks of two threads each on 2 cores took ten
+    times as long as one thread each: every rank's threads waited for descheduled peers), and
+    OpenBLAS on one thread while it runs (runtime/pool.py)."""
+    if "TRACER_NUM_THREADS" in os.environ:
+        return
     local = communicator.Split_type(mpi.COMM_TYPE_SHARED)
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    share = max(1, cores // local.Get_size())
+    os.environ["TRACER_NUM_THREADS"] = str(max(1, cores // local.Get_size()))
     local.Free()
-    if "TRACER_NUM_THREADS" not in os.environ:
-        os.environ["TRACER_NUM_THREADS"] = str(share)
-    if "OPENBLAS_NUM_THREADS" not in os.environ:
-        from tracer.runtime.pool import share_blas  # (OpenBLAS read its variable when numpy loaded)
-        share_blas(share)
 
 
 def _abort_on_uncaught_exception(communicator) -> None:
