@@ -69,7 +69,8 @@ class KernelRenderer:
         self.sites = sites
         self.metadata = metadata  # the module's numbered metadata (loop hints), appended to
         self.w = Writer()
-        self.registers: dict[str, str] = {}  # loop IR register -> LLVM register
+        # loop IR register -> LLVM register; the kernel's range, which index operations may read
+        self.registers: dict[str, str] = {"begin": "%begin", "end": "%end"}
         self.accumulators: dict[str, tuple[str, str]] = {}  # name -> (stack slot, LLVM type)
         self.functions: list[str] = []  # the gemm function a Gemm calls
 

@@ -65,7 +65,7 @@ class KernelRun:
         self.name = name
         self.buffers = buffers
         self.range = {"begin": begin, "end": end}
-        self.registers: dict[str, object] = {}
+        self.registers: dict[str, object] = dict(self.range)  # index operations may read them
 
     def operand(self, operand, dtype=None):
         """A register's value or a literal, as a numpy scalar of `dtype` if given."""

@@ -6,7 +6,8 @@ memory plan placed them) whose body is a tree of statements:
 
 - `Loop`: a counted loop; the kernel's outermost loop may run over the range [begin, end) that
   the entry passes (and splits across threads), every other loop over fixed bounds or bounds in
-  `IndexOp` registers (the rows of one chunk of a row kernel, ir/schedule_reduce.py).
+  `IndexOp` registers (the rows of one chunk of a row kernel, ir/schedule_reduce.py; the part of
+  a concatenation's piece in the range: index operations may read `begin` and `end`).
 - `Load` / `Store`: one element of a buffer at an element offset, an `IndexOp` register or an
   int. Offsets are computed, not assumed affine, so a gather's index read from memory fits.
 - `Compute`: one scalar primitive, exactly a row of the lowering table (codegen/lowering.py).

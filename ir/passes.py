@@ -1,4 +1,5 @@
-"""Optimization passes over a Function: simplify, constant folding, cse, dce.
+"""Optimization passes over a Function: simplify, constant folding, cse, dce, and the fusion of
+independent all_reduces into one (ir/collectives.py).
 
 Each pass rewrites the function it is given in place and returns it; `optimize` works on a copy.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracer.ir.builder import GraphBuilder
+from tracer.ir.collectives import fuse_all_reduces
 from tracer.ir.graph import Graph, Instruction, Value, gc_paused
 from tracer.ir.index_checks import check_is_needed
 from tracer.ir.primitives import CHECKS, ELEMENTWISE
@@ -233,13 +235,14 @@ def dce(function: Graph) -> Graph:
     return function
 
 
-PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce)
+PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce, fuse_all_reduces)
 
 
 def _fingerprint(function: Graph) -> tuple:
     """What the passes can change: they rewrite instructions in place (primitive, operands), drop
     some and create new ones only in place of a pow they remove, so equal fingerprints mean an
-    unchanged function."""
+    unchanged function (the fusion of all_reduces creates instructions too, once: after it no
+    two all_reduces of a kind are independent)."""
     return (tuple((id(i), i.primitive, *map(id, i.inputs)) for i in function.instructions),
             tuple(map(id, function.outputs)))
 

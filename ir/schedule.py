@@ -243,9 +243,11 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
             self.store_results(self.open_nest(shape, split), shape, results)
         else:  # the last axis in pieces, in each of which every pad is decided
             outer = self.open_nest(shape[:-1], split)
+            ranged = split and self.depth == depth  # the range runs over the last axis
             for first, stop in zip(seams, seams[1:]):
                 self.memo.append({})
-                self.store_results((*outer, self.open_loop(first, stop)), shape, results)
+                counter = self.open_piece(first, stop) if ranged else self.open_loop(first, stop)
+                self.store_results((*outer, counter), shape, results)
                 self.close_loop()
                 self.memo.pop()
         while self.depth > depth:

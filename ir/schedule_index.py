@@ -47,10 +47,11 @@ def is_flat(kernel: Kernel) -> bool:
 
 def pad_seams(kernel: Kernel, shape: tuple[int, ...]) -> list[int]:
     """Where a loop kernel's last axis is cut so that each piece lies inside or outside each
-    pad along that axis ([0, ..., size], or [] for no cut): a concatenation's backward (the
-    split of attention's q, k and v) then writes each part with its own loop, with no
-    test per element. Only below an outer axis that the kernel's range runs over."""
-    if len(shape) < 2 or shape[-1] == 1 or all(size == 1 for size in shape[:-1]):
+    pad along that axis ([0, ..., size], or [] for no cut): a concatenation (DDP's gradients
+    in one buffer) or its backward (the split of attention's q, k and v) then writes each part
+    with its own loop, with no test per element, where a fused loop over the whole axis would
+    evaluate every part at every element."""
+    if not shape or shape[-1] == 1:
         return []
     points = set()
     for instruction in kernel.instructions:
@@ -127,6 +128,16 @@ class IndexBuilder:
         self.blocks.append(loop.body)
         self.computed.append({})
         return loop.counter
+
+    def open_piece(self, first: int, stop: int) -> str:
+        """A loop over the part of [first, stop) in the kernel's range [begin, end) (none when
+        they do not meet): a piece of the axis the range runs over. A pad tested on its counter
+        is decided for the whole piece."""
+        low = self.index_op("select", self.index_op("lt", "begin", first), first, "begin")
+        high = self.index_op("select", self.index_op("lt", "end", stop), "end", stop)
+        counter = self.open_loop(low, high)
+        self.ranges[counter] = (first, stop)
+        return counter
 
     def close_loop(self) -> None:
         self.blocks.pop()

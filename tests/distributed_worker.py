@@ -3,6 +3,8 @@ this rank and prints `ok <name>`; an AssertionError ends the job (tracer.distrib
 
     mpiexec -n 2 python tests/distributed_worker.py collectives|ddp|fail|mismatch
 """
+import functools
+import os
 import sys
 
 import numpy as np
@@ -35,7 +37,16 @@ def expected(op: str, dtype) -> np.ndarray:
     return stacked.max(axis=0) if op == "max" else stacked.min(axis=0)
 
 
+def check_shared_cores() -> None:
+    """Started without TRACER_NUM_THREADS, each rank's compiled code runs on its share of the
+    cores (every rank is on this machine)."""
+    share = max(1, len(os.sched_getaffinity(0)) // WORLD)
+    assert os.environ["TRACER_NUM_THREADS"] == str(share), os.environ["TRACER_NUM_THREADS"]
+    print("ok shared cores", flush=True)
+
+
 def check_collectives() -> None:
+    check_shared_cores()
     for dtype in (np.float32, np.float64, np.int64):
         for op in ("sum", "avg", "max", "min"):
             if op == "avg" and dtype == np.int64:
@@ -77,6 +88,20 @@ def check_collectives() -> None:
         for r, got in enumerate(gathered):
             assert got.numpy().tobytes() == rank_values(r, dtype).tobytes()
         print(f"ok broadcast and all_gather {np.dtype(dtype).name}", flush=True)
+    @tr.trace
+    def two_sums(x, y):  # one all_reduce of both (ir/collectives.py)
+        dist.all_reduce(x)
+        dist.all_reduce(y)
+        return x, y
+
+    x, y = rank_values(RANK, np.float32), rank_values(RANK, np.float32)[::-1].copy()
+    assert two_sums.ir(tr.tensor(x), tr.tensor(y), stage="optimized").count("= all_reduce ") == 1
+    # the ranks' elements added in IEEE arithmetic (-0.0 + -0.0 is -0.0; numpy's sum with a
+    # dtype starts from +0.0)
+    total = functools.reduce(np.add, [rank_values(r, np.float32) for r in range(WORLD)])
+    for got, wanted in zip(two_sums(tr.tensor(x), tr.tensor(y)), (total, total[::-1])):
+        assert got.numpy().tobytes() == wanted.tobytes(), (got, wanted)
+    print("ok fused all_reduce", flush=True)
     indices = [tr.zeros(5, dtype=tr.int64) for _ in range(WORLD)]
     mine = dist.shard(10, epoch=3, seed=7)
     dist.all_gather(indices, tr.cat([mine, tr.full((5 - len(mine),), -1, dtype=tr.int64)]))

@@ -360,3 +360,35 @@ def test_a_concatenation_backward_writes_each_part_with_its_own_loop():
     expected = np.concatenate([np.full((5, 4), 2.0), np.full((5, 4), 3.0),
                                np.full((5, 4), 4.0)], axis=1)
     np.testing.assert_array_equal(traced(x).numpy(), expected)
+
+
+def test_a_flat_concatenation_writes_each_part_of_each_chunk_with_its_own_loop(monkeypatch):
+    """DDP's gradients in one buffer: a cat of flat tensors is one loop per part over the part's
+    share of the kernel's range (whose chunks split the parts on threads), with no select per
+    element: a loop over the whole range would read every part at every element."""
+    monkeypatch.setenv("TRACER_NUM_THREADS", "2")
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
+    f = ir.Graph("flat_cat")
+    parts = [f.add_parameter(f"p{i}", TensorType(shape, "f32"))
+             for i, shape in enumerate([(5, 3), (7,), (2, 2, 2)])]
+    b = ir.GraphBuilder(f)
+    total, pieces, offset = 30, [], 0
+    for part in parts:
+        flat = b.op("reshape", part, shape=(part.type.size,))
+        pieces.append(b.op("pad", flat, low=(offset,), high=(total - offset - part.type.size,),
+                           interior=(0,)))
+        offset += part.type.size
+    f.outputs = [b.op("mul", b.op("add", b.op("add", pieces[0], pieces[1]), pieces[2]),
+                      b.constant(2.0, "f32"))]
+    compiled = compile_graph(ir.optimize(f))
+    text = compiled.stage_text("loops")
+    assert "kernel_0 loop, range [0, 30), 8 chunks, 2 threads:" in text
+    assert text.count("    for %i") == 3 and "f32 = select" not in text
+    rng = np.random.default_rng(2)
+    arguments = [rng.standard_normal(p.shape).astype(np.float32) for p in parts]
+    expected = np.concatenate([a.reshape(-1) for a in arguments]) * 2
+    (native,) = compiled(arguments)
+    np.testing.assert_array_equal(native, expected)
+    for splits in (1, 4, 7):  # chunks that begin and end inside the parts and across them
+        (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
+        np.testing.assert_array_equal(interpreted, expected)

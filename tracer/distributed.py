@@ -71,7 +71,8 @@ def init_process_group(backend: str = "mpi", init_method: str | None = None,
 def _share_cores(communicator, mpi) -> None:
     """The ranks on one machine share its cores: unless TRACER_NUM_THREADS says otherwise, each
     rank's compiled code runs on its share (two ranks of two threads each on 2 cores took ten
-    times as long as one thread each: every rank's threads waited for descheduled peers)."""
+    times as long as one thread each: every rank's threads waited for descheduled peers), and
+    OpenBLAS on one thread while it runs (runtime/pool.py)."""
     if "TRACER_NUM_THREADS" in os.environ:
         return
     local = communicator.Split_type(mpi.COMM_TYPE_SHARED)
