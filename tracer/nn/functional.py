@@ -8,6 +8,7 @@ and index_select refuse them, where indexing `x[i]` counts them from the end).
 from __future__ import annotations
 
 import builtins
+import functools
 
 from tracer.ir import types as irtypes
 from tracer.context import state
@@ -20,6 +21,7 @@ from tracer.arithmetic import where
 from tracer.creation import iota
 from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import as_tensor
+from tracer.layout import fresh as _fresh
 from tracer.tensor import Tensor
 from tracer.nn import convolution as _convolution
 from tracer.nn import normalization as _normalization
@@ -280,3 +282,27 @@ conv1d, conv2d = _convolution.conv1d, _convolution.conv2d
 conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
+
+
+def _returning_new_tensors(function):
+    """`function` whose results are never view-copies: PyTorch's functional layers return new
+    tensors, so a view operation on the way (max_pool2d's last squeeze, embedding's reshape) must
+    not make in-place changes of the result refused (found by the differential tester:
+    masked_fill_ on max_pool2d's result). A result that is one of the arguments (dropout outside
+    training returns its input, as PyTorch's) is left as it is."""
+    @functools.wraps(function)
+    def layer(*args, **kwargs):
+        result = function(*args, **kwargs)
+        given = {id(a) for a in (*args, *kwargs.values()) if isinstance(a, Tensor)}
+        for tensor in result if isinstance(result, tuple) else (result,):
+            if isinstance(tensor, Tensor) and id(tensor) not in given:
+                _fresh(tensor)
+        return result
+    return layer
+
+
+# Every layer of this module but flatten, a view in PyTorch too.
+for _name, _function in list(globals().items()):
+    if (callable(_function) and not _name.startswith("_") and _name != "flatten"
+            and getattr(_function, "__module__", "").startswith("tracer.nn.")):
+        globals()[_name] = _returning_new_tensors(_function)

@@ -1,0 +1,80 @@
+"""Every layer of tr.nn.functional returns new tensors, as PyTorch's do: an in-place change of a
+result is allowed and changes that result alone, eagerly and traced -- even where the layer's last
+step is a view operation (found by the differential tester: max_pool2d ends with a squeeze, whose
+result refused masked_fill_). flatten is a view in PyTorch too; dropout outside training returns
+its input itself, in both."""
+import numpy as np
+import pytest
+import torch
+
+import tracer as tr
+import tracer.nn.functional as F
+
+RNG = np.random.default_rng(0)
+IMAGE = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+ROWS = RNG.standard_normal((4, 5)).astype(np.float32)
+LABELS = np.array([0, 4, 2, 1])
+TRANSPOSED = RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)  # conv_transpose2d's weight
+
+# name -> (tracer call, torch call), each given the library's functional module and tensor maker
+CASES = {
+    "relu": lambda F, t: F.relu(t(ROWS)),
+    "gelu": lambda F, t: F.gelu(t(ROWS)),
+    "silu": lambda F, t: F.silu(t(ROWS)),
+    "tanh": lambda F, t: F.tanh(t(ROWS)),
+    "sigmoid": lambda F, t: F.sigmoid(t(ROWS)),
+    "softmax": lambda F, t: F.softmax(t(ROWS), dim=-1),
+    "log_softmax": lambda F, t: F.log_softmax(t(ROWS), dim=-1),
+    "logsumexp": lambda F, t: getattr(F, "logsumexp", torch.logsumexp)(t(ROWS), -1),
+    "nll_loss": lambda F, t: F.nll_loss(t(ROWS), t(LABELS), reduction="none"),
+    "cross_entropy": lambda F, t: F.cross_entropy(t(ROWS), t(LABELS)),
+    "mse_loss": lambda F, t: F.mse_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "l1_loss": lambda F, t: F.l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "layer_norm": lambda F, t: F.layer_norm(t(ROWS), (5,)),
+    "linear": lambda F, t: F.linear(t(ROWS), t(ROWS[:3].copy())),
+    "one_hot": lambda F, t: F.one_hot(t(LABELS), 5),
+    "embedding": lambda F, t: F.embedding(t(LABELS.reshape(2, 2)), t(ROWS.T.copy())),
+    "dropout": lambda F, t: F.dropout(t(ROWS), 0.5, training=False) * 1,
+    "conv1d": lambda F, t: F.conv1d(t(ROWS[None]), t(ROWS[:2, :4, None].copy())),
+    "conv2d": lambda F, t: F.conv2d(t(IMAGE), t(IMAGE[:2, :, :3, :3].copy())),
+    "conv_transpose2d": lambda F, t: F.conv_transpose2d(t(IMAGE), t(TRANSPOSED)),
+    "pad": lambda F, t: F.pad(t(ROWS), (1, 0)),
+    "max_pool2d": lambda F, t: F.max_pool2d(t(IMAGE), 2),
+    "avg_pool2d": lambda F, t: F.avg_pool2d(t(IMAGE), 2),
+    "adaptive_avg_pool2d": lambda F, t: F.adaptive_avg_pool2d(t(IMAGE), 1),
+    "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
+}
+NOT_LAYERS = {"row_mean", "where", "iota", "as_tensor", "flatten"}  # imported helpers; a view
+
+
+def test_tensor_logsumexp_is_a_new_tensor_too():
+    for dim in (-1, (0, 1)):
+        result = tr.tensor(ROWS).logsumexp(dim)
+        result.add_(1)
+        np.testing.assert_allclose(result.numpy(),
+                                   torch.tensor(ROWS).logsumexp(dim).numpy() + 1, rtol=1e-6)
+
+
+def test_every_layer_has_a_case():
+    public = {name for name, value in vars(F).items() if callable(value)
+              and not name.startswith("_") and not isinstance(value, type)}
+    assert public - NOT_LAYERS == set(CASES)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_result_changes_in_place_alone(name, traced):
+    call = CASES[name]
+
+    def changed():
+        result = call(F, tr.tensor)
+        before = result * 1
+        result.mul_(2) if result.dtype != tr.int64 else result.add_(1)
+        return before, result
+
+    before, after = (tr.trace(changed) if traced else changed)()
+    expected = call(torch.nn.functional, torch.tensor)
+    np.testing.assert_allclose(before.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+    step = 1 if expected.dtype == torch.int64 else None
+    np.testing.assert_allclose(after.numpy(), before.numpy() + step if step else
+                               before.numpy() * 2, rtol=1e-6)
