@@ -4,7 +4,8 @@ the "grad2" kind (second order, by autograd.grad with create_graph inside the ma
 mapped over a batch of inputs -- each input mapped along a drawn dimension or not mapped -- eagerly
 and under `@tr.trace`, against the same program run once per element on its own tensors (the
 independent oracle of the batching pass: no vmap, no batching rule). A program the pass cannot
-batch may only fall back to the per-element loop because tracing one element needs its values."""
+batch may only fall back to the per-element loop because tracing one element needs its values, or
+because a custom Function computes on the host."""
 import dataclasses
 import logging
 
@@ -109,8 +110,10 @@ def check_mapped(mapped):
         logger.removeHandler(fallbacks)
         logger.level = level
     event(f"{program.kind}: {'loop' if fallbacks.messages else 'batched'}")
-    assert all("needs its values" in message for message in fallbacks.messages), \
-        fallbacks.messages
+    # the two documented reasons (README, tr.vmap): tracing one element needs its values, or
+    # a custom Function computes on the host (its numpy code is written for one element)
+    assert all("needs its values" in message or "computes on the host" in message
+               for message in fallbacks.messages), fallbacks.messages
 
 
 # `make test`: 60 programs, the same on every run (about 20 s on the busy 2-core machine,
