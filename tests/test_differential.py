@@ -1445,7 +1445,8 @@ class Generator:
             else:  # broadcast with x except along dim
                 index = tuple(extent if k == dim % rank else self.choice([1, d]) if d != 1
                               else self.choice([1, 2]) for k, d in enumerate(v.shape))
-                out = tuple(n if k == dim % rank else max(n, d)
+                # (broadcasting 1 against 0 gives 0, not the larger: found by the long run)
+                out = tuple(n if k == dim % rank else d if n == 1 else n
                             for k, (n, d) in enumerate(zip(index, v.shape)))
         indices = self.new_index_input(index, size, negative=self.integer(0, 3) == 0)
         self.emit(("call", how, i, (dim, indices) if how != "take_along_dim" else (indices, dim),
@@ -1554,10 +1555,13 @@ class Generator:
         elif how == "layer_norm":
             normalized = v.shape[rank - self.integer(1, rank):]
             args = (normalized,)
+            # (not the input itself: PyTorch's double backward of layer_norm(x, bias=x) raises
+            # "Expected a proper Tensor but got None", an error of its own; found by the long
+            # second-order run)
             for name in ("weight", "bias"):
                 if self.integer(0, 1):
                     kwargs[name] = ("value", self.pick(
-                        lambda u: u.shape == normalized and u.dtype == v.dtype,
+                        lambda u: u.shape == normalized and u.dtype == v.dtype and u is not v,
                         fresh_shape=normalized, dtype=v.dtype))
         elif how == "cross_entropy":
             axis = 1 if rank >= 2 else 0
