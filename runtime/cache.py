@@ -55,6 +55,10 @@ MAX_ENTRY_BYTES = 64 * 2**20
 DEFAULT_CACHE_SIZE = 2**30
 SECRET_NAME = "secret"
 _SECRET_BYTES = 32
+# Entries holding object code, and those remembering the compiler's fingerprint (see
+# `compiler_fingerprint`): both evicted alike, told apart by name.
+OBJECT_SUFFIX, FINGERPRINT_SUFFIX = ".o", ".fingerprint"
+SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")
@@ -111,7 +115,7 @@ def compiler_fingerprint() -> str:
     directories = [package.__path__[0] for package in (tracer.ir, tracer.codegen, tracer.runtime)]
     digest = hashlib.sha256(f"format={FORMAT}\0compiler fingerprint\0".encode())
     digest.update(source_stamp(directories))
-    remembered = open_entry(digest.digest())
+    remembered = open_entry(digest.digest(), FINGERPRINT_SUFFIX)
     fingerprint = remembered.load() if remembered is not None else None
     if fingerprint is not None:
         return fingerprint.decode()
@@ -259,8 +263,9 @@ def _secret(directory: Path) -> bytes | None:
     return secret
 
 
-def open_entry(key: bytes) -> ObjectCache | None:
-    """The disk-cache entry for `key`, or None if the disk cache is disabled or not trusted."""
+def open_entry(key: bytes, suffix: str = OBJECT_SUFFIX) -> ObjectCache | None:
+    """The disk-cache entry for `key` (a file named after it, ending in `suffix`), or None if the
+    disk cache is disabled or not trusted."""
     directory = cache_directory()
     capacity = byte_size_setting("TRACER_CACHE_SIZE", DEFAULT_CACHE_SIZE)  # bad values fail early
     if directory is None or not _trusted_directory(directory):
@@ -268,17 +273,17 @@ def open_entry(key: bytes) -> ObjectCache | None:
     secret = _secret(directory)
     if secret is None:
         return None
-    return ObjectCache(directory, key, secret, capacity)
+    return ObjectCache(directory, key, secret, capacity, suffix)
 
 
 class ObjectCache:
     """One entry of the disk cache: `load()` the object code if a valid entry exists, `store()` it."""
 
     def __init__(self, directory: Path, key: bytes, secret: bytes,
-                 capacity: int = DEFAULT_CACHE_SIZE):
+                 capacity: int = DEFAULT_CACHE_SIZE, suffix: str = OBJECT_SUFFIX):
         self.directory = directory
         self.key = key
-        self.path = directory / f"{key.hex()}.o"
+        self.path = directory / f"{key.hex()}{suffix}"
         self._secret = secret
         self.capacity = capacity  # of the whole directory, in bytes
 
@@ -356,7 +361,7 @@ def evict_least_recently_used(directory: Path, capacity: int) -> int:
     entries = []
     with os.scandir(directory) as listing:
         for item in listing:
-            if item.name.endswith(".o") and item.is_file(follow_symlinks=False):
+            if item.name.endswith(SUFFIXES) and item.is_file(follow_symlinks=False):
                 status = item.stat(follow_symlinks=False)
                 entries.append((status.st_mtime_ns, status.st_size, item.path))
     total = sum(size for _, size, _ in entries)

@@ -159,6 +159,8 @@ def test_the_compiler_fingerprint_is_hashed_once_then_remembered(tmp_path, monke
     expected = original(directories)
     assert compute() == expected and len(hashed) == 1
     assert compute() == expected and len(hashed) == 1  # remembered
+    # in an entry of its own kind: the object entries are only the programs' and kernels'
+    assert len(list(tmp_path.glob("*.fingerprint"))) == 1 and not list(tmp_path.glob("*.o"))
     monkeypatch.setattr(cache, "source_stamp", lambda directories: b"another checkout")
     assert compute() == expected and len(hashed) == 2
     monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
