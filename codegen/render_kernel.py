@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, literal
+from tracer.codegen.symbols import (ALL_REDUCE_SYMBOL, HOST_CALLBACK_SYMBOL, MPI_HANDLES,
+                                    MPI_HANDLES_SYMBOL)
 from tracer.codegen.template_environment import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
@@ -26,18 +28,8 @@ from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, Chec
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
-# An all_reduce calls MPI_Allreduce, which the runtime registers as ALL_REDUCE_SYMBOL, with the
-# MPI library's handles read at run time from the table it registers as MPI_HANDLES_SYMBOL (so
-# object code holds no handle values): the handles of MPI_HANDLES' names, in order, each widened
-# to 64 bits (an int handle, as MPICH's, or a pointer, as Open MPI's, passed the same way on x86-64).
-ALL_REDUCE_SYMBOL, MPI_HANDLES_SYMBOL = "tracer_mpi_allreduce", "tracer_mpi_handles"
-MPI_HANDLES = ("comm_world", "float32", "float64", "int64", "sum", "max", "min")
 ALL_REDUCE_DECLARATIONS = (f"declare i32 @{ALL_REDUCE_SYMBOL}(ptr, ptr, i32, i64, i64, i64)",
                            f"@{MPI_HANDLES_SYMBOL} = external global [{len(MPI_HANDLES)} x i64]")
-# A host callback calls the dispatcher the runtime registers as HOST_CALLBACK_SYMBOL with the
-# callback's number and an array of its buffers' pointers (operands, then results); a status other
-# than 0 means the Python code raised (runtime/callbacks.py keeps the exception).
-HOST_CALLBACK_SYMBOL = "tracer_host_callback"
 HOST_CALLBACK_DECLARATION = f"declare i32 @{HOST_CALLBACK_SYMBOL}(i64, ptr)"
 # float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
 # CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.

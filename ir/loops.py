@@ -37,7 +37,7 @@ import numpy as np
 
 from tracer.ir.graph import Value
 from tracer.ir.memory import Location
-from tracer.ir.types import SHORT_NAMES, float32, float64, is_float
+from tracer.ir.types import SHORT_NAMES, is_float
 
 # A register ("%v3", "%i0") or a literal (a Python bool, int or float in the operand's dtype).
 Operand = Union[str, bool, int, float]
@@ -273,12 +273,6 @@ def line_of(value: Value) -> str:
     """The user's line that computed `value` ("" for a parameter): what statements computing
     for it show."""
     return "" if value.producer is None else value.producer.location
-
-
-def accumulator_dtype(primitive: str, dtype: np.dtype) -> np.dtype:
-    """The dtype a reduction of `dtype` elements accumulates in: float32 sums add in float64
-    (rounded once at the end), everything else in its own dtype."""
-    return float64 if primitive == "reduce_sum" and dtype == float32 else dtype
 
 
 def initial_value(primitive: str, dtype: np.dtype):

@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from tracer.ir.types import TensorType, as_dtype, bool_, int64, is_float
+from tracer.ir.types import TensorType, as_dtype, bool_, float32, float64, int64, is_float
 
 UNARY_FLOAT = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos"})
 UNARY = UNARY_FLOAT | {"neg", "abs", "sign", "logical_not"}
@@ -80,6 +80,12 @@ class ShapeError(ValueError):
 class IndexRangeError(IndexError):
     """An index operand of gather or scatter holds a value outside its dimension (the reference
     semantics raise it; compiled code reports the same through its error record)."""
+
+
+def accumulator_dtype(primitive: str, dtype: np.dtype) -> np.dtype:
+    """The dtype a reduction of `dtype` elements accumulates in: float32 sums add in float64
+    (rounded once at the end), everything else in its own dtype."""
+    return float64 if primitive == "reduce_sum" and dtype == float32 else dtype
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:

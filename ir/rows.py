@@ -41,8 +41,7 @@ from dataclasses import dataclass, field
 from tracer.ir.fusion import FusedFunction, Kernel, code_cost
 from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.graph import Instruction, Value
-from tracer.ir.loops import accumulator_dtype
-from tracer.ir.primitives import ELEMENTWISE, REDUCE
+from tracer.ir.primitives import ELEMENTWISE, REDUCE, accumulator_dtype
 from tracer.ir.types import TensorType
 
 # The bytes one row of every buffer a row kernel reads and writes (and of its partial results)

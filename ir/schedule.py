@@ -23,9 +23,9 @@ from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
                              Compute, Gemm, HostCall, Load, LoopKernel, LoopProgram, Store,
-                             accumulator_dtype, initial_value, line_of, literal)
+                             initial_value, line_of, literal)
 from tracer.ir.memory import MemoryPlan, shared_buffers
-from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, broadcast_shapes
+from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_reduce import ReductionKernels

@@ -21,7 +21,7 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
-from tracer.codegen.render_kernel import HOST_CALLBACK_SYMBOL
+from tracer.codegen.symbols import HOST_CALLBACK_SYMBOL
 from tracer.ir.host import HostCallback
 
 _DISPATCHER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)

@@ -11,7 +11,7 @@ import sys
 
 import llvmlite.binding as llvm
 
-from tracer.codegen.render_kernel import ALL_REDUCE_SYMBOL, MPI_HANDLES, MPI_HANDLES_SYMBOL
+from tracer.codegen.symbols import ALL_REDUCE_SYMBOL, MPI_HANDLES, MPI_HANDLES_SYMBOL
 
 _keep: list = []  # the library and the handle table live as long as the process
 

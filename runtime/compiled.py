@@ -68,6 +68,8 @@ class CompiledFunction:
         self._link(objects)
         function = self.function
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
+        # what the fast path compares a call's arguments with, in one list comparison
+        self._described = [(np.ndarray, shape, dtype) for shape, dtype in self._parameters]
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
         seen: set[int] = set()
@@ -152,14 +154,17 @@ class CompiledFunction:
 
     def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run on `arguments`; the fast path hands the arrays themselves to the native code, which
-        reads their data pointers and checks their flags (falling back here if it refuses)."""
+        reads their data pointers and checks their flags (falling back here if it refuses). What
+        it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
+        one comparison of lists (whose items compare by identity first: a dtype is numpy's own
+        object)."""
         fast = None if self._copies_targets else self._fast
-        if fast is not None and len(arguments) == len(self._parameters):
-            for argument, (shape, dtype) in zip(arguments, self._parameters):
-                if (type(argument) is not np.ndarray or argument.shape != shape
-                        or (argument.dtype is not dtype and argument.dtype != dtype)):
-                    break
-            else:
+        if fast is not None:
+            try:
+                described = [(type(a), a.shape, a.dtype) for a in arguments]
+            except AttributeError:  # not an array: converted by the general path
+                described = None
+            if described == self._described:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
                 # The objects' addresses (ctypes converts integers faster than objects): the
                 # lists `arguments` and `outputs` keep them alive until the call returns.
@@ -219,12 +224,15 @@ class CompiledFunction:
             arena = None
         except IndexError:
             arena, address = self._new_arena()  # kept alive until the call has returned
-        pool.hold_blas(self._calls_blas)
+        blas = self._calls_blas
+        if blas:
+            pool.hold_blas()
         try:
             status = native(*arguments, address)
             failure = self._bounds_failure(address) if self._checked and status == 0 else None
         finally:
-            pool.release_blas(self._calls_blas)
+            if blas:
+                pool.release_blas()
             if arena is None:
                 self._free_arena.append(address)
         if failure is not None:

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from tracer.runtime import compile_worker, jit
+from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | Non
     """The object codes of `code`, the entry's first, then each kernel module's; stored together
     in the program's `cache` entry. The modules not found compiled are compiled together
     (runtime/compile_worker.py: in a second process too when they are many)."""
+    from tracer.runtime import compile_worker  # (imports subprocess: when compiling only)
     found = [found_object(kernel, checked) for kernel in code.kernels]
     missing = [kernel for kernel, object_code in zip(code.kernels, found) if object_code is None]
     compiled = compile_worker.compile_objects(

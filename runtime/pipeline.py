@@ -32,7 +32,7 @@ from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
-from tracer.runtime import compile_worker, jit
+from tracer.runtime import jit
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
@@ -171,6 +171,7 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
         with step("load"):
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
+        from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
         if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
             compile_worker.start()  # it starts while the kernels are scheduled and rendered
         code = back_end.code  # scheduled and rendered on a miss only

@@ -235,10 +235,12 @@ class TracedFunction:
             if entry.read_floats is not None:
                 values += entry.read_floats()
         arrays = parameter_arrays(entry.parameter_sources, values)
-        check_targets(entry, values, arrays)
+        if entry.writebacks:
+            check_targets(entry, values, arrays)
         outputs = entry.executable(arrays)
-        inputs = {id(a) for a in arrays}
-        write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
+        inputs = set(map(id, arrays))
+        if entry.writebacks or entry.cleared_grads:
+            write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
         tensors = results(outputs[:entry.result_count], inputs)
         if entry.differentiable and is_grad_enabled():
             if leaves is None:

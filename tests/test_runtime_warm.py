@@ -46,9 +46,13 @@ STEP = textwrap.dedent("""
     # whether each compiled signature scheduled its loop IR and generated its LLVM text
     generated = [[name in vars(o.back_end) for name in ("loops", "code")]
                  for o in gc.get_objects() if isinstance(o, CompiledFunction)]
+    # what only compiling needs: the scheduler and loop IR, the renderer, the compile worker
+    compiling = [name for name in ("tracer.ir.loops", "tracer.ir.schedule",
+                                   "tracer.codegen.render_kernel", "tracer.runtime.compile_worker",
+                                   "subprocess") if name in sys.modules]
     print(json.dumps(dict(jit.STATISTICS, loss=float(loss.item()), grad=grad.numpy().tolist(),
                           x=x.detach().numpy().tolist(), jinja2="jinja2" in sys.modules,
-                          generated=generated)))
+                          generated=generated, compiling=compiling)))
 """)
 
 
@@ -89,12 +93,14 @@ def test_a_disk_hit_generates_no_llvm_text_and_imports_no_jinja2(tmp_path):
     first = run_step(tmp_path)
     assert (first["compiled"], first["disk_hits"]) == (1, 0)
     assert first["jinja2"] and first["generated"] == [[True, True]]
+    assert "tracer.codegen.render_kernel" in first["compiling"]
     assert_step_correct(first)
     second = run_step(tmp_path)
     assert (second["compiled"], second["disk_hits"]) == (0, 1)
     assert not second["jinja2"] and second["generated"] == [[False, False]]
+    assert second["compiling"] == []  # neither imported: the hit only loads
     assert second == dict(first, compiled=0, disk_hits=1, kernels_compiled=0, jinja2=False,
-                          generated=[[False, False]])
+                          generated=[[False, False]], compiling=[])
 
 
 def test_a_changed_compiler_does_not_load_the_object_an_older_one_wrote(tmp_path):
@@ -115,6 +121,70 @@ def test_a_changed_compiler_does_not_load_the_object_an_older_one_wrote(tmp_path
     assert (changed["compiled"], changed["disk_hits"], changed["kernel_hits"]) == (1, 0, 0)
     assert_step_correct(changed)
     assert len(list(cache_directory.glob("*.o"))) == 2 * entries  # none of them reused
+
+
+def test_a_same_size_edit_of_the_compiler_is_seen_by_its_modification_time(tmp_path):
+    """The compiler's fingerprint is remembered under the sources' sizes and modification times:
+    an edit that keeps a template's size, with a new modification time, is a new compiler."""
+    copy = tmp_path / "project"
+    for folder in ("tracer", "ir", "codegen", "runtime"):
+        shutil.copytree(ROOT / folder, copy / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    template = copy / "codegen" / "templates" / "loops.ll.j2"
+    template.write_text(template.read_text() + "{# a #}\n")
+    cache_directory = tmp_path / "cache"
+    assert run_step(cache_directory, copy)["compiled"] == 1
+    assert run_step(cache_directory, copy)["disk_hits"] == 1
+    status = template.stat()
+    template.write_text(template.read_text()[:-len("{# a #}\n")] + "{# b #}\n")
+    assert template.stat().st_size == status.st_size
+    os.utime(template, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000))
+    changed = run_step(cache_directory, copy)
+    assert (changed["compiled"], changed["disk_hits"], changed["kernel_hits"]) == (1, 0, 0)
+    assert_step_correct(changed)
+
+
+def test_the_compiler_fingerprint_is_hashed_once_then_remembered(tmp_path, monkeypatch):
+    """A process whose disk cache remembers the fingerprint of these sources does not read
+    them; the remembered value is the sources' hash; another stamp hashes them again."""
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
+    hashed = []
+    original = cache.source_fingerprint
+    monkeypatch.setattr(cache, "source_fingerprint",
+                        lambda directories: hashed.append(1) or original(directories))
+    compute = cache.compiler_fingerprint.__wrapped__  # (the process's value is cached)
+    import tracer.codegen
+    directories = [package.__path__[0] for package in (tracer.ir, tracer.codegen, tracer.runtime)]
+    expected = original(directories)
+    assert compute() == expected and len(hashed) == 1
+    assert compute() == expected and len(hashed) == 1  # remembered
+    # in an entry of its own kind: the object entries are only the programs' and kernels'
+    assert len(list(tmp_path.glob("*.fingerprint"))) == 1 and not list(tmp_path.glob("*.o"))
+    monkeypatch.setattr(cache, "source_stamp", lambda directories: b"another checkout")
+    assert compute() == expected and len(hashed) == 2
+    monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
+    assert compute() == expected and len(hashed) == 3  # nowhere to remember it
+
+
+def test_source_stamp_follows_names_sizes_and_modification_times(tmp_path):
+    folder = tmp_path / "runtime"
+    folder.mkdir()
+    source = folder / "jit.py"
+    source.write_text("x = 1\n")
+    stamps = [cache.source_stamp([str(folder)])]
+    (folder / "notes.txt").write_text("not a source")
+    stamps.append(cache.source_stamp([str(folder)]))
+    status = source.stat()
+    os.utime(source, ns=(status.st_atime_ns, status.st_mtime_ns + 1))
+    stamps.append(cache.source_stamp([str(folder)]))
+    source.write_text("x = 22\n")
+    os.utime(source, ns=(status.st_atime_ns, status.st_mtime_ns + 1))
+    stamps.append(cache.source_stamp([str(folder)]))
+    source.rename(folder / "kernels.py")
+    stamps.append(cache.source_stamp([str(folder)]))
+    assert stamps[0] == stamps[1]
+    assert len(set(stamps[1:])) == 4
 
 
 def test_source_fingerprint_covers_names_and_contents(tmp_path):
