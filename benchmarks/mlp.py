@@ -13,7 +13,7 @@ import numpy as np
 
 from benchmarks import floors
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, measure
-from benchmarks.jax_optimizers import sgd
+from benchmarks.jax_training import cross_entropy, sgd
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 # (batch, inputs, hidden, classes): MNIST's shape.
@@ -124,9 +124,7 @@ def jax_mlp_programs(inputs) -> list[Program]:
 
     def loss_function(params, x, y):
         hidden = jax.nn.relu(x @ params["0.weight"].T + params["0.bias"])
-        logits = hidden @ params["2.weight"].T + params["2.bias"]
-        log_probabilities = jax.nn.log_softmax(logits)
-        return -jnp.take_along_axis(log_probabilities, y[:, None], axis=1).mean()
+        return cross_entropy(hidden @ params["2.weight"].T + params["2.bias"], y)
 
     def step(params, x, y):
         loss, grads = jax.value_and_grad(loss_function)(params, x, y)

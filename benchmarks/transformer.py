@@ -17,7 +17,7 @@ import math
 
 from benchmarks import floors
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
-from benchmarks.jax_optimizers import adam_state, adamw
+from benchmarks.jax_training import adam_state, adamw, cross_entropy
 from benchmarks.peers import installed, jax_programs, torch_programs
 
 # (batch, block_size, n_layer, n_head, n_embd): the example's default model, and GPTs of head size
@@ -203,9 +203,7 @@ def jax_gpt():
                               config.n_head)
             hidden = linear(params, f"{block}.mlp.c_fc", layer_norm(params, f"{block}.ln_2", x))
             x = x + linear(params, f"{block}.mlp.c_proj", jax.nn.gelu(hidden, approximate=False))
-        logits = linear(params, "lm_head", layer_norm(params, "ln_f", x))
-        log_probabilities = jax.nn.log_softmax(logits, axis=-1)
-        return -jnp.take_along_axis(log_probabilities, targets[..., None], axis=-1).mean()
+        return cross_entropy(linear(params, "lm_head", layer_norm(params, "ln_f", x)), targets)
     return gpt_loss
 
 

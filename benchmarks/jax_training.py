@@ -1,10 +1,18 @@
-"""The optimizers of the jax.jit programs, written as JAX users without optax write them: pure
-functions from (parameters, gradients, state) to new parameters and state, over any pytree of
-parameters, with PyTorch's update rules (torch.optim.SGD, Adam and AdamW with their defaults), so
-that each jax step computes what the PyTorch and tracer steps compute."""
+"""What the jax.jit training steps share: cross-entropy on integer labels, and the optimizers as
+JAX users without optax write them -- pure functions from (parameters, gradients, state) to new
+parameters and state, over any pytree of parameters, with PyTorch's update rules
+(torch.optim.SGD, Adam and AdamW with their defaults), so that each jax step computes what the
+PyTorch and tracer steps compute."""
 from __future__ import annotations
 
 from benchmarks.peers import installed
+
+
+def cross_entropy(logits, labels):
+    """The mean over the rows of -log softmax(logits)[label], as F.cross_entropy."""
+    jax = installed("jax")
+    log_probabilities = jax.nn.log_softmax(logits, axis=-1)
+    return -jax.numpy.take_along_axis(log_probabilities, labels[..., None], axis=-1).mean()
 
 
 def sgd(params, grads, learning_rate: float):
