@@ -41,7 +41,7 @@ def run(quick: bool, output: Path) -> None:
     from benchmarks import (bounds_cost, capture_cost, cnn, compile_time, cross_entropy, dispatch,
                             distributed, first_result, gather_cost, gelu, higher_order,
                             launch_cost, layer_norm, mlp, peers, per_sample_gradients,
-                            readme_table, report, transformer,
+                            readme_table, report, threads, transformer,
                             two_layer)
     from benchmarks.harness import PEERS, Timing
 
@@ -77,6 +77,8 @@ def run(quick: bool, output: Path) -> None:
     print(f"{time.perf_counter() - started:6.1f}s  costs of checks, guards and launches", flush=True)
     per_sample = per_sample_gradients.lines(quick)
     print(f"{time.perf_counter() - started:6.1f}s  per-sample gradients", flush=True)
+    thread_policy = threads.lines(quick)
+    print(f"{time.perf_counter() - started:6.1f}s  threads: default against one", flush=True)
     text = report.table(rows, notes)
     text += ("\n## Where the tracer's model steps spend their time (TRACER_PROFILE=1)\n\n```\n"
              + "\n\n".join(profiles) + "\n```\n")
@@ -84,6 +86,8 @@ def run(quick: bool, output: Path) -> None:
              + "\n```\n")
     text += ("\n## Per-sample gradients: tr.vmap batched, unrolled, torch.func\n\n```\n"
              + "\n".join(per_sample) + "\n```\n")
+    text += ("\n## Threads: default settings against one thread, idle and beside a busy core\n\n"
+             "```\n" + "\n".join(thread_policy) + "\n```\n")
     (output / "results.md").write_text(text)
     report.chart(rows, notes[0], output / "results.png")
     if output == HERE:

@@ -133,13 +133,15 @@ def in_float64(function: ir.Graph) -> ir.Graph:
 def stored_but_unread(fused) -> list[str]:
     """The kernel results that are neither returned nor read by another kernel: none should be
     (a row kernel's later parts read what its earlier parts stored, or kept as scratch rows; a
-    check_index is kept, and stored, for its check alone)."""
+    check_index is kept, and stored, for its check alone; Python code called back returns all
+    its results, read or not, as a pure_callback computing a gradient nobody needs does)."""
     read = {id(v) for kernel in fused.kernels for part in [kernel, *(kernel.parts or ())]
             for v in part.inputs}
     read.update(id(v) for v in fused.function.outputs)
     read.update(id(row) for kernel in fused.kernels for _, row in kernel.kept or ())
     return [f"%{v.name}" for kernel in fused.kernels for v in kernel.results
-            if id(v) not in read and not (v.producer and v.producer.primitive in CHECKS)]
+            if id(v) not in read and not (v.producer and v.producer.primitive in CHECKS)
+            and kernel.kind != "host_callback"]
 
 
 class CheckedFunction:

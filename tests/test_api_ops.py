@@ -59,6 +59,8 @@ CASES = [
     ("floor", lambda a: a.floor(), lambda a: a.floor(), [X * 5]),
     ("erf", lambda a: a.erf(), lambda a: a.erf(), [X * 2]),
     ("erfc", lambda a: tr.erfc(a), lambda a: torch.erfc(a), [X * 3]),
+    ("square rsqrt", lambda a: (a.square(), tr.rsqrt(a * a + 0.5)),
+     lambda a: (a.square(), torch.rsqrt(a * a + 0.5)), [X * 3]),
     ("sum axis", lambda a: a.sum(axis=1), lambda a: a.sum(axis=1), [X]),
     ("addcmul addcdiv lerp", lambda a, b: (a.addcmul(b, b, value=0.5), a.addcdiv(b, b * b + 1,
                                                                                   value=-2),

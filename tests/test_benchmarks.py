@@ -106,6 +106,15 @@ def test_per_sample_gradient_norms_batched_and_unrolled():
     np.testing.assert_allclose(norms, unrolled(*arguments).numpy(), rtol=1e-12)
 
 
+def test_the_thread_probe_times_a_step_in_a_fresh_process(tmp_path, monkeypatch):
+    # benchmarks/threads.py: one setting of one workload, briefly; what its line reads is a time
+    from benchmarks import threads
+
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    seconds = threads.measure("seed", one_thread=True, busy=False, seconds=0.05)
+    assert 0 < seconds < 5
+
+
 # The jax.jit programs -------------------------------------------------------------------------
 
 @requires_jax

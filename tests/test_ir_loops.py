@@ -294,20 +294,20 @@ def test_the_verifier_checks_a_checked_index():
 
 
 def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch):
-    """One 100-row gemm becomes blocks of rows that threads take; every block's rows are the
-    product's (native and loop IR, whatever the chunks), as numpy computes them."""
+    """One 64-row gemm becomes blocks of rows (48 + 16) that threads take; every block's rows are
+    the product's (native and loop IR, whatever the chunks), as numpy computes them."""
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
     monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
     f = ir.Graph("product")
-    a = f.add_parameter("a", TensorType((100, 40), "f32"))
+    a = f.add_parameter("a", TensorType((64, 40), "f32"))
     w = f.add_parameter("w", TensorType((40, 30), "f32"))
     f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
     compiled = compile_graph(ir.optimize(f))
     (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
-    assert gemm.blocks > 1 and gemm.rows * (gemm.blocks - 1) < 100 <= gemm.rows * gemm.blocks
+    assert gemm.blocks > 1 and gemm.rows * (gemm.blocks - 1) < 64 <= gemm.rows * gemm.blocks
     assert compiled.kernels[0].threads == 2 and compiled.kernels[0].extent == gemm.blocks
     rng = np.random.default_rng(0)
-    arguments = [rng.standard_normal((100, 40), np.float32),
+    arguments = [rng.standard_normal((64, 40), np.float32),
                  rng.standard_normal((40, 30), np.float32)]
     expected = arguments[0].astype(np.float64) @ arguments[1]
     np.testing.assert_allclose(compiled(arguments)[0], expected, rtol=1e-5, atol=1e-5)
@@ -316,23 +316,27 @@ def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch
         np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch):
+@pytest.mark.parametrize("rows, threads, blocks", [(300, 2, 2), (97, 3, 1), (289, 3, 2)])
+def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch, rows, threads,
+                                                                   blocks):
     """Blocks of 48k rows give every element of a product the bits one BLAS call over all rows
-    gives (ir/schedule_threads.py), so the result does not depend on TRACER_NUM_THREADS."""
+    gives (ir/schedule_threads.py), so the result does not depend on TRACER_NUM_THREADS; never a
+    last block of one row, which OpenBLAS computes as a gemv (97 rows are not cut as 48 + 48 + 1,
+    289 rows on 3 threads as 192 + 97)."""
     rng = np.random.default_rng(2)
-    arguments = [rng.standard_normal((300, 64), np.float32),
-                 rng.standard_normal((64, 50), np.float32)]
+    arguments = [rng.standard_normal((rows, 33), np.float32),
+                 rng.standard_normal((33, 65), np.float32)]
     results = []
-    for threads in ("1", "2"):
-        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
+    for count, expected_blocks in ((1, 1), (threads, blocks)):
+        monkeypatch.setenv("TRACER_NUM_THREADS", str(count))
         monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
         f = ir.Graph("product")
-        a = f.add_parameter("a", TensorType((300, 64), "f32"))
-        w = f.add_parameter("w", TensorType((64, 50), "f32"))
+        a = f.add_parameter("a", TensorType((rows, 33), "f32"))
+        w = f.add_parameter("w", TensorType((33, 65), "f32"))
         f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
         compiled = compile_graph(ir.optimize(f))
         (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
-        assert gemm.blocks == int(threads)
+        assert gemm.blocks == expected_blocks
         results.append(compiled(arguments)[0])
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_allclose(results[0], arguments[0].astype(np.float64) @ arguments[1],

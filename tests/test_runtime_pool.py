@@ -83,6 +83,33 @@ def test_one_two_and_four_threads_give_the_same_bits(forced_parallel, monkeypatc
         np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * shape[1])
 
 
+def test_a_whole_training_step_has_the_same_bits_on_one_two_and_three_threads(
+        forced_parallel, monkeypatch):
+    """Every kind of kernel a real step has -- gemm blocks (odd row counts), row kernels (layer
+    norm, softmax, cross-entropy), reductions, the embedding's scatter, AdamW's update -- split
+    across 2 and 3 threads gives the parameters one thread gives, to the bit, after two steps
+    (70 rows: products cut 48 + 22)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import transformer
+
+    config = transformer.Config(vocab_size=11, block_size=7, n_layer=1, n_head=2, n_embd=16)
+    rng = np.random.default_rng(4)
+    batches = [(rng.integers(0, 11, (10, 7)), rng.integers(0, 11, (10, 7))) for _ in range(2)]
+    results = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
+        tr.manual_seed(0)
+        model = transformer.GPT(config)
+        step = tr.trace(transformer.make_step(model, tr.optim.AdamW(model.parameters(), lr=1e-2)))
+        losses = [step(tr.tensor(x), tr.tensor(y)).item() for x, y in batches]
+        if threads != "1":
+            assert f", {threads} threads:" in step.ir(tr.tensor(batches[0][0]),
+                                                     tr.tensor(batches[0][1]), stage="loops")
+        results[threads] = [np.float32(losses).tobytes(),
+                            *(p.detach().numpy().tobytes() for p in model.parameters())]
+    assert results["2"] == results["1"] and results["3"] == results["1"]
+
+
 def test_launches_in_a_row_reuse_the_workers(forced_parallel, monkeypatch):
     """An elementwise kernel long enough (milliseconds a chunk) that the workers take chunks while
     the caller runs its own, and a matmul that reads its result right after: the launch must have

@@ -38,6 +38,7 @@ from tracer.random import (Generator, default_generator, get_rng_state, manual_s
 from tracer.transforms import grad, jvp, value_and_grad, vjp
 from tracer.jacobians import hessian, jacrev
 from tracer.vmapping import vmap
+from tracer.pure_callback import ShapeDtypeStruct, pure_callback
 from tracer.serialization import load, save
 
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)

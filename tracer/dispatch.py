@@ -27,7 +27,7 @@ _VIEWING = frozenset({"broadcast", "reshape", "transpose", "slice", "stop_gradie
                       "iota"})
 
 
-def _current_handles(tensors: Sequence[Tensor]):
+def current_handles(tensors: Sequence[Tensor]):
     for t in tensors:
         if t._view_base is not None:
             check_current(t)
@@ -42,7 +42,7 @@ def _current_handles(tensors: Sequence[Tensor]):
 
 def apply(primitive: str, inputs: Sequence[Tensor], **attributes: Any) -> Tensor:
     """Run (eager) or record (traced) one primitive on tensors; the single door to both modes."""
-    trace, builder, handles = _current_handles(inputs)
+    trace, builder, handles = current_handles(inputs)
     attributes = normalize_attributes(attributes)
     try:
         (result,) = builder.emit(primitive, handles, attributes)
@@ -180,7 +180,7 @@ class DispatchMethods:
     def detach(self) -> Tensor:
         """The same values, cut from the gradient; in-place changes to it change this tensor too,
         as they do in PyTorch, whose detach() shares storage."""
-        trace, builder, (handle,) = _current_handles([self])
+        trace, builder, (handle,) = current_handles([self])
         if trace is not None and self.requires_grad:
             (handle,) = builder.emit("stop_gradient", [handle], {})
         alias = Tensor._make(handle, trace, False)

@@ -348,12 +348,23 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
     return values.to(dtype)
 
 
+def square(x: Tensor) -> Tensor:
+    """x * x (PyTorch's `square`)."""
+    return x * x
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    """1 / sqrt(x) (PyTorch's `rsqrt`)."""
+    return x ** -0.5
+
+
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
     "floor": floor, "floor_divide": floor_divide, "remainder": remainder,
     "var": var, "std": std, "norm": norm, "amax": amax, "amin": amin, "logsumexp": logsumexp,
     "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
     "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
+    "square": square, "rsqrt": rsqrt,
 }
 Tensor.contiguous = contiguous
 for _name, _method in METHODS.items():
