@@ -180,6 +180,7 @@ def jax_cnn_programs(inputs) -> list[Program]:
         return []
     jnp = jax.numpy
     _, weights, (x, y) = inputs
+    # the parameters, in torch's order (not the batch norms' statistics)
     names = [name for name in weights if name.rsplit(".", 1)[1] in ("weight", "bias")]
 
     def step(params, optimizer_state, statistics, images, labels):
@@ -197,9 +198,9 @@ def jax_cnn_programs(inputs) -> list[Program]:
 
         def run():
             nonlocal params, optimizer_state, statistics
-            loss, params, optimizer_state, statistics = jax.block_until_ready(
-                function(params, optimizer_state, statistics, images, labels))
-            return (loss, *(params[name] for name in names))  # in torch's parameter order
+            loss, params, optimizer_state, statistics = function(
+                params, optimizer_state, statistics, images, labels)
+            return (loss.block_until_ready(), *(params[name] for name in names))
         return run
     return jax_programs(step, build, donate_argnums=(0, 1, 2))
 

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks import higher_order_jax
+from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks.peers import installed, torch_programs
 
 # PINN (float64 throughout): collocation points per step, the example's 20-wide 3-layer network.

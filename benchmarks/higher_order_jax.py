@@ -2,12 +2,14 @@
 derivatives by `jax.grad` of `jax.grad` of the network at one point, `jax.vmap`ped over the
 points; the WGAN-GP penalty by `jax.grad` of the critic inside the loss that `jax.value_and_grad`
 differentiates again; per-sample gradients by `jax.vmap(jax.grad(loss))`; Adam's update and the
-clipped step as pure functions. Each step's new state is returned, its old state donated."""
+clipped step as pure functions. Each step's new state is returned, its old state donated; a call
+waits for the loss only (the outputs of one call are ready together)."""
 from __future__ import annotations
 
 from benchmarks.harness import Program
 from benchmarks.jax_training import adam, adam_state, cross_entropy
 from benchmarks.peers import installed, jax_programs
+
 
 def mlp(params, x, activation):
     """Linear layers given as (weight, bias) pairs in torch's layout, `activation` between them."""
@@ -37,9 +39,8 @@ def _adam_programs(loss_function, params, data, **adam_options) -> list[Program]
 
         def run():
             nonlocal weights, optimizer_state
-            loss, weights, optimizer_state = jax.block_until_ready(
-                function(weights, optimizer_state, *arrays))
-            return (loss, *jax.tree.leaves(weights))  # w, b of each layer, as torch's
+            loss, weights, optimizer_state = function(weights, optimizer_state, *arrays)
+            return (loss.block_until_ready(), *jax.tree.leaves(weights))  # w, b of each layer
         return run
     return jax_programs(step, build, donate_argnums=(0, 1))
 
@@ -131,7 +132,7 @@ def clipped_programs(initial: dict, x, y, clip: float) -> list[Program]:
 
         def run():
             nonlocal params
-            total, params = jax.block_until_ready(function(params, *arrays))
-            return (total, *(params[name] for name in initial))
+            total, params = function(params, *arrays)
+            return (total.block_until_ready(), *(params[name] for name in initial))
         return run
     return jax_programs(clipped_step, build, donate_argnums=0)

@@ -136,8 +136,9 @@ def jax_mlp_programs(inputs) -> list[Program]:
 
         def run():
             nonlocal params
-            loss, params = jax.block_until_ready(function(params, data, labels))
-            return (loss, *(params[name] for name in weights))  # in torch's parameter order
+            loss, params = function(params, data, labels)
+            # (the outputs of one call are ready together, as two_layer.py's jax step assumes)
+            return (loss.block_until_ready(), *(params[name] for name in weights))
         return run
     return jax_programs(step, build, donate_argnums=0)
 

@@ -236,7 +236,8 @@ def jax_transformer_programs(inputs) -> list[Program]:
         return []
     jnp = jax.numpy
     settings, weights, (x, y) = inputs
-    names = [name for name, _ in example().GPT(settings).named_parameters()]  # not the mask
+    # the parameters, in the tracer's order (not the attention mask)
+    names = [name for name, _ in example().GPT(settings).named_parameters()]
     gpt_loss = jax_gpt()
 
     def step(params, optimizer_state, idx, targets):
@@ -251,9 +252,8 @@ def jax_transformer_programs(inputs) -> list[Program]:
 
         def run():
             nonlocal params, optimizer_state
-            loss, params, optimizer_state = jax.block_until_ready(
-                function(params, optimizer_state, tokens, targets))
-            return (loss, *(params[name] for name in names))  # in the tracer's parameter order
+            loss, params, optimizer_state = function(params, optimizer_state, tokens, targets)
+            return (loss.block_until_ready(), *(params[name] for name in names))
         return run
     return jax_programs(step, build, donate_argnums=(0, 1))
 
