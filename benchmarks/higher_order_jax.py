@@ -3,7 +3,9 @@ derivatives by `jax.grad` of `jax.grad` of the network at one point, `jax.vmap`p
 points; the WGAN-GP penalty by `jax.grad` of the critic inside the loss that `jax.value_and_grad`
 differentiates again; per-sample gradients by `jax.vmap(jax.grad(loss))`; Adam's update and the
 clipped step as pure functions. Each step's new state is returned, its old state donated; a call
-waits for the loss only (the outputs of one call are ready together)."""
+waits for the loss only (the outputs of one call are ready together). jax is imported when a
+program is built (peers.jax_programs): the workloads list their programs in tests that run
+without it."""
 from __future__ import annotations
 
 from benchmarks.harness import Program
@@ -23,19 +25,15 @@ def mlp(params, x, activation):
 def _adam_programs(loss_function, params, data, **adam_options) -> list[Program]:
     """The programs of an Adam step on `loss_function(params, *data)`, from the (weight, bias)
     pairs `params`; each call returns the loss and the new parameters, flat."""
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
-
     def step(params, optimizer_state, *data):
-        loss, grads = jax.value_and_grad(loss_function)(params, *data)
+        loss, grads = installed("jax").value_and_grad(loss_function)(params, *data)
         return (loss, *adam(params, grads, optimizer_state, **adam_options))
 
     def build(function):
-        weights = [(jnp.asarray(w), jnp.asarray(b)) for w, b in params]
+        jax = installed("jax")
+        weights = [(jax.numpy.asarray(w), jax.numpy.asarray(b)) for w, b in params]
         optimizer_state = adam_state(weights)
-        arrays = [jnp.asarray(d) for d in data]
+        arrays = [jax.numpy.asarray(d) for d in data]
 
         def run():
             nonlocal weights, optimizer_state
@@ -48,14 +46,11 @@ def _adam_programs(loss_function, params, data, **adam_options) -> list[Program]
 def pinn_programs(initial, data, nu: float) -> list[Program]:
     """examples/pinn_burgers.py's Adam step for the viscosity `nu`, in float64 (jax.enable_x64
     around every call)."""
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
-
     def loss(params, t, x, t_data, x_data, u_data):
+        jax = installed("jax")
+
         def u(t, x):  # the network at one point
-            return mlp(params, jnp.stack([t, x]), jnp.tanh)[0]
+            return mlp(params, jax.numpy.stack([t, x]), jax.numpy.tanh)[0]
         u_t, u_x = jax.grad(u, argnums=0), jax.grad(u, argnums=1)
         u_xx = jax.grad(u_x, argnums=1)
 
@@ -66,27 +61,23 @@ def pinn_programs(initial, data, nu: float) -> list[Program]:
 
     programs = _adam_programs(loss, initial, data, learning_rate=3e-3)
     for program in programs:
-        program.setting = lambda: jax.enable_x64(True)
+        program.setting = lambda: installed("jax").enable_x64(True)
     return programs
 
 
 def wgan_programs(critic, generator, data, penalty_weight: float) -> list[Program]:
     """examples/wgan_gp.py's critic step, its penalty weighted by `penalty_weight`: Adam(lr 1e-4,
-    betas (0, 0.9)) on the critic."""
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
-    generator = [(jnp.asarray(w), jnp.asarray(b)) for w, b in generator]
-
+    betas (0, 0.9)) on the critic; the generator's weights (numpy) are constants of the step."""
     def loss(critic, real, noise, epsilon):
-        def score(x):
-            return mlp(critic, x, jnp.tanh)
+        jax = installed("jax")
+        tanh = jax.numpy.tanh
         fake = jax.lax.stop_gradient(mlp(generator, noise, jax.nn.relu))
         interpolates = epsilon * real + (1 - epsilon) * fake
-        gradients = jax.grad(lambda x: score(x).sum())(interpolates)  # each row's own gradient
-        penalty = ((jnp.linalg.norm(gradients, axis=1) - 1) ** 2).mean()
-        return score(fake).mean() - score(real).mean() + penalty_weight * penalty
+        # each row's gradient (rows are independent, so the gradient of their sum)
+        gradients = jax.grad(lambda x: mlp(critic, x, tanh).sum())(interpolates)
+        penalty = ((jax.numpy.linalg.norm(gradients, axis=1) - 1) ** 2).mean()
+        return (mlp(critic, fake, tanh).mean() - mlp(critic, real, tanh).mean()
+                + penalty_weight * penalty)
 
     return _adam_programs(loss, critic, data, learning_rate=1e-4, betas=(0.0, 0.9))
 
@@ -94,8 +85,7 @@ def wgan_programs(critic, generator, data, penalty_weight: float) -> list[Progra
 def sample_loss(params, x, y):
     """The cross-entropy of one sample (x: features, y: a 0-d class label) of the MLP
     x @ w1 + b1, tanh, @ w2 + b2 (examples/per_sample_grads.py's)."""
-    jnp = installed("jax").numpy
-    hidden = jnp.tanh(x @ params["w1"] + params["b1"])
+    hidden = installed("jax").numpy.tanh(x @ params["w1"] + params["b1"])
     return cross_entropy(hidden @ params["w2"] + params["b2"], y)
 
 
@@ -106,27 +96,23 @@ def per_sample_grads(params, x, y):
 
 def norms(grads: dict):
     """Each sample's gradient norm over every parameter."""
-    jnp = installed("jax").numpy
-    return jnp.sqrt(sum((g.reshape(g.shape[0], -1) ** 2).sum(axis=1) for g in grads.values()))
+    sums = sum((g.reshape(g.shape[0], -1) ** 2).sum(axis=1) for g in grads.values())
+    return installed("jax").numpy.sqrt(sums)
 
 
 def clipped_programs(initial: dict, x, y, clip: float) -> list[Program]:
     """examples/per_sample_grads.py's clipped step (learning rate 0.1): the per-sample norms and
     the parameters moved by the mean of the gradients clipped to norm `clip`."""
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
-
     def clipped_step(params, x, y):
         grads = per_sample_grads(params, x, y)
         total = norms(grads)
-        scale = jnp.minimum(clip / (total + 1e-6), 1.0)
+        scale = installed("jax").numpy.minimum(clip / (total + 1e-6), 1.0)
         params = {name: p - 0.1 * (grads[name] * scale.reshape(-1, *[1] * p.ndim)).mean(axis=0)
                   for name, p in params.items()}
         return total, params
 
     def build(function):
+        jnp = installed("jax").numpy
         params = {name: jnp.asarray(value) for name, value in initial.items()}
         arrays = jnp.asarray(x), jnp.asarray(y)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import types
 from typing import Callable
@@ -70,10 +71,12 @@ def torch_programs(function: Callable, build: Callable[[Callable], Callable]) ->
 
 def jax_programs(function: Callable, build: Callable[[Callable], Callable],
                  **jit_options) -> list[Program]:
-    jax = installed("jax")
-    if jax is None:
+    """`build(jax.jit(function))` makes fresh jax state and returns the call running it, when
+    jax is installed. jax is imported when the program is built, not here: listing a workload's
+    programs leaves the process as it was (jax's ml_dtypes gives numpy a bfloat16)."""
+    if importlib.util.find_spec("jax") is None:
         return []
-    return [Program("jax.jit", lambda: build(jax.jit(function, **jit_options)))]
+    return [Program("jax.jit", lambda: build(installed("jax").jit(function, **jit_options)))]
 
 
 def notes() -> list[str]:

@@ -1,7 +1,10 @@
 """The benchmark programs (benchmarks/) cannot rot: each workload's check against its float64
 reference, at tiny sizes, with the tracer and numpy (no timing, and torch only as the float64
 reference of the higher-order steps); and the jax.jit programs where jax is installed (the bench
-extra, which `make test` leaves out)."""
+extra, which `make test` leaves out), in a process of their own."""
+import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +18,13 @@ from benchmarks import (compile_time, cross_entropy, dispatch, first_result, gel
 from benchmarks.harness import checked_run  # noqa: E402
 from benchmarks.peers import installed  # noqa: E402
 
-requires_jax = pytest.mark.skipif(installed("jax") is None,
-                                  reason="jax is not installed (the bench extra)")
+# The tests of the jax programs run in a fresh process (test_the_jax_programs_in_a_fresh_process):
+# importing jax into this one would change what later tests find -- ml_dtypes, which jax loads,
+# gives numpy a bfloat16 (tests/test_nn_utils.py checks that a bfloat16 file is refused because
+# numpy lacks it), and jax's threads make each os.fork() of a later test warn.
+JAX_PROCESS = "TRACER_TEST_JAX_PROGRAMS"
+requires_jax = pytest.mark.skipif(os.environ.get(JAX_PROCESS) != "1",
+                                  reason="run by test_the_jax_programs_in_a_fresh_process")
 
 
 def jax_program(programs):
@@ -116,6 +124,16 @@ def test_the_thread_probe_times_a_step_in_a_fresh_process(tmp_path, monkeypatch)
 
 
 # The jax.jit programs -------------------------------------------------------------------------
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                    reason="jax is not installed (the bench extra)")
+def test_the_jax_programs_in_a_fresh_process():
+    finished = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", __file__, "-k", "test_jax_"],
+        env={**os.environ, JAX_PROCESS: "1"}, capture_output=True, text=True)
+    summary = (finished.stdout.strip().splitlines() or [""])[-1]
+    assert finished.returncode == 0 and "passed" in summary and "skipped" not in summary, (
+        finished.stdout[-5000:] + finished.stderr[-2000:])
 
 @requires_jax
 def test_jax_training_step():
