@@ -1,7 +1,8 @@
 """Compile time against graph size: the first call of a chain of N elementwise ops
 (`x = tanh(x * 1.01 + 0.1)`, three ops per link) on 1000 floats, with no disk cache; and the
 first call of examples/transformer.py's GPT training step (B=16 T=128 d=192, 4 layers of 6 heads,
-AdamW), the tracer's alone (torch.compile takes minutes on it).
+AdamW), the tracer's and jax.jit's (benchmarks/transformer.py's jax GPT; torch.compile takes
+minutes on it).
 
 Wall-clock rows compare the peers; the tracer's rows "CPU of the calling thread and the compile
 worker" time the same first call by `time.thread_time()` plus the CPU time of the process that
@@ -94,6 +95,19 @@ def gpt_first_call():
     return lambda: float(step(x, y))
 
 
+def jax_gpt_first_call_seconds() -> float:
+    """The wall-clock time of the first call (trace, compile, one step) of the jax GPT step of
+    benchmarks/transformer.py, from a new jax.jit, at the size of GPT; the same program passes the
+    float64 check in the transformer's rows."""
+    from benchmarks import transformer
+    inputs = transformer.make_inputs(tuple(GPT[key] for key in ("batch", "block_size", "n_layer",
+                                                                 "n_head", "n_embd")))
+    first_call = transformer.jax_transformer_programs(inputs)[0].build()
+    start = time.perf_counter()
+    first_call()
+    return time.perf_counter() - start
+
+
 CPU_ROW = "compile time (first call), CPU of the calling thread and the compile worker"
 
 
@@ -113,6 +127,12 @@ def thread_rows(quick: bool, x: np.ndarray) -> list[Row]:
         wall_row.seconds["tracer"] = min(wall for _, wall in times)
     except Exception as error:  # noqa: BLE001 - any failure is a result to report
         cpu_row.failures["tracer"] = wall_row.failures["tracer"] = failure(error)
+    if installed("jax"):
+        try:
+            wall_row.seconds["jax.jit"] = min(jax_gpt_first_call_seconds()
+                                              for _ in range(1 if quick else REPEATS))
+        except Exception as error:  # noqa: BLE001 - any failure is a result to report
+            wall_row.failures["jax.jit"] = failure(error)
     return result + [cpu_row, wall_row]
 
 

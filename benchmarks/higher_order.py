@@ -5,7 +5,8 @@ network in the loss, then the weights' gradient), the WGAN-GP critic's Adam step
 per-sample gradients (examples/per_sample_grads.py: `vmap(grad(loss))`). PyTorch runs the same
 steps written with torch (torch.func.vmap and grad for the per-sample ones) from the same weights,
 eagerly and under torch.compile, which is reported failing where it cannot compile a double
-backward. The float64 reference is PyTorch's eager step in float64.
+backward; jax.jit runs them as JAX users write them (benchmarks/higher_order_jax.py). The float64
+reference is PyTorch's eager step in float64.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import math
 
 import numpy as np
 
+from benchmarks import higher_order_jax
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
 from benchmarks.peers import installed, torch_programs
 
@@ -115,8 +117,8 @@ def pinn_workload(count: int) -> tuple[list[Program], list[np.ndarray], list[flo
     torch_pinn_step = torch_steps()[0]
     expected = _reference(torch_build, torch_pinn_step)
     scales = _scales(expected, [a for pair in initial for a in pair], TOLERANCE["float64"])
-    return ([Program("tracer", tracer_build), *torch_programs(torch_pinn_step, torch_build)],
-            expected, scales)
+    return ([Program("tracer", tracer_build), *torch_programs(torch_pinn_step, torch_build),
+             *higher_order_jax.pinn_programs(initial, data, pinn.NU)], expected, scales)
 
 
 def _reference(torch_build, function) -> list[np.ndarray]:
@@ -191,8 +193,9 @@ def wgan_workload(size: tuple[int, int]) -> tuple[list[Program], list[np.ndarray
     expected = _reference(functools.partial(torch_build, dtype=installed("torch").float64),
                           torch_critic_step)
     scales = _scales(expected, [a for pair in critic_weights for a in pair], TOLERANCE["float32"])
-    return ([Program("tracer", tracer_build), *torch_programs(torch_critic_step, torch_build)],
-            expected, scales)
+    return ([Program("tracer", tracer_build), *torch_programs(torch_critic_step, torch_build),
+             *higher_order_jax.wgan_programs(critic_weights, generator_weights, data,
+                                             wgan.PENALTY)], expected, scales)
 
 
 # Per-sample gradients -------------------------------------------------------------------------
@@ -242,8 +245,8 @@ def per_sample_workload(size: tuple[int, int, int, int]) -> tuple[list[Program],
                           torch_clipped_step)
     scales = [float(np.abs(expected[0]).max())] + _scales(
         [0.0, *expected[1:]], list(initial.values()), TOLERANCE["float32"])[1:]
-    return ([Program("tracer", tracer_build), *torch_programs(torch_clipped_step, torch_build)],
-            expected, scales)
+    return ([Program("tracer", tracer_build), *torch_programs(torch_clipped_step, torch_build),
+             *higher_order_jax.clipped_programs(initial, x, y, module.CLIP)], expected, scales)
 
 
 # (name, sizes, the workload, its dtype)

@@ -1,8 +1,8 @@
 """An MLP classifier's training step as PyTorch users write one: `nn.Sequential(Linear, ReLU,
 Linear)`, `F.cross_entropy`, `loss.backward()`, `optimizer.step()` (SGD) and
 `optimizer.zero_grad()`, the whole step under `@tr.trace`. PyTorch runs the same model written with
-torch.nn from the same weights on the same batch, eagerly and under torch.compile. (jax.jit could
-express it, but jax is not installed here; `peers.notes()` says so in the table.)
+torch.nn from the same weights on the same batch, eagerly and under torch.compile, and jax.jit runs
+it written with jax.numpy, `jax.value_and_grad` and SGD's update as a pure function.
 
 The float64 reference is the tracer's eager mode in float64 (the reference semantics, which the
 test suite checks against PyTorch).
@@ -13,7 +13,8 @@ import numpy as np
 
 from benchmarks import floors
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, measure
-from benchmarks.peers import installed, torch_programs
+from benchmarks.jax_training import cross_entropy, sgd
+from benchmarks.peers import installed, jax_programs, torch_programs
 
 # (batch, inputs, hidden, classes): MNIST's shape.
 SIZES = {"256×784→512→10": (256, 784, 512, 10)}
@@ -114,6 +115,34 @@ def torch_mlp_programs(inputs) -> list[Program]:
     return torch_programs(torch_step, build)
 
 
+def jax_mlp_programs(inputs) -> list[Program]:
+    jax = installed("jax")
+    if jax is None:
+        return []
+    jnp = jax.numpy
+    _, weights, (x, y) = inputs
+
+    def loss_function(params, x, y):
+        hidden = jax.nn.relu(x @ params["0.weight"].T + params["0.bias"])
+        return cross_entropy(hidden @ params["2.weight"].T + params["2.bias"], y)
+
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_function)(params, x, y)
+        return loss, sgd(params, grads, LEARNING_RATE)
+
+    def build(function):
+        params = {name: jnp.asarray(value) for name, value in weights.items()}
+        data, labels = jnp.asarray(x), jnp.asarray(y)
+
+        def run():
+            nonlocal params
+            loss, params = function(params, data, labels)
+            # (the outputs of one call are ready together, as two_layer.py's jax step assumes)
+            return (loss.block_until_ready(), *(params[name] for name in weights))
+        return run
+    return jax_programs(step, build, donate_argnums=0)
+
+
 def matmul_shapes(sizes) -> list[tuple[int, int, int]]:
     """(m, k, n) of the step's products: two forward, and the backward's three."""
     batch, features, hidden, classes = sizes
@@ -133,7 +162,8 @@ def rows(quick: bool, timing: Timing) -> list[Row]:
         inputs = make_inputs(sizes)
         expected, scales = reference(inputs)
         result.append(measure(Row("MLP classifier step (SGD)", label),
-                              [tracer_program(inputs), *torch_mlp_programs(inputs)], expected,
+                              [tracer_program(inputs), *torch_mlp_programs(inputs),
+                               *jax_mlp_programs(inputs)], expected,
                               TOLERANCE, timing, scales,
                               floors=floors.sgemm(matmul_shapes(sizes))))
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import types
 from typing import Callable
@@ -16,7 +17,8 @@ THREADS = len(os.sched_getaffinity(0))
 @functools.cache
 def installed(name: str):
     """The module `torch` or `jax`, or None when it is not installed. torch uses every core
-    this process may run on, as the tracer does."""
+    this process may run on, as the tracer does; so does jax without a setting (XLA's CPU client
+    sizes its thread pool by the process's CPU affinity: 2 threads here, 1 under `taskset -c 0`)."""
     try:
         module = importlib.import_module(name)
     except ImportError:
@@ -69,10 +71,12 @@ def torch_programs(function: Callable, build: Callable[[Callable], Callable]) ->
 
 def jax_programs(function: Callable, build: Callable[[Callable], Callable],
                  **jit_options) -> list[Program]:
-    jax = installed("jax")
-    if jax is None:
+    """`build(jax.jit(function))` makes fresh jax state and returns the call running it, when
+    jax is installed. jax is imported when the program is built, not here: listing a workload's
+    programs leaves the process as it was (jax's ml_dtypes gives numpy a bfloat16)."""
+    if importlib.util.find_spec("jax") is None:
         return []
-    return [Program("jax.jit", lambda: build(jax.jit(function, **jit_options)))]
+    return [Program("jax.jit", lambda: build(installed("jax").jit(function, **jit_options)))]
 
 
 def notes() -> list[str]:
@@ -80,7 +84,8 @@ def notes() -> list[str]:
     torch, jax = installed("torch"), installed("jax")
     lines = [f"torch {torch.__version__} ({THREADS} threads)" if torch else
              "torch: not installed, its columns are empty",
-             f"jax {jax.__version__}" if jax else "jax: not installed, its column is empty"]
+             f"jax {jax.__version__} ({THREADS} threads; float32, the PINN's float64 under "
+             "jax.enable_x64)" if jax else "jax: not installed, its column is empty"]
     if torch and fullgraph_setting() is None:
         lines.append("torch.compile fullgraph: skipped, this torch has no "
                      "torch._dynamo.config.trace_autograd_ops")

@@ -1,7 +1,8 @@
 """Per-sample gradient norms of an MLP (the clipping statistic of DP-SGD), batch 64:
 `tr.vmap(tr.grad(loss), in_dims=(None, 0, 0))` under `@tr.trace`, batched by the vmap pass,
 against the same step unrolled into one gradient per sample (what vmap did before it batched),
-torch.func.vmap(grad) eagerly and under torch.compile, in one process.
+torch.func.vmap(grad) eagerly and under torch.compile, and jax.jit of jax.vmap(jax.grad) where jax
+is installed, in one process.
 
     python -m benchmarks.per_sample_gradients [--quick]     (from the repository root)
 
@@ -18,6 +19,7 @@ import time
 import numpy as np
 
 from benchmarks.harness import Timing, check, median_times
+from benchmarks.peers import installed
 
 BATCH, FEATURES, HIDDEN, CLASSES = 64, 64, 128, 10
 TOLERANCE = 1e-4  # float32 sums of up to 128 products, then a square root of sums of squares
@@ -69,6 +71,18 @@ def torch_step():
     return step
 
 
+def jax_step():
+    """jax.vmap(jax.grad(loss)) of the same loss (benchmarks/higher_order_jax.py's), its norms,
+    under jax.jit; None without jax."""
+    from benchmarks import higher_order_jax
+    jax = installed("jax")
+    if jax is None:
+        return None
+    step = jax.jit(lambda params, x, y: higher_order_jax.norms(
+        higher_order_jax.per_sample_grads(params, x, y)))
+    return lambda *arguments: jax.block_until_ready(step(*arguments))
+
+
 def _first_call(call) -> tuple[float, float, object]:
     wall, cpu = time.perf_counter(), time.thread_time()
     result = call()
@@ -93,6 +107,12 @@ def lines(quick: bool = False) -> list[str]:
              ("tracer unrolled (a grad per sample)", unrolled, ours),
              ("torch.func eager", torch_step(), theirs),
              ("torch.compile(torch.func)", torch.compile(torch_step()), theirs)]
+    jax_norms = jax_step()
+    if jax_norms is not None:  # (kept by --quick, as the even-numbered peers are)
+        jnp = installed("jax").numpy
+        peers.append(("jax.jit(jax.vmap(jax.grad))", jax_norms,
+                      ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x),
+                       jnp.asarray(y))))
     for name, step, arguments in peers[::2] if quick else peers:
         def call(step=step, arguments=arguments):
             return step(*arguments)

@@ -3,8 +3,9 @@ causal self-attention, layer norm, GELU MLP, cross-entropy on the next character
 update, `loss.backward(); optimizer.step(); optimizer.zero_grad()` in one step. The tracer runs the
 example's own model and step; PyTorch runs the same model written with torch.nn (`torch_gpt()`,
 also the oracle of tests/test_examples_transformer.py), from the same initial weights on the same
-batch, eagerly and under torch.compile. No numpy or jax version: writing the backward of a
-transformer by hand is not what their users do.
+batch, eagerly and under torch.compile; jax.jit runs it written with jax.numpy (`jax_gpt()`), its
+gradient by `jax.value_and_grad` and AdamW's update as a pure function. No numpy version: writing
+the backward of a transformer by hand is not what its users do.
 
 The float64 reference is the tracer's eager mode in float64 (numpy, the reference semantics, which
 tests/test_examples_transformer.py checks against PyTorch to 1e-12).
@@ -16,7 +17,8 @@ import math
 
 from benchmarks import floors
 from benchmarks.harness import CALLS_BEFORE_CHECK, Program, Row, Timing, load_example, measure
-from benchmarks.peers import installed, torch_programs
+from benchmarks.jax_training import adam_state, adamw, cross_entropy
+from benchmarks.peers import installed, jax_programs, torch_programs
 
 # (batch, block_size, n_layer, n_head, n_embd): the example's default model, and GPTs of head size
 # 32 and 64 with contexts of 64 to 256 characters (the first is issue 15's).
@@ -167,6 +169,44 @@ def torch_gpt():
     return GPT
 
 
+@functools.cache
+def jax_gpt():
+    """The example's GPT as JAX users write one: its loss as a function of a dict of parameters
+    (by the example's names) and a batch, with jax.numpy; the configuration picks the shapes."""
+    jax = installed("jax")
+    jnp = jax.numpy
+
+    def linear(params, name, x):
+        y = x @ params[f"{name}.weight"].T
+        return y + params[f"{name}.bias"] if f"{name}.bias" in params else y
+
+    def layer_norm(params, name, x):
+        mean = x.mean(axis=-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        y = (x - mean) / jnp.sqrt(variance + 1e-5) * params[f"{name}.weight"]
+        return y + params[f"{name}.bias"] if f"{name}.bias" in params else y
+
+    def attention(params, name, x, heads):
+        B, T, C = x.shape
+        q, k, v = (a.reshape(B, T, heads, C // heads).transpose(0, 2, 1, 3)
+                   for a in jnp.split(linear(params, f"{name}.c_attn", x), 3, axis=2))
+        att = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(C // heads))
+        att = jnp.where(jnp.tril(jnp.ones((T, T), bool)), att, -jnp.inf)
+        y = jax.nn.softmax(att, axis=-1) @ v
+        return linear(params, f"{name}.c_proj", y.transpose(0, 2, 1, 3).reshape(B, T, C))
+
+    def gpt_loss(params, idx, targets, config):
+        x = params["wte.weight"][idx] + params["wpe.weight"][:idx.shape[1]]
+        for layer in range(config.n_layer):
+            block = f"h.{layer}"
+            x = x + attention(params, f"{block}.attn", layer_norm(params, f"{block}.ln_1", x),
+                              config.n_head)
+            hidden = linear(params, f"{block}.mlp.c_fc", layer_norm(params, f"{block}.ln_2", x))
+            x = x + linear(params, f"{block}.mlp.c_proj", jax.nn.gelu(hidden, approximate=False))
+        return cross_entropy(linear(params, "lm_head", layer_norm(params, "ln_f", x)), targets)
+    return gpt_loss
+
+
 def torch_step(model, optimizer, x, y):
     loss = model(x, y)
     loss.backward()
@@ -188,6 +228,34 @@ def torch_transformer_programs(inputs) -> list[Program]:
         tokens, targets = torch.from_numpy(x), torch.from_numpy(y)
         return lambda: (function(model, optimizer, tokens, targets), *model.parameters())
     return torch_programs(torch_step, build)
+
+
+def jax_transformer_programs(inputs) -> list[Program]:
+    jax = installed("jax")
+    if jax is None:
+        return []
+    jnp = jax.numpy
+    settings, weights, (x, y) = inputs
+    # the parameters, in the tracer's order (not the attention mask)
+    names = [name for name, _ in example().GPT(settings).named_parameters()]
+    gpt_loss = jax_gpt()
+
+    def step(params, optimizer_state, idx, targets):
+        loss, grads = jax.value_and_grad(gpt_loss)(params, idx, targets, settings)
+        params, optimizer_state = adamw(params, grads, optimizer_state, LEARNING_RATE)
+        return loss, params, optimizer_state
+
+    def build(function):
+        params = {name: jnp.asarray(weights[name]) for name in names}
+        optimizer_state = adam_state(params)
+        tokens, targets = jnp.asarray(x), jnp.asarray(y)
+
+        def run():
+            nonlocal params, optimizer_state
+            loss, params, optimizer_state = function(params, optimizer_state, tokens, targets)
+            return (loss.block_until_ready(), *(params[name] for name in names))
+        return run
+    return jax_programs(step, build, donate_argnums=(0, 1))
 
 
 def matmul_shapes(settings, batch: int) -> list[tuple[int, ...]]:
@@ -218,7 +286,8 @@ def rows(quick: bool, timing: Timing) -> list[Row]:
         settings = inputs[0]
         tokens = SIZES[label][0] * settings.block_size
         row = measure(Row("transformer training step (AdamW)", label),
-                      [tracer_program(inputs), *torch_transformer_programs(inputs)], expected,
+                      [tracer_program(inputs), *torch_transformer_programs(inputs),
+                       *jax_transformer_programs(inputs)], expected,
                       TOLERANCE, timing, scales,
                       floors=floors.sgemm(matmul_shapes(settings, SIZES[label][0])))
         if "tracer" in row.seconds:
