@@ -4,7 +4,7 @@ FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
-2**52 or 2**23), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
+2**52 or 2**23, or a zero of either sign), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
 remainder (the fmod primitive) with its sign conventions (rounding toward minus infinity; the
 remainder has the divisor's sign).
 """
@@ -39,7 +39,8 @@ def floor(x: Tensor) -> Tensor:
     value = x.detach()
     truncated = value.to(irtypes.int64).to(x.dtype)  # in range wherever it is used below
     lowered = truncated - (truncated > value).to(x.dtype)
-    integral = (value.abs() >= _INTEGRAL_FROM[x.dtype]) | (value != value)
+    # (and zeros, so that -0.0 stays -0.0: the round trip gives +0.0)
+    integral = (value.abs() >= _INTEGRAL_FROM[x.dtype]) | (value != value) | (value == 0)
     return where(integral, value, lowered)
 
 
