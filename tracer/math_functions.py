@@ -20,7 +20,7 @@ import numpy as np
 
 from tracer.ir import types as irtypes
 from tracer.arithmetic import to_float, where
-from tracer.creation import full_like
+from tracer.creation import full_like, zeros_like
 from tracer.dispatch import apply, as_tensor, from_data, promote
 from tracer.errors import ArgumentError
 from tracer.function import Function
@@ -42,15 +42,31 @@ def clamp_max(x: Tensor, max) -> Tensor:
     return x.clamp(max=max)
 
 
-def ceil(x: Tensor) -> Tensor:
-    """The smallest integer not below x, -floor(-x) (-0.5 gives -0.0, as PyTorch); zero
-    gradient."""
-    return -floor(-x) if irtypes.is_float(x.dtype) else x.clone()
+class _ToInteger(Function):
+    """floor, ceil (-floor(-x)) or trunc (toward zero; -0.5 gives -0.0, as PyTorch's): a result
+    that requires grad where x does, with a zero gradient, as PyTorch's."""
+
+    @staticmethod
+    def forward(ctx, x, how):
+        if how == "floor":
+            return floor(x)
+        if how == "ceil":
+            return -floor(-x)
+        return where(x < 0, -floor(-x), floor(x))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return zeros_like(grad_output), None
 
 
-def trunc(x: Tensor) -> Tensor:
-    """x rounded toward zero (-0.5 gives -0.0, as PyTorch); zero gradient."""
-    return where(x < 0, ceil(x), floor(x)) if irtypes.is_float(x.dtype) else x.clone()
+def _to_integer(how: str):
+    def rounding(x: Tensor) -> Tensor:
+        return _ToInteger.apply(x, how) if irtypes.is_float(x.dtype) else x.clone()
+    rounding.__name__ = rounding.__qualname__ = how
+    return rounding
+
+
+floor_with_gradient, ceil, trunc = map(_to_integer, ("floor", "ceil", "trunc"))
 
 
 def sgn(x: Tensor) -> Tensor:
@@ -249,7 +265,8 @@ def equal(x, other) -> builtins.bool:
 
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
-    "reciprocal": reciprocal, "clamp_min": clamp_min, "clamp_max": clamp_max, "ceil": ceil,
+    "reciprocal": reciprocal, "clamp_min": clamp_min, "clamp_max": clamp_max,
+    "floor": floor_with_gradient, "ceil": ceil,
     "trunc": trunc, "fix": trunc, "sgn": sgn, "isnan": isnan, "isinf": isinf,
     "isfinite": isfinite, "nan_to_num": nan_to_num, "tan": tan, "log2": log2, "log10": log10,
     "log1p": log1p, "expm1": expm1,
@@ -258,9 +275,17 @@ METHODS = {
 }
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)
-Tensor.where = lambda self, condition, other: where(condition, self, other)
-for _name in ("reciprocal", "clamp_min", "clamp_max", "ceil", "trunc", "fix", "nan_to_num",
-              "tan", "log2", "log10", "log1p", "expm1", "sgn"):
+
+
+def _where_method(self: Tensor, condition, other) -> Tensor:
+    """`x.where(condition, other)` is `tr.where(condition, x, other)`."""
+    return where(condition, self, other)
+
+
+_where_method.__name__, _where_method.__qualname__ = "where", "Tensor.where"
+Tensor.where = _where_method
+for _name in ("reciprocal", "clamp_min", "clamp_max", "floor", "ceil", "trunc", "fix",
+              "nan_to_num", "tan", "log2", "log10", "log1p", "expm1", "sgn"):
     setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
         getattr(self, _name)(*args, **kwargs), _name + "_"))
 

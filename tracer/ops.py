@@ -361,7 +361,7 @@ def rsqrt(x: Tensor) -> Tensor:
 
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
-    "floor": floor, "floor_divide": floor_divide, "remainder": remainder,
+    "floor_divide": floor_divide, "remainder": remainder,
     "var": var, "std": std, "norm": norm, "amax": amax, "amin": amin, "logsumexp": logsumexp,
     "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
     "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
@@ -375,7 +375,7 @@ Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
 Tensor.__mod__ = remainder
 Tensor.__rmod__ = lambda self, other: remainder(other, self)
 Tensor.__format__ = format_tensor
-for _name in ("masked_fill", "addcmul", "addcdiv", "lerp", "floor", "remainder", "floor_divide"):
+for _name in ("masked_fill", "addcmul", "addcdiv", "lerp", "remainder", "floor_divide"):
     setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
         getattr(self, _name)(*args, **kwargs), _name + "_"))
 Tensor.__ifloordiv__ = Tensor.floor_divide_
