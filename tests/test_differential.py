@@ -346,6 +346,8 @@ UNARY = {
     "expm1": lambda B, x: (x.tanh() * 4).expm1(),
     "log2": lambda B, x: (x.abs() + 0.5).log2(),
     "log10": lambda B, x: B.m.log10(x.abs() + 0.5),
+    "sinh": lambda B, x: (x.tanh() * 3).sinh(),
+    "cosh": lambda B, x: B.m.cosh(x.tanh() * 3),
     "trunc": lambda B, x: (x * 4).trunc(),
     "ceil": lambda B, x: B.m.ceil(x * 4),
     "sgn": lambda B, x: x.sgn(),
