@@ -276,3 +276,16 @@ def test_errors_name_the_users_line(call, error, message):
     with pytest.raises(error, match=message) as caught:
         call()
     assert "test_api_names.py" in str(caught.value)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_vmap_of_the_compositions_matches_torch(traced):
+    def per_sample(t, library):
+        return (t.abs().log1p(), t.expm1(), t.flip(0), t.diagonal(), t.roll(1, 1), t.sinh(),
+                t.cosh(), t.narrow(1, 1, 2), t.trunc(), t.isfinite(), library.outer(t[0], t[1]))
+
+    batched = tr.vmap(lambda t: per_sample(t, tr))
+    ours = (tr.trace(batched) if traced else batched)(tr.tensor(CUBE))
+    theirs = torch.vmap(lambda t: per_sample(t, torch))(torch.tensor(CUBE))
+    for mine, reference in zip(ours, theirs):
+        np.testing.assert_allclose(mine.numpy(), reference.numpy(), rtol=1e-12, atol=1e-14)
