@@ -38,6 +38,8 @@ CASES = [
     case("trunc ceil sgn", lambda t, x: (x.trunc(), t.ceil(x * 3), x.sgn(), t.trunc(x * 3)),
          [X * 2]),
     case("tan", lambda t, x: (x.tan(), t.tan(x * 3)), [X]),
+    case("fmod", lambda t, x, y: (x.fmod(y), t.fmod(x * 5, -1.5), t.fmod(x, y[0])),
+         [X * 5, X[::-1] + 0.3]),
     case("sinh cosh", lambda t, x: (x.sinh(), t.cosh(x), (x * 1e-5).sinh(), t.sinh(x * 30),
                                     (x * 30).cosh()), [X]),
     case("log2 log10", lambda t, x: (x.log2(), t.log10(x)), [np.abs(X) + 0.1]),
@@ -121,7 +123,7 @@ EDGE_CASES = [
                                    x.isfinite(), x.reciprocal(), x.log2(), x.nan_to_num(),
                                    t.isclose(x, x + 1, atol=1), x.flip(0), x.roll(1),
                                    t.diag(x), x.repeat_interleave(2), x.argmin(), t.outer(x, x),
-                                   x.dot(x), x.tan(), x.expm1()),
+                                   x.dot(x), x.tan(), x.expm1(), x.fmod(3), t.fmod(-x, -2)),
          [np.array([3, -1, 4, 0, 5])]),
 ]
 
@@ -270,6 +272,7 @@ def test_second_order_gradients_match_torch():
      "broadcast"),
     (lambda: tr.isclose(tr.ones(2), tr.ones(2, dtype=tr.int64)), tr.ArgumentError, "convert"),
     (lambda: F.hardtanh(tr.ones(2), 1.0, 0.0), tr.ArgumentError, "greater"),
+    (lambda: tr.fmod(tr.tensor([3, 4]), tr.tensor([1, 0])), tr.ArgumentError, "by zero"),
     (lambda: tr.trace(lambda x: tr.allclose(x, x))(tr.ones(2)), tr.TracerError, "traced"),
 ])
 def test_errors_name_the_users_line(call, error, message):
@@ -289,3 +292,18 @@ def test_vmap_of_the_compositions_matches_torch(traced):
     theirs = torch.vmap(lambda t: per_sample(t, torch))(torch.tensor(CUBE))
     for mine, reference in zip(ours, theirs):
         np.testing.assert_allclose(mine.numpy(), reference.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_copies_built_from_view_operations_may_be_changed_in_place():
+    """repeat_interleave and roll without dims are copies in PyTorch: changing them in place is
+    fine, where a view-copy refuses it (found by the differential tester: repeat_interleave's
+    result, a flatten() on the way, refused an index assignment)."""
+    def change(library, x):
+        results = [x.repeat_interleave(2, 0), x.roll(1), x.flip(0), library.diag(x[0]),
+                   library.hstack([x, x])]
+        for result in results:
+            result[0] = 7.0
+            result.mul_(2)
+        return results
+
+    compare_with_torch(lambda x: change(tr, x), lambda x: change(torch, x), [X], gradients=False)

@@ -1,5 +1,5 @@
 """PyTorch's everyday elementwise functions that are compositions of primitives: reciprocal,
-clamp_min/clamp_max, trunc/ceil (from floor), sgn, nan_to_num, tan, log2/log10, log1p/expm1 (by
+clamp_min/clamp_max, trunc/ceil (from floor), fmod (a primitive), sgn, nan_to_num, tan, log2/log10, log1p/expm1 (by
 the classic corrections of the rounded 1 + x and exp(x), to a few ulp), the predicates
 isnan/isinf/isfinite/isclose, allclose/equal (Python bools, as PyTorch's), the logical functions
 on any dtype, and `Tensor.where`. Attached to Tensor as methods and exported as `tr.<name>`.
@@ -25,7 +25,7 @@ from tracer.creation import full_like, zeros_like
 from tracer.dispatch import apply, as_tensor, from_data, promote
 from tracer.errors import ArgumentError
 from tracer.function import Function
-from tracer.ops import floor
+from tracer.ops import floor, is_eager_int_zero
 from tracer.rounding import RoundingMethods
 from tracer.tensor import Tensor
 
@@ -68,6 +68,24 @@ def _to_integer(how: str):
 
 
 floor_with_gradient, ceil, trunc = map(_to_integer, ("floor", "ceil", "trunc"))
+
+
+def fmod(x: Tensor, other) -> Tensor:
+    """C's remainder of x / other truncated toward zero (the sign of x; the fmod primitive,
+    exact); gradient grad for x and -grad * trunc(x / other) for other, as PyTorch's. Integers:
+    the remainder with the divisor's sign (%), moved to x's sign."""
+    x, other = promote(x, other)
+    if x.dtype == irtypes.bool_:
+        raise ArgumentError("fmod is not defined on bool tensors; convert them with .long()")
+    if irtypes.is_float(x.dtype):
+        result = apply("fmod", [x, other])
+    else:
+        if is_eager_int_zero(other):
+            raise ArgumentError("integer fmod by zero (ZeroDivisionError in PyTorch)")
+        floored = x % other
+        result = where((floored != 0) & ((floored < 0) != (x < 0)), floored - other, floored)
+    result._weak = x._weak and other._weak
+    return result
 
 
 def sgn(x: Tensor) -> Tensor:
@@ -318,7 +336,7 @@ def equal(x, other) -> builtins.bool:
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
     "reciprocal": reciprocal, "clamp_min": clamp_min, "clamp_max": clamp_max,
-    "floor": floor_with_gradient, "ceil": ceil,
+    "floor": floor_with_gradient, "ceil": ceil, "fmod": fmod,
     "trunc": trunc, "fix": trunc, "sgn": sgn, "isnan": isnan, "isinf": isinf,
     "isfinite": isfinite, "nan_to_num": nan_to_num, "tan": tan, "log2": log2, "log10": log10,
     "log1p": log1p, "expm1": expm1, "sinh": sinh, "cosh": cosh,
@@ -336,7 +354,7 @@ def _where_method(self: Tensor, condition, other) -> Tensor:
 
 _where_method.__name__, _where_method.__qualname__ = "where", "Tensor.where"
 Tensor.where = _where_method
-for _name in ("reciprocal", "clamp_min", "clamp_max", "floor", "ceil", "trunc", "fix",
+for _name in ("reciprocal", "clamp_min", "clamp_max", "floor", "ceil", "trunc", "fix", "fmod",
               "nan_to_num", "tan", "log2", "log10", "log1p", "expm1", "sinh", "cosh",
               "sgn"):
     setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(

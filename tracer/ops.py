@@ -44,7 +44,7 @@ def floor(x: Tensor) -> Tensor:
     return where(integral, value, lowered)
 
 
-def _is_eager_int_zero(divisor: Tensor) -> builtins.bool:
+def is_eager_int_zero(divisor: Tensor) -> builtins.bool:
     return (state.trace is None and divisor._trace is None
             and builtins.bool((divisor._handle == 0).any()))
 
@@ -65,7 +65,7 @@ def floor_divide(x, y) -> Tensor:
         return where(y == 0, x / y, whole).detach()
     if x.dtype == irtypes.bool_:
         raise ArgumentError("// is not defined on bool tensors; convert them with .long()")
-    if _is_eager_int_zero(y):
+    if is_eager_int_zero(y):
         raise ArgumentError("integer division by zero (ZeroDivisionError in PyTorch)")
     quotient = floor(x.to(irtypes.float64) / y.to(irtypes.float64)).to(x.dtype)
     quotient._weak = x._weak and y._weak

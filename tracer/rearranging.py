@@ -16,6 +16,7 @@ from tracer.dispatch import apply, as_tensor, from_data, tensor_operand
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError
 from tracer.functional import cat
 from tracer.gathering import index_select
+from tracer.layout import fresh
 from tracer.tensor import Tensor, mark_view
 
 
@@ -42,7 +43,7 @@ def roll(x: Tensor, shifts, dims=None) -> Tensor:
     if dims is None:
         if len(shifts) != 1:
             raise ArgumentError(f"roll without dims takes one shift, got {shifts}")
-        return roll(x.flatten(), shifts, 0).reshape(x.shape)
+        return fresh(roll(x.flatten(), shifts, 0).reshape(x.shape))
     dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
     if len(shifts) != len(dims):
         raise ArgumentError(f"roll: {len(shifts)} shifts and {len(dims)} dimensions; give one "
@@ -185,7 +186,7 @@ def repeat_interleave(x: Tensor, repeats, dim: int | None = None) -> Tensor:
     if x.ndim == 0:
         return x.reshape(1).expand(count).clone()
     spread = x.unsqueeze(axis + 1).expand(*x.shape[:axis + 1], count, *x.shape[axis + 1:])
-    return spread.flatten(axis, axis + 1)
+    return fresh(spread.flatten(axis, axis + 1))  # (a copy in PyTorch too: no view)
 
 
 def meshgrid(*tensors, indexing: str = "ij") -> tuple[Tensor, ...]:
