@@ -373,6 +373,7 @@ BINARY = {
     "pow": lambda B, a, b: (a.abs() + 0.5) ** b, "pow_method": lambda B, a, b: (a * a + 1).pow(b),
     "where": lambda B, a, b: B.m.where(a > b, a, b * 2),
     "where0": lambda B, a, b: B.m.where(b < 0, a, 0.5 * b),
+    "fmod": lambda B, a, b: (a * 4).fmod(b.abs() + 0.5),
     "mul_pair": lambda B, a, b: B.functions["mul_pair"](a, b),
     "no_grad_first": lambda B, a, b: B.functions["no_grad_first"](a, b),
 }
@@ -892,12 +893,16 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "binary:pow", "binary:pow_method",
                          "reduce:max:dim", "reduce:min:dim",
                          "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
-                         "call:amax", "call:std"}
+                         "call:amax", "call:std",
+                         # issue 18's: PyTorch's expm1, tan, reciprocal and sgn save their results
+                         "unary:expm1", "unary:tan", "unary:reciprocal", "unary:sgn"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
                          "call:amin", "call:layer_norm", "call:mse_loss",
-                         "call:einsum"}
+                         "call:einsum",
+                         # and hardtanh and sgn their input (here a select reads its condition)
+                         "unary:hardtanh", "unary:sgn"}
 
 
 def _changed(op):
