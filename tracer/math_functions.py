@@ -9,7 +9,8 @@ within 1; tests/test_api_math_functions.py measures it). log2 and log10 divide t
 the constant and are exact at the powers of the base, where PyTorch's are (a value one ulp off an
 integer would make floor(log2(n)) wrong): the result is the rounded power where x is 2**k (a
 test of x's mantissa by rounding) or the float nearest 10**k for |k| <= 22 (a table). sinh and cosh are built from exp(|x| / 2) and expm1
-(within 4 ulp). There is no arc sine, arc cosine or arc tangent: without a primitive they need a
+(within 4 ulp; finite up to where the exact value overflows, where PyTorch's overflow a little
+before it for positive x but not for negative x). There is no arc sine, arc cosine or arc tangent: without a primitive they need a
 range reduction and a polynomial of their own, not a composition of these.
 """
 from __future__ import annotations
@@ -201,7 +202,7 @@ class _Log1p(Function):
 class _Expm1(Function):
     """exp(x) - 1 accurate for small x: with u = exp(x) rounded, (u - 1) * (x / log(u)) (Kahan's;
     the quotient, near 1, cannot overflow), x where u rounds to 1, -1 where u - 1 does, and u where
-    it is infinite; gradient grad * exp(x), as PyTorch's grad * (result + 1)."""
+    it is infinite; gradient PyTorch's grad * (result + 1) (0 where the result rounds to -1)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -214,7 +215,7 @@ class _Expm1(Function):
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        return grad_output * x.exp()
+        return grad_output * (expm1(x) + 1)
 
 
 def _half_exponential_halves(x: Tensor) -> tuple[Tensor, Tensor]:

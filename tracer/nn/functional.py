@@ -60,10 +60,11 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
              inplace: builtins.bool = False) -> Tensor:
-    """x clamped to [min_val, max_val]; as PyTorch's, the gradient passes only strictly inside."""
+    """x clamped to [min_val, max_val]; as PyTorch's, the gradient passes only strictly inside
+    (and at nan)."""
     if min_val > max_val:
         raise ArgumentError(f"hardtanh: min_val {min_val} is greater than max_val {max_val}")
-    inside = (input > min_val) & (input < max_val)
+    inside = ~((input <= min_val) | (input >= max_val))
     result = where(inside, input, input.detach().clamp(min_val, max_val))
     return input.copy_(result) if inplace else result
 
