@@ -119,8 +119,10 @@ def _public_methods():
             continue
         if name.startswith("_"):
             continue
-        # (repeat takes any number of sizes: twelve of them would tile the tensor 10**11 times)
-        if callable(member) and not isinstance(member, type) and name != "repeat":
+        # (repeat and new_zeros/ones/empty take any number of sizes: twelve of them would make a
+        # tensor of 10**11 elements)
+        if callable(member) and not isinstance(member, type) and name not in (
+                "repeat", "new_zeros", "new_ones", "new_empty"):
             yield name
 
 

@@ -339,6 +339,21 @@ UNARY = {
     "clamp_max": lambda B, x: x.clamp(max=-0.2),
     "clone": lambda B, x: x.clone(),
     "detach": lambda B, x: x.detach(),
+    # issue 18's compositions (tracer/math_functions.py), in their domains
+    "reciprocal": lambda B, x: (x.abs() + 0.5).reciprocal(),
+    "tan": lambda B, x: (x.tanh() * 1.2).tan(),
+    "log1p": lambda B, x: x.abs().log1p(),
+    "expm1": lambda B, x: (x.tanh() * 4).expm1(),
+    "log2": lambda B, x: (x.abs() + 0.5).log2(),
+    "log10": lambda B, x: B.m.log10(x.abs() + 0.5),
+    "sinh": lambda B, x: (x.tanh() * 3).sinh(),
+    "cosh": lambda B, x: B.m.cosh(x.tanh() * 3),
+    "trunc": lambda B, x: (x * 4).trunc(),
+    "ceil": lambda B, x: B.m.ceil(x * 4),
+    "sgn": lambda B, x: x.sgn(),
+    "nan_to_num": lambda B, x: x.log().nan_to_num(),
+    "softplus": lambda B, x: B.m.nn.functional.softplus(x * 8, beta=0.5, threshold=3),
+    "hardtanh": lambda B, x: B.m.nn.functional.hardtanh(x, -0.5, 0.7),
     "square_fn": lambda B, x: B.functions["square"](x),
     "scale_clamp": lambda B, x: B.functions["scale_clamp"](x, 1.5),
     "numpy_tanh_fn": lambda B, x: B.functions["numpy_tanh"](x),
@@ -358,6 +373,7 @@ BINARY = {
     "pow": lambda B, a, b: (a.abs() + 0.5) ** b, "pow_method": lambda B, a, b: (a * a + 1).pow(b),
     "where": lambda B, a, b: B.m.where(a > b, a, b * 2),
     "where0": lambda B, a, b: B.m.where(b < 0, a, 0.5 * b),
+    "fmod": lambda B, a, b: (a * 4).fmod(b.abs() + 0.5),
     "mul_pair": lambda B, a, b: B.functions["mul_pair"](a, b),
     "no_grad_first": lambda B, a, b: B.functions["no_grad_first"](a, b),
 }
@@ -848,6 +864,8 @@ def check_program(program: Program):
 
 inf = float("inf")  # (a Program's repr writes norm's p=inf so; pasted here, it evaluates back)
 DIMS = [1, 2, 3, 4, 1, 2, 3, 0]
+# the calls whose results PyTorch makes views of their operand (copies here: see op_layout)
+VIEW_CALLS = frozenset({"narrow", "select", "movedim", "swapaxes", "diagonal"})
 # Keys with index tensors ("t"), full slices (":"), ints ("i") and slices ("s"), one per dimension.
 INDEX_KEYS = [("t",), (":", "t"), ("t", "t"), ("t", ":", "t"), ("i", ":", "t"), ("s", "t"),
               ("t", "i")]
@@ -875,12 +893,16 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "binary:pow", "binary:pow_method",
                          "reduce:max:dim", "reduce:min:dim",
                          "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
-                         "call:amax", "call:std"}
+                         "call:amax", "call:std",
+                         # issue 18's: PyTorch's expm1, tan, reciprocal and sgn save their results
+                         "unary:expm1", "unary:tan", "unary:reciprocal", "unary:sgn"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
                          "call:amin", "call:layer_norm", "call:mse_loss",
-                         "call:einsum"}
+                         "call:einsum",
+                         # and hardtanh and sgn their input (here a select reads its condition)
+                         "unary:hardtanh", "unary:sgn"}
 
 
 def _changed(op):
@@ -970,7 +992,8 @@ class Generator:
             # what an op saves of a view, it saves of the view's base (they share a version)
             if operand in self.layout_source and self.layout_source[operand] != obj:
                 self.consumers[self.layout_source[operand]].add(consumer)
-        if op[0] == "layout" or is_view_key(self.inputs, op):
+        if op[0] == "layout" or is_view_key(self.inputs, op) or (
+                op[0] == "call" and op[1] in VIEW_CALLS):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
         self.values.append(value)
@@ -1034,7 +1057,7 @@ class Generator:
                             "layout", "layout", "index", "setitem", "inplace", "where3",
                             "linear", "take", "index_put", "gather", "index_add", "masked_fill",
                             "statistic", "triangle", "functional", "functional", "day_two",
-                            "layer"])
+                            "layer", "rearrange"])
         getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -1532,6 +1555,44 @@ class Generator:
                     or k not in axes)
         self.emit(("call", how, i, args, kwargs), Value(out, v.dtype, v.requires_grad, True,
                                                         False))
+
+    def op_rearrange(self):
+        """Issue 18's rearrangements (tracer/rearranging.py): flip, roll and repeat_interleave
+        (copies in PyTorch), narrow, select, movedim, swapaxes and diagonal (views)."""
+        i = self.pick(lambda v: len(v.shape) >= 2 and min(v.shape) > 0,
+                      fresh_shape=(self.choice(DIMS[:4]), self.choice(DIMS[:4])))
+        v = self.values[i]
+        rank, blank = len(v.shape), np.empty(v.shape)
+        dim = self.integer(-rank, rank - 1)
+        how = self.choice(["flip", "roll", "repeat_interleave", "narrow", "select", "movedim",
+                           "swapaxes", "diagonal"])
+        if how == "flip":
+            args, out = ((dim, (dim + 1) % rank),), v.shape
+        elif how == "roll":
+            shifts = (self.integer(-5, 5), self.integer(-5, 5))
+            args, out = (shifts, (dim, (dim + 1) % rank)), v.shape
+        elif how == "repeat_interleave":
+            count = self.integer(0, 3)
+            args, out = (count, dim), np.repeat(blank, count, axis=dim).shape
+        elif how == "narrow":
+            start = self.integer(0, v.shape[dim] - 1)
+            length = self.integer(0, v.shape[dim] - start)
+            args, out = (dim, start, length), blank.take(range(start, start + length), dim).shape
+        elif how == "select":
+            index = self.integer(-v.shape[dim], v.shape[dim] - 1)
+            args, out = (dim, index), blank.take(index, dim).shape
+        elif how == "movedim":
+            target = self.integer(-rank, rank - 1)
+            args, out = (dim, target), np.moveaxis(blank, dim, target).shape
+        elif how == "swapaxes":
+            other = self.integer(-rank, rank - 1)
+            args, out = (dim, other), np.swapaxes(blank, dim, other).shape
+        else:
+            offset, second = self.integer(-2, 2), (dim + 1) % rank
+            args, out = (offset, dim, second), np.diagonal(blank, offset, dim, second).shape
+        copy = how in ("flip", "roll", "repeat_interleave")
+        self.emit(("call", how, i, args, {}), Value(tuple(out), v.dtype, v.requires_grad, copy,
+                                                     copy))
 
     def op_triangle(self):
         i = self.pick(lambda v: len(v.shape) >= 2, fresh_shape=self.shape(self.integer(2, 3)))

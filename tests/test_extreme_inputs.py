@@ -90,6 +90,13 @@ def sweep(dtype) -> list[np.ndarray]:
     return [np.concatenate([magnitudes, -magnitudes, extreme_values(dtype)]).astype(dtype)]
 
 
+def below_hyperbolic_overflow(dtype) -> np.ndarray:
+    """The extreme values but 89 (float32) and 710 (float64), where sinh and cosh are finite
+    (tracer's, within 4 ulp: tests/test_api_names.py) and PyTorch's overflow for +x, not -x."""
+    values = extreme_values(dtype)
+    return values[~np.isin(np.abs(values), [89.0, 710.0])]
+
+
 def binary(run):
     return Case(run, lambda dtype: list(pairs(dtype)))
 
@@ -136,6 +143,22 @@ CASES: dict[str, Case] = {
     "Tensor.erf": unary(lambda lib, x: x.erf()),
     "Tensor.erfc": unary(lambda lib, x: x.erfc()),
     "Tensor.floor": unary(lambda lib, x: x.floor()),
+    # issue 18's compositions (tracer/math_functions.py)
+    "Tensor.trunc": unary(lambda lib, x: x.trunc()),
+    "Tensor.ceil": unary(lambda lib, x: x.ceil()),
+    "Tensor.reciprocal": unary(lambda lib, x: x.reciprocal()),
+    "Tensor.tan": unary(lambda lib, x: x.tan()),
+    "Tensor.log2": unary(lambda lib, x: x.log2()),
+    "Tensor.log10": unary(lambda lib, x: x.log10()),
+    "Tensor.log1p": unary(lambda lib, x: x.log1p()),
+    "Tensor.expm1": unary(lambda lib, x: x.expm1()),
+    "Tensor.sinh": Case(lambda lib, x: x.sinh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
+    "Tensor.cosh": Case(lambda lib, x: x.cosh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
+    "Tensor.nan_to_num": unary(lambda lib, x: (x.nan_to_num(), x.nan_to_num(1.0, 2.0, -3.0))),
+    "F.softplus": unary(lambda lib, x: (lib.nn.functional.softplus(x),
+                                        lib.nn.functional.softplus(x, 0.5, 5.0))),
+    "F.hardtanh": unary(lambda lib, x: (lib.nn.functional.hardtanh(x),
+                                        lib.nn.functional.relu6(x))),
     "Tensor.clamp": unary(lambda lib, x: (x.clamp(-20.0, 88.7), x.clamp(min=1.0),
                                           x.clamp(max=-1.0))),
     "Tensor.pow": unary(lambda lib, x: tuple(x ** p for p in (0, 0.5, 1, 2, 3, -0.5, -1, -2, 1.5,
@@ -247,7 +270,13 @@ CASES: dict[str, Case] = {
         x.gather(1, lib.tensor(np.arange(x.shape[0] * 2).reshape(-1, 2) % 3)),
         x.take_along_dim(lib.tensor(np.arange(x.shape[0] * 2).reshape(-1, 2) % 3), 1),
         x.float(), x.double(), x.type_as(x[:1].float()), x.repeat(2, 1),
-        x.unflatten(1, (3, 1)))),
+        x.unflatten(1, (3, 1)), x.flip(0), x.roll(1, 0), x.roll(-2), x.narrow(1, 1, 2),
+        x.select(1, 0), *x.unbind(1), x.movedim(0, 1), x.swapaxes(0, 1), x.mT, x.view_as(x),
+        x.reshape_as(x), x[:3].diagonal(), lib.diag(x[:, 0]), lib.diag(x[:3]),
+        x.repeat_interleave(2, 0), lib.hstack([x, x]), lib.vstack([x, x]),
+        *lib.meshgrid(x[:, 0], x[0], indexing="ij"))),
+    "products": row(lambda lib, x: (lib.outer(x[:, 0], x[0]), x[:, 0].dot(x[:, 1]),
+                                    lib.addmm(x[:, :1], x, x.t()[:, :2]))),
 }
 
 # Public names covered by another name's case: the method behind a `tr.` function or an in-place
@@ -273,12 +302,25 @@ ALIASES = {
     "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
     "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
     "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
+    "Tensor.fix": "Tensor.trunc", "Tensor.sgn": "Tensor.sign",
+    "Tensor.fmod": "Tensor.remainder",  # (the primitive behind both)
+    "Tensor.clamp_min": "Tensor.clamp",
+    "Tensor.clamp_max": "Tensor.clamp", "Tensor.where": "tr.where", "F.relu6": "F.hardtanh",
+    "nn.Softplus": "F.softplus", "nn.Hardtanh": "F.hardtanh", "nn.ReLU6": "F.hardtanh",
+    **{f"Tensor.{name}": "layout" for name in (
+        "flip roll narrow select unbind movedim moveaxis swapaxes swapdims mT view_as reshape_as "
+        "diagonal diag repeat_interleave").split()},
+    **{f"tr.{name}": "layout" for name in "concat concatenate hstack vstack meshgrid".split()},
+    "Tensor.outer": "products", "Tensor.ger": "products", "Tensor.dot": "products",
+    "Tensor.addmm": "products",
 }
 # Public names with no gradient to check, and why.
 NOT_DIFFERENTIABLE = {
     **dict.fromkeys("Tensor.eq Tensor.ne Tensor.lt Tensor.le Tensor.gt Tensor.ge Tensor.__and__ "
                     "Tensor.__or__ Tensor.__invert__ Tensor.logical_not Tensor.any Tensor.all "
-                    "Tensor.argmax".split(), "a bool or an index"),
+                    "Tensor.argmax Tensor.argmin Tensor.isnan Tensor.isinf Tensor.isfinite "
+                    "Tensor.isclose Tensor.allclose Tensor.equal Tensor.logical_and "
+                    "Tensor.logical_or Tensor.logical_xor".split(), "a bool or an index"),
     **dict.fromkeys("Tensor.bool Tensor.long F.one_hot".split(), "an integer or bool result"),
     **dict.fromkeys("Tensor.item Tensor.tolist Tensor.numpy Tensor.size Tensor.dim Tensor.numel "
                     "Tensor.shape Tensor.dtype Tensor.ndim Tensor.grad Tensor.grad_fn "
@@ -288,7 +330,8 @@ NOT_DIFFERENTIABLE = {
                     "Tensor.__dlpack_device__ Tensor.__float__ Tensor.__int__ Tensor.__index__ "
                     "Tensor.__iter__ Tensor.__len__ Tensor.__module__ Tensor.__slots__ "
                     "Tensor.__weakref__ Tensor.cpu Tensor.device Tensor.is_cuda "
-                    "Tensor.register_hook Tensor.retain_grad tr.save tr.load".split(),
+                    "Tensor.register_hook Tensor.retain_grad tr.save tr.load Tensor.stride "
+                    "Tensor.is_contiguous Tensor.nelement Tensor.element_size".split(),
                     "not an operation on values"),
     **dict.fromkeys("Tensor.argsort".split(), "an index"),
     **dict.fromkeys("Tensor.normal_ Tensor.uniform_".split(), "an overwrite by random numbers"),
@@ -296,7 +339,9 @@ NOT_DIFFERENTIABLE = {
     **dict.fromkeys("tr.arange tr.empty tr.eye tr.full tr.full_like tr.linspace tr.ones "
                     "tr.ones_like tr.zeros tr.zeros_like tr.rand tr.randn tr.randint tr.randperm "
                     "tr.tensor tr.from_numpy tr.as_tensor Tensor.new tr.from_dlpack tr.manual_seed "
-                    "tr.get_rng_state tr.set_rng_state".split(),
+                    "tr.get_rng_state tr.set_rng_state Tensor.new_zeros Tensor.new_ones "
+                    "Tensor.new_full Tensor.new_empty Tensor.new_tensor tr.empty_like "
+                    "tr.randn_like tr.rand_like".split(),
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "

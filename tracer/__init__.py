@@ -26,12 +26,16 @@ from tracer.r_function import autograd_function
 from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
 from tracer.einsum import einsum
 from tracer.ops import FUNCTIONS as _OPS
+from tracer.math_functions import FUNCTIONS as _MATH_FUNCTIONS
+from tracer.rearranging import FUNCTIONS as _REARRANGING
+from tracer.products import FUNCTIONS as _PRODUCTS
 from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.arithmetic import where
-from tracer.creation import (arange, as_tensor, from_numpy, full, full_like, ones, ones_like, rand, randn,
-                             tensor, zeros, zeros_like)
+from tracer.creation import (arange, as_tensor, empty_like, from_numpy, full, full_like, ones,
+                             ones_like, rand, rand_like, randn, randn_like, tensor, zeros,
+                             zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
 from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, randint,
                            randperm, set_rng_state)
@@ -44,6 +48,7 @@ from tracer.serialization import load, save
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
 globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
+globals().update(_MATH_FUNCTIONS, **_REARRANGING, **_PRODUCTS)  # tr.isnan, tr.flip, tr.outer, ...
 _configure_logging()
 
 

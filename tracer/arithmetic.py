@@ -128,8 +128,6 @@ class ArithmeticMethods:
             raise ArgumentError(f"~ is defined on bool tensors here, got {self.dtype}")
         return apply("logical_not", [self])
 
-    logical_not = __invert__
-
     # Elementwise functions.
     def _unary_float(self, primitive):
         return apply(primitive, [to_float(self)])

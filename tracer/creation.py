@@ -57,10 +57,27 @@ def as_tensor(data, dtype=None) -> Tensor:
 class CreationMethods:
     """`Tensor.new(data)`: PyTorch's legacy constructor, a tensor of `data` with this tensor's
     dtype, as custom Functions that compute in numpy use it (`input.new(result)`). Its other form,
-    `new(*sizes)`, is PyTorch's `new_empty`, which is not here."""
+    `new(*sizes)`, is PyTorch's `new_empty`. The `new_*` methods make tensors of this tensor's
+    dtype unless told otherwise (new_empty's values are zeros here)."""
 
     def new(self, data) -> Tensor:
         return tensor(data, self.dtype)
+
+    def new_tensor(self, data, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+        return tensor(data, dtype or self.dtype, requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, requires_grad: builtins.bool = False
+                 ) -> Tensor:
+        return full(tuple(shape_arguments((size,))), fill_value, dtype=dtype or self.dtype,
+                    requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+        return self.new_full(shape_arguments(size), 0, dtype, requires_grad)
+
+    def new_ones(self, *size, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+        return self.new_full(shape_arguments(size), 1, dtype, requires_grad)
+
+    new_empty = new_zeros
 
 
 def full(*shape, fill_value=None, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
@@ -100,6 +117,11 @@ def ones_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Te
     return full_like(x, 1, dtype, requires_grad)
 
 
+def empty_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """A tensor of x's shape; PyTorch leaves its values undefined, here they are zeros."""
+    return full_like(x, 0, dtype, requires_grad)
+
+
 def eager_generator(kind: str) -> np.random.Generator:
     """The generator `tr.manual_seed` seeds, for `kind` (a function name) outside a trace."""
     if state.trace is not None:
@@ -123,6 +145,14 @@ def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor
 def rand(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
     """Uniform samples in [0, 1) from the generator seeded by `tr.manual_seed`."""
     return _random("rand", shape, dtype, requires_grad)
+
+
+def randn_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def rand_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
 def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:

@@ -56,6 +56,24 @@ class LayoutMethods:
     def size(self, dim: int | None = None):
         return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim)]
 
+    def nelement(self) -> int:
+        return self.numel()
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        """The strides, in elements, of the row-major layout every tensor has here (see
+        contiguous())."""
+        # (a dimension of size 0 counts as 1, as in PyTorch)
+        strides = tuple(int(np.prod([max(d, 1) for d in self.shape[i + 1:]], dtype=np.int64))
+                        for i in range(self.ndim))
+        return strides if dim is None else strides[normalize_dim(dim, self.ndim)]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
     @_view_operation
     def reshape(self, *shape) -> Tensor:
         shape = list(shape_arguments(shape))

@@ -4,7 +4,7 @@ FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
-2**52 or 2**23), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
+2**52 or 2**23, or a zero of either sign), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
 remainder (the fmod primitive) with its sign conventions (rounding toward minus infinity; the
 remainder has the divisor's sign).
 """
@@ -39,11 +39,12 @@ def floor(x: Tensor) -> Tensor:
     value = x.detach()
     truncated = value.to(irtypes.int64).to(x.dtype)  # in range wherever it is used below
     lowered = truncated - (truncated > value).to(x.dtype)
-    integral = (value.abs() >= _INTEGRAL_FROM[x.dtype]) | (value != value)
+    # (and zeros, so that -0.0 stays -0.0: the round trip gives +0.0)
+    integral = (value.abs() >= _INTEGRAL_FROM[x.dtype]) | (value != value) | (value == 0)
     return where(integral, value, lowered)
 
 
-def _is_eager_int_zero(divisor: Tensor) -> builtins.bool:
+def is_eager_int_zero(divisor: Tensor) -> builtins.bool:
     return (state.trace is None and divisor._trace is None
             and builtins.bool((divisor._handle == 0).any()))
 
@@ -64,7 +65,7 @@ def floor_divide(x, y) -> Tensor:
         return where(y == 0, x / y, whole).detach()
     if x.dtype == irtypes.bool_:
         raise ArgumentError("// is not defined on bool tensors; convert them with .long()")
-    if _is_eager_int_zero(y):
+    if is_eager_int_zero(y):
         raise ArgumentError("integer division by zero (ZeroDivisionError in PyTorch)")
     quotient = floor(x.to(irtypes.float64) / y.to(irtypes.float64)).to(x.dtype)
     quotient._weak = x._weak and y._weak
@@ -360,7 +361,7 @@ def rsqrt(x: Tensor) -> Tensor:
 
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
-    "floor": floor, "floor_divide": floor_divide, "remainder": remainder,
+    "floor_divide": floor_divide, "remainder": remainder,
     "var": var, "std": std, "norm": norm, "amax": amax, "amin": amin, "logsumexp": logsumexp,
     "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
     "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
@@ -374,7 +375,7 @@ Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
 Tensor.__mod__ = remainder
 Tensor.__rmod__ = lambda self, other: remainder(other, self)
 Tensor.__format__ = format_tensor
-for _name in ("masked_fill", "addcmul", "addcdiv", "lerp", "floor", "remainder", "floor_divide"):
+for _name in ("masked_fill", "addcmul", "addcdiv", "lerp", "remainder", "floor_divide"):
     setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
         getattr(self, _name)(*args, **kwargs), _name + "_"))
 Tensor.__ifloordiv__ = Tensor.floor_divide_

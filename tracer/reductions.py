@@ -89,6 +89,11 @@ class ReductionMethods:
             return self.reshape(-1).max(0).indices
         return self.max(dim, keepdim).indices
 
+    def argmin(self, dim=None, keepdim: builtins.bool = False):
+        if dim is None:
+            return self.reshape(-1).min(0).indices
+        return self.min(dim, keepdim).indices
+
     def _shifted_down(self, dim: int) -> Tensor:
         """self minus its maximum along `dim`: the same softmax, and exp cannot overflow. Without
         elements there is nothing to shift (and no maximum along an empty `dim`)."""

@@ -52,6 +52,29 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold, as PyTorch's."""
+    scaled = input * beta
+    linear = scaled > threshold
+    # (exp of the linear part's 0, not of beta x: its overflow would make the gradient 0 * inf)
+    return where(linear, input, where(linear, 0.0, scaled).exp().log1p() / beta)
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
+             inplace: builtins.bool = False) -> Tensor:
+    """x clamped to [min_val, max_val]; as PyTorch's, the gradient passes only strictly inside
+    (and at nan)."""
+    if min_val > max_val:
+        raise ArgumentError(f"hardtanh: min_val {min_val} is greater than max_val {max_val}")
+    inside = ~((input <= min_val) | (input >= max_val))
+    result = where(inside, input, input.detach().clamp(min_val, max_val))
+    return input.copy_(result) if inplace else result
+
+
+def relu6(input: Tensor, inplace: builtins.bool = False) -> Tensor:
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
 def sigmoid(input: Tensor) -> Tensor:
     return input.sigmoid()
 

@@ -347,3 +347,26 @@ class SiLU(Module):
 class Tanh(Module):
     def forward(self, input: Tensor) -> Tensor:
         return input.tanh()
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softplus(input, self.beta, self.threshold)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0) -> None:
+        super().__init__()
+        self.min_val, self.max_val = min_val, max_val
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.hardtanh(input, self.min_val, self.max_val)
+
+
+class ReLU6(Hardtanh):
+    def __init__(self) -> None:
+        super().__init__(0.0, 6.0)
