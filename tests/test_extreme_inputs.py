@@ -152,6 +152,8 @@ CASES: dict[str, Case] = {
     "Tensor.log10": unary(lambda lib, x: x.log10()),
     "Tensor.log1p": unary(lambda lib, x: x.log1p()),
     "Tensor.expm1": unary(lambda lib, x: x.expm1()),
+    "Tensor.square": unary(lambda lib, x: x.square()),
+    "Tensor.rsqrt": unary(lambda lib, x: x.rsqrt()),
     "Tensor.sinh": Case(lambda lib, x: x.sinh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
     "Tensor.cosh": Case(lambda lib, x: x.cosh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
     "Tensor.nan_to_num": unary(lambda lib, x: (x.nan_to_num(), x.nan_to_num(1.0, 2.0, -3.0))),
@@ -347,6 +349,7 @@ NOT_DIFFERENTIABLE = {
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "
                     "tr.is_grad_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
                     "tr.gradgradcheck".split(), "a transform or a mode, not a function"),
+    "tr.pure_callback": "calls the user's NumPy code, which the tests of tr.pure_callback check",
 }
 
 

@@ -350,13 +350,29 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
 
 
 def square(x: Tensor) -> Tensor:
-    """x * x (PyTorch's `square`)."""
-    return x * x
+    """x ** 2, as PyTorch's `square` is (its gradient 2 x g overflows where PyTorch's does)."""
+    return x ** 2
+
+
+class _Rsqrt(Function):
+    """1 / sqrt(x) with PyTorch's gradient, -0.5 g r^3 of the result r: at -0.0 the result is
+    -inf and the gradient +inf g, at -inf both nan, as PyTorch's (x ** -0.5 gave +inf and 0)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        result = 1 / x.sqrt()
+        ctx.save_for_backward(result)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (result,) = ctx.saved_tensors
+        return -0.5 * grad_output * (result * result * result)
 
 
 def rsqrt(x: Tensor) -> Tensor:
     """1 / sqrt(x) (PyTorch's `rsqrt`)."""
-    return x ** -0.5
+    return _Rsqrt.apply(x if irtypes.is_float(x.dtype) else x.to(irtypes.float32))
 
 
 # Tensor methods, and the names that are also `tr.<name>` functions.
