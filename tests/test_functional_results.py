@@ -19,6 +19,9 @@ TRANSPOSED = RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)  # conv_transp
 # name -> (tracer call, torch call), each given the library's functional module and tensor maker
 CASES = {
     "relu": lambda F, t: F.relu(t(ROWS)),
+    "relu6": lambda F, t: F.relu6(t(ROWS * 4)),
+    "softplus": lambda F, t: F.softplus(t(ROWS)),
+    "hardtanh": lambda F, t: F.hardtanh(t(ROWS * 2)),
     "gelu": lambda F, t: F.gelu(t(ROWS)),
     "silu": lambda F, t: F.silu(t(ROWS)),
     "tanh": lambda F, t: F.tanh(t(ROWS)),
