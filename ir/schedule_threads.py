@@ -16,15 +16,18 @@ PARALLEL_WORK_PER_THREAD = 1 << 18
 # and the launch waits only for the chunk it holds: with one chunk per thread, for half the
 # kernel. Measured on the GPT step with another process busy: (runtime/pool.py)
 CHUNKS_PER_THREAD = 4
-# A gemm is split into one block of rows of its product per thread, each a gemm of its own (a
-# batch of products is shared out whole when it has enough of them). Each block packs the other
-# operand again, so more blocks cost more: with 4 per thread (as loop kernels have, see
-# CHUNKS_PER_THREAD) a 2048x192x768 product ran at 112 GF/s on two threads, with one per thread
-# at 132 GF/s, numpy's threaded OpenBLAS at 134 GF/s (AMD EPYC, idle). OpenBLAS's float32
-# kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2 and AVX-512 machines), so
-# blocks of 48k rows compute every element as one call over all rows does, to the bit (measured:
-# blocks of 16, 32 or 64 rows round differently, and so does a split of the columns): the results
-# are the same whatever the number of threads.
+# A gemm is split into blocks of rows of its product, each a gemm of its own (a batch of products
+# is shared out whole when it has enough of them). Each block packs the other operand again: where
+# that operand is large, one block per thread (with 4 per thread, as loop kernels have, a
+# 2048x192x768 product ran at 112 GF/s on two threads, with one per thread at 132 GF/s, numpy's
+# threaded OpenBLAS at 134 GF/s; AMD EPYC, idle); where it is small (up to REPACKED_BYTES),
+# CHUNKS_PER_THREAD per thread, so that the caller takes the blocks of a worker that wakes late
+# (a small GPT's 512x64x256 products: its step took 10.9 ms so, 12.5-13.8 ms with one block per
+# thread). OpenBLAS's float32 kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2
+# and AVX-512 machines), so blocks of 48k rows compute every element as one call over all rows
+# does, to the bit (measured: blocks of 16, 32 or 64 rows round differently, and so does a split
+# of the columns): the results are the same whatever the number of threads.
+REPACKED_BYTES = 256 * 1024
 GEMM_BLOCK_ROWS = 48
 MOST_ROWS_ON_ONE = 0.8
 
@@ -32,14 +35,18 @@ MOST_ROWS_ON_ONE = 0.8
 def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
     """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
     blocks of `rows` rows (the last one fewer), so that a product with enough work for threads
-    has a block per thread even in a small batch: 64 rows as 48 + 16 on two threads. Not where
+    has a block per thread (or a few, see REPACKED_BYTES) even in a small batch: 64 rows as
+    48 + 16 on two threads. Not where
     the largest block would keep over MOST_ROWS_ON_ONE of the rows: 50 rows as 48 + 2 would pack
     the other operand twice to save 4% of the time."""
     (result,) = kernel.results
     m = result.shape[-2]
     if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
         return 1, m
-    wanted = -(-threads // max(math.prod(result.shape[:-2]), 1))
+    matmul = kernel.instructions[-1] if kernel.update is None else kernel.update.matmul
+    k, n = matmul.inputs[1].shape[-2:]
+    per_thread = 1 if k * n * result.dtype.itemsize > REPACKED_BYTES else CHUNKS_PER_THREAD
+    wanted = -(-threads * per_thread // max(math.prod(result.shape[:-2]), 1))
     per_block = -(-m // wanted)
     rows = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS
     while m % rows == 1:  # OpenBLAS computes a 1-row product as a gemv, which rounds otherwise

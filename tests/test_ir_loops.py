@@ -316,7 +316,7 @@ def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch
         np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("rows, threads, blocks", [(300, 2, 2), (97, 3, 1), (289, 3, 2)])
+@pytest.mark.parametrize("rows, threads, blocks", [(300, 2, 7), (97, 3, 1), (289, 3, 2)])
 def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch, rows, threads,
                                                                    blocks):
     """Blocks of 48k rows give every element of a product the bits one BLAS call over all rows
