@@ -21,7 +21,6 @@ from tracer.ir import types as irtypes
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.function import Function
-from tracer.layout import fresh
 from tracer.tensor import Tensor
 
 
@@ -112,12 +111,11 @@ def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
     if not irtypes.is_float(x.dtype):
         x = x.to(irtypes.float32)
     axes = normalize_dims(dim, x.ndim)
-    # a new tensor, as PyTorch's, though its last step may be a reshape (see layout.fresh)
     if not axes:
-        return fresh(_LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False).reshape(x.shape))
+        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False).reshape(x.shape)
     kept = _LogSumExp.apply(x, axes, keepdim)
-    return kept if keepdim else fresh(kept.reshape(tuple(
-        d for i, d in enumerate(x.shape) if i not in axes)))
+    return kept if keepdim else kept.reshape(tuple(
+        d for i, d in enumerate(x.shape) if i not in axes))
 
 
 class _EvenlyDistributed(Function):

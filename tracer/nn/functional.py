@@ -324,8 +324,10 @@ def _returning_new_tensors(function):
     return layer
 
 
-# Every layer of this module but flatten, a view in PyTorch too.
+# Every layer of this module but flatten, a view in PyTorch too, and logsumexp, whose result
+# stays a view-copy of the result its backward saved, so that changing it in place before that
+# backward is refused, as PyTorch refuses it at the backward (docs/findings.md, F19).
 for _name, _function in list(globals().items()):
-    if (callable(_function) and not _name.startswith("_") and _name != "flatten"
+    if (callable(_function) and not _name.startswith("_") and _name not in ("flatten", "logsumexp")
             and getattr(_function, "__module__", "").startswith("tracer.nn.")):
         globals()[_name] = _returning_new_tensors(_function)
