@@ -36,9 +36,8 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
     """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
     blocks of `rows` rows (the last one fewer), so that a product with enough work for threads
     has a block per thread (or a few, see REPACKED_BYTES) even in a small batch: 64 rows as
-    48 + 16 on two threads. Not where
-    the largest block would keep over MOST_ROWS_ON_ONE of the rows: 50 rows as 48 + 2 would pack
-    the other operand twice to save 4% of the time."""
+    48 + 16 on two threads. Not where the largest block would keep over MOST_ROWS_ON_ONE of the
+    rows: 50 rows as 48 + 2 would pack the other operand twice to save 4% of the time."""
     (result,) = kernel.results
     m = result.shape[-2]
     if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:

@@ -4,9 +4,9 @@ FUNCTIONS).
 
 floor has no primitive: it is the float -> int64 -> float round trip (truncation) corrected by
 one where the truncation went up, and the value itself where it is already an integer (beyond
-2**52 or 2**23, or a zero of either sign), infinite or nan. Float floor_divide and remainder follow PyTorch's from the exact
-remainder (the fmod primitive) with its sign conventions (rounding toward minus infinity; the
-remainder has the divisor's sign).
+2**52 or 2**23, or a zero of either sign), infinite or nan. Float floor_divide and remainder
+follow PyTorch's from the exact remainder (the fmod primitive) with its sign conventions (rounding
+toward minus infinity; the remainder has the divisor's sign).
 """
 from __future__ import annotations
 

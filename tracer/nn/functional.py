@@ -8,7 +8,6 @@ and index_select refuse them, where indexing `x[i]` counts them from the end).
 from __future__ import annotations
 
 import builtins
-import functools
 
 from tracer.ir import types as irtypes
 from tracer.context import state
@@ -270,7 +269,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         weight = where(padding, weight.detach(), weight)
     # index_select refuses negative indices, as PyTorch's embedding does (weight[input] would
     # count them from the end)
-    return weight.index_select(0, input.reshape(-1)).reshape(*input.shape, *weight.shape[1:])
+    rows = weight.index_select(0, input.reshape(-1))
+    # a new tensor, as PyTorch's (not a view-copy of the reshape)
+    return _fresh(rows.reshape(*input.shape, *weight.shape[1:]))
 
 
 def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
@@ -306,28 +307,3 @@ conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 
-
-def _returning_new_tensors(function):
-    """`function` whose results are never view-copies: PyTorch's functional layers return new
-    tensors, so a view operation on the way (max_pool2d's last squeeze, embedding's reshape) must
-    not make in-place changes of the result refused (found by the differential tester:
-    masked_fill_ on max_pool2d's result). A result that is one of the arguments (dropout outside
-    training returns its input, as PyTorch's) is left as it is."""
-    @functools.wraps(function)
-    def layer(*args, **kwargs):
-        result = function(*args, **kwargs)
-        given = {id(a) for a in (*args, *kwargs.values()) if isinstance(a, Tensor)}
-        for tensor in result if isinstance(result, tuple) else (result,):
-            if isinstance(tensor, Tensor) and id(tensor) not in given:
-                _fresh(tensor)
-        return result
-    return layer
-
-
-# Every layer of this module but flatten, a view in PyTorch too, and logsumexp, whose result
-# stays a view-copy of the result its backward saved, so that changing it in place before that
-# backward is refused, as PyTorch refuses it at the backward (docs/findings.md, F19).
-for _name, _function in list(globals().items()):
-    if (callable(_function) and not _name.startswith("_") and _name not in ("flatten", "logsumexp")
-            and getattr(_function, "__module__", "").startswith("tracer.nn.")):
-        globals()[_name] = _returning_new_tensors(_function)

@@ -81,7 +81,8 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     first = flat.max(-1)[1]
     last_nan = where(flat != flat, iota(flat.shape, 4), -1).amax(-1)
     offsets = where(last_nan >= 0, last_nan, first)
-    values = flat.gather(-1, offsets.unsqueeze(-1)).squeeze(-1)
+    # a new tensor, as PyTorch's (not a view-copy of the squeeze)
+    values = fresh(flat.gather(-1, offsets.unsqueeze(-1)).squeeze(-1))
     if unbatched:
         values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
