@@ -273,7 +273,7 @@ def wrap_index(w: Writer, position: str, size: int) -> str:
 def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value], blas: bool,
                   sites: Sites | None) -> str:
     """The function `name` computing c (= or += alpha *) a @ b on a range of tasks (blocks of
-    rows of the batch's products)."""
+    rows or of columns of the batch's products)."""
     block = min(gemm.n, MATMUL_BLOCK)
     checks = None
     if sites is not None and sites.every_access:
@@ -286,7 +286,7 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
                                                      block, "read-modify-write", gemm.line), block)}
     return render(
         "matmul.ll.j2", name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
-        blocks=gemm.blocks, rows=max(gemm.rows, 1), size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
+        blocks=gemm.blocks, rows=max(gemm.rows, 1), columns=gemm.columns, size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
         transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
 

@@ -148,13 +148,16 @@ class KernelRun:
         b = operand(gemm.b, gemm.k, gemm.n, gemm.transpose_b)
         c = operand(gemm.c, gemm.m, gemm.n, False)
         for task in range(begin, end):
-            batch, first = divmod(task, gemm.blocks)
-            rows = slice(first * gemm.rows, min(gemm.m, (first + 1) * gemm.rows))
-            product = a[batch, rows] @ b[batch]
-            if gemm.accumulate:
-                c[batch, rows] += self.operand(gemm.alpha, gemm.dtype) * product
+            batch, block = divmod(task, gemm.blocks)
+            if gemm.rows < gemm.m:
+                rows, columns = slice(block * gemm.rows, (block + 1) * gemm.rows), slice(None)
             else:
-                c[batch, rows] = product
+                rows, columns = slice(None), slice(block * gemm.columns, (block + 1) * gemm.columns)
+            product = a[batch, rows] @ b[batch][:, columns]
+            if gemm.accumulate:
+                c[batch, rows, columns] += self.operand(gemm.alpha, gemm.dtype) * product
+            else:
+                c[batch, rows, columns] = product
 
 
 def run_kernel(kernel: LoopKernel, memory: dict[str, np.ndarray], begin: int = 0,

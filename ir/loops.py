@@ -151,8 +151,9 @@ class Accumulate:
 class Gemm:
     """c[b] = a[b] @ b[b] (or c[b] += alpha * a[b] @ b[b] with `accumulate`); `a` (or `b`) holds
     its operand with the last two axes swapped when transposed. Each matrix of the batch is cut
-    into `blocks` blocks of `rows` rows of c (the last one shorter): task t of the kernel's range
-    is block t % blocks of batch t // blocks, so that threads can split one large product."""
+    into `blocks` blocks of `rows` rows or of `columns` columns of c (the last one shorter; the
+    other length is the whole matrix's): task t of the kernel's range is block t % blocks of
+    batch t // blocks, so that threads can split one large product."""
 
     a: str
     b: str
@@ -168,10 +169,12 @@ class Gemm:
     alpha: Operand = 1
     line: str = ""
     blocks: int = 1
-    rows: int = 0  # of each block: m when there is one block
+    rows: int = 0  # of each block: m when there is one block or blocks of columns
+    columns: int = 0  # of each block: n unless the blocks are of columns
 
     def __post_init__(self):
         self.rows = self.rows or self.m
+        self.columns = self.columns or self.n
 
 
 @dataclass
@@ -348,8 +351,10 @@ def _statement_lines(statement: Statement, indent: str) -> list[str]:
         if statement.blocks == 1:
             return [f"{indent}for batch in [begin, end):",
                     _comment(f"{indent}  {text}", statement.line)]
-        return [f"{indent}for task in [begin, end): batch = task / {statement.blocks}, rows "
-                f"[task % {statement.blocks} * {statement.rows}, +{statement.rows}) of c",
+        axis, length = (("rows", statement.rows) if statement.rows < statement.m
+                        else ("columns", statement.columns))
+        return [f"{indent}for task in [begin, end): batch = task / {statement.blocks}, {axis} "
+                f"[task % {statement.blocks} * {length}, +{length}) of c",
                 _comment(f"{indent}  {text}", statement.line)]
     if isinstance(statement, AllReduce):
         text = (f"all_reduce {statement.target}[0:{statement.count}] = {statement.op} over processes "

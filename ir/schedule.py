@@ -352,7 +352,7 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
     """A gemm; for a MatmulUpdate (result = rest + alpha * a @ b), first the loop that stores
     `rest` (the result's expression with the product taken as 0) -- skipped when rest is the
     parameter whose buffer the result is written into -- then the gemm adds alpha * a @ b. A
-    gemm that threads may split has its products cut into blocks of rows."""
+    gemm that threads may split has its products cut into blocks of rows or columns."""
     update = kernel.update
     matmul = kernel.instructions[-1] if update is None else update.matmul
     (a, transpose_a), (b, transpose_b) = map(matmul_operand, matmul.inputs)
@@ -360,11 +360,12 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
     n = matmul.inputs[1].shape[-1]
     (result,) = kernel.results
     dtype = result.dtype
-    blocks, rows = gemm_blocks(kernel, threads)
+    blocks, rows, columns = gemm_blocks(kernel, threads)
     if update is None:
         scheduler = KernelScheduler(fused, kernel, names)
         scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
-                            transpose_b, dtype, line=matmul.location, blocks=blocks, rows=rows))
+                            transpose_b, dtype, line=matmul.location, blocks=blocks, rows=rows,
+                            columns=columns))
         return scheduler
     skipped = {id(matmul), *(id(v.producer) for v in matmul.inputs if matmul_operand(v)[1])}
     instructions = [i for i in kernel.instructions if id(i) not in skipped]
@@ -383,10 +384,10 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
                      and plan.write(result) == plan.read(update.rest_is))
     if not in_place_rest:  # over the whole result: the kernel runs on one thread
         scheduler.loop_kernel([output], split=False)
-        blocks, rows = 1, m
+        blocks, rows, columns = 1, m, n
     scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
                         transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location,
-                        blocks=blocks, rows=rows))
+                        blocks=blocks, rows=rows, columns=columns))
     return scheduler
 
 

@@ -30,28 +30,51 @@ CHUNKS_PER_THREAD = 4
 REPACKED_BYTES = 256 * 1024
 GEMM_BLOCK_ROWS = 48
 MOST_ROWS_ON_ONE = 0.8
+# A product of few rows (under COLUMN_SPLIT_ROWS: 48-row blocks would leave one thread 3/4 of a
+# 64- or 128-row product) and much work (COLUMN_SPLIT_WORK multiply-adds, a few ms) is cut into
+# blocks of columns instead -- a convolution's products, 64 channels by 100,352 pixels, ran at
+# 85 GF/s as 48 + 16 rows on two threads. OpenBLAS's rounding of a column depends on where its
+# block of columns starts (it tiles the columns from there), so these blocks are cut from the
+# shape alone, COLUMN_BLOCKS of them whatever the number of threads: one thread computes the
+# blocks two threads compute, to the bit.
+COLUMN_SPLIT_ROWS = 4 * GEMM_BLOCK_ROWS
+COLUMN_SPLIT_WORK = 1 << 24
+COLUMN_BLOCKS = 8
 
 
-def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int]:
-    """(blocks, rows): each of the batch's m-row products of a matmul kernel is cut into `blocks`
-    blocks of `rows` rows (the last one fewer), so that a product with enough work for threads
-    has a block per thread (or a few, see REPACKED_BYTES) even in a small batch: 64 rows as
-    48 + 16 on two threads. Not where the largest block would keep over MOST_ROWS_ON_ONE of the
-    rows: 50 rows as 48 + 2 would pack the other operand twice to save 4% of the time."""
+def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int, int]:
+    """(blocks, rows, columns): each of the batch's m x n products of a matmul kernel is cut into
+    `blocks` blocks of `rows` rows or `columns` columns (the last one fewer; one of the two is
+    the whole product's), so that a product with enough work for threads has a block per thread
+    (or a few, see REPACKED_BYTES) even in a small batch: 64 rows as 48 + 16 on two threads, a
+    large product of few rows in COLUMN_BLOCKS blocks of columns. Not where the largest block of
+    rows would keep over MOST_ROWS_ON_ONE of the rows: 50 rows as 48 + 2 would pack the other
+    operand twice to save 4% of the time."""
     (result,) = kernel.results
-    m = result.shape[-2]
-    if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
-        return 1, m
+    m, n = result.shape[-2:]
     matmul = kernel.instructions[-1] if kernel.update is None else kernel.update.matmul
-    k, n = matmul.inputs[1].shape[-2:]
+    k = matmul.inputs[1].shape[-2]
+    if m < COLUMN_SPLIT_ROWS and m * n * k >= COLUMN_SPLIT_WORK:
+        columns = _block_length(n, COLUMN_BLOCKS)
+        return -(-n // columns), m, columns
+    if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
+        return 1, m, n
     per_thread = 1 if k * n * result.dtype.itemsize > REPACKED_BYTES else CHUNKS_PER_THREAD
-    wanted = -(-threads * per_thread // max(math.prod(result.shape[:-2]), 1))
-    per_block = -(-m // wanted)
-    rows = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS
-    while m % rows == 1:  # OpenBLAS computes a 1-row product as a gemv, which rounds otherwise
-        rows += GEMM_BLOCK_ROWS
+    rows = _block_length(m, -(-threads * per_thread // max(math.prod(result.shape[:-2]), 1)))
     blocks = -(-m // rows)
-    return (blocks, rows) if blocks > 1 and rows <= MOST_ROWS_ON_ONE * m else (1, m)
+    return (blocks, rows, n) if blocks > 1 and rows <= MOST_ROWS_ON_ONE * m else (1, m, n)
+
+
+def _block_length(extent: int, wanted: int) -> int:
+    """The length of `wanted` blocks cutting `extent` rows or columns, rounded up to
+    GEMM_BLOCK_ROWS (OpenBLAS's float32 kernels run down the rows 48 at a time), and never
+    leaving a last block of one: OpenBLAS computes a product of one row or column as a gemv,
+    which rounds otherwise."""
+    per_block = -(-extent // wanted)
+    length = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS
+    while extent % length == 1:
+        length += GEMM_BLOCK_ROWS
+    return length
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:

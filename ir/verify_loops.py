@@ -77,6 +77,12 @@ def _verify_block(kernel: LoopKernel, statements: list, scopes: list[set[str]],
         elif isinstance(statement, Gemm):
             buffer(statement, statement.a, statement.b, statement.c)
             use(statement, statement.alpha)
+            row_blocks = -(-statement.m // max(statement.rows, 1))
+            column_blocks = -(-statement.n // max(statement.columns, 1))
+            if (statement.blocks != max(row_blocks * column_blocks, 1)
+                    or min(row_blocks, column_blocks) > 1):
+                raise fail("a gemm whose blocks are not of whole rows or whole columns of its "
+                           "product", statement)
         elif isinstance(statement, AllReduce):
             buffer(statement, statement.source, statement.target)
             if statement.source == statement.target:

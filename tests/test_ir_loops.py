@@ -343,6 +343,58 @@ def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch, ro
                                rtol=1e-5, atol=1e-5)
 
 
+def product_of_few_rows(rows: int, columns: int, dtype: str, transpose_b: bool) -> ir.Graph:
+    f = ir.Graph("product")
+    a = f.add_parameter("a", TensorType((rows, 33), dtype))
+    b = ir.GraphBuilder(f)
+    if transpose_b:
+        w = f.add_parameter("w", TensorType((columns, 33), dtype))
+        f.outputs = [b.op("matmul", a, b.op("transpose", w, permutation=(1, 0)))]
+    else:
+        w = f.add_parameter("w", TensorType((33, columns), dtype))
+        f.outputs = [b.op("matmul", a, w)]
+    return f
+
+
+@pytest.mark.parametrize("dtype, blas, transpose_b, columns, blocks", [
+    ("f32", True, False, 150, 4), ("f32", True, True, 145, 2), ("f32", False, False, 150, 4),
+    ("f64", True, True, 150, 4), ("f64", False, True, 100, 3), ("i64", False, False, 100, 3)])
+def test_a_large_product_of_few_rows_is_cut_into_blocks_of_columns_whatever_the_threads(
+        monkeypatch, dtype, blas, transpose_b, columns, blocks):
+    """A product of few rows and much work (COLUMN_SPLIT_WORK, lowered here) is cut into blocks
+    of 48k columns (never a last one of one column: 145 as 96 + 49), the same on one thread as on
+    several (OpenBLAS rounds a column by where its block starts), so every thread count gives the
+    same bits; with BLAS and in the fallback loops, read straight or transposed, with bounds
+    checks too; the loop interpreter computes the same blocks."""
+    if blas and not jit.blas_available():
+        pytest.skip("no BLAS")
+    monkeypatch.setattr(jit, "blas_available", lambda: blas)
+    monkeypatch.setattr("tracer.ir.schedule_threads.COLUMN_SPLIT_WORK", 1)
+    rng = np.random.default_rng(3)
+    numpy_type = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]
+    w_shape = (columns, 33) if transpose_b else (33, columns)
+    arguments = [(rng.standard_normal((20, 33)) * 4).astype(numpy_type),
+                 (rng.standard_normal(w_shape) * 4).astype(numpy_type)]
+    w = arguments[1].T if transpose_b else arguments[1]
+    expected = arguments[0].astype(np.float64) @ w.astype(np.float64)
+    results = []
+    for threads, checked in (("1", "0"), ("2", "0"), ("3", "1")):
+        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
+        monkeypatch.setenv("TRACER_CHECK_BOUNDS", checked)
+        compiled = compile_graph(ir.optimize(product_of_few_rows(20, columns, dtype, transpose_b)))
+        (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
+        assert (gemm.blocks, gemm.rows) == (blocks, 20)
+        assert gemm.columns * (blocks - 1) < columns <= gemm.columns * blocks
+        assert gemm.columns % 48 == 0 and columns % gemm.columns != 1
+        results.append(compiled(arguments)[0])
+        for splits in (1, 2, blocks):
+            (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
+            np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
+    for result in results:
+        np.testing.assert_array_equal(result, results[0])
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-4)
+
+
 def test_a_concatenation_backward_writes_each_part_with_its_own_loop():
     """The gradient of q, k, v split from one tensor (pads of each part, added) is three loops
     over the parts of the last axis, with no select: each element is written once."""
