@@ -380,8 +380,7 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
             "mul", [alpha, value], [dtype, dtype], dtype)
     if update.sign < 0:
         alpha = scheduler.compute("neg", [alpha], [dtype], dtype)
-    in_place_rest = (update.rest_is is not None
-                     and plan.write(result) == plan.read(update.rest_is))
+    in_place_rest = update.rest_is is not None and plan.write(result) == plan.read(update.rest_is)
     if not in_place_rest:  # over the whole result: the kernel runs on one thread
         scheduler.loop_kernel([output], split=False)
         blocks, rows, columns = 1, m, n
