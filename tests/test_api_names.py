@@ -307,3 +307,27 @@ def test_copies_built_from_view_operations_may_be_changed_in_place():
         return results
 
     compare_with_torch(lambda x: change(tr, x), lambda x: change(torch, x), [X], gradients=False)
+
+
+@pytest.mark.parametrize("arguments, keywords", [
+    ((5,), {}), ((1.0, 7), {}), ((2, 11, 3), {}), ((0, 1, 0.1), {}), ((5, 1, -1), {}),
+    ((3,), {"dtype": "float64"}), ((0.5,), {}), ((1, 5), {"dtype": "float32"}), ((2, 2), {})])
+def test_arange_takes_start_end_and_step_as_pytorch(arguments, keywords):
+    """arange(end), arange(start, end), arange(start, end, step): the values, bit for bit, and
+    the dtype PyTorch gives (a float range computed in float64), eagerly and traced."""
+    expected = torch.arange(*arguments, **{k: getattr(torch, v) for k, v in keywords.items()})
+    ours = {k: getattr(tr, v) for k, v in keywords.items()}
+    traced = tr.trace(lambda x: x + tr.arange(*arguments, **ours))
+    for result in (tr.arange(*arguments, **ours), traced(tr.zeros((), dtype=ours.get(
+            "dtype", tr.int64 if expected.dtype == torch.int64 else tr.float32)))):
+        assert str(result.dtype) == str(expected.dtype).replace("torch.", "")
+        assert result.numpy().tobytes() == expected.numpy().tobytes()
+
+
+def test_arange_refuses_a_zero_step_a_step_away_from_the_end_and_tensors_as_bounds():
+    with pytest.raises(tr.TracerError, match="step must not be zero"):
+        tr.arange(0, 5, 0)
+    with pytest.raises(tr.TracerError, match="the step goes away from the end"):
+        tr.arange(4, 2)  # PyTorch refuses it too (numpy gives an empty range)
+    with pytest.raises(tr.TracerError, match="Python numbers"):
+        tr.arange(tr.tensor(3))

@@ -373,3 +373,38 @@ def test_cat_and_stack_keep_the_sign_of_zero(join):
 
     for result in (function(*map(tr.tensor, values)), tr.trace(function)(*map(tr.tensor, values))):
         assert result.numpy().tobytes() == expected.tobytes()
+
+
+SELECTING = {  # the values of these are one element of each row, as PyTorch copies it
+    "max(dim)": lambda m, x: x.max(1).values,
+    "min(dim)": lambda m, x: x.min(1).values,
+    "max_pool2d": lambda m, x: m.nn.functional.max_pool2d(x.reshape(1, 2, 2, 3), (2, 1)),
+}
+
+
+@pytest.mark.parametrize("name", SELECTING)
+def test_max_min_and_max_pooling_copy_the_selected_element(name):
+    # Their values were a sum of the row with the other elements set to 0: -0.0 + 0.0 = +0.0
+    # where PyTorch gives -0.0. Every row here has -0.0 where it is selected, with nan and ±inf
+    # elsewhere; the gradient goes to the selected element alone.
+    if torch is None:
+        pytest.skip("PyTorch, the oracle, is not installed")
+    inf, nan = float("inf"), float("nan")
+    values = [[-0.0, -1.0, -inf], [-inf, -0.0, -5.0], [-0.0, 0.0, -inf], [1.0, nan, -0.0]]
+    if name == "min(dim)":
+        values = [[-0.0, 1.0, inf], [inf, -0.0, 5.0], [-0.0, 0.0, inf], [1.0, nan, -0.0]]
+    expected_x = torch.tensor(values, requires_grad=True)
+    expected = SELECTING[name](torch, expected_x)
+    expected.backward(torch.arange(1.0, expected.numel() + 1).reshape(expected.shape))
+
+    def step(x, weights):
+        result = SELECTING[name](tr, x)
+        result.backward(weights)
+        return result.detach()
+
+    weights = tr.arange(1.0, expected.numel() + 1).reshape(tuple(expected.shape))
+    for runner in (step, tr.trace(step)):
+        x = tr.tensor(values, requires_grad=True)
+        result = runner(x, weights)
+        assert result.numpy().tobytes() == expected.detach().numpy().tobytes()
+        np.testing.assert_array_equal(x.grad.numpy(), expected_x.grad.numpy())

@@ -160,8 +160,27 @@ def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
     return apply("iota", [], shape=tuple(shape), dimension=dimension, dtype=dtype)
 
 
-def arange(end, dtype=None) -> Tensor:
-    """0, 1, ..., below `end` (int64, or float32 for a float `end`)."""
-    if dtype is None:
-        dtype = float32 if isinstance(end, float) else int64
-    return iota((int(np.ceil(end)),), 0, dtype)
+def arange(start, end=None, step=1, *, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    """PyTorch's arange: start, start + step, ... below `end` (`arange(end)` from 0); int64 when
+    every bound is an integer, else float32, unless `dtype` says otherwise. A float range is
+    computed in float64, then rounded once, as PyTorch computes it."""
+    if end is None:
+        start, end = 0, start
+    bounds = (start, end, step)
+    if not all(isinstance(b, (int, float)) and not isinstance(b, builtins.bool) for b in bounds):
+        raise ArgumentError(f"arange takes Python numbers as start, end and step, got "
+                            f"{', '.join(type(b).__name__ for b in bounds)}")
+    if step == 0:
+        raise ArgumentError("arange: step must not be zero")
+    if (end - start) * step < 0:  # as PyTorch, which refuses where numpy gives an empty range
+        raise ArgumentError(f"arange({start}, {end}, {step}): the step goes away from the end; "
+                            f"use a step of the other sign")
+    integers = all(isinstance(b, int) for b in bounds)
+    dtype = as_dtype(dtype) if dtype is not None else int64 if integers else float32
+    length = max(int(np.ceil((end - start) / step)), 0)
+    if integers and dtype == int64:
+        result = iota((length,), 0, int64)
+        result = result if (start, step) == (0, 1) else result * step + start
+    else:
+        result = (iota((length,), 0, np.dtype(np.float64)) * float(step) + float(start)).to(dtype)
+    return result.requires_grad_(requires_grad) if requires_grad else result

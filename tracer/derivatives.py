@@ -17,6 +17,8 @@ import builtins
 import math
 import numbers
 
+import numpy as np
+
 from tracer.ir import types as irtypes
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
@@ -138,6 +140,31 @@ class _EvenlyDistributed(Function):
 
 def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
     return _EvenlyDistributed.apply(x, reduction)
+
+
+class _Selected(Function):
+    """The one element of each row along `axis` that `chosen` marks, exactly (a nan, -0.0 and
+    ±inf as they are: a sum of the row with the others set to 0 turned -0.0 into +0.0), with
+    its gradient to that element alone -- the values of max(dim), min(dim) and max pooling,
+    whose indices pick the element. No gather: nothing to check, so the loop vectorizes."""
+
+    @staticmethod
+    def forward(ctx, x, chosen, axis):
+        lowest = -math.inf if irtypes.is_float(x.dtype) else int(np.iinfo(x.dtype).min)
+        ctx.save_for_backward(chosen)
+        ctx.axis = axis
+        return apply("reduce_max", [_where(chosen, x, lowest)], axes=(axis,))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (chosen,) = ctx.saved_tensors
+        return _where(chosen, grad_output.unsqueeze(ctx.axis), 0.0), None, None
+
+
+def selected(x: Tensor, chosen: Tensor, axis: int) -> Tensor:
+    """x's element marked by the boolean `chosen` (exactly one per row along `axis`), the axis
+    reduced away; its gradient goes to that element alone."""
+    return _Selected.apply(x, chosen, axis)
 
 
 def safe_sqrt(squares: Tensor) -> Tensor:

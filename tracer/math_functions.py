@@ -31,9 +31,25 @@ from tracer.rounding import RoundingMethods
 from tracer.tensor import Tensor
 
 
+class _Reciprocal(Function):
+    """1 / x with PyTorch's gradient, -g r^2 of the result r: where r^2 overflows (|x| under
+    ~5e-20 in float32) it is ±inf, as PyTorch's, where the quotient rule's -g r / x stayed finite."""
+
+    @staticmethod
+    def forward(ctx, x):
+        result = 1 / x
+        ctx.save_for_backward(result)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (result,) = ctx.saved_tensors
+        return -grad_output * (result * result)
+
+
 def reciprocal(x: Tensor) -> Tensor:
     """1 / x (float for integer x, as PyTorch)."""
-    return 1 / x
+    return _Reciprocal.apply(to_float(x))
 
 
 def clamp_min(x: Tensor, min) -> Tensor:

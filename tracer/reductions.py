@@ -10,7 +10,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota, zeros
-from tracer.derivatives import evenly_distributed
+from tracer.derivatives import evenly_distributed, selected
 from tracer.dimensions import as_dim, dim_or_axis, normalize_dim, normalize_dims
 from tracer.dispatch import apply
 from tracer.dtypes import bool, int64
@@ -79,7 +79,7 @@ class ReductionMethods:
         indices = (size - 1) - apply("reduce_max", [candidates], axes=(axis,)).detach()
         # The value at that index, so that (as in PyTorch) its gradient goes there alone.
         chosen = position == indices._keep((axis,), self.shape)
-        values = where(chosen, self, 0).sum(axis)
+        values = selected(self, chosen, axis)
         if keepdim:
             values, indices = values._keep((axis,), self.shape), indices._keep((axis,), self.shape)
         return MaxResult(values, indices)

@@ -16,6 +16,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota, tensor
+from tracer.derivatives import selected
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
 from tracer.nn.convolution import pair, windows, constant_pad
@@ -81,8 +82,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     first = flat.max(-1)[1]
     last_nan = where(flat != flat, iota(flat.shape, 4), -1).amax(-1)
     offsets = where(last_nan >= 0, last_nan, first)
-    # a new tensor, as PyTorch's (not a view-copy of the squeeze)
-    values = fresh(flat.gather(-1, offsets.unsqueeze(-1)).squeeze(-1))
+    values = selected(flat, iota(flat.shape, 4) == offsets.unsqueeze(-1), 4)
     if unbatched:
         values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
