@@ -16,9 +16,9 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota, tensor, zeros
-from tracer.derivatives import selected
 from tracer.dtypes import int64
 from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.function import Function
 from tracer.layout import fresh
 from tracer.nn.convolution import pair, windows, constant_pad
 from tracer.tensor import Tensor
@@ -68,6 +68,32 @@ def _geometry(input: Tensor, kernel_size, stride, padding, dilation, ceil_mode, 
     return kernel, stride, padding, dilation, out, high
 
 
+class _WindowMaximum(Function):
+    """The maximum of each window (the last axis) and its position, as PyTorch's kernel scans a
+    window: an element greater than the maximum so far, or a nan, is taken -- the first of tied
+    maxima, the last nan. Elementwise over the window's positions (a max(-1) and its argmax were
+    a kernel per row of k elements: 0.6 ms of a small CNN step's 2.5); the gradient goes to the
+    taken element alone."""
+
+    @staticmethod
+    def forward(ctx, flat):
+        best, offsets = flat[..., 0], zeros(flat.shape[:-1], dtype=int64)
+        for position in range(1, flat.shape[-1]):
+            element = flat[..., position]
+            taken = (element > best) | (element != element)
+            best, offsets = where(taken, element, best), where(taken, position, offsets)
+        ctx.save_for_backward(offsets)
+        ctx.mark_non_differentiable(offsets)
+        ctx.size = flat.shape[-1]
+        return best, offsets
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_offsets):
+        (offsets,) = ctx.saved_tensors
+        chosen = iota((*offsets.shape, ctx.size), offsets.ndim) == offsets.unsqueeze(-1)
+        return where(chosen, grad_values.unsqueeze(-1), 0.0)
+
+
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: builtins.bool = False, return_indices: builtins.bool = False):
     """PyTorch's F.max_pool2d; with return_indices, also each maximum's position in its
@@ -78,16 +104,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     padded = constant_pad(x, [0, 0, *padding], [0, 0, *high], float("-inf"))
     cells = windows(padded, kernel, stride, dilation, out, "ncijhw")
     flat = cells.reshape(*cells.shape[:4], kernel[0] * kernel[1])
-    # PyTorch's kernel scans each window, taking an element greater than the maximum so far or
-    # a nan: the first of tied maxima, the last nan. So does this, elementwise over the window's
-    # positions (a max(-1) and its argmax were a kernel per row of k elements: 0.6 of a small
-    # CNN step's 2.5 ms); the gradient goes to that element alone.
-    best, offsets = flat[..., 0], zeros(flat.shape[:-1], dtype=int64)
-    for position in range(1, flat.shape[-1]):
-        element = flat[..., position]
-        taken = (element > best) | (element != element)
-        best, offsets = where(taken, element, best), where(taken, position, offsets)
-    values = selected(flat, iota(flat.shape, 4) == offsets.unsqueeze(-1), 4)
+    values, offsets = _WindowMaximum.apply(flat)
     if unbatched:
         values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
