@@ -568,6 +568,9 @@ def to_numpy(t):
         return None
     if isinstance(t, (float, int)):
         return np.asarray(t)
+    if torch is not None and isinstance(t, torch.Tensor):
+        # force: PyTorch's gradient of sgn is a ZeroTensor, which .numpy() refuses
+        return np.array(t.detach().numpy(force=True), copy=True)
     return np.array(t.detach().numpy(), copy=True)
 
 
