@@ -408,3 +408,29 @@ def test_max_min_and_max_pooling_copy_the_selected_element(name):
         result = runner(x, weights)
         assert result.numpy().tobytes() == expected.detach().numpy().tobytes()
         np.testing.assert_array_equal(x.grad.numpy(), expected_x.grad.numpy())
+
+
+EXTREMA = {
+    "max()": lambda x: x.max(), "min()": lambda x: x.min(), "amax(1)": lambda x: x.amax(1),
+    "amin(0, keepdim)": lambda x: x.amin(0, keepdim=True),
+    "max(1)": lambda x: tuple(x.max(1)), "min(0)": lambda x: tuple(x.min(0)),
+}
+
+
+@pytest.mark.parametrize("values", [[[True, False, True], [False, False, False]],
+                                    [[-2**63, 0, 5], [2**63 - 1, -2**63, -1]]],
+                         ids=["bool", "int64 extremes"])
+@pytest.mark.parametrize("name", EXTREMA)
+def test_maxima_and_minima_of_bools_and_extreme_integers(name, values):
+    # bool tensors were refused (PyTorch reduces them); amin was -amax(-x), and -x wraps at
+    # int64's lowest value, whose minimum came out as the largest of the rest
+    if torch is None:
+        pytest.skip("PyTorch, the oracle, is not installed")
+    expected = EXTREMA[name](torch.tensor(values))
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for runner in (EXTREMA[name], tr.trace(EXTREMA[name])):
+        result = runner(tr.tensor(values))
+        result = result if isinstance(result, tuple) else (result,)
+        for ours, theirs in zip(result, expected, strict=True):
+            assert str(ours.dtype) == str(theirs.dtype).replace("torch.", "")
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

@@ -21,10 +21,11 @@ from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.function import Function
 from tracer.arithmetic import where
 from tracer.creation import full, iota
-from tracer.dimensions import normalize_dim, normalize_dims
+from tracer.dimensions import normalize_dim
 from tracer.dispatch import apply, as_tensor, promote, tensor_operand
 from tracer.derivatives import addcdiv, lerp, logsumexp, power_norm, safe_sqrt
 from tracer.dtypes import float32
+from tracer.reductions import amax, amin
 from tracer.tensor import Tensor
 from tracer.variance import std, var
 
@@ -122,17 +123,6 @@ def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor
     if p == 0:
         return _CountOfNonzeros.apply(x, dim, keepdim)
     return power_norm(x, p, dim, keepdim)
-
-
-def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
-    """The maximum over one or several dimensions (values only)."""
-    axes = normalize_dims(dim, x.ndim)
-    result = apply("reduce_max", [x], axes=axes) if axes else x.clone()
-    return result._keep(axes, x.shape) if keepdim else result
-
-
-def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
-    return -amax(-x, dim, keepdim)
 
 
 def _triangle(x: Tensor, diagonal: int, lower: builtins.bool) -> Tensor:

@@ -63,6 +63,9 @@ class ReductionMethods:
         return self._extremum("reduce_min", dim, keepdim)
 
     def _extremum(self, reduction: str, dim, keepdim: builtins.bool):
+        if self.dtype == bool:  # as PyTorch: the reductions have no bool form, int64 has
+            result = self.to(int64)._extremum(reduction, dim, keepdim)
+            return result != 0 if dim is None else MaxResult(result.values != 0, result.indices)
         if dim is None:
             return evenly_distributed(self, reduction)
         axis = normalize_dim(as_dim(dim), self.ndim)
@@ -114,3 +117,22 @@ class ReductionMethods:
     def log_softmax(self, dim: int) -> Tensor:
         shifted = self._shifted_down(dim)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def _extreme(x: Tensor, dim, keepdim: builtins.bool, reduction: str) -> Tensor:
+    if x.dtype == bool:  # as PyTorch: the reductions have no bool form, int64 has
+        return _extreme(x.to(int64), dim, keepdim, reduction) != 0
+    axes = normalize_dims(dim, x.ndim)
+    result = apply(reduction, [x], axes=axes) if axes else x.clone()
+    return result._keep(axes, x.shape) if keepdim else result
+
+
+def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
+    """The maximum over one or several dimensions (values only)."""
+    return _extreme(x, dim, keepdim, "reduce_max")
+
+
+def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
+    """The minimum over one or several dimensions (values only). (It was -amax(-x): the minimum
+    of int64's lowest value came out as the largest of the rest, since -x wraps there.)"""
+    return _extreme(x, dim, keepdim, "reduce_min")
