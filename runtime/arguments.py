@@ -118,6 +118,10 @@ def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> li
 def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     """Before running: every buffer the call writes back into is writeable and shares no memory
     with another argument (the traced function treated them as separate values)."""
+    # Arrays that own their memory (no base) and are distinct objects cannot overlap: the cheap
+    # common case, decided once for every target (`w.grad = w.detach()` makes one array both w
+    # and its .grad).
+    separate = all(a.base is None for a in arrays) and len(set(map(id, arrays))) == len(arrays)
     for index, kind, _ in entry.writebacks:
         value = values[index]
         target = buffer_of(value) if kind == "data" else grad_buffer_of(value)
@@ -127,9 +131,7 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")
-        # Arrays that own their memory (no base) and are distinct objects cannot overlap: the
-        # cheap common case. (`w.grad = w.detach()` makes one array both w and its .grad.)
-        if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
+        if separate:
             continue
         source = ("leaf" if kind == "data" else "grad", index)
         own = entry.parameter_sources.index(source) if source in entry.parameter_sources else -1

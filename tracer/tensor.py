@@ -239,11 +239,12 @@ class Tensor:
         body = np.array2string(self._handle, separator=", ", prefix="tensor(")
         return f"tensor({body}, dtype={self.dtype}{suffix})"
 
-    def _mark_changed(self) -> None:
-        """Count an in-place change: a newer version, where it happened, and word to every tape
-        node that saved this tensor for its backward (which may run after the tensor is gone)."""
+    def _mark_changed(self, at: str | None = None) -> None:
+        """Count an in-place change: a newer version, where it happened (`at`, the user's line,
+        found here unless the caller found it once for many tensors), and word to every tape node
+        that saved this tensor for its backward (which may run after the tensor is gone)."""
         self._version += 1
-        self._changed_at = user_line()
+        self._changed_at = at or user_line()
         for reference in self._saved_by:
             node = reference()
             if node is not None:
