@@ -11,13 +11,19 @@ from tracer.codegen.lowering import double_hex
 from tracer.codegen.two_over_pi import reduction_table
 
 
+# Where the templates' compiled Python code is kept between processes: a jinja2.BytecodeCache that
+# the runtime sets (runtime/template_cache.py) before the first template is loaded, or None.
+bytecode_cache: Any = None
+
+
 @functools.cache
 def _environment():
     import jinja2  # here, on first use: see the module docstring
 
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        bytecode_cache=bytecode_cache)
     environment.filters["d"] = double_hex
     environment.globals["reduction_table"] = reduction_table  # math.ll.j2's bits of 2/pi
     return environment

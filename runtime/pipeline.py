@@ -252,6 +252,8 @@ class BackEnd:
     def code(self) -> GeneratedCode:
         """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
         from tracer.codegen.module import generate_module
+        from tracer.runtime import template_cache
+        template_cache.install()
         loops = self.loops
         with self.step("render"):
             settings = self.settings

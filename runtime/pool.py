@@ -89,6 +89,8 @@ def _compile() -> jit.JitModule:
             LOG.warning("could not load the thread pool from %s (%s); compiling it again",
                         cache.path, error)
     from tracer.codegen.template_environment import render
+    from tracer.runtime import template_cache
+    template_cache.install()
 
     futex, pause = _ARCHITECTURES[architecture]
     text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,

@@ -473,3 +473,46 @@ def test_a_failed_compile_is_the_error_of_every_waiting_thread(monkeypatch):
     assert compiles == 1
     assert all(isinstance(o, tr.TracingError) for o in outcomes), outcomes
     assert traced.cache_info().size == 0
+
+
+TEMPLATE_PROBE = textwrap.dedent("""
+    import os, jinja2
+    from tracer.codegen import template_environment
+    from tracer.runtime import template_cache
+    compiled = []
+    original = jinja2.Environment.compile
+    def counting(self, source, name=None, *args, **kwargs):
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+    jinja2.Environment.compile = counting
+    template_cache.install()
+    names = sorted(os.listdir(os.path.dirname(template_environment.__file__) + "/templates"))
+    text = template_environment.render("parallel.ll.j2", name="k", buffers=2, threads=2, chunks=8)
+    for name in names:
+        template_environment._environment().get_template(name)
+    print(len(compiled), len(names), repr(text))
+""")
+
+
+def test_compiled_templates_are_kept_in_the_disk_cache_and_checked(directory):
+    """A process that generates code compiles the Jinja2 templates once per user, not once per
+    process: the next process loads their code from the disk cache (authenticated like object
+    code: a tampered entry is compiled again, and renders the same text)."""
+    def probe() -> tuple[int, int, str]:
+        finished = subprocess.run([sys.executable, "-c", TEMPLATE_PROBE], capture_output=True,
+                                  text=True, check=True, cwd=ROOT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        compiled, templates, text = finished.stdout.split(" ", 2)
+        return int(compiled), int(templates), text
+
+    first = probe()
+    assert first[0] == first[1] > 5  # every template compiled (and stored)
+    entries = sorted(directory.glob("*.template"))
+    assert len(entries) == first[1]
+    second = probe()
+    assert second == (0, first[1], first[2])  # every template loaded, the same text rendered
+    for entry in entries:  # payloads tampered with: the HMAC no longer matches
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    assert probe() == first
