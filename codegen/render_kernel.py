@@ -34,6 +34,10 @@ HOST_CALLBACK_DECLARATION = f"declare i32 @{HOST_CALLBACK_SYMBOL}(i64, ptr)"
 # float32 lanes of the vectors LLVM prefers on x86-64: 256-bit AVX2 registers (also on AVX-512
 # CPUs, where LLVM prefers 256 bits); elsewhere LLVM splits them into the registers there are.
 FLOAT32_LANES = 8
+# Loads beyond which a loop gets no hint: LLVM needs run-time pointer checks between so many
+# accesses that it does not vectorize it anyway, and says so on stderr when asked to (a 16 x 16
+# max pooling window: 256 loads).
+HINTED_LOADS = 64
 # float32 functions of templates/math.ll.j2 that compute (in part) in float64.
 WIDENED_FLOAT32_MATH = frozenset({"sin", "cos", "pow"})
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
@@ -141,10 +145,15 @@ class KernelRenderer:
     def vector_hint(self, loop: Loop) -> str:
         """The metadata asking for FLOAT32_LANES lanes for an innermost loop that computes in
         float32 and in a 64-bit type, as the latch branch's suffix; else "". Not for a loop with
-        checks, which returns early: LLVM cannot vectorize it, and reports a hinted loop it
-        cannot vectorize (on stderr)."""
-        if (any(isinstance(s, (Loop, CheckIndex)) for s in loop.body)
-                or (self.sites is not None and self.sites.every_access)):
+        checks, which returns early, nor one of too many loads (HINTED_LOADS): LLVM cannot
+        vectorize them, and reports a hinted loop it cannot vectorize (on stderr); nor for a loop
+        of fewer than two vectors' iterations, where the hint buys nothing (the 8 columns of an
+        8 x 8 pooling window's gradient: LLVM could not vectorize it either)."""
+        short = (isinstance(loop.begin, int) and isinstance(loop.end, int)
+                 and loop.end - loop.begin < 2 * FLOAT32_LANES)
+        if (short or any(isinstance(s, (Loop, CheckIndex)) for s in loop.body)
+                or (self.sites is not None and self.sites.every_access)
+                or sum(isinstance(s, Load) for s in loop.body) > HINTED_LOADS):
             return ""
         types = {s.dtype for s in loop.body if isinstance(s, (Compute, Accumulate))}
         types |= {s.value.dtype for s in loop.body if isinstance(s, (Load, Store))}
@@ -286,7 +295,8 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
                                                      block, "read-modify-write", gemm.line), block)}
     return render(
         "matmul.ll.j2", name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
-        blocks=gemm.blocks, rows=max(gemm.rows, 1), columns=gemm.columns, size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
+        blocks=gemm.blocks, rows=max(gemm.rows, 1), columns=gemm.columns,
+        size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
         transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
 

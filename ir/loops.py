@@ -17,8 +17,8 @@ memory plan placed them) whose body is a tree of statements:
   (and wrapped if negative, where negative indices count from the end); out of range, the kernel records the index in the error record and
   returns before any access at it, and the entry runs no later kernel.
 - `Accumulator` / `Accumulate`: a reduction's running value (reassociable, so it vectorizes).
-- `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end) (or blocks of rows of
-  each C[b]), a BLAS call or a loop nest.
+- `Gemm`: C[b] (+)= alpha * A[b] @ B[b] for the batch range [begin, end) (or blocks of rows or
+  columns of each C[b]), a BLAS call or a loop nest.
 - `AllReduce`: the target buffer is the elementwise sum (max, min) of the source buffer over the
   processes of an MPI job, one call of the MPI library (MPI_Allreduce); alone, a copy.
 - `HostCall`: result buffers written by Python code the program calls back (ir/host.py).
@@ -228,7 +228,7 @@ class LoopKernel:
     def splittable(self) -> bool:
         """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
         independent and so are a row kernel's chunks (each writes its own rows and partial
-        results), and so are a matmul kernel's blocks of rows of its product unless it first
+        results), and so are a matmul kernel's blocks of its product unless it first
         stores the rest of an update over the whole result (in a loop); an accumulate kernel's
         add into the same elements and a combine kernel is small."""
         if self.kind == "matmul":

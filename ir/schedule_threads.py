@@ -30,13 +30,13 @@ CHUNKS_PER_THREAD = 4
 REPACKED_BYTES = 256 * 1024
 GEMM_BLOCK_ROWS = 48
 MOST_ROWS_ON_ONE = 0.8
-# A product of few rows (under COLUMN_SPLIT_ROWS: 48-row blocks would leave one thread 3/4 of a
-# 64- or 128-row product) and much work (COLUMN_SPLIT_WORK multiply-adds, a few ms) is cut into
-# blocks of columns instead -- a convolution's products, 64 channels by 100,352 pixels, ran at
-# 85 GF/s as 48 + 16 rows on two threads. OpenBLAS's rounding of a column depends on where its
-# block of columns starts (it tiles the columns from there), so these blocks are cut from the
-# shape alone, COLUMN_BLOCKS of them whatever the number of threads: one thread computes the
-# blocks two threads compute, to the bit.
+# A single product of few rows (under COLUMN_SPLIT_ROWS: 48-row blocks would leave one thread 3/4
+# of a 64- or 128-row product) and much work (COLUMN_SPLIT_WORK multiply-adds, 0.15-0.3 ms at
+# 60-125 GF/s) is cut into blocks of columns instead -- a convolution's products, 64 channels by
+# 100,352 pixels, ran at 85 GF/s as 48 + 16 rows on two threads. OpenBLAS's rounding of a column
+# depends on where its block of columns starts (it tiles the columns from there), so these blocks
+# are cut from the shape alone, COLUMN_BLOCKS of them whatever the number of threads: one thread
+# computes the blocks two threads compute, to the bit.
 COLUMN_SPLIT_ROWS = 4 * GEMM_BLOCK_ROWS
 COLUMN_SPLIT_WORK = 1 << 24
 COLUMN_BLOCKS = 8
@@ -54,7 +54,8 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int, int]:
     m, n = result.shape[-2:]
     matmul = kernel.instructions[-1] if kernel.update is None else kernel.update.matmul
     k = matmul.inputs[1].shape[-2]
-    if m < COLUMN_SPLIT_ROWS and m * n * k >= COLUMN_SPLIT_WORK:
+    single = math.prod(result.shape[:-2]) == 1  # (a batch shares its products out whole)
+    if single and m < COLUMN_SPLIT_ROWS and m * n * k >= COLUMN_SPLIT_WORK:
         columns = _block_length(n, COLUMN_BLOCKS)
         return -(-n // columns), m, columns
     if threads <= 1 or kernel_work(kernel) < 2 * PARALLEL_WORK_PER_THREAD:
@@ -67,14 +68,16 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int, int]:
 
 def _block_length(extent: int, wanted: int) -> int:
     """The length of `wanted` blocks cutting `extent` rows or columns, rounded up to
-    GEMM_BLOCK_ROWS (OpenBLAS's float32 kernels run down the rows 48 at a time), and never
-    leaving a last block of one: OpenBLAS computes a product of one row or column as a gemv,
-    which rounds otherwise."""
+    GEMM_BLOCK_ROWS (OpenBLAS's float32 kernels run down the rows 48 at a time), at most the
+    extent, and never leaving a last block of one: OpenBLAS computes a product of one row or
+    column as a gemv, which rounds otherwise. (An extent of 1 is one block of 1: the loop once
+    looked for a length that leaves no remainder of 1 forever, and a 1-row product on two
+    threads never compiled.)"""
     per_block = -(-extent // wanted)
-    length = -(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS
-    while extent % length == 1:
+    length = min(-(-per_block // GEMM_BLOCK_ROWS) * GEMM_BLOCK_ROWS, extent)
+    while length < extent and extent % length == 1:
         length += GEMM_BLOCK_ROWS
-    return length
+    return min(length, extent)
 
 
 def split_extent(kernel: Kernel, flat: bool) -> int:

@@ -100,7 +100,7 @@ def _compile() -> jit.JitModule:
 
 
 # One thread policy: while compiled code runs, numpy's OpenBLAS runs each gemm on its caller's
-# thread, since this pool splits the large ones into blocks of rows (ir/schedule_threads.py) and
+# thread, since this pool splits the large ones into blocks (ir/schedule_threads.py) and
 # runs a batch of small ones across its threads. Left threaded, OpenBLAS's own threads (which
 # spin for a while after each call) competed with the pool's for the cores: a GPT step took 9 s
 # instead of 1 s on the loaded 2-core machine (its attention's 96-matrix batches each ran as 96

@@ -311,10 +311,13 @@ def test_copies_built_from_view_operations_may_be_changed_in_place():
 
 @pytest.mark.parametrize("arguments, keywords", [
     ((5,), {}), ((1.0, 7), {}), ((2, 11, 3), {}), ((0, 1, 0.1), {}), ((5, 1, -1), {}),
-    ((3,), {"dtype": "float64"}), ((0.5,), {}), ((1, 5), {"dtype": "float32"}), ((2, 2), {})])
+    ((3,), {"dtype": "float64"}), ((0.5,), {}), ((1, 5), {"dtype": "float32"}), ((2, 2), {}),
+    ((1.5, -2.5, -1), {"dtype": "int64"}), ((-2.7, 1), {"dtype": "int64"}),
+    ((0, 5.5), {"dtype": "int64"}), ((2.5,), {"dtype": "int64"}), ((np.int64(5),), {})])
 def test_arange_takes_start_end_and_step_as_pytorch(arguments, keywords):
-    """arange(end), arange(start, end), arange(start, end, step): the values, bit for bit, and
-    the dtype PyTorch gives (a float range computed in float64), eagerly and traced."""
+    """arange(end), arange(start, end), arange(start, end, step): the values, bit for bit (ranges
+    exact in float32: PyTorch's vectorized kernel rounds some inexact ones otherwise), and the
+    dtype PyTorch gives, eagerly and traced; an integer dtype truncates float bounds first."""
     expected = torch.arange(*arguments, **{k: getattr(torch, v) for k, v in keywords.items()})
     ours = {k: getattr(tr, v) for k, v in keywords.items()}
     traced = tr.trace(lambda x: x + tr.arange(*arguments, **ours))
@@ -324,10 +327,19 @@ def test_arange_takes_start_end_and_step_as_pytorch(arguments, keywords):
         assert result.numpy().tobytes() == expected.numpy().tobytes()
 
 
-def test_arange_refuses_a_zero_step_a_step_away_from_the_end_and_tensors_as_bounds():
-    with pytest.raises(tr.TracerError, match="step must not be zero"):
-        tr.arange(0, 5, 0)
-    with pytest.raises(tr.TracerError, match="the step goes away from the end"):
-        tr.arange(4, 2)  # PyTorch refuses it too (numpy gives an empty range)
-    with pytest.raises(tr.TracerError, match="Python numbers"):
-        tr.arange(tr.tensor(3))
+def test_arange_takes_0d_tensors_and_a_traced_size():
+    np.testing.assert_array_equal(tr.arange(tr.tensor(4)).numpy(), np.arange(4))
+    traced = tr.trace(lambda x, n: x + tr.arange(n))
+    np.testing.assert_array_equal(traced(tr.zeros(3), 3).numpy(), [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("arguments, keywords, message", [
+    ((0, 5, 0), {}, "step must not be zero"),
+    ((0.5, 3.2, 0.7), {"dtype": tr.int64}, "step must not be zero"),  # 0.7 truncated, as PyTorch
+    ((4, 2), {}, "the step goes away from the end"),  # PyTorch refuses (numpy: an empty range)
+    ((0, float("inf")), {}, "end must be finite"),
+    ((0, 3), {"dtype": tr.bool}, "no bool ranges"),
+    ((tr.ones(2),), {}, "must be a number or a 0-d tensor")])
+def test_arange_refuses_what_pytorch_refuses(arguments, keywords, message):
+    with pytest.raises(tr.TracerError, match=message):
+        tr.arange(*arguments, **keywords)

@@ -783,9 +783,15 @@ def changes_viewed_base(program: Program) -> bool:
             obj_of.append(target)
         else:
             obj_of.append(k)
-            if op[0] == "layout" or is_view_key(program.inputs, op):
+            if is_view_op(program.inputs, op):
                 viewed.add(obj_of[op[2]])
     return False
+
+
+def is_view_op(inputs: list, op) -> bool:
+    """Whether `op`'s result is a view of its operand in PyTorch (a view-copy in tracer): a layout
+    op, an index by 0-d index tensors, or one of VIEW_CALLS (narrow, select, ...)."""
+    return op[0] == "layout" or is_view_key(inputs, op) or (op[0] == "call" and op[1] in VIEW_CALLS)
 
 
 def is_view_key(inputs: list, op) -> bool:
@@ -995,8 +1001,7 @@ class Generator:
             # what an op saves of a view, it saves of the view's base (they share a version)
             if operand in self.layout_source and self.layout_source[operand] != obj:
                 self.consumers[self.layout_source[operand]].add(consumer)
-        if op[0] == "layout" or is_view_key(self.inputs, op) or (
-                op[0] == "call" and op[1] in VIEW_CALLS):
+        if is_view_op(self.inputs, op):
             self.layout_source[index] = self.layout_source.get(op[2], self.obj_of[op[2]])
         self.ops.append(op)
         self.values.append(value)

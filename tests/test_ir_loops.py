@@ -15,7 +15,7 @@ from tracer.codegen.module import generate_module
 from tracer.ir.fusion import fuse
 from tracer.ir.graph import Value
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
-from tracer.ir.loops import (Buffer, CheckIndex, Compute, Gemm, Load, Loop, LoopKernel,
+from tracer.ir.loops import (Buffer, CheckIndex, Compute, Load, Loop, LoopKernel,
                              LoopProgram, Store, format_program, nested_statements)
 from tracer.ir.memory import Location, MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
@@ -291,108 +291,6 @@ def test_the_verifier_checks_a_checked_index():
     check.size, check.position = 5, "%nowhere"
     with pytest.raises(VerificationError, match="%nowhere is used where it is not defined"):
         verify_loops(program)
-
-
-def test_a_large_product_is_split_into_blocks_of_rows_across_threads(monkeypatch):
-    """One 64-row gemm becomes blocks of rows (48 + 16) that threads take; every block's rows are
-    the product's (native and loop IR, whatever the chunks), as numpy computes them."""
-    monkeypatch.setenv("TRACER_NUM_THREADS", "2")
-    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
-    f = ir.Graph("product")
-    a = f.add_parameter("a", TensorType((64, 40), "f32"))
-    w = f.add_parameter("w", TensorType((40, 30), "f32"))
-    f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
-    compiled = compile_graph(ir.optimize(f))
-    (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
-    assert gemm.blocks > 1 and gemm.rows * (gemm.blocks - 1) < 64 <= gemm.rows * gemm.blocks
-    assert compiled.kernels[0].threads == 2 and compiled.kernels[0].extent == gemm.blocks
-    rng = np.random.default_rng(0)
-    arguments = [rng.standard_normal((64, 40), np.float32),
-                 rng.standard_normal((40, 30), np.float32)]
-    expected = arguments[0].astype(np.float64) @ arguments[1]
-    np.testing.assert_allclose(compiled(arguments)[0], expected, rtol=1e-5, atol=1e-5)
-    for splits in (1, 3, gemm.blocks):
-        (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
-        np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("rows, threads, blocks", [(300, 2, 7), (97, 3, 1), (289, 3, 2)])
-def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch, rows, threads,
-                                                                   blocks):
-    """Blocks of 48k rows give every element of a product the bits one BLAS call over all rows
-    gives (ir/schedule_threads.py), so the result does not depend on TRACER_NUM_THREADS; never a
-    last block of one row, which OpenBLAS computes as a gemv (97 rows are not cut as 48 + 48 + 1,
-    289 rows on 3 threads as 192 + 97)."""
-    rng = np.random.default_rng(2)
-    arguments = [rng.standard_normal((rows, 33), np.float32),
-                 rng.standard_normal((33, 65), np.float32)]
-    results = []
-    for count, expected_blocks in ((1, 1), (threads, blocks)):
-        monkeypatch.setenv("TRACER_NUM_THREADS", str(count))
-        monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
-        f = ir.Graph("product")
-        a = f.add_parameter("a", TensorType((rows, 33), "f32"))
-        w = f.add_parameter("w", TensorType((33, 65), "f32"))
-        f.outputs = [ir.GraphBuilder(f).op("matmul", a, w)]
-        compiled = compile_graph(ir.optimize(f))
-        (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
-        assert gemm.blocks == expected_blocks
-        results.append(compiled(arguments)[0])
-    np.testing.assert_array_equal(results[0], results[1])
-    np.testing.assert_allclose(results[0], arguments[0].astype(np.float64) @ arguments[1],
-                               rtol=1e-5, atol=1e-5)
-
-
-def product_of_few_rows(rows: int, columns: int, dtype: str, transpose_b: bool) -> ir.Graph:
-    f = ir.Graph("product")
-    a = f.add_parameter("a", TensorType((rows, 33), dtype))
-    b = ir.GraphBuilder(f)
-    if transpose_b:
-        w = f.add_parameter("w", TensorType((columns, 33), dtype))
-        f.outputs = [b.op("matmul", a, b.op("transpose", w, permutation=(1, 0)))]
-    else:
-        w = f.add_parameter("w", TensorType((33, columns), dtype))
-        f.outputs = [b.op("matmul", a, w)]
-    return f
-
-
-@pytest.mark.parametrize("dtype, blas, transpose_b, columns, blocks", [
-    ("f32", True, False, 150, 4), ("f32", True, True, 145, 2), ("f32", False, False, 150, 4),
-    ("f64", True, True, 150, 4), ("f64", False, True, 100, 3), ("i64", False, False, 100, 3)])
-def test_a_large_product_of_few_rows_is_cut_into_blocks_of_columns_whatever_the_threads(
-        monkeypatch, dtype, blas, transpose_b, columns, blocks):
-    """A product of few rows and much work (COLUMN_SPLIT_WORK, lowered here) is cut into blocks
-    of 48k columns (never a last one of one column: 145 as 96 + 49), the same on one thread as on
-    several (OpenBLAS rounds a column by where its block starts), so every thread count gives the
-    same bits; with BLAS and in the fallback loops, read straight or transposed, with bounds
-    checks too; the loop interpreter computes the same blocks."""
-    if blas and not jit.blas_available():
-        pytest.skip("no BLAS")
-    monkeypatch.setattr(jit, "blas_available", lambda: blas)
-    monkeypatch.setattr("tracer.ir.schedule_threads.COLUMN_SPLIT_WORK", 1)
-    rng = np.random.default_rng(3)
-    numpy_type = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]
-    w_shape = (columns, 33) if transpose_b else (33, columns)
-    arguments = [(rng.standard_normal((20, 33)) * 4).astype(numpy_type),
-                 (rng.standard_normal(w_shape) * 4).astype(numpy_type)]
-    w = arguments[1].T if transpose_b else arguments[1]
-    expected = arguments[0].astype(np.float64) @ w.astype(np.float64)
-    results = []
-    for threads, checked in (("1", "0"), ("2", "0"), ("3", "1")):
-        monkeypatch.setenv("TRACER_NUM_THREADS", threads)
-        monkeypatch.setenv("TRACER_CHECK_BOUNDS", checked)
-        compiled = compile_graph(ir.optimize(product_of_few_rows(20, columns, dtype, transpose_b)))
-        (gemm,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
-        assert (gemm.blocks, gemm.rows) == (blocks, 20)
-        assert gemm.columns * (blocks - 1) < columns <= gemm.columns * blocks
-        assert gemm.columns % 48 == 0 and columns % gemm.columns != 1
-        results.append(compiled(arguments)[0])
-        for splits in (1, 2, blocks):
-            (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
-            np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
-    for result in results:
-        np.testing.assert_array_equal(result, results[0])
-    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-4)
 
 
 def test_a_concatenation_backward_writes_each_part_with_its_own_loop():

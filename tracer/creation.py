@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import builtins
+import math
+import numbers
 from typing import Sequence
 
 import numpy as np
@@ -161,26 +163,45 @@ def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
 
 
 def arange(start, end=None, step=1, *, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
-    """PyTorch's arange: start, start + step, ... below `end` (`arange(end)` from 0); int64 when
-    every bound is an integer, else float32, unless `dtype` says otherwise. A float range is
-    computed in float64, then rounded once, as PyTorch computes it."""
+    """PyTorch's arange: start, start + step, ... below `end` (`arange(end)` from 0); the bounds
+    numbers or 0-d tensors. int64 when every bound is an integer, else float32, unless `dtype`
+    says otherwise; an integer dtype truncates the bounds first, as PyTorch does. A float range is
+    start + i * step in float64, rounded once (PyTorch's vectorized kernel may round a few
+    elements otherwise)."""
     if end is None:
         start, end = 0, start
-    bounds = (start, end, step)
-    if not all(isinstance(b, (int, float)) and not isinstance(b, builtins.bool) for b in bounds):
-        raise ArgumentError(f"arange takes Python numbers as start, end and step, got "
-                            f"{', '.join(type(b).__name__ for b in bounds)}")
+    start, end, step = (_range_bound(b, n) for b, n in ((start, "start"), (end, "end"),
+                                                        (step, "step")))
+    integers = all(isinstance(b, int) for b in (start, end, step))
+    dtype = as_dtype(dtype) if dtype is not None else int64 if integers else float32
+    if dtype.kind == "b":
+        raise ArgumentError("arange makes no bool ranges (neither does PyTorch's)")
+    if dtype.kind in "iu":
+        start, end, step = int(start), int(end), int(step)
     if step == 0:
         raise ArgumentError("arange: step must not be zero")
     if (end - start) * step < 0:  # as PyTorch, which refuses where numpy gives an empty range
         raise ArgumentError(f"arange({start}, {end}, {step}): the step goes away from the end; "
                             f"use a step of the other sign")
-    integers = all(isinstance(b, int) for b in bounds)
-    dtype = as_dtype(dtype) if dtype is not None else int64 if integers else float32
-    length = max(int(np.ceil((end - start) / step)), 0)
-    if integers and dtype == int64:
-        result = iota((length,), 0, int64)
-        result = result if (start, step) == (0, 1) else result * step + start
+    if dtype.kind in "iu":
+        result = iota((-(-(end - start) // step),), 0, int64)
+        result = (result if (start, step) == (0, 1) else result * step + start).to(dtype)
     else:
+        length = int(np.ceil((end - start) / step))
         result = (iota((length,), 0, np.dtype(np.float64)) * float(step) + float(start)).to(dtype)
     return result.requires_grad_(requires_grad) if requires_grad else result
+
+
+def _range_bound(bound, name: str) -> builtins.int | builtins.float:
+    """A bound of arange as a Python number: a 0-d tensor's value (a traced one becomes static),
+    a numpy scalar's; finite."""
+    if isinstance(bound, Tensor) and bound.ndim == 0:
+        bound = bound.item()
+    if isinstance(bound, builtins.bool) or not isinstance(bound, numbers.Real):
+        raise ArgumentError(f"arange: {name} must be a number or a 0-d tensor, got "
+                            f"{type(bound).__name__}")
+    if isinstance(bound, numbers.Integral):
+        return builtins.int(bound)
+    if not math.isfinite(bound):
+        raise ArgumentError(f"arange: {name} must be finite, got {bound}")
+    return builtins.float(bound)

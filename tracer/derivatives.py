@@ -158,7 +158,12 @@ class _Selected(Function):
     @staticmethod
     def backward(ctx, grad_output):
         (chosen,) = ctx.saved_tensors
-        return _where(chosen, grad_output.unsqueeze(ctx.axis), 0.0), None, None
+        return gradient_to(chosen, grad_output, ctx.axis), None, None
+
+
+def gradient_to(chosen: Tensor, grad: Tensor, axis: int) -> Tensor:
+    """`grad` of a reduction along `axis` sent to the elements `chosen` marks, 0 elsewhere."""
+    return _where(chosen, grad.unsqueeze(axis), 0.0)
 
 
 def selected(x: Tensor, chosen: Tensor, axis: int) -> Tensor:

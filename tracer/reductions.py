@@ -69,8 +69,8 @@ class ReductionMethods:
         if dim is None:
             return evenly_distributed(self, reduction)
         axis = normalize_dim(as_dim(dim), self.ndim)
-        if self.ndim == 0:
-            return MaxResult(self, zeros((), dtype=int64))
+        if self.ndim == 0:  # a new tensor, as PyTorch's (an in-place change must not reach self)
+            return MaxResult(self.clone(), zeros((), dtype=int64))
         kept = apply(reduction, [self], axes=(axis,))._keep((axis,), self.shape)
         hit = self == kept
         if irtypes.is_float(self.dtype):
@@ -120,7 +120,7 @@ class ReductionMethods:
 
 
 def _extreme(x: Tensor, dim, keepdim: builtins.bool, reduction: str) -> Tensor:
-    if x.dtype == bool:  # as PyTorch: the reductions have no bool form, int64 has
+    if x.dtype == bool:  # (as in _extremum)
         return _extreme(x.to(int64), dim, keepdim, reduction) != 0
     axes = normalize_dims(dim, x.ndim)
     result = apply(reduction, [x], axes=axes) if axes else x.clone()
@@ -133,6 +133,5 @@ def amax(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
 
 
 def amin(x: Tensor, dim=None, keepdim: builtins.bool = False) -> Tensor:
-    """The minimum over one or several dimensions (values only). (It was -amax(-x): the minimum
-    of int64's lowest value came out as the largest of the rest, since -x wraps there.)"""
+    """The minimum over one or several dimensions (values only)."""
     return _extreme(x, dim, keepdim, "reduce_min")

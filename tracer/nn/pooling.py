@@ -2,9 +2,9 @@
 
 max and average pooling gather each output's window with the same gather as the convolutions
 (tracer/nn/convolution.py, laid out (N, C, out rows, out columns, kernel rows, kernel columns))
-and reduce over its last two axes, which fuses into one loop over the output. max_pool2d's value
-is the window's first maximum (a nan if there is one), and its gradient goes to that element
-alone, as PyTorch's. Adaptive average pooling is a product with an averaging matrix on each side
+and reduce over its last two axes (max_pool2d compares the window's elements pairwise), which fuses
+into one loop over the output. max_pool2d's value is the window's first maximum (the last nan if
+there is one), and its gradient goes to that element alone, as PyTorch's. Adaptive average pooling is a product with an averaging matrix on each side
 (each output row averages the input rows floor(i * H / OH) to ceil((i + 1) * H / OH)).
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import iota, tensor, zeros
 from tracer.dtypes import int64
+from tracer.derivatives import gradient_to
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.function import Function
 from tracer.layout import fresh
@@ -71,17 +72,25 @@ def _geometry(input: Tensor, kernel_size, stride, padding, dilation, ceil_mode, 
 class _WindowMaximum(Function):
     """The maximum of each window (the last axis) and its position, as PyTorch's kernel scans a
     window: an element greater than the maximum so far, or a nan, is taken -- the first of tied
-    maxima, the last nan. Elementwise over the window's positions (a max(-1) and its argmax were
-    a kernel per row of k elements: 0.6 ms of a small CNN step's 2.5); the gradient goes to the
-    taken element alone."""
+    maxima, the last nan -- and a window of -inf only (beside its padding) points at its first
+    element inside the input (`first`). Elementwise over the window's positions, combined in a
+    tree (the right half's pick where it is greater or a nan: the same choice as the scan, in
+    log2(k) steps, so a 16 x 16 window compiles), where a max(-1) and its argmax were a kernel
+    per row of k elements (0.6 ms of a small CNN step's 2.5). The gradient goes to the taken
+    element alone."""
 
     @staticmethod
-    def forward(ctx, flat):
-        best, offsets = flat[..., 0], zeros(flat.shape[:-1], dtype=int64)
-        for position in range(1, flat.shape[-1]):
-            element = flat[..., position]
-            taken = (element > best) | (element != element)
-            best, offsets = where(taken, element, best), where(taken, position, offsets)
+    def forward(ctx, flat, first):
+        picks = [(flat[..., position], position) for position in range(flat.shape[-1])]
+        while len(picks) > 1:
+            pairs = zip(picks[0::2], picks[1::2])
+            combined = [_right_if_taken(left, right) for left, right in pairs]
+            picks = combined + picks[len(picks) - len(picks) % 2:]
+        best, offsets = picks[0]
+        if isinstance(offsets, int):  # a window of one element
+            best, offsets = fresh(best), zeros(best.shape, dtype=int64)
+        if first is not None:
+            offsets = where(best == float("-inf"), first, offsets)
         ctx.save_for_backward(offsets)
         ctx.mark_non_differentiable(offsets)
         ctx.size = flat.shape[-1]
@@ -91,7 +100,23 @@ class _WindowMaximum(Function):
     def backward(ctx, grad_values, grad_offsets):
         (offsets,) = ctx.saved_tensors
         chosen = iota((*offsets.shape, ctx.size), offsets.ndim) == offsets.unsqueeze(-1)
-        return where(chosen, grad_values.unsqueeze(-1), 0.0)
+        return gradient_to(chosen, grad_values, -1), None
+
+
+def _right_if_taken(left: tuple, right: tuple) -> tuple:
+    (left_value, left_offset), (right_value, right_offset) = left, right
+    taken = (right_value > left_value) | (right_value != right_value)
+    return where(taken, right_value, left_value), where(taken, right_offset, left_offset)
+
+
+def _first_inside(out, kernel, stride, padding, dilation) -> Tensor | None:
+    """Each window's first position (h * kernel columns + w) inside the input, or None without
+    padding (then it is position 0)."""
+    if not any(padding):
+        return None
+    firsts = [np.maximum(0, -(-(p - np.arange(o) * s) // d))
+              for o, s, p, d in zip(out, stride, padding, dilation)]
+    return tensor(firsts[0][:, None] * kernel[1] + firsts[1][None, :])
 
 
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
@@ -104,7 +129,8 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     padded = constant_pad(x, [0, 0, *padding], [0, 0, *high], float("-inf"))
     cells = windows(padded, kernel, stride, dilation, out, "ncijhw")
     flat = cells.reshape(*cells.shape[:4], kernel[0] * kernel[1])
-    values, offsets = _WindowMaximum.apply(flat)
+    values, offsets = _WindowMaximum.apply(
+        flat, _first_inside(out, kernel, stride, padding, dilation))
     if unbatched:
         values, offsets = fresh(values.squeeze(0)), fresh(offsets.squeeze(0))
     if not return_indices:
