@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tracer import ir
+from tracer.ir.text import ParseError
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
 from tracer.ir.primitives import CHECKS
 from tracer.ir.loops import Loop
@@ -32,7 +33,14 @@ def _checked_compile(self, *args, **kwargs):
     entry = _compile(self, *args, **kwargs)
     for stage in ("traced", "grad", "optimized"):
         text = entry.stages[stage]
-        parsed = ir.parse_function(text)
+        try:
+            parsed = ir.parse_function(text)
+        except ParseError as error:
+            # an earlier stage may name a host callback that optimization removed, and nothing
+            # keeps it alive then (the optimized stage's are kept by the compiled function)
+            if stage == "optimized" or "is not alive in this process" not in str(error):
+                raise
+            continue
         assert ir.format_function(parsed) == text, f"stage {stage} does not print back the same"
         ir.verify(parsed)
     return entry
@@ -141,7 +149,7 @@ def stored_but_unread(fused) -> list[str]:
     read.update(id(row) for kernel in fused.kernels for _, row in kernel.kept or ())
     return [f"%{v.name}" for kernel in fused.kernels for v in kernel.results
             if id(v) not in read and not (v.producer and v.producer.primitive in CHECKS)
-            and kernel.kind != "host_callback"]
+            and kernel.kind != "host_callback" and v.type.size > 0]  # (an empty one stores nothing)
 
 
 class CheckedFunction:
