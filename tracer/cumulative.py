@@ -124,17 +124,22 @@ class _CumulativeProduct(Function):
         axis = ctx.axis
         if x.shape[axis] <= 1:
             return grad_output, None
+        if state.creating_graph:
+            # PyTorch's quotient where no element is zero, else the product of the elements
+            # before i times s_i = g_i + x_(i+1) s_(i+1): no masks that a second derivative
+            # would miss, and no division by zero in the branch not taken (whose derivative,
+            # times 0, would be nan)
+            any_zero = (x == 0).any()
+            simple = (cumulative_sum(result * grad_output, axis, reverse=True)
+                      / where(any_zero, 1.0, x))
+            _, after = _scan((_shifted(x, axis, 1, reverse=True), grad_output), axis, _affine,
+                             reverse=True)
+            others = _exclusive(cumulative_product(x, axis), axis, False) * after
+            return where(any_zero, others, simple), None
         zeros_so_far = cumulative_sum((x == 0).to(int64), axis)
         before_zero = zeros_so_far == 0
         simple = cumulative_sum(where(before_zero, result * grad_output, 0.0), axis,
                                 reverse=True) / x
-        if state.creating_graph:
-            # (product of the elements before i) * s_i, s_i = g_i + x_(i+1) s_(i+1): no masks
-            # that a second derivative would miss
-            _, after = _scan((_shifted(x, axis, 1, reverse=True), grad_output), axis, _affine,
-                             reverse=True)
-            others = _exclusive(cumulative_product(x, axis), axis, False) * after
-            return where((x == 0).any(), others, simple), None
         position = iota(x.shape, axis)
         up_to_second = zeros_so_far == 1
         first_zero = position == where(up_to_second, position, x.shape[axis]).amin(axis, True)
@@ -179,7 +184,7 @@ class _Product(Function):
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
         zeros = (x == 0).to(int64).sum()
-        simple = grad_output * (result / x)
+        simple = grad_output * (result / where(zeros > 0, 1.0, x))  # (see _CumulativeProduct)
         others = grad_output * products_of_the_others(x, ctx.axis)
         if ctx.whole and not state.creating_graph:
             others = where(zeros > 1, 0.0, others)

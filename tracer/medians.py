@@ -35,7 +35,7 @@ def _median_indices(x: Tensor, axis: int, ignore_nan: builtins.bool) -> Tensor:
         raise ShapeMismatchError(f"median: dimension {axis} has no elements (shape "
                                  f"{list(x.shape)}); PyTorch refuses it too")
     order = x.detach().sort(axis).indices
-    nans = (x != x).to(order.dtype).sum(axis, keepdim=True) if irtypes.is_float(x.dtype) else 0
+    nans = (x != x).to(order.dtype).sum(axis, keepdim=True)
     if ignore_nan:
         numbers = size - nans
         position = where(numbers > 0, numbers - 1, 0) // 2
