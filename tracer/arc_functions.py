@@ -152,7 +152,8 @@ class _Arc(Function):
 
 
 class _Atan2(Function):
-    """atan2(y, x) with PyTorch's gradients: g x / (y^2 + x^2) and -g y / (y^2 + x^2)."""
+    """atan2(y, x) with PyTorch's gradients: g x / (y^2 + x^2) and -g y / (y^2 + x^2), the
+    reciprocal 0 where it is infinite (at the origin, and where y^2 + x^2 underflows)."""
 
     @staticmethod
     def forward(ctx, y, x):
@@ -163,6 +164,7 @@ class _Atan2(Function):
     def backward(ctx, grad_output):
         y, x = ctx.saved_tensors
         reciprocal = 1 / (y * y + x * x)
+        reciprocal = where(reciprocal == math.inf, 0.0, reciprocal)
         return grad_output * x * reciprocal, grad_output * -y * reciprocal
 
 

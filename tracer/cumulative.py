@@ -1,11 +1,14 @@
 """cumsum, cumprod and prod, with PyTorch's gradients (also where the input holds zeros).
 
-The scans are Hillis and Steele's: log2(n) steps, step k combining each element with the one 2^k
-before it (a slice and a pad of the whole tensor, no primitive of their own). That is O(n log n)
-work in primitives that fuse and vectorize, where a triangular matrix product would be O(n^2)
-(for a row of 10^6: 1.6 ms per cumsum compiled, about PyTorch's time; the measurement is
-tests/test_cumulative.py's docstring). prod halves the row log2(n) times (O(n) work). float32
-scans run in float64 and are rounded once, as PyTorch's accumulate float32 in double.
+The scans are blocked: left to right within blocks of 16 elements (slices of the row, so that a
+row of up to 16 is combined in PyTorch's order, overflow and underflow included), the blocks'
+totals scanned the same way one level up, then combined into their blocks: O(n) work in
+primitives that fuse, no primitive of their own. Measured (`@tr.trace`, 2 cores, median of 7;
+PyTorch on one thread): cumsum of 10^6 float64 in 5.4 ms against PyTorch's 1.1 ms, of a
+1000 x 1000 along dim 1 4.3 ms against 1.2, along dim 0 4.6 against 5.4; Hillis and Steele's
+scan (log2(n) passes of slices and pads over the whole tensor) took 75 ms for the first, and
+a triangular matrix product would be O(n^2). prod folds its row the same way. float32 runs in
+float64 and is rounded once, as PyTorch accumulates float32 in double.
 
 The gradients are PyTorch's (FunctionsManual.cpp), chosen the way it chooses them: prod's
 g * result / x where the input has no zero, otherwise the products of all the other elements
@@ -47,32 +50,60 @@ def _shifted(x: Tensor, axis: int, step: int, reverse: bool) -> Tensor:
     return apply("pad", [part], low=tuple(low), high=tuple(high), interior=(0,) * x.ndim)
 
 
-def _scan(values: tuple, axis: int, combine, reverse: bool = False) -> tuple:
-    """The inclusive scan of `values` (a tuple of tensors) along `axis` under `combine(later,
-    earlier, has_earlier)`, which must be associative."""
+BLOCK = 16
+
+
+def _sequential(values: tuple, axis: int, combine, reverse: bool) -> tuple:
+    """The inclusive scan along `axis` (of at most BLOCK elements) one element after another."""
     size = values[0].shape[axis]
-    position = iota(values[0].shape, axis)
-    step = 1
-    while step < size:
-        earlier = tuple(_shifted(v, axis, step, reverse) for v in values)
-        has_earlier = position < size - step if reverse else position >= step
-        values = combine(values, earlier, has_earlier)
-        step *= 2
-    return values
+    order = range(size - 1, -1, -1) if reverse else range(size)
+    running, results = None, []
+    for index in order:
+        element = tuple(_part(v, axis, index, 1) for v in values)
+        running = element if running is None else combine(running, element)
+        results.append(running)
+    if reverse:
+        results.reverse()
+    return tuple(cat([r[k] for r in results], axis) for k in range(len(values)))
 
 
-def _sum(later, earlier, has_earlier):
-    return (later[0] + earlier[0],)
+def _scan(values: tuple, axis: int, combine, identity: tuple, reverse: bool = False) -> tuple:
+    """The inclusive scan of `values` (a tuple of tensors) along `axis` (from the end if
+    `reverse`) under `combine(earlier, later)`, which is associative with `identity`: left to
+    right within blocks of BLOCK elements (all of a row of up to BLOCK, as PyTorch's loop), the
+    blocks' totals scanned the same way, one level up, and combined into their blocks."""
+    size = values[0].shape[axis]
+    if size <= BLOCK:
+        return _sequential(values, axis, combine, reverse) if size else values
+    blocks = -(-size // BLOCK)
+    low, high = [0] * values[0].ndim, [0] * values[0].ndim
+    (low if reverse else high)[axis] = blocks * BLOCK - size  # (after the elements, in order)
+    padding = dict(low=tuple(low), high=tuple(high), interior=(0,) * len(low))
+    shape = values[0].shape[:axis] + (blocks, BLOCK) + values[0].shape[axis + 1:]
+    rows = tuple(apply("pad", [v], **padding).reshape(shape) for v in values)
+    within = _sequential(rows, axis + 1, combine, reverse)
+    totals = tuple(_part(v, axis + 1, 0 if reverse else BLOCK - 1, 1) for v in within)
+    totals = _scan(totals, axis, combine, identity, reverse)
+    first = iota(totals[0].shape, axis) == (blocks - 1 if reverse else 0)
+    before = tuple(where(first, start, _shifted(v, axis, 1, reverse))
+                   for v, start in zip(totals, identity))
+    combined = combine(before, within)
+    return tuple(_part(v.reshape(v.shape[:axis] + (blocks * BLOCK,) + v.shape[axis + 2:]), axis,
+                       low[axis], size) for v in combined)
 
 
-def _product(later, earlier, has_earlier):
-    return (where(has_earlier, later[0] * earlier[0], later[0]),)
+def _sum(earlier, later):
+    return (earlier[0] + later[0],)
 
 
-def _affine(later, earlier, has_earlier):
-    """(a, b) stands for s -> b + a s, a later step's applied after an earlier one's."""
-    (a, b), (a_before, b_before) = later, earlier
-    return (where(has_earlier, a * a_before, a), where(has_earlier, b + a * b_before, b))
+def _product(earlier, later):
+    return (earlier[0] * later[0],)
+
+
+def _affine(earlier, later):
+    """(a, b) stands for s -> b + a s; the later map applied to the earlier one's result."""
+    (a_before, b_before), (a, b) = earlier, later
+    return (a * a_before, b + a * b_before)
 
 
 def _in_accumulator(x: Tensor, function) -> Tensor:
@@ -90,11 +121,11 @@ def _integral(x: Tensor, dtype) -> Tensor:
 
 
 def cumulative_sum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
-    return _in_accumulator(x, lambda v: _scan((v,), axis, _sum, reverse)[0])
+    return _in_accumulator(x, lambda v: _scan((v,), axis, _sum, (0,), reverse)[0])
 
 
 def cumulative_product(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
-    return _in_accumulator(x, lambda v: _scan((v,), axis, _product, reverse)[0])
+    return _in_accumulator(x, lambda v: _scan((v,), axis, _product, (1,), reverse)[0])
 
 
 def _exclusive(scan: Tensor, axis: int, reverse: bool) -> Tensor:
@@ -133,7 +164,7 @@ class _CumulativeProduct(Function):
             simple = (cumulative_sum(result * grad_output, axis, reverse=True)
                       / where(any_zero, 1.0, x))
             _, after = _scan((_shifted(x, axis, 1, reverse=True), grad_output), axis, _affine,
-                             reverse=True)
+                             (1, 0), reverse=True)
             others = _exclusive(cumulative_product(x, axis), axis, False) * after
             return where(any_zero, others, simple), None
         zeros_so_far = cumulative_sum((x == 0).to(int64), axis)
@@ -146,7 +177,7 @@ class _CumulativeProduct(Function):
         between = up_to_second & ~first_zero
         at_zero = (cumulative_product(where(between, x, 1.0), axis)
                    * where(up_to_second, grad_output, 0.0)).sum(axis, keepdim=True)
-        at_zero = at_zero * _halving_product(where(before_zero, x, 1.0), axis)
+        at_zero = at_zero * _folded_product(where(before_zero, x, 1.0), axis)
         return where(before_zero, simple, where(first_zero, at_zero, 0.0)), None
 
 
@@ -156,17 +187,24 @@ def _part(x: Tensor, axis: int, start: int, length: int) -> Tensor:
     return apply("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=(1,) * x.ndim)
 
 
-def _halving_product(x: Tensor, axis: int) -> Tensor:
-    """The product along `axis`, kept as a dimension of 1: the row's halves multiplied, until
-    one element is left (the middle one of an odd row joins the next round)."""
-    if x.shape[axis] == 0:
+def _folded_product(x: Tensor, axis: int) -> Tensor:
+    """The product along `axis`, kept as a dimension of 1: left to right within blocks of BLOCK
+    elements (a row of up to BLOCK as PyTorch's loop), then the blocks' products the same way."""
+    size = x.shape[axis]
+    if size == 0:
         return full(x.shape[:axis] + (1,) + x.shape[axis + 1:], fill_value=1, dtype=x.dtype)
-    while x.shape[axis] > 1:
-        size = x.shape[axis]
-        half = size // 2
-        product = _part(x, axis, 0, half) * _part(x, axis, size - half, half)
-        x = cat([product, _part(x, axis, half, 1)], axis) if size % 2 else product
-    return x
+    if size > BLOCK:
+        blocks = -(-size // BLOCK)
+        high = [0] * x.ndim
+        high[axis] = blocks * BLOCK - size
+        padded = apply("pad", [x], low=(0,) * x.ndim, high=tuple(high), interior=(0,) * x.ndim)
+        padded = where(iota(padded.shape, axis) < size, padded, 1)
+        rows = padded.reshape(x.shape[:axis] + (blocks, BLOCK) + x.shape[axis + 1:])
+        return _folded_product(_folded_product(rows, axis + 1).squeeze(axis + 1), axis)
+    result = _part(x, axis, 0, 1)
+    for index in range(1, size):
+        result = result * _part(x, axis, index, 1)
+    return result
 
 
 class _Product(Function):
@@ -175,7 +213,7 @@ class _Product(Function):
 
     @staticmethod
     def forward(ctx, x, axis, whole):
-        result = _in_accumulator(x, lambda v: _halving_product(v, axis))
+        result = _in_accumulator(x, lambda v: _folded_product(v, axis))
         ctx.save_for_backward(x, result)
         ctx.axis, ctx.whole = axis, whole
         return result
@@ -224,10 +262,10 @@ def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> 
     if axis is None:
         flat = x.reshape(-1)
         result = (_Product.apply(flat, 0, True) if irtypes.is_float(x.dtype)
-                  else _halving_product(flat, 0))
+                  else _folded_product(flat, 0))
         return result.reshape(())
     result = (_Product.apply(x, axis, False) if irtypes.is_float(x.dtype)
-              else _halving_product(x, axis))
+              else _folded_product(x, axis))
     return fresh(result if keepdim else result.squeeze(axis))
 
 
