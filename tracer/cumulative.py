@@ -74,7 +74,8 @@ def _scan(values: tuple, axis: int, combine, identity: tuple, reverse: bool = Fa
     blocks' totals scanned the same way, one level up, and combined into their blocks."""
     size = values[0].shape[axis]
     if size <= BLOCK:
-        return _sequential(values, axis, combine, reverse) if size else values
+        return (_sequential(values, axis, combine, reverse) if size
+                else tuple(v.clone() for v in values))
     blocks = -(-size // BLOCK)
     low, high = [0] * values[0].ndim, [0] * values[0].ndim
     (low if reverse else high)[axis] = blocks * BLOCK - size  # (after the elements, in order)
@@ -208,25 +209,29 @@ def _folded_product(x: Tensor, axis: int) -> Tensor:
 
 
 class _Product(Function):
-    """The product along `axis` (kept as a dimension of 1); `whole`: of the whole tensor,
-    flattened, whose gradient PyTorch makes 0 where two or more elements are 0."""
+    """The product along `axis`, its dimension kept with `keepdim`; `whole`: of the whole tensor
+    (flattened, a 0-d result), whose gradient PyTorch makes 0 where two or more elements are 0.
+    The result returned is the one saved, as PyTorch saves it: changing it in place before the
+    backward is refused."""
 
     @staticmethod
-    def forward(ctx, x, axis, whole):
-        result = _in_accumulator(x, lambda v: _folded_product(v, axis))
+    def forward(ctx, x, axis, keepdim, whole):
+        kept = _in_accumulator(x, lambda v: _folded_product(v, axis))
+        result = fresh(kept.reshape(()) if whole else kept if keepdim else kept.squeeze(axis))
         ctx.save_for_backward(x, result)
-        ctx.axis, ctx.whole = axis, whole
+        ctx.axis, ctx.whole, ctx.kept_shape = axis, whole, kept.shape
         return result
 
     @staticmethod
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
+        result, grad_output = result.reshape(ctx.kept_shape), grad_output.reshape(ctx.kept_shape)
         zeros = (x == 0).to(int64).sum()
         simple = grad_output * (result / where(zeros > 0, 1.0, x))  # (see _CumulativeProduct)
         others = grad_output * products_of_the_others(x, ctx.axis)
         if ctx.whole and not state.creating_graph:
             others = where(zeros > 1, 0.0, others)
-        return where(zeros == 0, simple, others), None, None
+        return where(zeros == 0, simple, others), None, None, None
 
 
 def _axis(x: Tensor, dim) -> int:
@@ -259,14 +264,12 @@ def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> 
     x = _integral(x, dtype)
     if x.ndim == 0:
         return x.clone()
+    if not irtypes.is_float(x.dtype):
+        kept = _folded_product(x.reshape(-1) if axis is None else x, axis or 0)
+        return kept.reshape(()) if axis is None else fresh(kept if keepdim else kept.squeeze(axis))
     if axis is None:
-        flat = x.reshape(-1)
-        result = (_Product.apply(flat, 0, True) if irtypes.is_float(x.dtype)
-                  else _folded_product(flat, 0))
-        return result.reshape(())
-    result = (_Product.apply(x, axis, False) if irtypes.is_float(x.dtype)
-              else _folded_product(x, axis))
-    return fresh(result if keepdim else result.squeeze(axis))
+        return _Product.apply(x.reshape(-1), 0, False, True)
+    return _Product.apply(x, axis, keepdim, False)
 
 
 METHODS = {"cumsum": cumsum, "cumprod": cumprod, "prod": prod}

@@ -50,7 +50,7 @@ class _WholeMedian(EvenlyDistributed):
     @staticmethod
     def forward(ctx, x, ignore_nan):
         flat = x.reshape(-1)
-        result = flat.take_along_dim(_median_indices(flat, 0, ignore_nan), 0).reshape(())
+        result = fresh(flat.take_along_dim(_median_indices(flat, 0, ignore_nan), 0).reshape(()))
         ctx.save_for_backward(x, result)
         return result
 
