@@ -144,6 +144,25 @@ def test_float32_cumsum_is_as_accurate_as_torchs():
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_scans_with_a_dtype_differentiate_as_torchs(traced):
+    """cumsum and cumprod with `dtype=` take the gradient in the input's dtype (PyTorch's
+    cumsum_backward(grad.to(self's dtype))), prod in the result's: a float64 input's gradient
+    through a float32 cumsum keeps float64's digits (the differential tester found it)."""
+    def in_float64(library, x):
+        return x.cumsum(0, dtype=library.float32), x.cumprod(1, dtype=library.float32)
+
+    def in_float32(library, x):  # (float32 roundings in another order: float32's tolerance)
+        return (x.float().cumsum(1, dtype=library.float64), x.prod(1, dtype=library.float32),
+                library.cumprod(x.float(), 0, dtype=library.float64))
+
+    values = rng.uniform(0.5, 1.5, (3, 4))
+    compare_with_torch(lambda x: in_float64(tr, x), lambda x: in_float64(torch, x), [values],
+                       traced=traced)
+    compare_with_torch(lambda x: in_float32(tr, x), lambda x: in_float32(torch, x), [values],
+                       traced=traced, tolerance=dict(rtol=1e-6, atol=0))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
 def test_empty_tensors_and_dtypes_match_torch(traced):
     def run(library, empty, wide, integers, flags):
         return (empty.cumsum(0), empty.cumprod(1), empty.prod(), empty.prod(1), wide.prod(1),

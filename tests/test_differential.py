@@ -9,7 +9,8 @@ Besides the core Tensor API the programs index with int64 tensors (`x[idx]`, `x[
 index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, logsumexp, norm,
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
 layer_norm, cross_entropy and mse_loss, conv1d, conv2d, conv_transpose2d, max_pool2d,
-avg_pool2d, adaptive_avg_pool2d, pad and batch_norm.
+avg_pool2d, adaptive_avg_pool2d, pad and batch_norm, asin, acos, atan, atan2, cumsum, cumprod,
+prod, median and nanmedian.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
 

@@ -114,11 +114,11 @@ def _in_accumulator(x: Tensor, function) -> Tensor:
     return function(x)
 
 
-def _integral(x: Tensor, dtype) -> Tensor:
-    """x in `dtype`, or in int64 if it is an integer or bool tensor (as PyTorch's sums)."""
+def _result_dtype(x: Tensor, dtype):
+    """`dtype`, or x's, or int64 for an integer or bool x (as PyTorch's sums and products)."""
     if dtype is not None:
-        return x.to(as_dtype(dtype))
-    return x if irtypes.is_float(x.dtype) else x.to(int64)
+        return as_dtype(dtype)
+    return x.dtype if irtypes.is_float(x.dtype) else int64
 
 
 def cumulative_sum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
@@ -142,10 +142,26 @@ def products_of_the_others(x: Tensor, axis: int) -> Tensor:
             * _exclusive(cumulative_product(x, axis, reverse=True), axis, True))
 
 
-class _CumulativeProduct(Function):
+class _CumulativeSum(Function):
+    """cumsum of x in `dtype`; the gradient the reversed cumsum of the cotangent in x's dtype,
+    as PyTorch's cumsum_backward (not in `dtype`: cumsum(x, dtype=float32) of a float64 x)."""
+
     @staticmethod
-    def forward(ctx, x, axis):
-        result = cumulative_product(x, axis)
+    def forward(ctx, x, axis, dtype):
+        ctx.axis, ctx.dtype = axis, x.dtype
+        return cumulative_sum(x.to(dtype), axis)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return cumulative_sum(grad_output.to(ctx.dtype), ctx.axis, reverse=True), None, None
+
+
+class _CumulativeProduct(Function):
+    """cumprod of x in `dtype`; the gradient PyTorch's cumprod_backward, in x's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, axis, dtype):
+        result = cumulative_product(x.to(dtype), axis)
         ctx.save_for_backward(x, result)
         ctx.axis = axis
         return result
@@ -153,9 +169,10 @@ class _CumulativeProduct(Function):
     @staticmethod
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
+        grad_output, result = grad_output.to(x.dtype), result.to(x.dtype)
         axis = ctx.axis
         if x.shape[axis] <= 1:
-            return grad_output, None
+            return grad_output, None, None
         if state.creating_graph:
             # PyTorch's quotient where no element is zero, else the product of the elements
             # before i times s_i = g_i + x_(i+1) s_(i+1): no masks that a second derivative
@@ -167,7 +184,7 @@ class _CumulativeProduct(Function):
             _, after = _scan((_shifted(x, axis, 1, reverse=True), grad_output), axis, _affine,
                              (1, 0), reverse=True)
             others = _exclusive(cumulative_product(x, axis), axis, False) * after
-            return where(any_zero, others, simple), None
+            return where(any_zero, others, simple), None, None
         zeros_so_far = cumulative_sum((x == 0).to(int64), axis)
         before_zero = zeros_so_far == 0
         simple = cumulative_sum(where(before_zero, result * grad_output, 0.0), axis,
@@ -179,7 +196,7 @@ class _CumulativeProduct(Function):
         at_zero = (cumulative_product(where(between, x, 1.0), axis)
                    * where(up_to_second, grad_output, 0.0)).sum(axis, keepdim=True)
         at_zero = at_zero * _folded_product(where(before_zero, x, 1.0), axis)
-        return where(before_zero, simple, where(first_zero, at_zero, 0.0)), None
+        return where(before_zero, simple, where(first_zero, at_zero, 0.0)), None, None
 
 
 def _part(x: Tensor, axis: int, start: int, length: int) -> Tensor:
@@ -238,30 +255,30 @@ def _axis(x: Tensor, dim) -> int:
     return normalize_dim(as_dim(dim), x.ndim)
 
 
+def _cumulative(function, scan, x: Tensor, dim, dtype) -> Tensor:
+    axis = _axis(x, dim)
+    target = _result_dtype(x, dtype)
+    if x.ndim == 0:
+        return x.to(target).clone()
+    if irtypes.is_float(x.dtype) and irtypes.is_float(target):
+        return function.apply(x, axis, target)
+    return scan(x.to(target), axis)
+
+
 def cumsum(x: Tensor, dim, *, dtype=None) -> Tensor:
     """The running sum along `dim` (integers and bools in int64, as PyTorch's)."""
-    axis = _axis(x, dim)
-    x = _integral(x, dtype)
-    if x.ndim == 0:
-        return x.clone()
-    return cumulative_sum(x, axis)
+    return _cumulative(_CumulativeSum, cumulative_sum, x, dim, dtype)
 
 
 def cumprod(x: Tensor, dim, *, dtype=None) -> Tensor:
     """The running product along `dim`, with PyTorch's gradient (see the module docstring)."""
-    axis = _axis(x, dim)
-    x = _integral(x, dtype)
-    if x.ndim == 0:
-        return x.clone()
-    if not irtypes.is_float(x.dtype):
-        return cumulative_product(x, axis)
-    return _CumulativeProduct.apply(x, axis)
+    return _cumulative(_CumulativeProduct, cumulative_product, x, dim, dtype)
 
 
 def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> Tensor:
     """The product of all elements, or along `dim` (one dimension, as PyTorch's)."""
     axis = None if dim is None else _axis(x, dim)
-    x = _integral(x, dtype)
+    x = x.to(_result_dtype(x, dtype))
     if x.ndim == 0:
         return x.clone()
     if not irtypes.is_float(x.dtype):
