@@ -180,6 +180,12 @@ def test_empty_tensors_and_dtypes_match_torch(traced):
     for mine, reference in zip(ours, theirs):
         assert mine.shape == tuple(reference.shape) and mine.dtype == reference.numpy().dtype
         np.testing.assert_allclose(mine.numpy(), reference.numpy(), rtol=1e-6, equal_nan=True)
+    for empty in arrays[:2]:  # gradients through empty rows and along empty dimensions
+        compare_with_torch(lambda x: (x.prod(0), x.prod(), x.cumprod(1), x.cumsum(0),
+                                      x.prod(1, keepdim=True), x.median(), x.asin()),
+                           lambda x: (x.prod(0), x.prod(), x.cumprod(1), x.cumsum(0),
+                                      x.prod(1, keepdim=True), x.median(), x.asin()),
+                           [empty], traced=traced, tolerance=dict(rtol=0, equal_nan=True))
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])

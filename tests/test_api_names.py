@@ -1,6 +1,7 @@
-"""The everyday names of issue 18 (tracer/math_functions.py, rearranging.py, products.py, the
-new_*/*_like creators, argmin, softplus/hardtanh) against PyTorch, eagerly and traced, in float64
-and float32, values and gradients; their errors; the accuracy of the compositions."""
+"""The everyday names of issue 18 (tracer/math_functions.py, arc_functions.py, cumulative.py,
+medians.py, rearranging.py, products.py, the new_*/*_like creators, argmin, softplus/hardtanh)
+against PyTorch, eagerly and traced, in float64 and float32, values and gradients; their
+errors; the accuracy of the compositions."""
 import math
 
 import mpmath

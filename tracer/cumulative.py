@@ -36,8 +36,9 @@ from tracer.tensor import Tensor
 
 def _shifted(x: Tensor, axis: int, step: int, reverse: bool) -> Tensor:
     """x moved `step` places along `axis` (toward the end, or the start if `reverse`), the
-    vacated places zero."""
+    vacated places zero (all of them if `step` is the size or more: an empty axis stays empty)."""
     size = x.shape[axis]
+    step = min(step, size)
     starts = [0] * x.ndim
     stops = list(x.shape)
     if reverse:
