@@ -168,6 +168,15 @@ def test_edge_values_match_torch(name, ours, theirs, arrays, dtype, traced):
             np.testing.assert_array_equal(output.numpy(), reference.numpy())
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_nan_to_num_gradient_is_nan_where_a_nan_gradient_meets_a_replaced_value(traced):
+    """PyTorch's grad * isfinite(x): sqrt's infinite gradient at the replacing 0 times 0 is nan
+    (the differential tester found it through acos(tanh(log(nan_to_num(log(x))))))."""
+    compare_with_torch(lambda x: x.nan_to_num().sqrt(), lambda x: x.nan_to_num().sqrt(),
+                       [np.array([np.nan, 4.0, np.inf, -np.inf])], traced=traced,
+                       tolerance=dict(rtol=1e-15, equal_nan=True))
+
+
 def test_predicates_equal_allclose_and_layout_facts():
     a = tr.tensor([[1.0, 2.0], [3.0, np.nan]])
     assert tr.allclose(a[0], tr.tensor([1.0, 2.0 + 1e-7])) is True
