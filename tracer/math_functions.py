@@ -10,8 +10,7 @@ the constant and are exact at the powers of the base, where PyTorch's are (a val
 integer would make floor(log2(n)) wrong): the result is the rounded power where x is 2**k (a
 test of x's mantissa by rounding) or the float nearest 10**k for |k| <= 22 (a table). sinh and cosh are built from exp(|x| / 2) and expm1
 (within 4 ulp; finite up to where the exact value overflows, where PyTorch's overflow a little
-before it for positive x but not for negative x). There is no arc sine, arc cosine or arc tangent: without a primitive they need a
-range reduction and a polynomial of their own, not a composition of these.
+before it for positive x but not for negative x). The arc functions are in tracer/arc_functions.py.
 """
 from __future__ import annotations
 
