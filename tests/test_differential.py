@@ -379,10 +379,11 @@ BINARY = {
     "where": lambda B, a, b: B.m.where(a > b, a, b * 2),
     "where0": lambda B, a, b: B.m.where(b < 0, a, 0.5 * b),
     "fmod": lambda B, a, b: (a * 4).fmod(b.abs() + 0.5),
-    # (+ 0.0 makes -0.0 +0.0: atan2 turns a zero's sign, which other operations may give
-    # otherwise than PyTorch's (docs/differences.md), into +-pi; tests/test_api_arcs_scans_
-    # medians.py compares atan2 at signed zeros)
-    "atan2": lambda B, a, b: B.m.atan2(a + 0.0, b + 0.0),
+    # (zeros made +0.0: atan2 turns a zero's sign, which other operations may give otherwise
+    # than PyTorch's (docs/differences.md; cross_entropy's 0 loss), into +-pi; not by + 0.0,
+    # which the compiler folds away. tests/test_api_arcs_scans_medians.py compares atan2 at
+    # signed zeros)
+    "atan2": lambda B, a, b: B.m.atan2(B.m.where(a == 0, 0.0, a), B.m.where(b == 0, 0.0, b)),
     "mul_pair": lambda B, a, b: B.functions["mul_pair"](a, b),
     "no_grad_first": lambda B, a, b: B.functions["no_grad_first"](a, b),
 }
