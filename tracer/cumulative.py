@@ -296,6 +296,6 @@ METHODS = {"cumsum": cumsum, "cumprod": cumprod, "prod": prod}
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)
 for _name in ("cumsum", "cumprod"):
-    setattr(Tensor, _name + "_", lambda self, dim, *, _name=_name, dtype=None: self._assign(
-        getattr(self, _name)(dim, dtype=dtype), _name + "_"))
+    setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
+        getattr(self, _name)(*args, **kwargs), _name + "_"))
 FUNCTIONS = dict(METHODS)
