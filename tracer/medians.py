@@ -8,7 +8,7 @@ input at the indices, so the gradient goes to the selected element; of the whole
 gradient is shared evenly among the elements equal to the median (PyTorch's
 evenly_distribute_backward). Which of several equal elements is the selected one is not part of
 PyTorch's contract (its quickselect picks one); here it is the stable sort's, which is the same
-in the cases tests/test_cumulative_and_median.py compares.
+in the cases tests/test_api_arcs_scans_medians.py compares.
 """
 from __future__ import annotations
 
