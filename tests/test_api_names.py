@@ -1,6 +1,7 @@
-"""The everyday names of issue 18 (tracer/math_functions.py, rearranging.py, products.py, the
-new_*/*_like creators, argmin, softplus/hardtanh) against PyTorch, eagerly and traced, in float64
-and float32, values and gradients; their errors; the accuracy of the compositions."""
+"""The everyday names of issue 18 (tracer/math_functions.py, arc_functions.py, cumulative.py,
+medians.py, rearranging.py, products.py, the new_*/*_like creators, argmin, softplus/hardtanh)
+against PyTorch, eagerly and traced, in float64 and float32, values and gradients; their
+errors; the accuracy of the compositions."""
 import math
 
 import mpmath
@@ -20,6 +21,9 @@ CUBE = rng.standard_normal((2, 3, 4))
 SPECIAL = np.array([-2.5, -1.5, -0.5, -0.0, 0.0, 0.4, 0.5, 1.5, 2.5, 7.0, -1e300, 1e300, np.inf,
                     -np.inf, np.nan])
 VECTOR = rng.standard_normal(6)
+# zeros: none in row 3, one in rows 0 and 2 (first and last), two in row 1
+ZEROS = np.array([[0.0, 1.5, -2.0, 0.5, 3.0], [1.2, 0.0, -0.7, 0.0, 2.0], [0.5, -1.1, 2.0, 1.3, 0.0],
+                  [1.1, -0.9, 1.3, 0.8, -1.4]])
 
 
 def both(expression):
@@ -83,6 +87,21 @@ CASES = [
          [np.round(CUBE, 1)]),
     case("softplus", lambda t, x: (t.nn.functional.softplus(x), t.nn.functional.softplus(
         x * 30, beta=0.5, threshold=5), t.nn.functional.softplus(x * 40)), [X]),
+    case("asin acos atan", lambda t, x: (x.asin(), t.acos(x), x.atan(), t.arcsin(x * 0.5),
+                                         x.arccos(), t.arctan(x * 30), x[0].arcsin()),
+         [np.tanh(X) * 0.97]),
+    case("atan2", lambda t, y, x: (t.atan2(y, x), y.atan2(x[0]), t.arctan2(y, -x),
+                                   y.arctan2(x * 1e-3)), [X, X[::-1]]),
+    case("cumsum cumprod prod", lambda t, x: (x.cumsum(1), t.cumsum(x, -3), x.cumprod(2),
+                                              t.cumprod(x, -2), x.prod(), t.prod(x, 1),
+                                              x.prod(-1, keepdim=True), x[0, 0].cumsum(0)),
+         [CUBE]),
+    case("cumprod and prod with zeros", lambda t, x: (x.cumprod(1), t.cumprod(x, 0), x.prod(1),
+                                                      x[:1].prod(), x[1].prod(), x[:, 3].prod()),
+         [ZEROS]),
+    case("median", lambda t, x: (x.median(), t.median(x, 1).values, x.median(-1, True)[0],
+                                 t.nanmedian(x[:, :4]), x.nanmedian(0).values, x[:, :4].median()),
+         [rng.permutation(35).reshape(5, 7) / 7.0 - 2]),
     case("hardtanh relu6", lambda t, x: (t.nn.functional.hardtanh(x), t.nn.functional.hardtanh(
         x, -0.5, 0.25), t.nn.functional.relu6(x * 6), t.nn.Softplus(2.0)(x),
         t.nn.Hardtanh(-2.0, 0.5)(x), t.nn.ReLU6()(x * 8)), [np.round(X * 2) / 2]),
@@ -147,6 +166,15 @@ def test_edge_values_match_torch(name, ours, theirs, arrays, dtype, traced):
                                           np.signbit(reference.numpy())[signed])
         if name.startswith("exact"):
             np.testing.assert_array_equal(output.numpy(), reference.numpy())
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_nan_to_num_gradient_is_nan_where_a_nan_gradient_meets_a_replaced_value(traced):
+    """PyTorch's grad * isfinite(x): sqrt's infinite gradient at the replacing 0 times 0 is nan
+    (the differential tester found it through acos(tanh(log(nan_to_num(log(x))))))."""
+    compare_with_torch(lambda x: x.nan_to_num().sqrt(), lambda x: x.nan_to_num().sqrt(),
+                       [np.array([np.nan, 4.0, np.inf, -np.inf])], traced=traced,
+                       tolerance=dict(rtol=1e-15, equal_nan=True))
 
 
 def test_predicates_equal_allclose_and_layout_facts():

@@ -9,7 +9,8 @@ Besides the core Tensor API the programs index with int64 tensors (`x[idx]`, `x[
 index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, logsumexp, norm,
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
 layer_norm, cross_entropy and mse_loss, conv1d, conv2d, conv_transpose2d, max_pool2d,
-avg_pool2d, adaptive_avg_pool2d, pad and batch_norm.
+avg_pool2d, adaptive_avg_pool2d, pad and batch_norm, asin, acos, atan, atan2, cumsum, cumprod,
+prod, median and nanmedian.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
 
@@ -354,6 +355,10 @@ UNARY = {
     "nan_to_num": lambda B, x: x.log().nan_to_num(),
     "softplus": lambda B, x: B.m.nn.functional.softplus(x * 8, beta=0.5, threshold=3),
     "hardtanh": lambda B, x: B.m.nn.functional.hardtanh(x, -0.5, 0.7),
+    # tracer/arc_functions.py
+    "asin": lambda B, x: (x.tanh() * 0.9).asin(),
+    "acos": lambda B, x: B.m.acos(x.tanh() * 0.9),
+    "atan": lambda B, x: (x * 3).atan(),
     "square_fn": lambda B, x: B.functions["square"](x),
     "scale_clamp": lambda B, x: B.functions["scale_clamp"](x, 1.5),
     "numpy_tanh_fn": lambda B, x: B.functions["numpy_tanh"](x),
@@ -374,6 +379,11 @@ BINARY = {
     "where": lambda B, a, b: B.m.where(a > b, a, b * 2),
     "where0": lambda B, a, b: B.m.where(b < 0, a, 0.5 * b),
     "fmod": lambda B, a, b: (a * 4).fmod(b.abs() + 0.5),
+    # (zeros made +0.0: atan2 turns a zero's sign, which other operations may give otherwise
+    # than PyTorch's (docs/differences.md; cross_entropy's 0 loss), into +-pi; not by + 0.0,
+    # which the compiler folds away. tests/test_api_arcs_scans_medians.py compares atan2 at
+    # signed zeros)
+    "atan2": lambda B, a, b: B.m.atan2(B.m.where(a == 0, 0.0, a), B.m.where(b == 0, 0.0, b)),
     "mul_pair": lambda B, a, b: B.functions["mul_pair"](a, b),
     "no_grad_first": lambda B, a, b: B.functions["no_grad_first"](a, b),
 }
@@ -400,7 +410,25 @@ CALLS = {
     "sort": lambda B, x, dim, descending: x.sort(dim=dim, descending=descending,
                                                  stable=True)[0],
     "einsum": lambda B, x, equation, *others: B.m.einsum(equation, x, *others),
+    **{name: lambda B, x, dim, dtype=None, name=name: getattr(x, name)(
+        dim, dtype=None if dtype is None else getattr(B.m, dtype)) for name in ("cumsum", "cumprod")},
+    "median": lambda B, x: _untied(B, x).median(),
+    "median_dim": lambda B, x, dim, keepdim: _untied(B, x, dim).median(dim, keepdim)[0],
+    "nanmedian_dim": lambda B, x, dim, keepdim: _untied(B, x, dim).nanmedian(dim, keepdim)[0],
 }
+
+
+def _untied(B, x, dim=None):
+    """x plus a small increasing offset along `dim` (all elements, in order, without one): equal
+    values (of a clamp, relu or round) become distinct, so that the median's index, which is
+    PyTorch's quickselect's among equal elements, is the same in both."""
+    if x.ndim == 0:
+        return x
+    axis = None if dim is None else dim % x.ndim
+    count = x.numel() if axis is None else x.shape[axis]
+    shape = x.shape if axis is None else [count if k == axis else 1 for k in range(x.ndim)]
+    offsets = B.m.arange(count).to(x.dtype) * 2.0 ** -12
+    return x + offsets.reshape(*shape)
 
 
 def _resolve(param, values, args):
@@ -1065,7 +1093,7 @@ class Generator:
                             "layout", "layout", "index", "setitem", "inplace", "where3",
                             "linear", "take", "index_put", "gather", "index_add", "masked_fill",
                             "statistic", "triangle", "functional", "functional", "day_two",
-                            "layer", "rearrange"])
+                            "layer", "rearrange", "scan"])
         getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -1692,6 +1720,32 @@ class Generator:
         self.emit(("call", how, i, args, kwargs),
                   Value(tuple(out), self.result_type(*operands),
                         any(u.requires_grad for u in operands), not view, True))
+
+    def op_scan(self):
+        """cumsum, cumprod (dtype= sometimes), prod (all, or along a dimension, keepdim), and
+        median/nanmedian's values (tracer/cumulative.py, medians.py)."""
+        i = self.pick()
+        v = self.values[i]
+        rank = len(v.shape)
+        how = self.choice(["cumsum", "cumprod", "prod", "prod", "median", "median_dim",
+                           "nanmedian_dim"])
+        dim = self.integer(-max(rank, 1), max(rank, 1) - 1)
+        keepdim = bool(self.integer(0, 1))
+        out, dtype, args, kwargs = v.shape, v.dtype, (dim,), {}
+        if how in ("cumsum", "cumprod") and self.integer(0, 2) == 0:
+            # (float64 only: a float32 result of float64 inputs would be judged at float64's
+            # tolerance; tests/test_api_arcs_scans_medians.py checks that direction)
+            dtype = "float64"
+            kwargs = {"dtype": dtype}
+        if how == "median" or (how == "prod" and self.integer(0, 1)):
+            args, out = (), ()
+        elif how in ("prod", "median_dim", "nanmedian_dim"):
+            args = (dim, keepdim)
+            axis = dim % rank if rank else None
+            out = tuple(1 if k == axis else d for k, d in enumerate(v.shape) if keepdim
+                        or k != axis)
+        self.emit(("call", how, i, args, kwargs), Value(tuple(out), dtype, v.requires_grad,
+                                                        True, False))
 
     def op_layer(self):
         """tr.nn.functional's layers on an (N, C, H, W) value (conv1d on (N, C, L)): stride,

@@ -157,6 +157,18 @@ CASES: dict[str, Case] = {
     "Tensor.sinh": Case(lambda lib, x: x.sinh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
     "Tensor.cosh": Case(lambda lib, x: x.cosh(), lambda dtype: [below_hyperbolic_overflow(dtype)]),
     "Tensor.nan_to_num": unary(lambda lib, x: (x.nan_to_num(), x.nan_to_num(1.0, 2.0, -3.0))),
+    # tracer/arc_functions.py, cumulative.py, medians.py
+    "Tensor.asin": unary(lambda lib, x: x.asin()),
+    "Tensor.acos": unary(lambda lib, x: x.acos()),
+    "Tensor.atan": unary(lambda lib, x: x.atan()),
+    "Tensor.atan2": binary(lambda lib, x, y: lib.atan2(x, y)),
+    "Tensor.cumsum": row(lambda lib, x: (x.cumsum(1), x.cumsum(0))),
+    # along rows of 3, which the scan and the product combine left to right as PyTorch (longer
+    # rows in blocks: their overflow and underflow can differ, docs/differences.md)
+    "Tensor.cumprod": row(lambda lib, x: (x.cumprod(1), x.t().cumprod(0))),
+    "Tensor.prod": row(lambda lib, x: (x.prod(1), x.t().prod(0), x[-3:].prod(), x[5:6].prod())),
+    "Tensor.median": row(lambda lib, x: (x.median(1).values, x.nanmedian(1).values, x.median(),
+                                         x.nanmedian(), x[-4:].median(), x[-5:-3].nanmedian())),
     "F.softplus": unary(lambda lib, x: (lib.nn.functional.softplus(x),
                                         lib.nn.functional.softplus(x, 0.5, 5.0))),
     "F.hardtanh": unary(lambda lib, x: (lib.nn.functional.hardtanh(x),
@@ -304,7 +316,9 @@ ALIASES = {
     "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
     "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
     "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
-    "Tensor.fix": "Tensor.trunc", "Tensor.sgn": "Tensor.sign",
+    "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
+    "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",
+    "Tensor.nanmedian": "Tensor.median", "Tensor.sgn": "Tensor.sign",
     "Tensor.fmod": "Tensor.remainder",  # (the primitive behind both)
     "Tensor.clamp_min": "Tensor.clamp",
     "Tensor.clamp_max": "Tensor.clamp", "Tensor.where": "tr.where", "F.relu6": "F.hardtanh",

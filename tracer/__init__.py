@@ -27,6 +27,9 @@ from tracer.functional import FUNCTIONS as _FUNCTIONS, cat, stack
 from tracer.einsum import einsum
 from tracer.ops import FUNCTIONS as _OPS
 from tracer.math_functions import FUNCTIONS as _MATH_FUNCTIONS
+from tracer.arc_functions import FUNCTIONS as _ARC_FUNCTIONS
+from tracer.cumulative import FUNCTIONS as _CUMULATIVE
+from tracer.medians import FUNCTIONS as _MEDIANS
 from tracer.rearranging import FUNCTIONS as _REARRANGING
 from tracer.products import FUNCTIONS as _PRODUCTS
 from tracer.gradcheck import gradcheck, gradgradcheck
@@ -48,7 +51,9 @@ from tracer.serialization import load, save
 float, double, long = float32, float64, int64  # PyTorch's aliases (tr.float is not builtins.float)
 globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/functional.py)
 globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
-globals().update(_MATH_FUNCTIONS, **_REARRANGING, **_PRODUCTS)  # tr.isnan, tr.flip, tr.outer, ...
+# tr.isnan, tr.asin, tr.cumsum, tr.median, tr.flip, tr.outer, ...
+globals().update(_MATH_FUNCTIONS, **_ARC_FUNCTIONS, **_CUMULATIVE, **_MEDIANS, **_REARRANGING,
+                 **_PRODUCTS)
 _configure_logging()
 
 

@@ -120,7 +120,7 @@ def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
         d for i, d in enumerate(x.shape) if i not in axes))
 
 
-class _EvenlyDistributed(Function):
+class EvenlyDistributed(Function):
     """max() or min() of all elements: the gradient shared evenly between the elements equal to
     the result, and a nan result's between the nans (evenly_distribute_backward)."""
 
@@ -139,7 +139,7 @@ class _EvenlyDistributed(Function):
 
 
 def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
-    return _EvenlyDistributed.apply(x, reduction)
+    return EvenlyDistributed.apply(x, reduction)
 
 
 class _Selected(Function):

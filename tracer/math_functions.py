@@ -10,8 +10,7 @@ the constant and are exact at the powers of the base, where PyTorch's are (a val
 integer would make floor(log2(n)) wrong): the result is the rounded power where x is 2**k (a
 test of x's mantissa by rounding) or the float nearest 10**k for |k| <= 22 (a table). sinh and cosh are built from exp(|x| / 2) and expm1
 (within 4 ulp; finite up to where the exact value overflows, where PyTorch's overflow a little
-before it for positive x but not for negative x). There is no arc sine, arc cosine or arc tangent: without a primitive they need a
-range reduction and a polynomial of their own, not a composition of these.
+before it for positive x but not for negative x). The arc functions are in tracer/arc_functions.py.
 """
 from __future__ import annotations
 
@@ -126,6 +125,23 @@ def isfinite(x: Tensor) -> Tensor:
     return x.abs() < math.inf  # false at nan too
 
 
+class _NanToNum(Function):
+    """nan, +inf and -inf replaced; PyTorch's gradient grad * isfinite(x), which is nan where x
+    is not finite and the incoming gradient is (a select's 0 there hid it)."""
+
+    @staticmethod
+    def forward(ctx, x, nan, posinf, neginf):
+        ctx.save_for_backward(x)
+        value = where(x == math.inf, as_tensor(posinf, x.dtype), x)
+        value = where(x == -math.inf, as_tensor(neginf, x.dtype), value)
+        return where(x != x, as_tensor(nan, x.dtype), value)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * isfinite(x).to(grad_output.dtype), None, None, None
+
+
 def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None,
                neginf: float | None = None) -> Tensor:
     """nan, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest
@@ -133,11 +149,8 @@ def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None,
     if not irtypes.is_float(x.dtype):
         return x.clone()
     limits = np.finfo(x.dtype)
-    posinf = limits.max if posinf is None else posinf
-    neginf = limits.min if neginf is None else neginf
-    value = where(x == math.inf, as_tensor(posinf, x.dtype), x)
-    value = where(x == -math.inf, as_tensor(neginf, x.dtype), value)
-    return where(x != x, as_tensor(nan, x.dtype), value)
+    return _NanToNum.apply(x, nan, limits.max if posinf is None else posinf,
+                           limits.min if neginf is None else neginf)
 
 
 def tan(x: Tensor) -> Tensor:
