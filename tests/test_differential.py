@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, event, example, given, settings, strategies as st
 
 import tracer as tr
 from conftest import beyond_float32
@@ -797,6 +797,7 @@ def assert_close(actual, reference, exact, what, precision=None):
 # where PyTorch's view shows the change. Accepted as agreement in a program that changes a base in
 # place after taking a view of it (`changes_viewed_base`), and only this error.
 VIEW_REFUSAL = "a PyTorch view would show the change"
+PYTORCH_ZERO_TENSOR = "ZeroTensors are immutable"
 
 
 def changes_viewed_base(program: Program) -> bool:
@@ -882,6 +883,9 @@ def check_program(program: Program):
     if torch is not None:
         torch_backend = Backend(torch)
         reference = run(torch_backend, program, calls=calls)
+        # PyTorch cannot run a step that updates a gradient it made a ZeroTensor (sgn's): no
+        # oracle for that program
+        assume(not (reference[0] == "error" and PYTORCH_ZERO_TENSOR in str(reference[1])))
         exact = run(torch_backend, program, calls=calls, dtype="float64")
     else:
         reference = eager
@@ -932,7 +936,11 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
                          "call:amax", "call:std",
                          # issue 18's: PyTorch's expm1, tan, reciprocal and sgn save their results
-                         "unary:expm1", "unary:tan", "unary:reciprocal", "unary:sgn"}
+                         "unary:expm1", "unary:tan", "unary:reciprocal", "unary:sgn",
+                         # NumpyTanh returns x.new(ctx.result): PyTorch's legacy Tensor.new
+                         # shares the ndarray, so changing the result in place changes what its
+                         # backward reads; tracer's new() copies (docs/differences.md)
+                         "unary:numpy_tanh_fn"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
