@@ -54,7 +54,13 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
     `cleared` as `Trace.writebacks` lists them): data into their buffers, a `.grad` into its
     buffer or, where there was none or the function set it anew, a new one; a `.grad` set to
     None."""
-    at = user_line() if writebacks else None  # the call's line: where each change happened
+    line: list[str] = []
+
+    def mark_changed(tensor: Tensor) -> None:  # at the call's line, found once if at all
+        if not line:
+            line.append(user_line())
+        tensor._mark_changed(line[0])
+
     for index, kind, output in writebacks:
         target, array = values[index], outputs[output]
         if kind == "data":
@@ -62,13 +68,13 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
             if array is not buffer:  # an output written in place is the argument's array itself
                 np.copyto(buffer, array)
             if isinstance(target, Tensor):
-                target._mark_changed(at)
+                mark_changed(target)
         elif target._grad is None or (kind == "new_grad" and array is not target._grad._handle):
             # a new .grad, as PyTorch's backward makes after zero_grad(set_to_none=True)
             target._grad = Tensor._make(owned(array, inputs), None, False)
         else:
             if array is not target._grad._handle:
                 np.copyto(target._grad._handle, array)
-            target._grad._mark_changed(at)
+            mark_changed(target._grad)
     for index in cleared:
         values[index]._grad = None
