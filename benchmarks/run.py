@@ -1,6 +1,7 @@
 """Run every benchmark and write benchmarks/results.md and benchmarks/results.png.
 
     python -m benchmarks.run [--quick]     (from the repository root; `make bench`)
+    python -m benchmarks.run --only cnn transformer    (those workloads' rows, printed only)
 
 User programs through the public API only, each run by the tracer and, in the same process, by
 numpy written by hand, PyTorch eager, torch.compile and jax.jit where installed; every result is
@@ -12,6 +13,7 @@ workload, fewer repeats, no torch in the fresh-process rows.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import tempfile
@@ -27,6 +29,9 @@ def main() -> None:
                         help="one size per workload and fewer repeats, for daily use")
     parser.add_argument("--output", type=Path, default=HERE,
                         help="folder for results.md and results.png (default: benchmarks/)")
+    parser.add_argument("--only", nargs="+", metavar="WORKLOAD", choices=WORKLOADS,
+                        help="print the rows of these workloads (modules of benchmarks/), at "
+                             "every size unless --quick, and write nothing")
     options = parser.parse_args()
     # torch keeps its default OMP_WAIT_POLICY, as its users do: benchmarks/harness.py's rounds
     # let its spinning threads settle before another peer's timed call.
@@ -34,23 +39,42 @@ def main() -> None:
         # Compilers start from empty disk caches, so that compile times are cold every run.
         os.environ["TRACER_CACHE_DIR"] = f"{directory}/tracer"
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{directory}/inductor"
-        run(options.quick, options.output)
+        if options.only:
+            run_only(options.only, options.quick)
+        else:
+            run(options.quick, options.output)
+
+
+# The modules of benchmarks/ whose rows make the table, in its order.
+WORKLOADS = ("two_layer", "mlp", "transformer", "cnn", "higher_order", "gelu", "layer_norm",
+             "cross_entropy", "dispatch")
+
+
+def timing_for(quick: bool):
+    from benchmarks.harness import Timing
+    return Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
+
+
+def run_only(workloads: list[str], quick: bool) -> None:
+    """The rows of `workloads` alone, as the whole run measures them, printed as its table."""
+    from benchmarks import report
+    rows = [row for name in workloads
+            for row in importlib.import_module(f"benchmarks.{name}").rows(quick, timing_for(quick))]
+    print(report.table(rows, [f"{'quick' if quick else 'full'} rows of {', '.join(workloads)}, "
+                              f"{time.strftime('%Y-%m-%d')}"]))
 
 
 def run(quick: bool, output: Path) -> None:
-    from benchmarks import (bounds_cost, capture_cost, cnn, compile_time, cross_entropy, dispatch,
-                            distributed, first_result, gather_cost, gelu, higher_order,
-                            launch_cost, layer_norm, mlp, peers, per_sample_gradients,
-                            readme_table, report, threads, transformer,
-                            two_layer)
-    from benchmarks.harness import PEERS, Timing
+    from benchmarks import (bounds_cost, capture_cost, compile_time, distributed, first_result,
+                            gather_cost, launch_cost, mlp, peers, per_sample_gradients,
+                            readme_table, report, threads, transformer)
+    from benchmarks.harness import PEERS
 
-    timing = Timing(repeats=15, budget=0.5) if quick else Timing(repeats=200, budget=10.0)
+    timing = timing_for(quick)
     started = time.perf_counter()
     rows = []
-    for workload in (two_layer, mlp, transformer, cnn, higher_order, gelu, layer_norm, cross_entropy,
-                     dispatch):
-        rows += workload.rows(quick, timing)
+    for name in WORKLOADS:
+        rows += importlib.import_module(f"benchmarks.{name}").rows(quick, timing)
         print(f"{time.perf_counter() - started:6.1f}s  {rows[-1].workload}", flush=True)
     # --quick leaves torch out: it takes seconds to import, torch.compile tens of seconds to compile
     rows += first_result.rows([peer for peer in PEERS if peers.available(peer)
