@@ -175,21 +175,18 @@ def jax_cnn_loss(params, statistics, images, labels):
 
 
 def jax_cnn_programs(inputs) -> list[Program]:
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
     _, weights, (x, y) = inputs
     # the parameters, in torch's order (not the batch norms' statistics)
     names = [name for name in weights if name.rsplit(".", 1)[1] in ("weight", "bias")]
 
     def step(params, optimizer_state, statistics, images, labels):
-        (loss, statistics), grads = jax.value_and_grad(jax_cnn_loss, has_aux=True)(
+        (loss, statistics), grads = installed("jax").value_and_grad(jax_cnn_loss, has_aux=True)(
             params, statistics, images, labels)
         params, optimizer_state = adamw(params, grads, optimizer_state, LEARNING_RATE)
         return loss, params, optimizer_state, statistics
 
-    def build(function):
+    def build(function):  # (jax is imported here, when the program is built: peers.jax_programs)
+        jnp = installed("jax").numpy
         params = {name: jnp.asarray(weights[name]) for name in names}
         statistics = {name: jnp.asarray(value) for name, value in weights.items()
                       if name.endswith(("running_mean", "running_var"))}

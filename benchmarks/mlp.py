@@ -116,21 +116,18 @@ def torch_mlp_programs(inputs) -> list[Program]:
 
 
 def jax_mlp_programs(inputs) -> list[Program]:
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
     _, weights, (x, y) = inputs
 
     def loss_function(params, x, y):
-        hidden = jax.nn.relu(x @ params["0.weight"].T + params["0.bias"])
+        hidden = installed("jax").nn.relu(x @ params["0.weight"].T + params["0.bias"])
         return cross_entropy(hidden @ params["2.weight"].T + params["2.bias"], y)
 
     def step(params, x, y):
-        loss, grads = jax.value_and_grad(loss_function)(params, x, y)
+        loss, grads = installed("jax").value_and_grad(loss_function)(params, x, y)
         return loss, sgd(params, grads, LEARNING_RATE)
 
-    def build(function):
+    def build(function):  # (jax is imported here, when the program is built: peers.jax_programs)
+        jnp = installed("jax").numpy
         params = {name: jnp.asarray(value) for name, value in weights.items()}
         data, labels = jnp.asarray(x), jnp.asarray(y)
 

@@ -231,21 +231,17 @@ def torch_transformer_programs(inputs) -> list[Program]:
 
 
 def jax_transformer_programs(inputs) -> list[Program]:
-    jax = installed("jax")
-    if jax is None:
-        return []
-    jnp = jax.numpy
     settings, weights, (x, y) = inputs
     # the parameters, in the tracer's order (not the attention mask)
     names = [name for name, _ in example().GPT(settings).named_parameters()]
-    gpt_loss = jax_gpt()
 
     def step(params, optimizer_state, idx, targets):
-        loss, grads = jax.value_and_grad(gpt_loss)(params, idx, targets, settings)
+        loss, grads = installed("jax").value_and_grad(jax_gpt())(params, idx, targets, settings)
         params, optimizer_state = adamw(params, grads, optimizer_state, LEARNING_RATE)
         return loss, params, optimizer_state
 
-    def build(function):
+    def build(function):  # (jax is imported here, when the program is built: peers.jax_programs)
+        jnp = installed("jax").numpy
         params = {name: jnp.asarray(weights[name]) for name in names}
         optimizer_state = adam_state(params)
         tokens, targets = jnp.asarray(x), jnp.asarray(y)
