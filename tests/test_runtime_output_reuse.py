@@ -80,3 +80,18 @@ def test_a_result_the_eager_tape_saved_keeps_its_values():
     loss.backward()
     expected = 2 * np.exp(2 * np.linspace(-1, 1, 5).astype(np.float64))
     np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, reason="docs/differences.md: a traced function's result that is "
+                   "an argument's .grad is a new tensor with its values, not that tensor")
+def test_a_returned_grad_is_the_grad_itself_as_in_pytorch():
+    def step(x):
+        (x * x).sum().backward()
+        return x.grad
+
+    x = tr.tensor(np.arange(3, dtype=np.float32), requires_grad=True)
+    eager_x = tr.tensor(np.arange(3, dtype=np.float32), requires_grad=True)
+    assert step(eager_x) is eager_x.grad  # eager mode, as PyTorch
+    returned = tr.trace(step)(x)
+    np.testing.assert_array_equal(returned.numpy(), 2 * np.arange(3, dtype=np.float32))
+    assert returned is x.grad
