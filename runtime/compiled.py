@@ -76,16 +76,21 @@ class CompiledFunction:
         self._described = [(np.ndarray, shape, dtype) for shape, dtype in self._parameters]
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
-        seen: set[int] = set()
+        first: dict[int, int] = {}  # value id -> the first position returning it
         # (output slot, whether this position must copy an earlier one); in-place outputs are
         # (-1 - parameter index, False)
         self._returns = []
+        # (position, earlier position): outputs of the same value, copied unless the caller
+        # shares them (see __call__)
+        self.duplicates: list[tuple[int, int]] = []
         for position, value in enumerate(function.outputs):
             if position in self.in_place:
                 self._returns.append((-1 - self.in_place[position], False))
                 continue
-            self._returns.append((slot_of[id(value)], id(value) in seen))
-            seen.add(id(value))
+            self._returns.append((slot_of[id(value)], id(value) in first))
+            if id(value) in first:
+                self.duplicates.append((position, first[id(value)]))
+            first.setdefault(id(value), position)
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
         self._checked = self.back_end.error_record
@@ -160,8 +165,9 @@ class CompiledFunction:
         address = storage.ctypes.data
         return storage, address + (-address % ALIGNMENT)
 
-    def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run on `arguments`; the fast path hands the arrays themselves to the native code, which
+    def __call__(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
+        """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
+        (the caller makes one tensor of them). The fast path hands the arrays themselves to the native code, which
         reads their data pointers and checks their flags (falling back here if it refuses). What
         it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
         one comparison of lists (whose items compare by identity first: a dtype is numpy's own
@@ -178,8 +184,9 @@ class CompiledFunction:
                 # lists `arguments` and `outputs` keep them alive until the call returns.
                 if self._run(fast, list(map(id, [*arguments, *outputs]))) == 0:
                     self._keep_outputs(outputs)
-                    return outputs if self._returns_outputs else self._results(arguments, outputs)
-        return self._call(arguments)
+                    return (outputs if self._returns_outputs
+                            else self._results(arguments, outputs, share))
+        return self._call(arguments, share)
 
     def _new_outputs(self) -> list[np.ndarray]:
         """Arrays for a call's outputs: those of the previous call that nothing references any
@@ -200,12 +207,12 @@ class CompiledFunction:
         if self._keeps_outputs and not self._spare_outputs:
             self._spare_outputs.append(list(outputs))  # (the caller may change its list)
 
-    def _results(self, parameters: Sequence[np.ndarray],
-                 outputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
+    def _results(self, parameters: Sequence[np.ndarray], outputs: list[np.ndarray],
+                 share: bool) -> list[np.ndarray]:
+        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy()
+                if duplicate and not share else outputs[slot] for slot, duplicate in self._returns]
 
-    def _call(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _call(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """The general path: converts, copies and checks everything in Python."""
         if len(arguments) != len(self._parameters):
             raise ValueError(f"{self.function.name} takes {len(self._parameters)} arguments, "
@@ -236,7 +243,7 @@ class CompiledFunction:
             pointers[base + position] = output.ctypes.data
         self._run(self._run_entry, [pointers])
         self._keep_outputs(outputs)
-        return self._results(keep_alive, outputs)
+        return self._results(keep_alive, outputs, share)
 
     def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
         pointers[-1] = arena_address
