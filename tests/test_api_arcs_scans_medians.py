@@ -255,3 +255,25 @@ def test_errors_name_the_users_line(call, error, message):
     with pytest.raises(error, match=message) as caught:
         call()
     assert "test_api_arcs_scans_medians.py" in str(caught.value)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,)])
+@pytest.mark.parametrize("name, call", [("cumprod", lambda a: a.cumprod(0)),
+                                        ("cumsum", lambda a: a.cumsum(0)),
+                                        ("prod", lambda a: a.prod()),
+                                        ("prod(0)", lambda a: a.prod(0))])
+def test_changing_a_scan_s_input_in_place_is_refused_where_pytorch_refuses(name, call, shape):
+    """cumprod and prod read their input in the backward (a 0-d one too, which is one element):
+    changing it in place before backward is an error, as in PyTorch; cumsum reads nothing."""
+    outcomes = []
+    for lib, error in ((torch, RuntimeError), (tr, tr.InplaceError)):
+        x = lib.tensor(np.full(shape, 0.5, np.float32), requires_grad=True)
+        a = x + x
+        result = call(a)
+        a.add_(1)
+        try:
+            (result.sum() + a.sum()).backward()
+            outcomes.append(x.grad.numpy().tolist())
+        except error:
+            outcomes.append("refused")
+    assert outcomes[1] == outcomes[0]

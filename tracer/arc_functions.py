@@ -26,7 +26,7 @@ from tracer.ir import types as irtypes
 from tracer.arithmetic import to_float, where
 from tracer.creation import zeros_like
 from tracer.dispatch import promote
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.tensor import Tensor
 
 PIO2_HI, PIO2_LO = 1.57079632679489655800e+00, 6.12323399573676603587e-17
@@ -136,7 +136,7 @@ def _in_float64(function, *tensors: Tensor) -> Tensor:
     return result.to(dtype)
 
 
-class _Arc(Function):
+class _Arc(NativeFunction):
     """asin, acos or atan of x with PyTorch's gradient: g (1 - x^2)^(-1/2), its negation, or
     g / (1 + x^2), computed in x's dtype as PyTorch's."""
 
@@ -155,7 +155,7 @@ class _Arc(Function):
         return (-gradient if ctx.name == "acos" else gradient), None
 
 
-class _Atan2(Function):
+class _Atan2(NativeFunction):
     """atan2(y, x) with PyTorch's gradients: g x / (y^2 + x^2) and -g y / (y^2 + x^2), the
     reciprocal 0 where it is infinite (at the origin, and where y^2 + x^2 underflows)."""
 

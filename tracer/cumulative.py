@@ -30,7 +30,7 @@ from tracer.creation import full, iota
 from tracer.dimensions import as_dim, normalize_dim
 from tracer.dispatch import apply
 from tracer.dtypes import as_dtype, float64, int64
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.functional import cat
 from tracer.layout import fresh
 from tracer.tensor import Tensor
@@ -145,7 +145,7 @@ def products_of_the_others(x: Tensor, axis: int) -> Tensor:
             * _exclusive(cumulative_product(x, axis, reverse=True), axis, True))
 
 
-class _CumulativeSum(Function):
+class _CumulativeSum(NativeFunction):
     """cumsum of x in `dtype`; the gradient the reversed cumsum of the cotangent in x's dtype,
     as PyTorch's cumsum_backward (not in `dtype`: cumsum(x, dtype=float32) of a float64 x)."""
 
@@ -159,7 +159,7 @@ class _CumulativeSum(Function):
         return cumulative_sum(grad_output.to(ctx.dtype), ctx.axis, reverse=True), None, None
 
 
-class _CumulativeProduct(Function):
+class _CumulativeProduct(NativeFunction):
     """cumprod of x in `dtype`; the gradient PyTorch's cumprod_backward, in x's dtype."""
 
     @staticmethod
@@ -228,7 +228,7 @@ def _folded_product(x: Tensor, axis: int) -> Tensor:
     return result
 
 
-class _Product(Function):
+class _Product(NativeFunction):
     """The product along `axis`, its dimension kept with `keepdim`; `whole`: of the whole tensor
     (flattened, a 0-d result), whose gradient PyTorch makes 0 where two or more elements are 0.
     The result returned is the one saved, as PyTorch saves it: changing it in place before the
@@ -261,9 +261,10 @@ def _axis(x: Tensor, dim) -> int:
 def _cumulative(function, scan, x: Tensor, dim, dtype) -> Tensor:
     axis = _axis(x, dim)
     target = _result_dtype(x, dtype)
-    if x.ndim == 0:
-        return x.to(target).clone()
-    if irtypes.is_float(x.dtype) and irtypes.is_float(target):
+    floats = irtypes.is_float(x.dtype) and irtypes.is_float(target)
+    if x.ndim == 0:  # (as one element: cumprod's backward reads it, and refuses its change)
+        return function.apply(x.reshape(1), 0, target).reshape(()) if floats else x.to(target)
+    if floats:
         return function.apply(x, axis, target)
     return scan(x.to(target), axis)
 
@@ -282,12 +283,12 @@ def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> 
     """The product of all elements, or along `dim` (one dimension, as PyTorch's)."""
     axis = None if dim is None else _axis(x, dim)
     x = x.to(_result_dtype(x, dtype))
-    if x.ndim == 0:
+    if x.ndim == 0 and not irtypes.is_float(x.dtype):
         return x.clone()
     if not irtypes.is_float(x.dtype):
         kept = _folded_product(x.reshape(-1) if axis is None else x, axis or 0)
         return kept.reshape(()) if axis is None else fresh(kept if keepdim else kept.squeeze(axis))
-    if axis is None:
+    if axis is None or x.ndim == 0:  # (a 0-d x as one element: its backward reads it)
         return _Product.apply(x.reshape(-1), 0, False, True)
     return _Product.apply(x, axis, keepdim, False)
 

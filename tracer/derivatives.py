@@ -22,7 +22,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.tensor import Tensor
 
 
@@ -31,7 +31,7 @@ def _where(condition: Tensor, x, y) -> Tensor:
     return apply("select", [condition, *promote(x, y)])
 
 
-class _Sigmoid(Function):
+class _Sigmoid(NativeFunction):
     @staticmethod
     def forward(ctx, x):
         result = 1.0 / (1.0 + (-x).exp())  # 0 where exp(-x) overflows, as PyTorch's
@@ -65,7 +65,7 @@ def power_value(x: Tensor, exponent: float) -> Tensor:
     return apply("pow", [x, as_tensor(exponent, x.dtype)])
 
 
-class _ScalarPower(Function):
+class _ScalarPower(NativeFunction):
     @staticmethod
     def forward(ctx, x, exponent):
         ctx.save_for_backward(x)
@@ -86,7 +86,7 @@ def scalar_power(x: Tensor, exponent: float) -> Tensor:
     return _ScalarPower.apply(x, float(exponent))
 
 
-class _LogSumExp(Function):
+class _LogSumExp(NativeFunction):
     @staticmethod
     def forward(ctx, x, axes, keepdim):
         # around the maximum so that exp cannot overflow; an infinite maximum (all -inf, or some
@@ -120,7 +120,7 @@ def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
         d for i, d in enumerate(x.shape) if i not in axes))
 
 
-class EvenlyDistributed(Function):
+class EvenlyDistributed(NativeFunction):
     """max() or min() of all elements: the gradient shared evenly between the elements equal to
     the result, and a nan result's between the nans (evenly_distribute_backward)."""
 
@@ -142,7 +142,7 @@ def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
     return EvenlyDistributed.apply(x, reduction)
 
 
-class _Selected(Function):
+class _Selected(NativeFunction):
     """The one element of each row along `axis` that `chosen` marks, exactly (a nan, -0.0 and
     ±inf as they are: a sum of the row with the others set to 0 turned -0.0 into +0.0), with
     its gradient to that element alone -- the values of max(dim), min(dim) and max pooling,
@@ -178,7 +178,7 @@ def safe_sqrt(squares: Tensor) -> Tensor:
     return _where(zero, 0.0, _where(zero, 1.0, squares).sqrt())
 
 
-class _PowerNorm(Function):
+class _PowerNorm(NativeFunction):
     """The p-norm for p other than 0 and 2, with norm_backward's gradient for that p."""
 
     @staticmethod
@@ -226,7 +226,7 @@ def power_norm(x: Tensor, p, dim, keepdim: builtins.bool) -> Tensor:
         d for i, d in enumerate(x.shape) if i not in axes))
 
 
-class _Lerp(Function):
+class _Lerp(NativeFunction):
     """lerp with a tensor weight, from the nearer end (exact at weight 1) as PyTorch computes it;
     the gradient is PyTorch's, not the autodiff of `where`, whose branch not taken would give
     0 * inf = nan at an infinite weight."""
@@ -252,7 +252,7 @@ def lerp(x: Tensor, end, weight) -> Tensor:
     return _Lerp.apply(x, end, weight)
 
 
-class _AddCDiv(Function):
+class _AddCDiv(NativeFunction):
     @staticmethod
     def forward(ctx, x, tensor1, tensor2, value):
         ctx.save_for_backward(tensor1, tensor2)
@@ -272,7 +272,7 @@ def addcdiv(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
     return _AddCDiv.apply(x, tensor1, tensor2, value)
 
 
-class _SiLU(Function):
+class _SiLU(NativeFunction):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -295,7 +295,7 @@ _GELU_KAPPA = 0.044715
 _NORMAL_DENSITY = 1.0 / math.sqrt(2.0 * math.pi)  # kBeta of the erf form
 
 
-class _Gelu(Function):
+class _Gelu(NativeFunction):
     """gelu's value as before, its gradient PyTorch's gelu_backward: dy * (cdf + x * pdf), and
     for the tanh form its product in PyTorch's order, which stays finite where the composition's
     autodiff multiplies the upstream gradient 0.5 * x * dy (inf at a large x) by 0."""

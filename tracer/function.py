@@ -127,8 +127,11 @@ def _bind(function_name: str, forward: Callable, args, kwargs) -> tuple[inspect.
     return bound, given
 
 
-def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs):
-    """`Function.apply`: run `forward` untracked, then record its outputs as one custom_vjp."""
+def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs,
+                   runs_without_gradients: bool = True):
+    """`Function.apply`: run `forward` untracked, then record its outputs as one custom_vjp
+    (whose backward runs, on zeros, when no gradient reaches its outputs, as a custom Function's
+    does in PyTorch, unless not `runs_without_gradients`)."""
     bound, given = _bind(name, forward, args, kwargs)
     argument_names = list(bound.arguments)[1:]
     arguments = list(bound.arguments.values())[1:]
@@ -168,7 +171,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     rule = CustomRule(name, FunctionRule(name, forward, backward, ctx, arguments, outputs,
                                          differentiable, trace, given,
                                          host_function.backward_on_host),
-                      runs_without_cotangents=True)
+                      runs_without_cotangents=runs_without_gradients)
     if trace is None:
         handles = [outputs[p]._handle for p in recorded]  # custom_vjp is the identity on them
         node = custom_node(name, rule, handles, handles_before, edges_before)
@@ -255,7 +258,21 @@ class Function:
         forward = cls.forward
         if cls.setup_context is not Function.setup_context:
             forward = _forward_with_setup_context(cls.forward, cls.setup_context)
-        return apply_function(cls.__name__, forward, cls.backward, args, kwargs)
+        return apply_function(cls.__name__, forward, cls.backward, args, kwargs,
+                              cls._runs_without_gradients)
+
+    # PyTorch runs a custom Function's backward (on zero gradients) whenever it is on the way to
+    # a leaf, even if no gradient reached its outputs (a Function before one whose backward
+    # returned None): then its inputs' .grad become zeros, not None.
+    _runs_without_gradients = True
+
+
+class NativeFunction(Function):
+    """A Function of this project's that computes one of PyTorch's own operations (acos, lerp,
+    gelu, ...): like that operation's backward in PyTorch, its backward does not run when no
+    gradient reaches its outputs, so what lies before it keeps a .grad of None."""
+
+    _runs_without_gradients = False
 
 
 @functools.cache

@@ -24,13 +24,13 @@ from tracer.arithmetic import to_float, where
 from tracer.creation import full_like, zeros_like
 from tracer.dispatch import apply, as_tensor, from_data, promote
 from tracer.errors import ArgumentError
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.ops import floor, is_eager_int_zero
 from tracer.rounding import RoundingMethods
 from tracer.tensor import Tensor
 
 
-class _Reciprocal(Function):
+class _Reciprocal(NativeFunction):
     """1 / x with PyTorch's gradient, -g r^2 of the result r: where r^2 overflows (|x| under
     ~5e-20 in float32) it is ±inf, as PyTorch's, where the quotient rule's -g r / x stayed finite."""
 
@@ -59,7 +59,7 @@ def clamp_max(x: Tensor, max) -> Tensor:
     return x.clamp(max=max)
 
 
-class _ToInteger(Function):
+class _ToInteger(NativeFunction):
     """floor, ceil (-floor(-x)) or trunc (toward zero; -0.5 gives -0.0, as PyTorch's): a result
     that requires grad where x does, with a zero gradient, as PyTorch's."""
 
@@ -125,7 +125,7 @@ def isfinite(x: Tensor) -> Tensor:
     return x.abs() < math.inf  # false at nan too
 
 
-class _NanToNum(Function):
+class _NanToNum(NativeFunction):
     """nan, +inf and -inf replaced; PyTorch's gradient grad * isfinite(x), which is nan where x
     is not finite and the incoming gradient is (a select's 0 there hid it)."""
 
@@ -182,7 +182,7 @@ def _is_power_of_ten(x: Tensor, power: Tensor) -> Tensor:
     return inside & (apply("gather", [table, index], axes=(0,)) == x)
 
 
-class _LogarithmOfBase(Function):
+class _LogarithmOfBase(NativeFunction):
     """log(x) / log(base), and the integer itself where x is a power of the base; gradient
     grad / (x log(base)), as PyTorch's."""
 
@@ -209,7 +209,7 @@ def log10(x: Tensor) -> Tensor:
     return _LogarithmOfBase.apply(to_float(x), 10)
 
 
-class _Log1p(Function):
+class _Log1p(NativeFunction):
     """log(1 + x) accurate for small x: with w = 1 + x rounded, log(w) * (x / (w - 1)) (Goldberg,
     "What every computer scientist should know about floating-point arithmetic", theorem 4: the
     quotient corrects log's argument for the rounding of w), x itself where w rounds to 1, and w
@@ -228,7 +228,7 @@ class _Log1p(Function):
         return grad_output / (x + 1)
 
 
-class _Expm1(Function):
+class _Expm1(NativeFunction):
     """exp(x) - 1 accurate for small x: with u = exp(x) rounded, (u - 1) * (x / log(u)) (Kahan's;
     the quotient, near 1, cannot overflow), x where u rounds to 1, -1 where u - 1 does, and u where
     it is infinite; gradient PyTorch's grad * (result + 1) (0 where the result rounds to -1)."""
@@ -256,7 +256,7 @@ def _half_exponential_halves(x: Tensor) -> tuple[Tensor, Tensor]:
     return where(direct == math.inf, squared, 0.5 * direct), 0.5 * (-magnitude).exp()
 
 
-class _Cosh(Function):
+class _Cosh(NativeFunction):
     """exp(|x|) / 2 + exp(-|x|) / 2 (no cancellation); gradient grad * sinh(x)."""
 
     @staticmethod
@@ -271,7 +271,7 @@ class _Cosh(Function):
         return grad_output * sinh(x)
 
 
-class _Sinh(Function):
+class _Sinh(NativeFunction):
     """(expm1(x) - expm1(-x)) / 2 for |x| < 1, where the terms have opposite signs (no
     cancellation); beyond, sign(x) (exp(|x|) / 2 - exp(-|x|) / 2), whose cancellation costs at most
     a factor coth(1) = 1.31; gradient grad * cosh(x)."""

@@ -18,7 +18,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.context import state
 from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.arithmetic import where
 from tracer.creation import full, iota
 from tracer.dimensions import normalize_dim
@@ -82,7 +82,7 @@ def remainder(x, y) -> Tensor:
     return result
 
 
-class _Remainder(Function):
+class _Remainder(NativeFunction):
     """Float remainder: fmod(x, y), plus y where their signs differ; PyTorch's gradient, -grad *
     floor_divide(x, y) for y (nan at an infinite x, where fmod's -grad * trunc(x / y) is inf)."""
 
@@ -98,7 +98,7 @@ class _Remainder(Function):
         return grad_output, -grad_output * floor_divide(x, y)
 
 
-class _CountOfNonzeros(Function):
+class _CountOfNonzeros(NativeFunction):
     """norm(p=0): PyTorch's result requires grad where x does, and its backward gives x no
     gradient (x.grad stays None when nothing else reaches it)."""
 
@@ -267,7 +267,7 @@ def _erf_gradient(ctx, grad_output):
     return grad_output * ((-x * x).exp() * _TWO_OVER_SQRT_PI)
 
 
-class _Erf(Function):
+class _Erf(NativeFunction):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -277,7 +277,7 @@ class _Erf(Function):
     backward = staticmethod(_erf_gradient)
 
 
-class _Erfc(Function):
+class _Erfc(NativeFunction):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -344,7 +344,7 @@ def square(x: Tensor) -> Tensor:
     return x ** 2
 
 
-class _Rsqrt(Function):
+class _Rsqrt(NativeFunction):
     """1 / sqrt(x) with PyTorch's gradient, -0.5 g r^3 of the result r: at -0.0 the result is
     -inf and the gradient +inf g, at -inf both nan, as PyTorch's (x ** -0.5 gave +inf and 0)."""
 

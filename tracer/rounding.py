@@ -12,7 +12,7 @@ from tracer.ir import types as irtypes
 from tracer.arithmetic import where
 from tracer.creation import zeros_like
 from tracer.errors import ArgumentError
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.ops import floor
 from tracer.tensor import Tensor
 
@@ -27,7 +27,7 @@ def _nearest_even(x: Tensor) -> Tensor:
     return where(rounded == 0, x * 0, rounded)
 
 
-class _Round(Function):
+class _Round(NativeFunction):
     @staticmethod
     def forward(ctx, x, decimals):
         if decimals == 0:

@@ -11,7 +11,7 @@ from tracer.arithmetic import where
 from tracer.dimensions import normalize_dims
 from tracer.derivatives import safe_sqrt
 from tracer.errors import ArgumentError
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.tensor import Tensor
 
 
@@ -54,7 +54,7 @@ def var(x: Tensor, dim=None, unbiased=None, keepdim: builtins.bool = False, *,
     return (squares / 0.0 - scaled).detach() + scaled
 
 
-class _SumOfCenteredSquares(Function):
+class _SumOfCenteredSquares(NativeFunction):
     """sum((x - mean(x))^2) over `axes`. Its gradient is PyTorch's var_backward, 2 g (x - mean):
     the mean's own part is zero in exact arithmetic, and leaving it out keeps the gradient
     finite-or-inf where var's divisor is 0, as PyTorch's, rather than nan. Written with tensor
@@ -77,7 +77,7 @@ class _SumOfCenteredSquares(Function):
         return 2 * grad_output * (x - row_mean(x, ctx.axes)), None, None
 
 
-class _VarianceWithoutDegreesOfFreedom(Function):
+class _VarianceWithoutDegreesOfFreedom(NativeFunction):
     """The variance of all elements (no dim, or a 0-d tensor) whose count is at most the
     correction: PyTorch's value divides by 0 (nan where every element equals the mean, else inf)
     and its var_backward multiplies the gradient by nan where an element equals the mean and by

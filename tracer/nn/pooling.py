@@ -19,7 +19,7 @@ from tracer.creation import iota, tensor, zeros
 from tracer.dtypes import int64
 from tracer.derivatives import gradient_to
 from tracer.errors import ArgumentError, ShapeMismatchError
-from tracer.function import Function
+from tracer.function import NativeFunction
 from tracer.layout import fresh
 from tracer.nn.convolution import pair, windows, constant_pad
 from tracer.tensor import Tensor
@@ -69,7 +69,7 @@ def _geometry(input: Tensor, kernel_size, stride, padding, dilation, ceil_mode, 
     return kernel, stride, padding, dilation, out, high
 
 
-class _WindowMaximum(Function):
+class _WindowMaximum(NativeFunction):
     """The maximum of each window (the last axis) and its position, as PyTorch's kernel scans a
     window: an element greater than the maximum so far, or a nan, is taken -- the first of tied
     maxima, the last nan -- and a window of -inf only (beside its padding) points at its first
