@@ -26,7 +26,7 @@ from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Graph
 from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
-from tracer.runtime import callbacks, jit, pool
+from tracer.runtime import callbacks, native, pool
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class CompiledFunction:
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
         # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
-        self._calls_blas = jit.blas_available() and any(
+        self._calls_blas = native.blas_available() and any(
             kernel.kind == "matmul" for kernel in self.fused.kernels)
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
@@ -101,7 +101,7 @@ class CompiledFunction:
         Python callables."""
         if any(pool.needed_by(code) for code in objects):
             pool.start()
-        self._jit = jit.JitModule.link(objects)
+        self._jit = native.JitModule.link(objects)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
         if self.profiling:
