@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import platform
 import threading
-from pathlib import Path
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -56,12 +53,12 @@ def host() -> Host:
     identity = _host_identity()
     entry = open_entry(hashlib.sha256(identity).digest(), HOST_SUFFIX) if identity else None
     remembered = entry.load() if entry is not None else None
-    if remembered is not None:
-        return Host(*json.loads(remembered))
+    if remembered is not None and remembered.count(b"\0") == len(Host._fields) - 1:
+        return Host(*remembered.decode().split("\0"))
     from tracer.runtime import jit
     found = jit.llvm_host()
     if entry is not None:
-        entry.store(json.dumps(list(found)).encode())
+        entry.store("\0".join(found).encode())
     return found
 
 
@@ -73,9 +70,10 @@ def _host_identity() -> bytes | None:
     spec = importlib.util.find_spec("llvmlite")
     if spec is None or not spec.submodule_search_locations:
         return None
-    libraries = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "binding",
-                                              "*llvmlite*")))
+    binding = os.path.join(spec.submodule_search_locations[0], "binding")
     try:
+        libraries = sorted(os.path.join(binding, name) for name in os.listdir(binding)
+                           if "llvmlite" in name)
         with open("/proc/cpuinfo", "rb") as file:
             first = file.read(1 << 16).split(b"\n\n")[0]
         stamps = [f"{path}\0{os.stat(path).st_size}\0{os.stat(path).st_mtime_ns}"
@@ -99,7 +97,12 @@ _GEMM_NAMES = {  # our symbol -> candidate exported names (64-bit integer interf
 
 def _blas_libraries() -> list[str]:
     directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    return sorted(glob.glob(os.path.join(directory, "*openblas*.so*")))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, name) for name in names
+                  if "openblas" in name and ".so" in name)
 
 
 @functools.cache
@@ -175,7 +178,7 @@ class JitModule:
         return cls.link([object_code])
 
     @classmethod
-    def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
+    def load(cls, object_code: bytes, path: str | None = None) -> JitModule:
         """Link `object_code` (authenticated by the disk cache)."""
         module = cls.link([object_code])
         count("disk_hits")
