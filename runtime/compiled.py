@@ -84,6 +84,8 @@ class CompiledFunction:
             seen.add(id(value))
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
+        # whether every result is an array the call allocates (none is an argument's own)
+        self.fresh_results = all(slot >= 0 for slot, _ in self._returns)
         self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
@@ -168,7 +170,7 @@ class CompiledFunction:
                 outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
                 # The objects' addresses (ctypes converts integers faster than objects): the
                 # lists `arguments` and `outputs` keep them alive until the call returns.
-                if self._run(fast, list(map(id, [*arguments, *outputs]))) == 0:
+                if self._run(fast, [*map(id, arguments), *map(id, outputs)]) == 0:
                     return outputs if self._returns_outputs else self._results(arguments, outputs)
         return self._call(arguments)
 
