@@ -29,6 +29,15 @@ def _environment():
     return environment
 
 
+def compile_all() -> list[str]:
+    """Compile (or load the compiled code of) every template now; their names."""
+    folder = Path(__file__).parent / "templates"
+    names = sorted(path.name for path in folder.glob("*.j2"))
+    for name in names:
+        _environment().get_template(name)
+    return names
+
+
 def render(template: str, /, **context: Any) -> str:
     """`template` (e.g. "module.ll.j2") rendered with `context`."""
     return _environment().get_template(template).render(**context)

@@ -54,9 +54,8 @@ class Graph:
         default_factory=dict, repr=False)
 
     def new_name(self) -> str:
-        taken = {v.name for v in self.parameters}
-        while str(self._counter) in taken:
-            self._counter += 1
+        # No parameter has a number for a name unless parse_function made it, and it starts the
+        # counter after every number it read (a clash would fail ir.verify: defined twice).
         name = str(self._counter)
         self._counter += 1
         return name

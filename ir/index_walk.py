@@ -43,3 +43,32 @@ def reads_at_own_index(root: Value, targets: set[int], is_boundary: Callable[[Va
         stack.extend((operand, aligned and keeps_index(instruction, value, operand))
                      for operand in instruction.inputs)
     return True
+
+
+def misaligned_reads(roots: list[Value], is_boundary: Callable[[Value], bool],
+                     keeps_index: Callable[[Instruction, Value, Value], bool] = same_index
+                     ) -> set[int]:
+    """The ids of the values that some path from one of `roots` reads at another index than the
+    root's own: `reads_at_own_index` for every target at once (a value is read aligned by all
+    roots iff its id is not in the result), in one walk of a kernel instead of one per target.
+    The roots themselves are not examined; the walk stops at values without a producer and at
+    the other values for which `is_boundary` holds."""
+    stack: list[tuple[Value, bool, bool]] = [(root, True, True) for root in roots]
+    visited: set[tuple[int, bool, bool]] = set()
+    misaligned: set[int] = set()
+    while stack:
+        value, aligned, is_root = stack.pop()
+        if (id(value), aligned, is_root) in visited:
+            continue
+        visited.add((id(value), aligned, is_root))
+        if not is_root:
+            if not aligned:
+                misaligned.add(id(value))
+            if is_boundary(value):
+                continue
+        if value.producer is None:
+            continue
+        instruction = value.producer
+        stack.extend((operand, aligned and keeps_index(instruction, value, operand), False)
+                     for operand in instruction.inputs)
+    return misaligned

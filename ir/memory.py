@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
-from tracer.ir.index_walk import reads_at_own_index
+from tracer.ir.index_walk import misaligned_reads
 from tracer.ir.graph import Value
 
 ALIGNMENT = 64
@@ -49,34 +49,47 @@ def _aligned(size: int) -> int:
     return max(ALIGNMENT, -(-size // ALIGNMENT) * ALIGNMENT)
 
 
-def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value) -> bool:
-    """Whether `kernel` reads `parameter` only at the index it is writing (elementwise ops on equal
-    shapes from a result of a loop kernel down to the parameter), or not at all."""
-    if not any(v is parameter for v in kernel.inputs):
-        return True
+def _misaligned(kernel: Kernel, fused: FusedFunction) -> set[int] | None:
+    """The ids of the values `kernel` reads at another index than the one it is writing (see
+    index_walk.misaligned_reads: elementwise ops on equal shapes from a result of a loop kernel
+    down to a parameter keep the index), or None where a kernel of its kind may read any value at
+    any index."""
     if kernel.kind == "matmul":
         update = kernel.update
-        if update is None or any(matmul_operand(v)[0] is parameter
-                                 for v in update.matmul.inputs):
-            return False  # a gemm operand in the buffer the gemm writes
+        if update is None:
+            return None
+        # a gemm operand in the buffer the gemm writes is read at every index
+        operands = {id(matmul_operand(v)[0]) for v in update.matmul.inputs}
         roots, stop = kernel.results, {id(update.matmul.outputs[0])}
     elif kernel.kind == "loop":
-        roots, stop = kernel.results, set()
+        operands, roots, stop = set(), kernel.results, set()
     else:  # accumulate and scatter kernels write their result before they have read all
         # operands; a row kernel's parts may read them at any index (not checked, refused)
-        return False
+        return None
     own = {id(v) for v in kernel.results}
 
     def is_boundary(value: Value) -> bool:
         return id(value) in stop or (fused.is_materialized(value) and id(value) not in own)
 
+    return operands | misaligned_reads(roots, is_boundary)
+
+
+def _identity_only(kernel: Kernel, fused: FusedFunction, parameter: Value,
+                   misaligned: dict[int, set[int] | None]) -> bool:
+    """Whether `kernel` reads `parameter` only at the index it is writing, or not at all;
+    `misaligned` keeps each kernel's `_misaligned` for the plan's other in-place writes."""
+    if not any(v is parameter for v in kernel.inputs):
+        return True
+    if id(kernel) not in misaligned:
+        misaligned[id(kernel)] = _misaligned(kernel, fused)
+    reads = misaligned[id(kernel)]
     # A root that is the parameter itself is a copy of it: read at the index it writes.
-    return all(root is parameter or reads_at_own_index(root, {id(parameter)}, is_boundary)
-               for root in roots)
+    return reads is not None and id(parameter) not in reads
 
 
 def in_place_conflict(fused: FusedFunction, output_index: int, parameter_index: int,
-                      write_into: dict[int, int]) -> str | None:
+                      write_into: dict[int, int],
+                      misaligned: dict[int, set[int] | None] | None = None) -> str | None:
     """Why output `output_index` cannot be written into the buffer of parameter `parameter_index`
     (None if it can): the value must be computed by a kernel (not a parameter), have exactly the
     parameter's type, appear once among the outputs, be the only output requested for that
@@ -99,7 +112,8 @@ def in_place_conflict(fused: FusedFunction, output_index: int, parameter_index: 
     number = next(n for n, k in enumerate(fused.kernels) if any(v is value for v in k.results))
     if any(any(v is parameter for v in k.inputs) for k in fused.kernels[number + 1:]):
         return "a later kernel reads the parameter"
-    if not _identity_only(fused.kernels[number], fused, parameter):
+    if not _identity_only(fused.kernels[number], fused, parameter,
+                          {} if misaligned is None else misaligned):
         return "the kernel reads the parameter at another index than it writes"
     return None
 
@@ -109,8 +123,9 @@ def plan_memory(fused: FusedFunction, write_into: dict[int, int] | None = None) 
     plan = MemoryPlan()
     for index, parameter in enumerate(function.parameters):
         plan.locations[id(parameter)] = Location("parameter", index)
+    misaligned: dict[int, set[int] | None] = {}  # per kernel, shared by the in-place writes
     for output_index, parameter_index in sorted((write_into or {}).items()):
-        reason = in_place_conflict(fused, output_index, parameter_index, write_into)
+        reason = in_place_conflict(fused, output_index, parameter_index, write_into, misaligned)
         if reason is not None:
             plan.refused[output_index] = reason
             continue

@@ -18,6 +18,9 @@ from tracer.ir.types import int64, is_float
 
 
 def _replace_uses(function: Graph, replacements: dict[int, Value]) -> None:
+    if not replacements:  # (the last rounds of `optimize` mostly)
+        return
+
     def resolve(value: Value) -> Value:
         while id(value) in replacements:
             value = replacements[id(value)]
@@ -204,6 +207,11 @@ def fold_constants(function: Graph) -> Graph:
     return function
 
 
+# Attribute values compared as themselves (with their types: 1 and True differ) by `cse`; the
+# others by their printed form (a float's tells -0.0 from 0.0, which compare equal).
+_PLAIN_ATTRIBUTES = frozenset({int, bool, str, type(None)})
+
+
 def cse(function: Graph) -> Graph:
     """Reuse the first of several instructions that compute the same thing from the same values."""
     seen: dict[tuple, Instruction] = {}
@@ -212,7 +220,8 @@ def cse(function: Graph) -> Graph:
         inputs = [replacements.get(id(v), v) for v in instruction.inputs]
         instruction.inputs = inputs
         key = (instruction.primitive, tuple(map(id, inputs)),
-               tuple((k, format_attribute(v)) for k, v in instruction.attributes.items()))
+               tuple((k, type(v), v) if type(v) in _PLAIN_ATTRIBUTES else (k, format_attribute(v))
+                     for k, v in instruction.attributes.items()))
         if key in seen:
             replacements.update(zip(map(id, instruction.outputs), seen[key].outputs))
         else:

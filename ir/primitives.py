@@ -89,6 +89,8 @@ def accumulator_dtype(primitive: str, dtype: np.dtype) -> np.dtype:
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    if all(shape == shapes[0] for shape in shapes[1:]):  # (most operands of a trace)
+        return tuple(shapes[0])
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
@@ -352,11 +354,34 @@ ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom
               "gradient": None, "gather": None, "scatter": None, "host_callback": None})
 
 
+# infer_types' results by primitive, operand types and attributes: a trace, its gradient and the
+# verifier ask the same questions of every layer and parameter. Only attributes of plain values
+# are keys (with their Python types: 1, 1.0 and True are equal keys), so that no array, rule or
+# callback a user made is kept alive by the table.
+_inferred: dict[tuple, list[TensorType]] = {}
+_INFERRED_LIMIT = 65536
+_PLAIN = frozenset({int, float, bool, str, type(None),
+                    *(type(dtype) for dtype in (float32, float64, int64, bool_))})
+
+
+def _plain(value: object) -> bool:
+    return type(value) in _PLAIN or (type(value) is tuple and all(type(v) in _PLAIN for v in value))
+
+
 def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) -> list[TensorType]:
     """Output types of `primitive` applied to operands of `in_types`; raises ShapeError."""
+    key = None
+    if all(_plain(value) for value in attributes.values()):
+        key = (primitive, *in_types, *((name, type(value), value)
+                                       for name, value in attributes.items()))
+        if key in _inferred:
+            return list(_inferred[key])
     if primitive not in PRIMITIVES | DIRECTIVES:
         raise ShapeError(f"unknown primitive {primitive!r}")
     arity = ARITY[primitive]
     if arity is not None and len(in_types) != arity:
         raise ShapeError(f"{primitive} takes {arity} operands, got {len(in_types)}")
-    return SHAPE_RULES[primitive](list(in_types), **attributes)
+    types = SHAPE_RULES[primitive](list(in_types), **attributes)
+    if key is not None and len(_inferred) < _INFERRED_LIMIT:
+        _inferred[key] = list(types)
+    return types

@@ -42,8 +42,12 @@ class TensorType:
     dtype: np.dtype
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        object.__setattr__(self, "dtype", as_dtype(self.dtype))
+        # (the checks first: a trace makes a type per value, mostly from a tuple of ints and an
+        # IR dtype already)
+        if type(self.shape) is not tuple or not all(type(d) is int for d in self.shape):
+            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if not any(self.dtype is dtype for dtype in DTYPES):
+            object.__setattr__(self, "dtype", as_dtype(self.dtype))
 
     @property
     def ndim(self) -> int:

@@ -17,6 +17,8 @@ arguments are unchanged (see `CompiledFunction._copies_targets`).
 from __future__ import annotations
 
 import ctypes
+import math
+import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# Up to this many bytes of one call's outputs are kept for the next (see `_new_outputs`).
+SPARE_BYTES = 1 << 30
 
 
 class KernelTime(NamedTuple):
@@ -72,16 +76,21 @@ class CompiledFunction:
         self._described = [(np.ndarray, shape, dtype) for shape, dtype in self._parameters]
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
-        seen: set[int] = set()
+        first: dict[int, int] = {}  # value id -> the first position returning it
         # (output slot, whether this position must copy an earlier one); in-place outputs are
         # (-1 - parameter index, False)
         self._returns = []
+        # (position, earlier position): outputs of the same value, copied unless the caller
+        # shares them (see __call__)
+        self.duplicates: list[tuple[int, int]] = []
         for position, value in enumerate(function.outputs):
             if position in self.in_place:
                 self._returns.append((-1 - self.in_place[position], False))
                 continue
-            self._returns.append((slot_of[id(value)], id(value) in seen))
-            seen.add(id(value))
+            self._returns.append((slot_of[id(value)], id(value) in first))
+            if id(value) in first:
+                self.duplicates.append((position, first[id(value)]))
+            first.setdefault(id(value), position)
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
         # whether every result is an array the call allocates (none is an argument's own)
@@ -97,6 +106,10 @@ class CompiledFunction:
         self._arena_size = self.plan.arena_size + (RECORD_BYTES if self._checked else 0)
         self._arena, address = self._new_arena()
         self._free_arena = [address]  # empty while a call runs on it
+        # the outputs of an earlier call, for the next (see `_new_outputs`)
+        self._spare_outputs: list[list[np.ndarray]] = []
+        self._keeps_outputs = sum(math.prod(shape) * dtype.itemsize
+                                  for shape, dtype in self._outputs) <= SPARE_BYTES
 
     def _link(self, objects: list[bytes]) -> None:
         """Link `objects` (the thread pool first if they call it) and bind their entry points as
@@ -154,8 +167,9 @@ class CompiledFunction:
         address = storage.ctypes.data
         return storage, address + (-address % ALIGNMENT)
 
-    def __call__(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run on `arguments`; the fast path hands the arrays themselves to the native code, which
+    def __call__(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
+        """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
+        (the caller makes one tensor of them). The fast path hands the arrays themselves to the native code, which
         reads their data pointers and checks their flags (falling back here if it refuses). What
         it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
         one comparison of lists (whose items compare by identity first: a dtype is numpy's own
@@ -167,19 +181,40 @@ class CompiledFunction:
             except AttributeError:  # not an array: converted by the general path
                 described = None
             if described == self._described:
-                outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+                outputs = self._new_outputs()
                 # The objects' addresses (ctypes converts integers faster than objects): the
                 # lists `arguments` and `outputs` keep them alive until the call returns.
                 if self._run(fast, [*map(id, arguments), *map(id, outputs)]) == 0:
-                    return outputs if self._returns_outputs else self._results(arguments, outputs)
-        return self._call(arguments)
+                    self._keep_outputs(outputs)
+                    return (outputs if self._returns_outputs
+                            else self._results(arguments, outputs, share))
+        return self._call(arguments, share)
 
-    def _results(self, parameters: Sequence[np.ndarray],
-                 outputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy() if duplicate
-                else outputs[slot] for slot, duplicate in self._returns]
+    def _new_outputs(self) -> list[np.ndarray]:
+        """Arrays for a call's outputs: those of the previous call that nothing references any
+        more (results the caller dropped: the loss and new `.grad` of a training step, dropped by
+        `zero_grad`), fresh ones for the others. An output freed and allocated anew is a new
+        mapping whose pages the system zeroes on first touch, every call: half the time of a
+        4096 x 1024 layer norm's forward and backward (glibc maps allocations that large)."""
+        try:
+            previous = self._spare_outputs.pop()  # atomic: a concurrent call finds none
+        except IndexError:
+            return [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        # referenced by the list `previous` and getrefcount's argument only: unreachable to the
+        # caller (a view, a tensor or a tape node holding it would add a reference)
+        return [previous[slot] if sys.getrefcount(previous[slot]) == 2 else np.empty(shape, dtype)
+                for slot, (shape, dtype) in enumerate(self._outputs)]
 
-    def _call(self, arguments: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _keep_outputs(self, outputs: list[np.ndarray]) -> None:
+        if self._keeps_outputs and not self._spare_outputs:
+            self._spare_outputs.append(list(outputs))  # (the caller may change its list)
+
+    def _results(self, parameters: Sequence[np.ndarray], outputs: list[np.ndarray],
+                 share: bool) -> list[np.ndarray]:
+        return [parameters[-1 - slot] if slot < 0 else outputs[slot].copy()
+                if duplicate and not share else outputs[slot] for slot, duplicate in self._returns]
+
+    def _call(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """The general path: converts, copies and checks everything in Python."""
         if len(arguments) != len(self._parameters):
             raise ValueError(f"{self.function.name} takes {len(self._parameters)} arguments, "
@@ -204,12 +239,13 @@ class CompiledFunction:
         for position in private:  # written on a private copy, which the caller copies back
             array = keep_alive[position] = np.array(keep_alive[position], copy=True)
             pointers[position] = array.ctypes.data
-        outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        outputs = self._new_outputs()
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
         self._run(self._run_entry, [pointers])
-        return self._results(keep_alive, outputs)
+        self._keep_outputs(outputs)
+        return self._results(keep_alive, outputs, share)
 
     def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
         pointers[-1] = arena_address

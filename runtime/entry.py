@@ -46,6 +46,12 @@ class Entry:
     # arguments that require grad), and the traced forward+backward that does it, made on demand.
     differentiable: list[int] = field(default_factory=list)
     backward: Any = None  # (a TracedFunction)
+    # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
+    # tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and whether
+    # every output the compiled code returns twice is such a result and its write-back, so that
+    # one array serves both (else each is a copy)
+    aliases: list[tuple[int, int, str]] = field(default_factory=list)
+    shares_outputs: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
     reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
@@ -72,5 +78,13 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
     entry.leaf_names.update({len(leaves) + k: name
                              for k, name in enumerate(entry.captured_names)})
+    entry.aliases = recording.aliases
+    alias_of = {position: (index, kind) for position, index, kind in recording.aliases}
+    written = {output: (index, "data" if kind == "data" else "grad")
+               for index, kind, output in recording.writebacks}
+    duplicates = executable.duplicates
+    entry.shares_outputs = bool(duplicates) and all(
+        earlier in alias_of and written.get(position) == alias_of[earlier]
+        for position, earlier in duplicates)
     entry.timings = timings
     return entry

@@ -40,6 +40,9 @@ class Recording:
     used: set[str] | None         # the names of the code run while tracing (see guards_for)
     floats: list[FloatInput]      # floats read from outside: parameters after the captured ones
     rules: list = field(default_factory=list)  # custom rules the traced text names
+    # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
+    # tensor's stand-in or its .grad (Trace.result_aliases), in a function that writes back
+    aliases: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 class Specialize(Exception):
@@ -133,6 +136,9 @@ class Recorder:
         floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
         _check_nothing_stored(trace, reachable(self.function, self.static_objects))
         self.writebacks, self.cleared, self.unread = trace.writebacks(outputs, len(leaves))
+        # (a function that changes nothing in place returns differentiable copies instead)
+        self.aliases = (trace.result_aliases(self.result_leaves, len(leaves))
+                        if self.writebacks or self.cleared else [])
         _name_captured(traced, trace.captured, self.reached)
         floats.order(traced)
         # The traced text names custom rules (@MyReLU.0) that parse back only while they are
@@ -161,7 +167,7 @@ class Recorder:
         return Recording(self._traced, self.result_structure, self.result_leaves,
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
-                         self.floats.inputs, self.rules)
+                         self.floats.inputs, self.rules, self.aliases)
 
 
 def _name_captured(function: ir.Graph, captured: list, reached: Reached) -> None:

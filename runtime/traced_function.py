@@ -237,12 +237,16 @@ class TracedFunction:
         arrays = parameter_arrays(entry.parameter_sources, values)
         if entry.writebacks:
             check_targets(entry, values, arrays)
-        outputs = entry.executable(arrays)
+        outputs = entry.executable(arrays, entry.shares_outputs)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
         inputs = None if entry.executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
             write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
         tensors = results(outputs[:entry.result_count], inputs)
+        for position, index, kind in entry.aliases:  # `return x.grad`: that tensor itself
+            tensor = values[index]
+            if isinstance(tensor, Tensor):
+                tensors[position] = tensor if kind == "data" else tensor.grad
         if entry.differentiable and is_grad_enabled():
             if leaves is None:
                 leaves = [(value, None) for value in values]

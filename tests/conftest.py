@@ -162,9 +162,10 @@ class CheckedFunction:
         assert not unread, f"kernel results stored but never read: {unread}"
         self.stages = compiled.stages
         self.in_place = compiled.in_place
+        self.duplicates = compiled.duplicates
         self.loops_checked = False
 
-    def __call__(self, arguments):
+    def __call__(self, arguments, share=False):
         # copies: the compiled call may write outputs into the argument arrays (in place)
         inputs = [np.array(a, p.dtype, copy=True)
                   for a, p in zip(arguments, self.compiled.function.parameters)]
@@ -178,12 +179,12 @@ class CheckedFunction:
             if executed_statements(self.compiled.loops) <= LOOPS_CHECKED:
                 with pytest.raises(IndexCheckFailed):  # as must its loop IR
                     run_program(self.compiled.loops, inputs)
-            self.compiled(arguments)
+            self.compiled(arguments, share)
             raise AssertionError("the interpreter found an index out of range, the compiled "
                                  "code ran") from None
         finally:
             pool.release_blas(products)
-        actual = self.compiled(arguments)
+        actual = self.compiled(arguments, share)
         self.check(actual, expected, inputs, "")
         if not self.loops_checked and executed_statements(self.compiled.loops) <= LOOPS_CHECKED:
             self.check(run_program(self.compiled.loops, inputs), expected, inputs, " (loop IR)")

@@ -288,7 +288,8 @@ def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
     general = []
     original = CompiledFunction._call
     monkeypatch.setattr(CompiledFunction, "_call",
-                        lambda self, arguments: general.append(1) or original(self, arguments))
+                        lambda self, arguments, share=False: general.append(1)
+                        or original(self, arguments, share))
     arguments = arrays_for(function)
     expected = ir.interpret(function, [a.copy() for a in arguments])
     outputs = compiled(arguments)
@@ -338,7 +339,8 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
     general = []
     original = CompiledFunction._call
     monkeypatch.setattr(CompiledFunction, "_call",
-                        lambda self, arguments: general.append(1) or original(self, arguments))
+                        lambda self, arguments, share=False: general.append(1)
+                        or original(self, arguments, share))
     arguments = arrays_for(function)
     expected = ir.interpret(function, [a.copy() for a in arguments])
     outputs = compiled(arguments)

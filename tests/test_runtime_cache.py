@@ -488,24 +488,31 @@ TEMPLATE_PROBE = textwrap.dedent("""
         return original(self, source, name, *args, **kwargs)
     jinja2.Environment.compile = counting
     template_cache.install()
-    names = sorted(os.listdir(os.path.dirname(template_environment.__file__) + "/templates"))
     text = template_environment.render("parallel.ll.j2", name="k", buffers=2, threads=2, chunks=8)
-    for name in names:
-        template_environment._environment().get_template(name)
+    names = template_environment.compile_all()
     print(len(compiled), len(names), repr(text))
 """)
 
 
-def test_compiled_templates_are_kept_in_the_disk_cache_and_checked(directory):
-    """A process that generates code compiles the Jinja2 templates once per user, not once per
-    process: the next process loads their code from the disk cache (authenticated like object
-    code: a tampered entry is compiled again, and renders the same text)."""
+def template_probe(environment: dict[str, str]) -> tuple[int, int, str]:
+    """In a fresh process: how many templates it compiled, how many there are, and a text.
+    `environment` adds to this process's (a variable set to None is left out)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **environment}
+    finished = subprocess.run([sys.executable, "-c", TEMPLATE_PROBE], capture_output=True,
+                              text=True, check=True, cwd=ROOT,
+                              env={k: v for k, v in environment.items() if v is not None})
+    compiled, templates, text = finished.stdout.split(" ", 2)
+    return int(compiled), int(templates), text
+
+
+def test_compiled_templates_are_kept_in_the_disk_cache_and_checked(directory, tmp_path):
+    """Where no bytecode may be written beside the templates, a process that generates code
+    compiles them once per user, not once per process: the next process loads their code from
+    the disk cache (authenticated like object code: a tampered entry is compiled again, and
+    renders the same text)."""
     def probe() -> tuple[int, int, str]:
-        finished = subprocess.run([sys.executable, "-c", TEMPLATE_PROBE], capture_output=True,
-                                  text=True, check=True, cwd=ROOT,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
-        compiled, templates, text = finished.stdout.split(" ", 2)
-        return int(compiled), int(templates), text
+        return template_probe({"PYTHONDONTWRITEBYTECODE": "1",
+                               "PYTHONPYCACHEPREFIX": str(tmp_path / "bytecode")})
 
     first = probe()
     assert first[0] == first[1] > 5  # every template compiled (and stored)
@@ -518,3 +525,24 @@ def test_compiled_templates_are_kept_in_the_disk_cache_and_checked(directory):
         data[-1] ^= 0xFF
         entry.write_bytes(bytes(data))
     assert probe() == first
+
+
+def test_compiled_templates_are_kept_beside_them_as_bytecode_is(tmp_path):
+    """Where Python writes bytecode, the templates' compiled code goes beside them (here under
+    PYTHONPYCACHEPREFIX): a process with a fresh disk cache loads it instead of compiling; a
+    stale or damaged file is compiled again and replaced."""
+    prefix = tmp_path / "bytecode"
+
+    def probe(cache: str) -> tuple[int, int, str]:
+        return template_probe({"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": None,
+                               "TRACER_CACHE_DIR": str(tmp_path / cache)})
+
+    first = probe("cache-1")
+    files = sorted(prefix.rglob("*.jinja2"))
+    assert first[0] == first[1] == len(files) > 5
+    assert not list((tmp_path / "cache-1").glob("*.template"))  # not in the disk cache
+    assert probe("cache-2") == (0, first[1], first[2])
+    damaged = files[0].read_bytes()
+    files[0].write_bytes(damaged[:len(damaged) // 2])
+    assert probe("cache-3") == (1, first[1], first[2])
+    assert files[0].read_bytes() == damaged  # compiled again, the same code

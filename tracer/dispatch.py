@@ -126,7 +126,8 @@ def promote(*operands) -> list[Tensor]:
     weak = all(is_scalar(o) or o._weak for o in operands)
     results = []
     for operand in operands:
-        t = as_tensor(operand, dtype) if is_scalar(operand) else operand.to(dtype)
+        t = (as_tensor(operand, dtype) if is_scalar(operand)
+             else operand if operand.dtype == dtype else operand.to(dtype))
         t._weak = weak
         results.append(t)
     return results

@@ -17,10 +17,21 @@ def project_file(filename: str) -> bool:
     return filename.startswith(_PROJECT_FOLDERS)
 
 
+# The file names of the code objects met on the stack, each told apart once: project code (None)
+# or the user's file's base name (every traced operation asks for its line).
+_user_files: dict[str, str | None] = {}
+
+
+def _user_file(filename: str) -> str | None:
+    if filename not in _user_files:
+        _user_files[filename] = None if project_file(filename) else os.path.basename(filename)
+    return _user_files[filename]
+
+
 def user_frame():
     """The innermost stack frame that belongs to user code, or None."""
     frame = sys._getframe(1)
-    while frame is not None and project_file(frame.f_code.co_filename):
+    while frame is not None and _user_file(frame.f_code.co_filename) is None:
         frame = frame.f_back
     return frame
 
@@ -30,7 +41,7 @@ def user_line() -> str:
     frame = user_frame()
     if frame is None:
         return "<unknown>"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return f"{_user_file(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def definition_line(function) -> str:

@@ -206,6 +206,20 @@ class Trace:
                 outputs.append(self.handle_of(tensor._grad))
         return writebacks, cleared, unread
 
+    def result_aliases(self, results: list, first_captured: int) -> list[tuple[int, int, str]]:
+        """(result position, leaf index, "data" | "grad") of every result that is an argument's
+        or captured tensor's stand-in or its .grad: the call returns that tensor itself, as eager
+        mode does (`return x.grad`)."""
+        entries = [(index, tensor) for index, tensor, *_ in self._argument_entries] + [
+            (first_captured + k, c.tensor) for k, c in enumerate(self.captured) if not c.constant]
+        aliases = []
+        for position, result in enumerate(results):
+            for index, tensor in entries:
+                if result is tensor or (tensor._grad is not None and result is tensor._grad):
+                    aliases.append((position, index, "data" if result is tensor else "grad"))
+                    break
+        return aliases
+
     def owns(self, tensor: Tensor) -> bool:
         """Whether `tensor` was made by this trace (or stands in it for an input)."""
         return tensor._trace is self
