@@ -1,4 +1,5 @@
-"""The names by which compiled code calls into the runtime, registered with `llvm.add_symbol`
+"""The names by which compiled code calls into the runtime, registered with `add_symbol`
+(runtime/loader.py)
 (so no address is in the IR or in cached object code). The runtime imports them from here, not
 from the renderer, whose import (the loop IR, the templates' lowering) a disk-cache hit does not
 need."""

@@ -42,9 +42,7 @@ import logging
 import os
 import stat
 import struct
-import tempfile
 import threading
-from pathlib import Path
 
 from tracer.runtime.settings import byte_size_setting
 
@@ -58,13 +56,14 @@ _SECRET_BYTES = 32
 # Entries holding object code, and those remembering the compiler's fingerprint (see
 # `compiler_fingerprint`): both evicted alike, told apart by name.
 OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX = ".o", ".fingerprint", ".template"
-SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX)
+HOST_SUFFIX = ".host"  # the host as LLVM sees it, remembered (runtime/native.host)
+SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, HOST_SUFFIX)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")
 _reported: set[tuple[str, str]] = set()  # (directory, reason) already logged by this process
 # Per directory: its entries' bytes as this process last counted them, and what it stored since.
-_counted: dict[Path, tuple[int, int]] = {}
+_counted: dict[str, tuple[int, int]] = {}
 _counting = threading.Lock()
 
 
@@ -125,15 +124,15 @@ def compiler_fingerprint() -> str:
     return fingerprint.decode()
 
 
-def cache_directory() -> Path | None:
+def cache_directory() -> str | None:
     """The configured directory (trusted or not: see `open_entry`), or None if disabled."""
     if os.environ.get("TRACER_DISABLE_CACHE") == "1":
         return None
     configured = os.environ.get("TRACER_CACHE_DIR")
     if configured:
-        return Path(configured)
+        return configured
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tracer"
+    return os.path.join(base, "tracer")
 
 
 def cache_key(program: str, triple: str, cpu: str, features: str, checked: bool,
@@ -174,7 +173,7 @@ def unpack_objects(payload: bytes) -> list[bytes] | None:
     return objects if position == len(payload) else None
 
 
-def _refuse(directory: Path, reason: str) -> None:
+def _refuse(directory: str, reason: str) -> None:
     """Log, once per directory and reason, why the disk cache is not used."""
     if (str(directory), reason) not in _reported:
         _reported.add((str(directory), reason))
@@ -193,10 +192,10 @@ def _untrusted(status: os.stat_result, what: str, private_mode: int | None) -> s
     return None
 
 
-def _trusted_directory(directory: Path) -> bool:
+def _trusted_directory(directory: str) -> bool:
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        status = directory.stat()
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        status = os.stat(directory)
     except OSError as error:
         _refuse(directory, f"cannot create it ({error.strerror})")
         return False
@@ -208,7 +207,7 @@ def _trusted_directory(directory: Path) -> bool:
     return True
 
 
-def _read_secret(path: Path) -> bytes | str:
+def _read_secret(path: str) -> bytes | str:
     """The secret in `path`, or why it is not trusted (FileNotFoundError if there is none)."""
     descriptor = os.open(path, _OPEN_FLAGS)
     try:
@@ -224,11 +223,11 @@ def _read_secret(path: Path) -> bytes | str:
     return secret if len(secret) == _SECRET_BYTES else "the secret has the wrong length"
 
 
-def _create_secret(directory: Path) -> None:
+def _create_secret(directory: str) -> None:
     """Write a new secret under a temporary name, then link it into place: two processes racing
     here agree on one secret (the loser's link fails and it reads the winner's), and nobody reads
     a partly written one."""
-    temporary = directory / f".tmp-secret-{os.getpid()}-{os.urandom(8).hex()}"
+    temporary = os.path.join(directory, f".tmp-secret-{os.getpid()}-{os.urandom(8).hex()}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
     try:
@@ -237,7 +236,7 @@ def _create_secret(directory: Path) -> None:
         os.close(descriptor)
         descriptor = -1
         try:
-            os.link(temporary, directory / SECRET_NAME)
+            os.link(temporary, os.path.join(directory, SECRET_NAME))
         except FileExistsError:
             pass
     finally:
@@ -246,8 +245,8 @@ def _create_secret(directory: Path) -> None:
         os.unlink(temporary)
 
 
-def _secret(directory: Path) -> bytes | None:
-    path = directory / SECRET_NAME
+def _secret(directory: str) -> bytes | None:
+    path = os.path.join(directory, SECRET_NAME)
     try:
         try:
             secret = _read_secret(path)
@@ -279,11 +278,11 @@ def open_entry(key: bytes, suffix: str = OBJECT_SUFFIX) -> ObjectCache | None:
 class ObjectCache:
     """One entry of the disk cache: `load()` the object code if a valid entry exists, `store()` it."""
 
-    def __init__(self, directory: Path, key: bytes, secret: bytes,
+    def __init__(self, directory: str, key: bytes, secret: bytes,
                  capacity: int = DEFAULT_CACHE_SIZE, suffix: str = OBJECT_SUFFIX):
         self.directory = directory
         self.key = key
-        self.path = directory / f"{key.hex()}{suffix}"
+        self.path = os.path.join(directory, f"{key.hex()}{suffix}")
         self._secret = secret
         self.capacity = capacity  # of the whole directory, in bytes
 
@@ -330,6 +329,7 @@ class ObjectCache:
     def store(self, payload: bytes) -> None:
         if len(payload) > MAX_ENTRY_BYTES:
             return
+        import tempfile  # (with shutil, random, bz2 and lzma: ~6 ms, not needed to load)
         try:
             descriptor, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             try:
@@ -344,7 +344,7 @@ class ObjectCache:
             pass  # a read-only or full disk only costs a recompilation next time
 
 
-def _account_for_store(directory: Path, size: int, capacity: int) -> None:
+def _account_for_store(directory: str, size: int, capacity: int) -> None:
     with _counting:
         counted = _counted.get(directory)
         if counted is not None:
@@ -355,7 +355,7 @@ def _account_for_store(directory: Path, size: int, capacity: int) -> None:
         _counted[directory] = (evict_least_recently_used(directory, capacity), 0)
 
 
-def evict_least_recently_used(directory: Path, capacity: int) -> int:
+def evict_least_recently_used(directory: str, capacity: int) -> int:
     """Delete the entries of `directory` least recently used (stored or loaded) until the rest
     take at most `capacity` bytes; return how many bytes the rest take."""
     entries = []

@@ -1,7 +1,7 @@
 """The dispatcher through which compiled code calls Python back (host callbacks, ir/host.py).
 
 A compiled `host_callback` calls `tracer_host_callback(number, buffers)` (codegen/render_kernel.py): a
-ctypes callback registered by name with llvmlite, so no address is in the IR or in cached object
+ctypes callback registered by name (runtime/loader.py), so no address is in the IR or in cached object
 code. It finds the callback by its number, runs it on copies of the operand buffers (the Python
 code may keep them, as a Function's ctx.save_for_backward does, while the arena is reused) and
 writes its results into the result buffers. ctypes takes the GIL for the call: the entry runs
@@ -18,11 +18,11 @@ import ctypes
 import functools
 import threading
 
-import llvmlite.binding as llvm
 import numpy as np
 
 from tracer.codegen.symbols import HOST_CALLBACK_SYMBOL
 from tracer.ir.host import HostCallback
+from tracer.runtime import loader
 
 _DISPATCHER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)
 _failures = threading.local()  # .error: the exception of this thread's last failed callback
@@ -69,7 +69,7 @@ _dispatcher = _DISPATCHER_TYPE(_dispatch)
 @functools.cache
 def register() -> None:
     """Make the dispatcher resolvable for JIT code (once per process)."""
-    llvm.add_symbol(HOST_CALLBACK_SYMBOL, ctypes.cast(_dispatcher, ctypes.c_void_p).value)
+    loader.add_symbol(HOST_CALLBACK_SYMBOL, ctypes.cast(_dispatcher, ctypes.c_void_p).value)
 
 
 def raise_failure() -> None:

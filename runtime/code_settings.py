@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer.runtime import jit, pool
+from tracer.runtime import native, pool
 from tracer.runtime.settings import count_setting
 
 
@@ -50,7 +50,7 @@ class CodeSettings(NamedTuple):
 
     @classmethod
     def current(cls) -> CodeSettings:
-        return cls(thread_setting(), jit.blas_available(), profile_setting(), bounds_setting(),
+        return cls(thread_setting(), native.blas_available(), profile_setting(), bounds_setting(),
                    array_layout())
 
 

@@ -1,6 +1,6 @@
 """The MPI library under compiled collectives. A compiled `all_reduce` calls `tracer_mpi_allreduce`
 with handles read from the table `tracer_mpi_handles` (codegen/render_kernel.py); both are registered
-here, by name with llvmlite, from the libmpi that mpi4py loaded into this process, so neither a
+here, by name (runtime/loader.py), from the libmpi that mpi4py loaded into this process, so neither a
 library path nor a handle value is in the IR or in cached object code."""
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import functools
 import os
 import sys
 
-import llvmlite.binding as llvm
-
 from tracer.codegen.symbols import ALL_REDUCE_SYMBOL, MPI_HANDLES, MPI_HANDLES_SYMBOL
+from tracer.runtime import loader
 
 _keep: list = []  # the library and the handle table live as long as the process
 
@@ -42,5 +41,5 @@ def register() -> None:
                "int64": mpi.INT64_T, "sum": mpi.SUM, "max": mpi.MAX, "min": mpi.MIN}
     table = (ctypes.c_uint64 * len(MPI_HANDLES))(*(handles[name].handle for name in MPI_HANDLES))
     _keep.extend([library, table])
-    llvm.add_symbol(ALL_REDUCE_SYMBOL, ctypes.cast(library.MPI_Allreduce, ctypes.c_void_p).value)
-    llvm.add_symbol(MPI_HANDLES_SYMBOL, ctypes.addressof(table))
+    loader.add_symbol(ALL_REDUCE_SYMBOL, ctypes.cast(library.MPI_Allreduce, ctypes.c_void_p).value)
+    loader.add_symbol(MPI_HANDLES_SYMBOL, ctypes.addressof(table))

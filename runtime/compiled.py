@@ -28,7 +28,7 @@ from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Graph
 from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import ALIGNMENT, MemoryPlan
-from tracer.runtime import callbacks, jit, pool
+from tracer.runtime import callbacks, native, pool
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
@@ -93,11 +93,13 @@ class CompiledFunction:
             first.setdefault(id(value), position)
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
+        # whether every result is an array the call allocates (none is an argument's own)
+        self.fresh_results = all(slot >= 0 for slot, _ in self._returns)
         self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
         # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
-        self._calls_blas = jit.blas_available() and any(
+        self._calls_blas = native.blas_available() and any(
             kernel.kind == "matmul" for kernel in self.fused.kernels)
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
         # checked code keeps its error record after the temporaries
@@ -114,7 +116,7 @@ class CompiledFunction:
         Python callables."""
         if any(pool.needed_by(code) for code in objects):
             pool.start()
-        self._jit = jit.JitModule.link(objects)
+        self._jit = native.JitModule.link(objects)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
         if self.profiling:
@@ -182,7 +184,7 @@ class CompiledFunction:
                 outputs = self._new_outputs()
                 # The objects' addresses (ctypes converts integers faster than objects): the
                 # lists `arguments` and `outputs` keep them alive until the call returns.
-                if self._run(fast, list(map(id, [*arguments, *outputs]))) == 0:
+                if self._run(fast, [*map(id, arguments), *map(id, outputs)]) == 0:
                     self._keep_outputs(outputs)
                     return (outputs if self._returns_outputs
                             else self._results(arguments, outputs, share))

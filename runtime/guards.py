@@ -14,10 +14,10 @@ say) is guarded by identity only: rebinding it is not seen.
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import os
 import sys
-import sysconfig
 import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -45,12 +45,15 @@ MAX_OBJECTS = 2000
 # Objects of the standard library and of installed packages hold no user state worth guarding,
 # nor do the globals of their code or of the project's own code (the project's objects, a
 # tr.nn.Module or an optimizer, do).
-_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
-                    for key in ("stdlib", "purelib", "platlib")})
+@functools.cache
+def _libraries() -> tuple[str, ...]:
+    import sysconfig  # (when first guarding captured objects: not needed to import tr.trace)
+    return tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
+                  for key in ("stdlib", "purelib", "platlib")})
 
 
 def _library_file(filename: str) -> bool:
-    return filename.startswith(_LIBRARIES) and not project_file(filename)
+    return filename.startswith(_libraries()) and not project_file(filename)
 
 
 def _library_class(cls: type) -> bool:

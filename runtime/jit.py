@@ -1,49 +1,23 @@
-"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), emit object
-code, link it in memory (MCJIT).
-
-`compile_object` turns one module's LLVM IR text into object code; `JitModule.link` runs object
-codes (an engine over an empty module, the objects added, each resolving the others' symbols);
-`JitModule.compile` does both for one module and hands its object code to
-`tracer.runtime.cache.ObjectCache`; `JitModule.load` runs object code from the disk cache. BLAS
-is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
-`llvmlite.binding.add_symbol` to the gemm of the OpenBLAS that numpy ships (no raw address ever
-appears in the IR or in cached objects).
+"""The compiler's end: LLVM IR text to object code for the host CPU with llvmlite -- parse, verify,
+optimize at O3 (new pass manager), emit object code. `compile_object` turns one module's text into
+object code; runtime/native.py links object code into memory (without llvmlite), and its names the
+compile side shares -- the counters, the host, BLAS, JitModule -- are re-exported here.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import glob
-import logging
-import os
 import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import llvmlite.binding as llvm
-import numpy as np
 
-from tracer.runtime import callbacks, collectives
-from tracer.runtime.cache import ObjectCache
-
-# Counters the tests read: how many programs (or modules: the thread pool) were compiled to machine
-# code in this process and how many were loaded from the disk cache instead; and of the kernels
-# those compiled programs are made of, how many were compiled, and how many found compiled (in
-# this process or on disk) for another program or an earlier signature.
-STATISTICS = {"compiled": 0, "disk_hits": 0, "kernels_compiled": 0, "kernel_hits": 0}
-_lock = threading.Lock()
-LOG = logging.getLogger("tracer.cache")
-
-
-def count(statistic: str) -> None:
-    with _lock:
-        STATISTICS[statistic] += 1
+from tracer.runtime.native import (LOG, STATISTICS, Host, JitModule,  # noqa: F401 (re-exported)
+                                   blas_available, blas_library, count, host)
 
 
 @functools.cache
-def _initialize() -> None:
+def initialize() -> None:
     try:
         llvm.initialize()
     except RuntimeError:  # llvmlite >= 0.45 initializes itself and refuses the call
@@ -52,17 +26,9 @@ def _initialize() -> None:
     llvm.initialize_native_asmprinter()
 
 
-@dataclass(frozen=True)
-class Host:
-    triple: str
-    cpu: str
-    features: str
-    llvm_version: str
-
-
-@functools.cache
-def host() -> Host:
-    _initialize()
+def llvm_host() -> Host:
+    """The host as LLVM sees it, asked (runtime/native.host remembers it)."""
+    initialize()
     return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
                 .flatten(), ".".join(map(str, llvm.llvm_version_info)))
 
@@ -71,6 +37,7 @@ def new_target_machine(level: int = 3) -> llvm.TargetMachine:
     """A fresh target machine generating code at optimization `level` (an execution engine takes
     ownership of the one it is given)."""
     h = host()
+    initialize()
     target = llvm.Target.from_triple(h.triple)
     return target.create_target_machine(cpu=h.cpu, features=h.features, opt=level,
                                         reloc="default", codemodel="jitdefault")
@@ -85,54 +52,6 @@ def target_machine(optimized: bool = True) -> llvm.TargetMachine:
     return new_target_machine(3 if optimized else 0)
 
 
-# BLAS -------------------------------------------------------------------------------------------
-
-_GEMM_NAMES = {  # our symbol -> candidate exported names (64-bit integer interfaces first)
-    "tracer_sgemm": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
-    "tracer_dgemm": ("scipy_cblas_dgemm64_", "cblas_dgemm64_"),
-}
-
-
-def _blas_libraries() -> list[str]:
-    directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    return sorted(glob.glob(os.path.join(directory, "*openblas*.so*")))
-
-
-@functools.cache
-def blas_available() -> bool:
-    """Find numpy's OpenBLAS and register its 64-bit-int gemm under our names; False if absent
-    (codegen then emits loop nests). TRACER_DISABLE_BLAS=1 forces the fallback."""
-    if os.environ.get("TRACER_DISABLE_BLAS") == "1":
-        return False
-    _initialize()
-    for path in _blas_libraries():
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
-        addresses = {}
-        for symbol, candidates in _GEMM_NAMES.items():
-            for candidate in candidates:
-                function = getattr(library, candidate, None)
-                if function is not None:
-                    addresses[symbol] = ctypes.cast(function, ctypes.c_void_p).value
-                    break
-        if len(addresses) == len(_GEMM_NAMES):
-            _blas_library.append(library)  # keep it loaded
-            for symbol, address in addresses.items():
-                llvm.add_symbol(symbol, address)
-            return True
-    return False
-
-
-_blas_library: list = []
-
-
-def blas_library() -> ctypes.CDLL | None:
-    """The OpenBLAS library whose gemm compiled code calls, or None."""
-    return _blas_library[0] if blas_available() and _blas_library else None
-
-
 # Compilation ------------------------------------------------------------------------------------
 
 def optimize_module(module: llvm.ModuleRef) -> None:
@@ -145,7 +64,7 @@ def optimize_module(module: llvm.ModuleRef) -> None:
 
 def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
     """The module `text` as `compile_object` compiles it, printed."""
-    _initialize()
+    initialize()
     module = llvm.parse_assembly(text)
     module.verify()
     if optimized:
@@ -155,7 +74,7 @@ def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = T
 
 def assembly(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
     """The assembly `compile_object` makes of the module `text`."""
-    _initialize()
+    initialize()
     module = llvm.parse_assembly(text)
     if optimized:
         optimize_module(module)
@@ -169,7 +88,7 @@ def compile_object(text: str, optimized: bool = True, strength_reduction: bool =
     of it: a module of calls alone (a program's entry) is not worth it. Without
     `strength_reduction`, code generation leaves out LLVM's loop strength reduction (see
     `_code_generation`)."""
-    _initialize()
+    initialize()
     module = llvm.parse_assembly(text)
     module.verify()
     if optimized:
@@ -196,59 +115,3 @@ def _code_generation(strength_reduction: bool) -> Iterator[None]:
         finally:
             if not strength_reduction:
                 llvm.set_option("tracer", "-disable-lsr=false")
-
-
-class JitModule:
-    """Object code linked into memory, and the engine that owns it. The native code lives exactly
-    as long as this object: nothing else refers to the engine, so releasing the last
-    CompiledFunction that holds a JitModule disposes the engine and unmaps the code."""
-
-    def __init__(self, engine: llvm.ExecutionEngine):
-        self.engine = engine
-
-    @classmethod
-    def link(cls, objects: Sequence[bytes]) -> JitModule:
-        """Link `objects` into a new engine (an empty module's): each resolves the others'
-        exported symbols and those registered with `llvm.add_symbol`."""
-        _initialize()
-        if any(collectives.needed_by(object_code) for object_code in objects):
-            collectives.register()  # MPI_Allreduce and its handles, which the objects call
-        if any(callbacks.needed_by(object_code) for object_code in objects):
-            callbacks.register()  # the dispatcher of host callbacks
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
-        for object_code in objects:
-            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        engine.finalize_object()
-        return cls(engine)
-
-    @classmethod
-    def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
-        """Compile the module `text`; its object code goes into `cache`."""
-        object_code = compile_object(text)
-        count("compiled")
-        if cache is not None:
-            cache.store(object_code)
-            LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
-        else:
-            LOG.debug("disk cache off: compiled to machine code")
-        return cls.link([object_code])
-
-    @classmethod
-    def load(cls, object_code: bytes, path: Path | None = None) -> JitModule:
-        """Link `object_code` (authenticated by the disk cache) into a new engine."""
-        module = cls.link([object_code])
-        count("disk_hits")
-        LOG.debug("disk cache hit: %s", path)
-        return module
-
-    def address(self, name: str) -> int:
-        address = self.engine.get_function_address(name)
-        if not address:
-            raise RuntimeError(f"JIT module has no function {name}")
-        return address
-
-    def global_address(self, name: str) -> int:
-        address = self.engine.get_global_value_address(name)
-        if not address:
-            raise RuntimeError(f"JIT module has no global {name}")
-        return address

@@ -10,8 +10,8 @@ ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make obj
 runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
 
 What a disk-cache hit does not need -- the scheduler, the loop IR, the code generator and its
-Jinja2 templates, the gradient checker -- is imported where it is first used: a fresh process that
-finds its program compiled imports ~40 modules fewer.
+Jinja2 templates, LLVM (llvmlite), the gradient checker -- is imported where it is first used: a
+fresh process that finds its program compiled imports ~100 modules fewer.
 """
 from __future__ import annotations
 
@@ -32,13 +32,12 @@ from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
-from tracer.runtime import jit
+from tracer.runtime import native
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry
-from tracer.runtime.kernels import ENTRY_OPTIONS, compile_program, kernel_options
 from tracer.runtime.recording import Recorder, Recording
 
 if TYPE_CHECKING:
@@ -146,7 +145,7 @@ def compile_function(function: Graph, write_into: dict[int, int] | None = None,
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
-        jit.LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
+        native.LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
                       function.name)
         return compiled
     compiled = compile_graph(function, write_into, settings)
@@ -172,6 +171,7 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
         from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
+        from tracer.runtime.kernels import compile_program  # (and llvmlite)
         if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
             compile_worker.start()  # it starts while the kernels are scheduled and rendered
         code = back_end.code  # scheduled and rendered on a miss only
@@ -195,7 +195,7 @@ class BackEnd:
     def __init__(self, function: Graph, write_into: dict[int, int] | None,
                  settings: CodeSettings):
         self.function, self.settings = function, settings
-        self.host = jit.host()
+        self.host = native.host()
         self.step = Steps()
         self.timings = self.step.timings
         self.compile_steps: tuple[str, ...] = ()  # the steps of compiling, set when it ends
@@ -231,11 +231,11 @@ class BackEnd:
         try:
             compiled = CompiledFunction(self, objects, from_disk_cache=True)
         except RuntimeError as error:
-            jit.LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
+            native.LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
                             self.function.name, path, error)
             return None
-        jit.count("disk_hits")
-        jit.LOG.debug("disk cache hit: %s", path)
+        native.count("disk_hits")
+        native.LOG.debug("disk cache hit: %s", path)
         return compiled
 
     @functools.cached_property
@@ -286,6 +286,8 @@ class BackEnd:
                 from tracer.ir.loops import format_program
                 text = format_program(self.loops)
             else:
+                from tracer.runtime import jit
+                from tracer.runtime.kernels import ENTRY_OPTIONS, kernel_options
                 printer = jit.optimized_ir if stage == "llvm" else jit.assembly
                 code = self.code
                 text = "\n".join([printer(code.entry, **ENTRY_OPTIONS),

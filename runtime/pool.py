@@ -16,7 +16,7 @@ thread of a libgomp team must run its own share, so a call waits whenever the ma
 descheduled a worker, while here the caller takes whatever chunks no worker has taken. libgomp's
 workers also spin for 300,000 pauses after each region unless its environment variables (shared
 with PyTorch's copy of it) say otherwise. A C file built by the Makefile would add a build step
-and a compiler at install time; this needs only llvmlite.
+and a compiler at install time; this needs only llvmlite (to compile it once).
 """
 from __future__ import annotations
 
@@ -29,9 +29,7 @@ import platform
 import threading
 from typing import Callable
 
-import llvmlite.binding as llvm
-
-from tracer.runtime import jit
+from tracer.runtime import loader, native
 from tracer.runtime.cache import cache_key, open_entry
 
 SYMBOL = "tracer_parallel"
@@ -49,7 +47,7 @@ BACKOFF, BACKOFF_MAX, STALL_SLACK = 16, 1024, 20000
 LOG = logging.getLogger("tracer.cache")
 
 _lock = threading.Lock()
-_pool: list[jit.JitModule] = []  # the compiled pool, once there is one (kept to the end)
+_pool: list[native.JitModule] = []  # the compiled pool, once there is one (kept to the end)
 
 
 def needed_by(code: str | bytes) -> bool:
@@ -64,7 +62,7 @@ def start() -> None:
         if _pool:
             return
         module = _compile()
-        llvm.add_symbol(SYMBOL, module.address(SYMBOL))
+        loader.add_symbol(SYMBOL, module.address(SYMBOL))
         forget = ctypes.CFUNCTYPE(None)(module.address("tracer_pool_forget"))
         stop = ctypes.CFUNCTYPE(None)(module.address("tracer_pool_stop"))
         os.register_at_fork(after_in_child=forget)
@@ -72,9 +70,9 @@ def start() -> None:
         _pool.append(module)
 
 
-def _compile() -> jit.JitModule:
+def _compile() -> native.JitModule:
     architecture = platform.machine()
-    host = jit.host()
+    host = native.host()
     settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
                 f"max_workers={MAX_WORKERS}, backoff={BACKOFF}-{BACKOFF_MAX}, "
                 f"slack={STALL_SLACK}")
@@ -84,7 +82,7 @@ def _compile() -> jit.JitModule:
     cached = cache.load() if cache is not None else None
     if cached is not None:
         try:
-            return jit.JitModule.load(cached, cache.path)
+            return native.JitModule.load(cached, cache.path)
         except RuntimeError as error:
             LOG.warning("could not load the thread pool from %s (%s); compiling it again",
                         cache.path, error)
@@ -96,7 +94,7 @@ def _compile() -> jit.JitModule:
     text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,
                   max_workers=MAX_WORKERS, backoff=BACKOFF, backoff_max=BACKOFF_MAX,
                   stall_slack=STALL_SLACK)
-    return jit.JitModule.compile(text, cache)
+    return native.JitModule.compile(text, cache)
 
 
 # One thread policy: while compiled code runs, numpy's OpenBLAS runs each gemm on its caller's
@@ -114,7 +112,7 @@ _blas_saved = 0
 @functools.cache
 def _blas_thread_functions() -> tuple[Callable, Callable] | None:
     """OpenBLAS's (get, set) of its thread count, or None without it."""
-    library = jit.blas_library()
+    library = native.blas_library()
     names = ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_")
     functions = [getattr(library, name, None) for name in names] if library else [None]
     if None in functions:

@@ -120,6 +120,10 @@ class SignatureCache:
         self.entries: OrderedDict[tuple, Any] = OrderedDict()
         # quick key -> (full key, its entry): a hit hashes only the small quick key
         self._quick: dict[tuple, tuple[tuple, Any]] = {}
+        # the quick key last found, with its (full key, entry): a loop calling one signature
+        # compares its quick key with this one, item by item (the same dtype objects compare by
+        # identity), instead of hashing it (a numpy dtype's hash is computed on every call)
+        self._last_quick: tuple | None = None
         self._latest: tuple | None = None  # the last key of `entries` (the most recently used)
         self._building: dict[tuple, Future] = {}
         self._lock = threading.Lock()
@@ -132,6 +136,7 @@ class SignatureCache:
         with self._lock:
             self.entries.clear()
             self._quick.clear()
+            self._last_quick = None
             self._latest = None
             self.hits = self.misses = 0
             self._reasons.clear()
@@ -141,7 +146,13 @@ class SignatureCache:
     def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
         """The entry a quick key was last seen with, if it is still cached and not stale."""
         with self._lock:
-            found = self._quick.get(quick_key)
+            last = self._last_quick
+            if last is not None and last[0] == quick_key:
+                found = last[1]
+            else:
+                found = self._quick.get(quick_key)
+                if found is not None:
+                    self._last_quick = (quick_key, found)
             if found is None or stale(found[1]):
                 return None
             key, entry = found
@@ -235,10 +246,13 @@ class SignatureCache:
 
     def _remember(self, quick_key: tuple | None, key: tuple, entry: Any) -> None:
         if quick_key is not None:
-            self._quick[quick_key] = (key, entry)
+            found = self._quick[quick_key] = (key, entry)
+            self._last_quick = (quick_key, found)
 
     def _forget(self, key: tuple) -> None:
         self._quick = {q: found for q, found in self._quick.items() if found[0] != key}
+        if self._last_quick is not None and self._last_quick[1][0] == key:
+            self._last_quick = None
 
     def _evict(self, reason: str) -> str:
         """Drop the least recently used entries past the limit; the warning to give, if any."""

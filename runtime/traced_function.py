@@ -238,7 +238,8 @@ class TracedFunction:
         if entry.writebacks:
             check_targets(entry, values, arrays)
         outputs = entry.executable(arrays, entry.shares_outputs)
-        inputs = set(map(id, arrays))
+        # the arguments' arrays, where an output may be one of them (see buffers.owned)
+        inputs = None if entry.executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
             write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
         tensors = results(outputs[:entry.result_count], inputs)

@@ -11,7 +11,7 @@ import tracer as tr
 from tracer import ir
 from tracer.ir import schedule, schedule_index, schedule_threads
 from tracer.ir.types import TensorType
-from tracer.runtime import jit, pipeline
+from tracer.runtime import native, pipeline
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
 
@@ -128,9 +128,9 @@ def test_a_failure_on_one_thread_stops_the_kernel_and_later_kernels(monkeypatch)
 
 @pytest.mark.parametrize("blas", [True, False], ids=["blas", "fallback"])
 def test_a_matmul_batch_too_many_is_caught_before_the_gemm(monkeypatch, blas):
-    if blas and not jit.blas_available():
+    if blas and not native.blas_available():
         pytest.skip("no BLAS")
-    monkeypatch.setattr(jit, "blas_available", lambda: blas)
+    monkeypatch.setattr(native, "blas_available", lambda: blas)
     split_extent = schedule.split_extent
     monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)
                         + (kernel.kind == "matmul"))
@@ -148,7 +148,7 @@ def test_a_matmul_batch_too_many_is_caught_before_the_gemm(monkeypatch, blas):
 
 
 def test_a_matmul_update_checks_its_product_operands(monkeypatch):
-    if not jit.blas_available():
+    if not native.blas_available():
         pytest.skip("no BLAS: no fused matmul update")
     split_extent = schedule.split_extent
     monkeypatch.setattr(schedule, "split_extent", lambda kernel, flat: split_extent(kernel, flat)

@@ -12,7 +12,7 @@ from tracer import ir
 import tracer as tr
 from tracer.ir.loops import Gemm, Loop
 from tracer.ir.types import TensorType
-from tracer.runtime import jit
+from tracer.runtime import native
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
 from two_layer_net import make_data, step
@@ -164,7 +164,7 @@ def test_traced_in_place_on_numpy_arguments(dtype):
 
 # The update fused into the gemm ------------------------------------------------------------------
 
-needs_blas = pytest.mark.skipif(not jit.blas_available(), reason="no BLAS gemm found")
+needs_blas = pytest.mark.skipif(not native.blas_available(), reason="no BLAS gemm found")
 
 
 def linear_update(variant: str, dtype="f64") -> ir.Graph:
@@ -243,7 +243,7 @@ def test_seed_step_updates_with_one_gemm_and_no_gradient_buffer():
 
 def test_seed_step_without_blas(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    monkeypatch.setattr(native, "blas_available", lambda: False)
     x, y, w1, w2 = make_data(N=16, D_in=40, H=12, D_out=3)
     reference = [t.detach().clone().requires_grad_() for t in (w1, w2)]
     traced = tr.trace(step)
@@ -264,7 +264,7 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
     it rounds term by term), in float64 against the interpreter."""
     import tracer.runtime.pipeline
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    monkeypatch.setattr(native, "blas_available", lambda: False)
     monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     function = linear_update("with_grad", "f64")
     compiled = compile_graph(function, write_into={0: 0})

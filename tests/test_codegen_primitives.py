@@ -495,8 +495,8 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
     in blocks of 256 columns, so n = 300 crosses a block): at least as accurate as numpy's sgemm,
     against the exact (float64) product."""
     import tracer.runtime.pipeline
-    from tracer.runtime import jit
-    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    from tracer.runtime import native
+    monkeypatch.setattr(native, "blas_available", lambda: False)
     a_shape, b_shape = shapes
     swap = lambda shape: (*shape[:-2], shape[-1], shape[-2])  # noqa: E731
     stored = [swap(s) if t else s for s, t in zip(shapes, transpose)]
@@ -525,8 +525,8 @@ def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
     the runtime does not choose without BLAS today, against the exact update rounded once."""
     import tracer.runtime.pipeline
-    from tracer.runtime import jit
-    monkeypatch.setattr(jit, "blas_available", lambda: False)
+    from tracer.runtime import native
+    monkeypatch.setattr(native, "blas_available", lambda: False)
     monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     f = ir.Graph("update")
     w = f.add_parameter("w", TensorType((300, 4), "f32"))

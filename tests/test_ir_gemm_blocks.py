@@ -11,7 +11,7 @@ from tracer import ir
 from tracer.ir.loop_interpreter import run_program
 from tracer.ir.loops import Gemm
 from tracer.ir.types import TensorType
-from tracer.runtime import jit
+from tracer.runtime import native
 from tracer.runtime.pipeline import compile_graph
 
 
@@ -88,9 +88,9 @@ def test_a_large_product_of_few_rows_is_cut_into_blocks_of_columns_whatever_the_
     several (OpenBLAS rounds a column by where its block starts), so every thread count gives the
     same bits; with BLAS and in the fallback loops, read straight or transposed, with bounds
     checks too; the loop interpreter computes the same blocks."""
-    if blas and not jit.blas_available():
+    if blas and not native.blas_available():
         pytest.skip("no BLAS")
-    monkeypatch.setattr(jit, "blas_available", lambda: blas)
+    monkeypatch.setattr(native, "blas_available", lambda: blas)
     monkeypatch.setattr("tracer.ir.schedule_threads.COLUMN_SPLIT_WORK", 1)
     rng = np.random.default_rng(3)
     numpy_type = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype]

@@ -36,20 +36,25 @@ def state_of(tensor: Tensor) -> tuple:
             None if grad is None else (grad._handle.shape, grad._handle.dtype))
 
 
-def owned(array: np.ndarray, inputs: set[int]) -> np.ndarray:
-    """`array`, copied if it is (or views) a buffer the caller owns (`inputs`: their ids)."""
+def owned(array: np.ndarray, inputs: set[int] | None) -> np.ndarray:
+    """`array`, copied if it is (or views) a buffer the caller owns (`inputs`: their ids; None
+    when every array of the call's is one it allocated)."""
+    if inputs is None:
+        return array
     if id(array) in inputs or array.base is not None or not array.flags.writeable:
         return np.array(array, copy=True)
     return array
 
 
-def results(arrays: Sequence[np.ndarray], inputs: set[int]) -> list[Tensor]:
+def results(arrays: Sequence[np.ndarray], inputs: set[int] | None) -> list[Tensor]:
     """A call's results as new eager tensors (see `owned`)."""
+    if inputs is None:
+        return [Tensor._make(array, None, False) for array in arrays]
     return [Tensor._make(owned(array, inputs), None, False) for array in arrays]
 
 
 def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cleared: Sequence[int],
-               outputs: Sequence[np.ndarray], inputs: set[int]) -> None:
+               outputs: Sequence[np.ndarray], inputs: set[int] | None) -> None:
     """Write what a call changed into the caller's tensors and arrays (`values`; `writebacks` and
     `cleared` as `Trace.writebacks` lists them): data into their buffers, a `.grad` into its
     buffer or, where there was none or the function set it anew, a new one; a `.grad` set to

@@ -11,6 +11,7 @@ toward minus infinity; the remainder has the divisor's sign).
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 
 import numpy as np
@@ -231,8 +232,10 @@ _TERMS = {"float32": (14, 8), "float64": (len(_ERFC_CHEBYSHEV), 14)}  # (Chebysh
 # one thread: 6.6 ms with Clenshaw, 4.4 with T_k by doubling, 3.4 with this). Its coefficients stay
 # below 0.68, so its rounding is that of the Chebyshev form (max abs error on [-1, 1]: 2.6e-7 in
 # float32 with 14 terms, 6e-16 in float64 with 25).
-_ERFC_POWERS = {terms: tuple(float(p) for p in np.polynomial.chebyshev.cheb2poly(
-    _ERFC_CHEBYSHEV[:terms])) for terms, _ in _TERMS.values()}
+@functools.cache
+def _erfc_powers(terms: int) -> tuple[float, ...]:
+    from numpy.polynomial import chebyshev  # (~5 ms to import: when erf is first traced)
+    return tuple(float(p) for p in chebyshev.cheb2poly(_ERFC_CHEBYSHEV[:terms]))
 
 
 def _estrin(y: Tensor, coefficients: tuple[float, ...]) -> Tensor:
@@ -248,7 +251,7 @@ def _estrin(y: Tensor, coefficients: tuple[float, ...]) -> Tensor:
 
 def _erfc_of_magnitude(z: Tensor) -> Tensor:
     t = 2.0 / (2.0 + z)
-    series = _estrin(2.0 * t - 1.0, _ERFC_POWERS[_TERMS[z.dtype.name][0]])
+    series = _estrin(2.0 * t - 1.0, _erfc_powers(_TERMS[z.dtype.name][0]))
     return t * (series - z * z).exp()
 
 
