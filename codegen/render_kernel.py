@@ -24,7 +24,8 @@ from tracer.codegen.symbols import (ALL_REDUCE_SYMBOL, HOST_CALLBACK_SYMBOL, MPI
 from tracer.codegen.template_environment import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
-                             Gemm, HostCall, IndexOp, Load, Loop, LoopKernel, Store)
+                             Gemm, HostCall, IndexOp, Load, Loop, LoopKernel, Store,
+                             nested_statements)
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
 GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
@@ -69,6 +70,13 @@ class KernelRenderer:
         self.registers: dict[str, str] = {"begin": "%begin", "end": "%end"}
         self.accumulators: dict[str, tuple[str, str]] = {}  # name -> (stack slot, LLVM type)
         self.functions: list[str] = []  # the gemm function a Gemm calls
+        # The registers whose value no loop changes: computed from literals and from loads at
+        # fixed offsets of buffers the kernel does not write (see lowering.Writer.invariant).
+        self.invariant: set[str] = set()
+        self.written = {s.buffer for s in nested_statements(kernel.body) if isinstance(s, Store)}
+
+    def is_invariant(self, operands) -> bool:
+        return all(not isinstance(x, str) or x in self.invariant for x in operands)
 
     def operand(self, operand, dtype) -> str:
         """An operand as an LLVM value of `dtype` (an accumulator is read where it is used)."""
@@ -113,16 +121,24 @@ class KernelRenderer:
                                                             self.vector_hint(statement)))
             elif isinstance(statement, IndexOp):
                 self.registers[statement.target] = self.index_op(statement)
+                if self.is_invariant(statement.operands):
+                    self.invariant.add(statement.target)
             elif isinstance(statement, CheckIndex):
                 self.registers[statement.target] = self.checked_index(statement)
             elif isinstance(statement, Compute):
                 operands = [self.operand(x, d) for x, d in zip(statement.operands,
                                                                statement.in_dtypes)]
+                self.w.invariant = self.is_invariant(statement.operands)
                 self.registers[statement.target] = LOWERING[statement.primitive].emit(
                     self.w, list(statement.in_dtypes), statement.dtype, operands,
                     statement.attributes)
+                if self.w.invariant:
+                    self.invariant.add(statement.target)
+                self.w.invariant = False
             elif isinstance(statement, Load):
                 self.registers[statement.target] = self.load(statement)
+                if statement.buffer not in self.written and self.is_invariant([statement.offset]):
+                    self.invariant.add(statement.target)
             elif isinstance(statement, Store):
                 self.store(statement)
             elif isinstance(statement, Accumulator):
