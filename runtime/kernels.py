@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
@@ -34,8 +35,11 @@ ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence o
 
 
 def kernel_options(text: str) -> dict[str, bool]:
-    """How `jit.compile_object` compiles a kernel module: optimized, and with loop strength
+    """How `jit.compile_object` compiles a kernel module: as the entry if it only calls
+    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized, and with loop strength
     reduction unless its loops index by division or remainder (see jit._code_generation)."""
+    if text.startswith(LIBRARY_CALLS_MARK):
+        return dict(ENTRY_OPTIONS)
     return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
 
 

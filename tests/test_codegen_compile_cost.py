@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tracer as tr
+from tracer.runtime import jit, kernels
 
 
 @pytest.fixture(autouse=True)
@@ -50,3 +51,28 @@ def test_math_of_elements_is_inlined_and_vectorized():
     kernel = text[text.index("define internal"):]
     assert "call fastcc float @tracer." not in kernel and "call float @tracer." not in kernel
     assert re.search(r"<\d+ x float>", kernel)
+
+
+@pytest.mark.parametrize("blas", [True, False], ids=["blas", "loop-nest"])
+def test_kernels_that_only_call_blas_are_compiled_as_the_entry(monkeypatch, blas):
+    """A matmul kernel whose product is one BLAS gemm call per matrix is compiled without LLVM's
+    optimizer, as the entry is; the same product as a loop nest (no BLAS) and the elementwise
+    kernel after it are optimized."""
+    if blas and not jit.blas_available():
+        pytest.skip("no BLAS gemm found")
+    monkeypatch.setattr(jit, "blas_available", lambda: blas)
+
+    @tr.trace
+    def attention_scores(q, k):
+        return (q @ k.transpose(-1, -2)).tanh()
+
+    rng = np.random.default_rng(2)
+    q, k = (rng.normal(size=(3, 20, 8)).astype(np.float32) for _ in range(2))
+    expected = np.tanh(q @ k.transpose(0, 2, 1))
+    np.testing.assert_allclose(attention_scores(q, k).numpy(), expected, rtol=2e-6, atol=2e-6)
+    (entry,) = attention_scores._signatures.entries.values()
+    modules = entry.executable.back_end.code.kernels
+    calling_blas = ["call void @tracer_sgemm(" in module.text for module in modules]
+    assert any(calling_blas) == blas and not all(calling_blas)
+    for module, calls_blas in zip(modules, calling_blas):
+        assert (kernels.kernel_options(module.text) == kernels.ENTRY_OPTIONS) == calls_blas
