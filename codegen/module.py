@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
@@ -140,13 +140,15 @@ def kernel_module(kernel_text: str, name: str, pointers: int, call: str, paralle
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
                     layout: tuple[int, int] | None = None, profile: bool = False,
-                    checked: bool = False, error_record: bool = False) -> GeneratedCode:
+                    checked: bool = False, error_record: bool = False,
+                    on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
     """The LLVM IR of the whole function (the program scheduled on `plan`) and, with an
     `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
     reads: the code is `checked`, every access, or may check an index), the table of its checked
     accesses.
     With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
-    each kernel's calls and nanoseconds in the global @tracer_profile."""
+    each kernel's calls and nanoseconds in the global @tracer_profile. Each distinct kernel module
+    is handed to `on_kernel` as soon as it is rendered (runtime/kernels.py compiles it meanwhile)."""
     if checks_indices(program) and not error_record:
         raise ValueError(f"{program.name} checks indices without an error record")
     sites = Sites(plan, every_access=checked) if error_record else None
@@ -187,7 +189,10 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
         module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header,
                                calls_libraries_only(kernel, blas))
-        kernels.setdefault(module.symbol, module)
+        if module.symbol not in kernels:
+            kernels[module.symbol] = module
+            if on_kernel is not None:
+                on_kernel(module)
         arguments = ", ".join(f"ptr {p}" for p in pointers)
         calls.append(f"call void @{module.symbol}({arguments})")
     fast = "" if layout is None else fast_entry(

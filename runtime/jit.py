@@ -1,8 +1,7 @@
-"""llvmlite JIT for the host CPU: parse, verify, optimize at O3 (new pass manager), emit object
-code, link it in memory (MCJIT).
+"""llvmlite JIT for the host CPU: object code (runtime/object_code.py makes it from LLVM IR text)
+linked in memory (MCJIT).
 
-`compile_object` turns one module's LLVM IR text into object code; `JitModule.link` runs object
-codes (an engine over an empty module, the objects added, each resolving the others' symbols);
+`JitModule.link` runs object codes (an engine over an empty module, the objects added, each resolving the others' symbols);
 `JitModule.compile` does both for one module and hands its object code to
 `tracer.runtime.cache.ObjectCache`; `JitModule.load` runs object code from the disk cache. BLAS
 is not linked: JIT code calls `tracer_sgemm`/`tracer_dgemm`, registered by name with
@@ -11,22 +10,21 @@ appears in the IR or in cached objects).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import glob
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from tracer.runtime import callbacks, collectives
 from tracer.runtime.cache import ObjectCache
+from tracer.runtime.object_code import compile_object, initialize, new_target_machine
 
 # Counters the tests read: how many programs (or modules: the thread pool) were compiled to machine
 # code in this process and how many were loaded from the disk cache instead; and of the kernels
@@ -40,49 +38,6 @@ LOG = logging.getLogger("tracer.cache")
 def count(statistic: str) -> None:
     with _lock:
         STATISTICS[statistic] += 1
-
-
-@functools.cache
-def _initialize() -> None:
-    try:
-        llvm.initialize()
-    except RuntimeError:  # llvmlite >= 0.45 initializes itself and refuses the call
-        pass
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-
-
-@dataclass(frozen=True)
-class Host:
-    triple: str
-    cpu: str
-    features: str
-    llvm_version: str
-
-
-@functools.cache
-def host() -> Host:
-    _initialize()
-    return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
-                .flatten(), ".".join(map(str, llvm.llvm_version_info)))
-
-
-def new_target_machine(level: int = 3) -> llvm.TargetMachine:
-    """A fresh target machine generating code at optimization `level` (an execution engine takes
-    ownership of the one it is given)."""
-    h = host()
-    target = llvm.Target.from_triple(h.triple)
-    return target.create_target_machine(cpu=h.cpu, features=h.features, opt=level,
-                                        reloc="default", codemodel="jitdefault")
-
-
-@functools.cache
-def target_machine(optimized: bool = True) -> llvm.TargetMachine:
-    """The target machine the optimizer, the code generator and the assembly printer share (never
-    given away). An unoptimized module (a program's entry, a sequence of calls) gets LLVM's quick
-    code generation (level 0: fast instruction selection and register allocation): the GPT step's
-    entry, 400 calls, took 175 ms at level 3 against 45 ms."""
-    return new_target_machine(3 if optimized else 0)
 
 
 # BLAS -------------------------------------------------------------------------------------------
@@ -104,7 +59,7 @@ def blas_available() -> bool:
     (codegen then emits loop nests). TRACER_DISABLE_BLAS=1 forces the fallback."""
     if os.environ.get("TRACER_DISABLE_BLAS") == "1":
         return False
-    _initialize()
+    initialize()
     for path in _blas_libraries():
         try:
             library = ctypes.CDLL(path)
@@ -133,71 +88,6 @@ def blas_library() -> ctypes.CDLL | None:
     return _blas_library[0] if blas_available() and _blas_library else None
 
 
-# Compilation ------------------------------------------------------------------------------------
-
-def optimize_module(module: llvm.ModuleRef) -> None:
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    builder = llvm.create_pass_builder(target_machine(), tuning)
-    builder.getModulePassManager().run(module, builder)
-
-
-def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
-    """The module `text` as `compile_object` compiles it, printed."""
-    _initialize()
-    module = llvm.parse_assembly(text)
-    module.verify()
-    if optimized:
-        optimize_module(module)
-    return str(module)
-
-
-def assembly(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
-    """The assembly `compile_object` makes of the module `text`."""
-    _initialize()
-    module = llvm.parse_assembly(text)
-    if optimized:
-        optimize_module(module)
-    with _code_generation(strength_reduction):
-        return target_machine(optimized).emit_assembly(module)
-
-
-def compile_object(text: str, optimized: bool = True, strength_reduction: bool = True) -> bytes:
-    """Parse, verify and (unless not `optimized`) optimize the module `text`, and emit its object
-    code. The optimizer is what takes the time, and llvmlite keeps ~95 KB of memory for every run
-    of it: a module of calls alone (a program's entry) is not worth it. Without
-    `strength_reduction`, code generation leaves out LLVM's loop strength reduction (see
-    `_code_generation`)."""
-    _initialize()
-    module = llvm.parse_assembly(text)
-    module.verify()
-    if optimized:
-        optimize_module(module)
-    with _code_generation(strength_reduction):
-        return target_machine(optimized).emit_object(module)
-
-
-_code_generation_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _code_generation(strength_reduction: bool) -> Iterator[None]:
-    """Code generation with or without LLVM's loop strength reduction (LSR), an option of the
-    whole process that is set back after. LSR rewrites a loop's affine addresses into pointer
-    increments; on loops whose addresses come from integer division and remainder (a transpose, a
-    split of heads) it has little to rewrite, yet it took 57% of all code generation of the GPT
-    step (6.3 of 11.8 s CPU, `llvm.set_time_passes`), most of it on such loops."""
-    with _code_generation_lock:
-        if not strength_reduction:
-            llvm.set_option("tracer", "-disable-lsr=true")
-        try:
-            yield
-        finally:
-            if not strength_reduction:
-                llvm.set_option("tracer", "-disable-lsr=false")
-
-
 class JitModule:
     """Object code linked into memory, and the engine that owns it. The native code lives exactly
     as long as this object: nothing else refers to the engine, so releasing the last
@@ -210,7 +100,7 @@ class JitModule:
     def link(cls, objects: Sequence[bytes]) -> JitModule:
         """Link `objects` into a new engine (an empty module's): each resolves the others'
         exported symbols and those registered with `llvm.add_symbol`."""
-        _initialize()
+        initialize()
         if any(collectives.needed_by(object_code) for object_code in objects):
             collectives.register()  # MPI_Allreduce and its handles, which the objects call
         if any(callbacks.needed_by(object_code) for object_code in objects):

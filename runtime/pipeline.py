@@ -32,18 +32,18 @@ from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
-from tracer.runtime import jit
+from tracer.runtime import jit, object_code
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry
-from tracer.runtime.kernels import ENTRY_OPTIONS, compile_program, kernel_options
+from tracer.runtime.kernels import ENTRY_OPTIONS, ProgramCompilation, kernel_options
 from tracer.runtime.recording import Recorder, Recording
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
-    from tracer.codegen.module import GeneratedCode
+    from tracer.codegen.module import GeneratedCode, KernelModule
     from tracer.ir.loops import LoopProgram
 
 STAGES = (
@@ -172,11 +172,14 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
         from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
+        worker = None
         if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
-            compile_worker.start()  # it starts while the kernels are scheduled and rendered
-        code = back_end.code  # scheduled and rendered on a miss only
-        with step("llvm"):
-            objects = compile_program(code, back_end.settings.checked, cache)
+            worker = compile_worker.start()  # it starts while the kernels are scheduled
+        with ProgramCompilation(back_end.settings.checked, worker) as compilation:
+            # scheduled and rendered on a miss only, each kernel compiled from when it is rendered
+            code = back_end.render(compilation.add)
+            with step("llvm"):
+                objects = compilation.finish(code, cache)
         with step("load"):
             compiled = CompiledFunction(back_end, objects, from_disk_cache=False)
     back_end.compile_steps = tuple(back_end.timings)
@@ -195,7 +198,7 @@ class BackEnd:
     def __init__(self, function: Graph, write_into: dict[int, int] | None,
                  settings: CodeSettings):
         self.function, self.settings = function, settings
-        self.host = jit.host()
+        self.host = object_code.host()
         self.step = Steps()
         self.timings = self.step.timings
         self.compile_steps: tuple[str, ...] = ()  # the steps of compiling, set when it ends
@@ -251,15 +254,21 @@ class BackEnd:
     @functools.cached_property
     def code(self) -> GeneratedCode:
         """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
+        return self.render()
+
+    def render(self, on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
+        """`code`, rendered now, each new kernel module handed to `on_kernel` as soon as it is
+        rendered (and before the next is)."""
         from tracer.codegen.module import generate_module
         from tracer.runtime import template_cache
         template_cache.install()
         loops = self.loops
         with self.step("render"):
             settings = self.settings
-            return generate_module(loops, self.plan, self.host.triple, settings.blas,
-                                   settings.layout, settings.profile, settings.checked,
-                                   self.error_record)
+            self.code = generate_module(loops, self.plan, self.host.triple, settings.blas,
+                                        settings.layout, settings.profile, settings.checked,
+                                        self.error_record, on_kernel)
+        return self.code
 
     @property
     def llvm_ir(self) -> str:
@@ -286,7 +295,7 @@ class BackEnd:
                 from tracer.ir.loops import format_program
                 text = format_program(self.loops)
             else:
-                printer = jit.optimized_ir if stage == "llvm" else jit.assembly
+                printer = object_code.optimized_ir if stage == "llvm" else object_code.assembly
                 code = self.code
                 text = "\n".join([printer(code.entry, **ENTRY_OPTIONS),
                                   *(printer(kernel.text, **kernel_options(kernel.text))

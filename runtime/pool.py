@@ -31,7 +31,7 @@ from typing import Callable
 
 import llvmlite.binding as llvm
 
-from tracer.runtime import jit
+from tracer.runtime import jit, object_code
 from tracer.runtime.cache import cache_key, open_entry
 
 SYMBOL = "tracer_parallel"
@@ -74,7 +74,7 @@ def start() -> None:
 
 def _compile() -> jit.JitModule:
     architecture = platform.machine()
-    host = jit.host()
+    host = object_code.host()
     settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
                 f"max_workers={MAX_WORKERS}, backoff={BACKOFF}-{BACKOFF_MAX}, "
                 f"slack={STALL_SLACK}")

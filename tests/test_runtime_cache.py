@@ -409,9 +409,9 @@ RSS_SCRIPT = textwrap.dedent("""
 
 def test_evicted_signatures_free_their_native_code():
     """60 signatures compiled past a limit of 4 each give back what their native code takes: an
-    evicted signature leaves over 70 KB less than a kept one (measured: ~0.22 MB against ~0.32 MB
-    each; what remains is llvmlite's optimizer, which keeps ~95 KB per run, one run per kernel
-    module), and clearing the cache gives back over 15 KB each (measured: ~23 KB; ~65 KB while
+    evicted signature leaves over 70 KB less than a kept one (measured: ~0.17 MB against ~0.26 MB
+    each; what remains is llvmlite's optimizer, which keeps ~95 KB per run, one run per optimized
+    kernel module: the tanh's, not the matmul's, which only calls BLAS), and clearing the cache gives back over 15 KB each (measured: ~23 KB; ~65 KB while
     each kernel module's LLVM text, which a signature keeps, carried every math function)."""
     environment = dict(os.environ, PYTHONPATH=str(ROOT), TRACER_DISABLE_CACHE="1",
                        OPENBLAS_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -419,7 +419,7 @@ def test_evicted_signatures_free_their_native_code():
                             capture_output=True, text=True, timeout=300).stdout
     measured = __import__("json").loads(output.strip().splitlines()[-1])
     assert measured["alive"] == 4
-    assert measured["kept"] > 60 * 300_000, measured  # what the test compares with
+    assert measured["kept"] > 60 * 200_000, measured  # what the test compares with
     assert measured["kept"] - measured["evicted"] > 60 * 70_000, measured
     assert measured["cleared"] > 60 * 15_000, measured
 
