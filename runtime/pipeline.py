@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from tracer import ir
+from tracer.codegen.bounds import RECORD_BYTES
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Graph, gc_paused
@@ -33,6 +34,7 @@ from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
 from tracer.runtime import jit, object_code
+from tracer.runtime.arena import AHEAD_BYTES, ArenaAhead
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
@@ -172,6 +174,7 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
         from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
+        arena = ArenaAhead(back_end.arena_size) if back_end.arena_size >= AHEAD_BYTES else None
         worker = None
         if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
             worker = compile_worker.start()  # it starts while the kernels are scheduled
@@ -181,7 +184,7 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             with step("llvm"):
                 objects = compilation.finish(code, cache)
         with step("load"):
-            compiled = CompiledFunction(back_end, objects, from_disk_cache=False)
+            compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
     back_end.compile_steps = tuple(back_end.timings)
     return compiled
 
@@ -214,6 +217,8 @@ class BackEnd:
             can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+            # checked code keeps its error record after the temporaries
+            self.arena_size = self.plan.arena_size + (RECORD_BYTES if self.error_record else 0)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries
             # lie inside the arena is a fact of the plan, checked here once.
             overflow = arena_overflow(self.fused, self.plan) if settings.checked else None

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import tracer as tr
-from tracer.runtime import jit, kernels
+from tracer.ir.memory import ALIGNMENT
+from tracer.runtime import jit, kernels, pipeline
 
 
 @pytest.fixture(autouse=True)
@@ -76,3 +77,31 @@ def test_kernels_that_only_call_blas_are_compiled_as_the_entry(monkeypatch, blas
     assert any(calling_blas) == blas and not all(calling_blas)
     for module, calls_blas in zip(modules, calling_blas):
         assert (kernels.kernel_options(module.text) == kernels.ENTRY_OPTIONS) == calls_blas
+
+
+def test_an_arena_made_ahead_holds_the_temporaries(monkeypatch):
+    """The arena made (and its pages touched) in a thread while the program compiles, as a large
+    one is (runtime/arena.py; every one here), is the one the calls run on: aligned, of the
+    plan's size, and the results are numpy's, call after call."""
+    monkeypatch.setattr(pipeline, "AHEAD_BYTES", 0)
+
+    @tr.trace
+    def layers(x, w):
+        hidden = (x @ w).tanh()
+        return (hidden @ w.T).exp().sum(1), hidden.max()
+
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=(64, 48)), rng.normal(size=(48, 96)) / 8
+    hidden = np.tanh(x @ w)
+    for _ in range(2):
+        total, largest = layers(x, w)
+        np.testing.assert_allclose(total.numpy(), np.exp(hidden @ w.T).sum(1), rtol=1e-12)
+        assert largest.item() == hidden.max()
+    (entry,) = layers._signatures.entries.values()
+    compiled = entry.executable
+    assert compiled.plan.arena_size > 0
+    storage = compiled._arena
+    address = compiled._free_arena[0]
+    assert address % ALIGNMENT == 0
+    assert storage.ctypes.data <= address
+    assert address + compiled._arena_size <= storage.ctypes.data + storage.nbytes
