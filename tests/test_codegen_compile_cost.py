@@ -105,3 +105,44 @@ def test_an_arena_made_ahead_holds_the_temporaries(monkeypatch):
     assert address % ALIGNMENT == 0
     assert storage.ctypes.data <= address
     assert address + compiled._arena_size <= storage.ctypes.data + storage.nbytes
+
+
+def loops_not_unrolled(traced) -> list[bool]:
+    """For each loop of the traced function's one kernel, outermost first, whether its latch
+    carries LLVM's llvm.loop.unroll.disable."""
+    (entry,) = traced._signatures.entries.values()
+    (module,) = entry.executable.back_end.code.kernels
+    text = module.text
+    disabled = {number for number, kind in re.findall(r'^!(\d+) = !{!"([\w.]+)"', text, re.M)
+                if kind == "llvm.loop.unroll.disable"}
+    loops = {number: {str(int(number) + 1)} & disabled
+             for number in re.findall(r"^!(\d+) = distinct", text, re.M)}
+    latches = dict(re.findall(r"br label %(L\d+)\.head(?:, !llvm.loop !(\d+))?", text))
+    heads = re.findall(r"^(L\d+)\.head:", text, re.M)
+    return [bool(loops.get(latches[head])) for head in heads]
+
+
+def test_loops_around_long_loops_are_not_unrolled():
+    """Splitting heads (a transpose of rows of 32 floats, in loops of 6 x 20 rows), as the GPT
+    step does: LLVM is told not to unroll the loops around the rows, and the copy is right."""
+    @tr.trace
+    def split_heads(x):
+        return x.reshape(2, 20, 6, 32).transpose(1, 2).contiguous() * 2.0
+
+    x = np.random.default_rng(5).normal(size=(2, 20, 192)).astype(np.float32)
+    expected = x.reshape(2, 20, 6, 32).transpose(0, 2, 1, 3) * np.float32(2.0)
+    np.testing.assert_array_equal(split_heads(x).numpy(), expected)
+    assert loops_not_unrolled(split_heads) == [True, True, True, False]
+
+
+def test_loops_around_small_loops_may_be_unrolled():
+    """Maxima over windows of 2 x 2 (inner loops of 4 iterations in all): LLVM may unroll the
+    loop around them (and vectorize across the copies), not the loops around that one (8 x 4
+    copies of the window's body and more)."""
+    @tr.trace
+    def pooled(x):
+        return x.reshape(16, 8, 2, 8, 2).amax(dim=(2, 4))
+
+    x = np.random.default_rng(6).normal(size=(16, 16, 16)).astype(np.float32)
+    np.testing.assert_array_equal(pooled(x).numpy(), x.reshape(16, 8, 2, 8, 2).max(axis=(2, 4)))
+    assert loops_not_unrolled(pooled) == [True, True, False, False, False]
