@@ -21,6 +21,7 @@ from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_object
 
 if TYPE_CHECKING:
     from tracer.codegen.module import GeneratedCode, KernelModule
+    from tracer.runtime.compile_worker import Worker
 
 # This process's kernel objects by symbol, most recently used last, up to MEMORY_BYTES in all (so
 # that a changed shape recompiles only what changed with the disk cache off too).
@@ -51,7 +52,7 @@ class ProgramCompilation:
     what is left and returns them. Used as a context manager: leaving it by an exception stops the
     compilation."""
 
-    def __init__(self, checked: bool, worker=None):
+    def __init__(self, checked: bool, worker: Worker | None = None):
         from tracer.runtime import compile_worker  # (imports subprocess: when compiling only)
         self.checked = checked
         self.compilation = compile_worker.Compilation(worker)
@@ -86,7 +87,8 @@ class ProgramCompilation:
                 _remember(kernel.symbol, made)
                 if (kernel_cache := _kernel_cache(kernel, self.checked)) is not None:
                     kernel_cache.store(made)
-        objects = [compiled[-1], *(self.found.get(kernel.symbol) or compiled[self.jobs[kernel.symbol]]
+        objects = [compiled[-1], *(self.found[kernel.symbol] if kernel.symbol in self.found
+                                   else compiled[self.jobs[kernel.symbol]]
                                    for kernel in code.kernels)]
         jit.count("compiled")
         if cache is not None:

@@ -5,6 +5,9 @@ the compile report).
     compile_signature   trace → grad → optimize (→ check_grads) → back end → the signature's Entry
     compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
 
+(A kernel module's LLVM compile starts, in the compile worker, as soon as it is rendered: the
+`llvm` step times what is left of it once every module is rendered.)
+
 The other modules each do one of these steps and return here: runtime/recording.py records,
 ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
 runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
