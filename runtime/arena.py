@@ -31,10 +31,10 @@ class ArenaAhead:
     def __init__(self, size: int):
         self.size = size
         self.arena: tuple[np.ndarray, int] | None = None
-        self.thread = threading.Thread(target=self._make, daemon=True)
+        self.thread = threading.Thread(target=self._touch, daemon=True)
         self.thread.start()
 
-    def _make(self) -> None:
+    def _touch(self) -> None:
         storage, address = new_arena(self.size)
         storage[::PAGE] = 0
         self.arena = storage, address
