@@ -9,7 +9,7 @@ worker" time the same first call by `time.thread_time()` plus the CPU time of th
 compiles kernel modules beside it (runtime/compile_worker.py, from 16 modules on) -- the tracer
 traces and compiles in the calling thread, so this is its compile time with the other sessions of
 a shared machine left out -- the minimum of REPEATS fresh compilations. The worker starts once per
-process (~0.3 s of CPU, while the first compile fuses and renders), so the minimum leaves its start
+process (~0.1 s of CPU, while the first compile fuses and schedules), so the minimum leaves its start
 out. The GPT step's wall-clock row is the one its user waits: with the worker, less than its
 CPU time on two processors."""
 from __future__ import annotations

@@ -7,14 +7,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE
 from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
                                     HOST_CALLBACK_DECLARATION, record_register, render_kernel)
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK
 from tracer.codegen.template_environment import render
-from tracer.ir.loops import LoopProgram, checks_indices
+from tracer.ir.loops import AllReduce, Gemm, HostCall, LoopKernel, LoopProgram, checks_indices
 from tracer.ir.memory import Location, MemoryPlan
 
 
@@ -66,9 +67,12 @@ class KernelModule(NamedTuple):
 
 KERNEL_NAME = "kernel"  # every kernel's name in its own module
 
-# A function definition of the header (from `define` to the `}` that starts a line), and a
-# reference to a global name.
-_DEFINITION = re.compile(r"^define [^@\n]*@([\w.]+)\(.*?^}\n?", re.MULTILINE | re.DOTALL)
+# A definition of the header: a function (from `define` to the `}` that starts a line) or a
+# private constant (its line and the indented lines after it: a table's rows); and a reference
+# to a global name.
+_DEFINITION = re.compile(r"^define [^@\n]*@(?P<function>[\w.]+)\(.*?^}\n?"
+                         r"|^@(?P<constant>[\w.]+) = private [^\n]*(?:\n  [^\n]*)*\n?",
+                         re.MULTILINE | re.DOTALL)
 _REFERENCE = re.compile(r"@([\w.]+)")
 
 
@@ -81,7 +85,8 @@ def _header_parts(header: str) -> tuple[list[str | None], dict[str, tuple[int, f
     start = 0
     for match in _DEFINITION.finditer(header):
         pieces.append(header[start:match.start()])
-        definitions[match.group(1)] = (len(pieces), frozenset(_REFERENCE.findall(match.group())))
+        name = match.group("function") or match.group("constant")
+        definitions[name] = (len(pieces), frozenset(_REFERENCE.findall(match.group())))
         pieces.append(match.group())
         start = match.end()
     pieces.append(header[start:])
@@ -89,11 +94,13 @@ def _header_parts(header: str) -> tuple[list[str | None], dict[str, tuple[int, f
 
 
 def header_for(header: str, body: str) -> str:
-    """`header` with only the function definitions that `body` calls, directly or through
-    another. LLVM parses and optimizes every function of a module before it drops an unused
-    internal one: the 15 math functions every kernel module carried took 6% of the GPT step's
-    kernel compile time (3.54 s CPU against 3.32 s without them, each module compiled both ways in
-    turn) and 3.7 MB of LLVM text against 1.1 MB, which a compiled signature keeps."""
+    """`header` with only the definitions that `body` refers to, directly or through another.
+    LLVM parses and optimizes every function of a module before it drops an unused internal one:
+    the 15 math functions every kernel module carried took 6% of the GPT step's kernel compile
+    time (3.54 s CPU against 3.32 s without them, each module compiled both ways in turn) and 3.7
+    MB of LLVM text against 1.1 MB, which a compiled signature keeps. The tables of sin and cos
+    (10 KB of text) then took two thirds of what was left of most modules' text, and of the time
+    LLVM took to parse them."""
     pieces, definitions = _header_parts(header)
     wanted, pending = set(), [name for name in _REFERENCE.findall(body) if name in definitions]
     while pending:
@@ -105,11 +112,19 @@ def header_for(header: str, body: str) -> str:
     return "".join(piece for index, piece in enumerate(pieces) if index not in dropped)
 
 
+def calls_libraries_only(kernel: LoopKernel, blas: bool) -> bool:
+    """Whether each statement of `kernel` is a call of a library: a BLAS gemm, MPI, a host
+    callback (whose code is compiled as the entry's: see symbols.LIBRARY_CALLS_MARK)."""
+    return all(isinstance(statement, (AllReduce, HostCall)) or (isinstance(statement, Gemm) and blas)
+               for statement in kernel.body)
+
+
 def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
-                  metadata: list[str], header: str) -> KernelModule:
+                  metadata: list[str], header: str, library_calls: bool = False) -> KernelModule:
     """The module of one rendered kernel: `header` (the declarations and math functions every
     module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
-    function that makes `call` (the kernel on its whole range), named after the module's hash."""
+    function that makes `call` (the kernel on its whole range), named after the module's hash;
+    first, if its statements are `library_calls` only, LIBRARY_CALLS_MARK."""
     renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
     body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
     arguments = ", ".join(f"ptr %b{i}" for i in range(pointers))
@@ -117,19 +132,23 @@ def kernel_module(kernel_text: str, name: str, pointers: int, call: str, paralle
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
               f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
     text = "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n"
+    if library_calls:
+        text = f"{LIBRARY_CALLS_MARK}\n{text}"
     symbol = placeholder + hashlib.sha256(text.encode()).hexdigest()[:32]
     return KernelModule(symbol, text.replace(f"@{placeholder}(", f"@{symbol}("))
 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
                     layout: tuple[int, int] | None = None, profile: bool = False,
-                    checked: bool = False, error_record: bool = False) -> GeneratedCode:
+                    checked: bool = False, error_record: bool = False,
+                    on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
     """The LLVM IR of the whole function (the program scheduled on `plan`) and, with an
     `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
     reads: the code is `checked`, every access, or may check an index), the table of its checked
     accesses.
     With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
-    each kernel's calls and nanoseconds in the global @tracer_profile."""
+    each kernel's calls and nanoseconds in the global @tracer_profile. Each distinct kernel module
+    is handed to `on_kernel` as soon as it is rendered (runtime/kernels.py compiles it meanwhile)."""
     if checks_indices(program) and not error_record:
         raise ValueError(f"{program.name} checks indices without an error record")
     sites = Sites(plan, every_access=checked) if error_record else None
@@ -168,8 +187,12 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 {kernel.extent})"
         else:
             call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
-        module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header)
-        kernels.setdefault(module.symbol, module)
+        module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header,
+                               calls_libraries_only(kernel, blas))
+        if module.symbol not in kernels:
+            kernels[module.symbol] = module
+            if on_kernel is not None:
+                on_kernel(module)
         arguments = ", ".join(f"ptr {p}" for p in pointers)
         calls.append(f"call void @{module.symbol}({arguments})")
     fast = "" if layout is None else fast_entry(

@@ -14,3 +14,7 @@ MPI_HANDLES = ("comm_world", "float32", "float64", "int64", "sum", "max", "min")
 # callback's number and an array of its buffers' pointers (operands, then results); a status other
 # than 0 means the Python code raised (runtime/callbacks.py keeps the exception).
 HOST_CALLBACK_SYMBOL = "tracer_host_callback"
+# The first line of a kernel module whose work is all in the calls it makes (BLAS gemm, MPI, a
+# host callback): runtime/kernels.py compiles it as the entry, without LLVM's optimizer and with
+# its quick code generator (the GPT step's 18 gemm modules took 262 ms of LLVM at O3, 51 so).
+LIBRARY_CALLS_MARK = "; tracer: the work is in the library calls"

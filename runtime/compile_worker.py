@@ -1,12 +1,13 @@
-"""Compiling many LLVM modules at once on two processors: a worker process compiles modules from
-the end of the list while this process compiles from the front, until they meet.
+"""Compiling many LLVM modules on two processors: a worker process compiles modules from the front
+of the list, as soon as they are added (while this process renders the rest), and this process,
+once they are all added, compiles from the end, until they meet.
 
 llvmlite holds a lock of its own around LLVM, so threads would take turns; a second process does
-not. The worker is a plain `python` reading modules from a pipe (not multiprocessing, which would
-run the user's `__main__` again in it): started at the first big compile (`start`), it imports
-while this process fuses and renders, and it stays, idle, for the process's later compiles; it
+not. The worker (runtime/compile_server.py) starts at the first big compile (`start`), imports
+while this process fuses and schedules, and stays, idle, for the process's later compiles; it
 exits when this process closes the pipe. If it cannot start or dies, this process compiles what
-it left. Its object code is what `jit.compile_object` makes here (the same LLVM, host and options).
+it left. Its object code is what `object_code.compile_object` makes here (the same LLVM, host and
+options).
 """
 from __future__ import annotations
 
@@ -14,44 +15,32 @@ import atexit
 import collections
 import os
 import pickle
-import struct
 import subprocess
 import sys
 import threading
-from typing import BinaryIO, Sequence
+from typing import Sequence
 
-from tracer.runtime import jit
+from tracer.runtime import jit, object_code
+from tracer.runtime.compile_server import read, write
 
-# Below this many modules the worker's start (a Python process importing LLVM, ~0.3 s of CPU)
+# Below this many modules the worker's start (a Python process importing LLVM, ~0.1 s of CPU)
 # costs more than it saves.
 MIN_MODULES = 16
-_LENGTH = struct.Struct("<Q")
-Job = tuple[str, dict]  # a module's LLVM IR text and the options of jit.compile_object
-
-
-def _write(stream: BinaryIO, message: object) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LENGTH.pack(len(data)) + data)
-    stream.flush()
-
-
-def _read(stream: BinaryIO) -> object:
-    header = stream.read(_LENGTH.size)
-    if len(header) < _LENGTH.size:
-        raise EOFError("the compile worker closed its pipe")
-    (length,) = _LENGTH.unpack(header)
-    return pickle.loads(stream.read(length))
+# Jobs sent to the worker before their object code is back: it finds the next one waiting when it
+# finishes one, rather than waiting for this process to take the object code and send another
+# (a thread of this process that renders holds the interpreter's lock for up to 5 ms at a time).
+AHEAD = 2
+Job = tuple[str, dict]  # a module's LLVM IR text and the options of object_code.compile_object
+_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_server.py")
 
 
 class Worker:
-    """The worker process and the pipes to it; `compile` is used by one thread at a time."""
+    """The worker process and the pipes to it: one thread sends jobs, one receives their object
+    code, in the same order."""
 
     def __init__(self):
         self.owner = os.getpid()  # a forked child starts its own worker
-        import tracer  # the worker imports the same tracer: from this folder
-        root = os.path.dirname(os.path.dirname(os.path.abspath(tracer.__file__)))
-        command = (f"import sys; sys.path.insert(0, {root!r}); "
-                   "from tracer.runtime.compile_worker import serve; serve()")
+        command = f"import runpy; runpy.run_path({_SERVER!r}, run_name='__main__')"
         self.process = subprocess.Popen([sys.executable, "-c", command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, close_fds=True)
         self.cpu_seconds = 0.0  # the worker's CPU time so far, as it last reported it
@@ -68,16 +57,22 @@ class Worker:
             self.process.kill()
         self.process.stdout.close()
 
-    def compile(self, job: Job) -> bytes | None:
-        """The object code of `job`, or None if the worker failed (it is then not used again)."""
+    def send(self, job: Job) -> bool:
+        """Whether `job` reached the worker."""
         try:
-            _write(self.process.stdin, job)
-            object_code, self.cpu_seconds = _read(self.process.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            object_code = None
-        if object_code is None:
-            _stop(self)
-        return object_code
+            write(self.process.stdin, job)
+            return True
+        except (OSError, ValueError):  # (ValueError: the pipe was closed here)
+            return False
+
+    def receive(self) -> bytes | None:
+        """The object code of the oldest job sent and not yet received; None if the worker failed
+        (it is then not used again)."""
+        try:
+            compiled, self.cpu_seconds = read(self.process.stdout)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            compiled = None
+        return compiled
 
 
 _worker: Worker | None = None
@@ -115,62 +110,100 @@ def worker_cpu_seconds() -> float:
     return worker.cpu_seconds if worker is not None and worker.owner == os.getpid() else 0.0
 
 
+class Compilation:
+    """Jobs compiled as they are added (`add`), by `worker` if there is one, and by this process
+    in `finish`, which returns each one's object code in order."""
+
+    def __init__(self, worker: Worker | None):
+        self.worker = worker
+        self.jobs: list[Job] = []
+        self.results: list[bytes | None] = []
+        self.pending: collections.deque[int] = collections.deque()  # not yet taken
+        self.sent: collections.deque[int] = collections.deque()  # with the worker, in order
+        self.changed = threading.Condition()
+        self.closed = self.failed = False
+        self.threads = [] if worker is None else [
+            threading.Thread(target=target, daemon=True) for target in (self._send, self._receive)]
+        for thread in self.threads:
+            thread.start()
+
+    def add(self, job: Job) -> None:
+        with self.changed:
+            self.pending.append(len(self.jobs))
+            self.jobs.append(job)
+            self.results.append(None)
+            self.changed.notify_all()
+
+    def _send(self) -> None:
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.failed or (self.closed and not self.pending) or (
+                    self.pending and len(self.sent) < AHEAD))
+                if self.failed or not self.pending:
+                    return
+                index = self.pending.popleft()
+                self.sent.append(index)
+                self.changed.notify_all()
+            if not self.worker.send(self.jobs[index]):
+                return self._fail()
+
+    def _receive(self) -> None:
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.failed or self.sent or (
+                    self.closed and not self.pending))
+                if self.failed or not self.sent:
+                    return
+            compiled = self.worker.receive()
+            if compiled is None:
+                return self._fail()
+            with self.changed:
+                self.results[self.sent.popleft()] = compiled
+                self.changed.notify_all()
+
+    def _fail(self) -> None:
+        """The worker failed: what it had is compiled here, and it is stopped."""
+        with self.changed:
+            self.failed = True
+            self.pending.extend(self.sent)
+            self.sent.clear()
+            self.changed.notify_all()
+        _stop(self.worker)
+
+    def finish(self) -> list[bytes]:
+        """The object code of every job added, in order: this process compiles the jobs the
+        worker has not taken, the last first, then waits for the worker's."""
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+        try:
+            while True:
+                with self.changed:
+                    if not self.pending:
+                        self.changed.wait_for(lambda: self.failed or not self.sent)
+                        if not self.pending:
+                            break
+                    index = self.pending.pop()
+                text, options = self.jobs[index]
+                self.results[index] = object_code.compile_object(text, **options)
+        finally:
+            self.close()
+        return self.results
+
+    def close(self) -> None:
+        """Stop: the jobs not yet taken are left, the worker's waited for (its threads end)."""
+        with self.changed:
+            self.closed = True
+            self.pending.clear()
+            self.changed.notify_all()
+        for thread in self.threads:
+            thread.join()
+
+
 def compile_objects(jobs: Sequence[Job]) -> list[bytes]:
     """The object code of each job, in order: compiled here and, from MIN_MODULES modules on, in
     the worker too."""
-    results: list[bytes | None] = [None] * len(jobs)
-    worker = start() if len(jobs) >= MIN_MODULES else None
-    pending = collections.deque(range(len(jobs)))
-    lock = threading.Lock()
-
-    def feed_worker() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                index = pending.pop()
-            object_code = worker.compile(jobs[index])
-            if object_code is None:
-                with lock:
-                    pending.append(index)
-                return
-            results[index] = object_code
-
-    feeder = threading.Thread(target=feed_worker, daemon=True) if worker is not None else None
-    if feeder is not None:
-        feeder.start()
-    try:
-        while True:
-            with lock:
-                if not pending:
-                    break
-                index = pending.popleft()
-            results[index] = jit.compile_object(jobs[index][0], **jobs[index][1])
-    except BaseException:
-        with lock:
-            pending.clear()
-        raise
-    finally:
-        if feeder is not None:
-            feeder.join()
-    for index in pending:  # left by a worker that failed
-        results[index] = jit.compile_object(jobs[index][0], **jobs[index][1])
-    return results
-
-
-def serve() -> None:
-    """The worker's loop: a job from stdin, its object code (None if it fails) and the worker's
-    CPU time to stdout, until stdin closes."""
-    import time
-    requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # what LLVM or Python might print goes to stderr, never into the pipe
-    while True:
-        try:
-            text, options = _read(requests)
-        except EOFError:
-            return
-        try:
-            object_code = jit.compile_object(text, **options)
-        except Exception:  # noqa: BLE001 - the parent compiles it again and reports the error
-            object_code = None
-        _write(replies, (object_code, time.process_time()))
+    compilation = Compilation(start() if len(jobs) >= MIN_MODULES else None)
+    for job in jobs:
+        compilation.add(job)
+    return compilation.finish()

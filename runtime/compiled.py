@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from tracer.codegen.bounds import RECORD_BYTES, Sites
+from tracer.codegen.bounds import Sites
 from tracer.ir.fusion import FusedFunction
 from tracer.ir.graph import Graph
 from tracer.ir.index_checks import can_fail
-from tracer.ir.memory import ALIGNMENT, MemoryPlan
+from tracer.ir.memory import MemoryPlan
 from tracer.runtime import callbacks, native, pool
+from tracer.runtime.arena import ArenaAhead, new_arena
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
@@ -56,9 +57,11 @@ class CompiledFunction:
     copy of the argument and returns the copy, which the caller copies back. So the caller writes
     back with `if output is not target: np.copyto(target, output)`."""
 
-    def __init__(self, back_end: "BackEnd", objects: list[bytes], from_disk_cache: bool):
+    def __init__(self, back_end: "BackEnd", objects: list[bytes], from_disk_cache: bool,
+                 arena: ArenaAhead | None = None):
         """Load `objects`, the code runtime/pipeline.py made (or found in the disk cache) for the
-        plan of `back_end`; raises RuntimeError if LLVM refuses them."""
+        plan of `back_end` (and `arena`, of its size, made ahead); raises RuntimeError if LLVM
+        refuses them."""
         self.back_end = back_end
         self.function: Graph = back_end.function
         self.settings = back_end.settings
@@ -102,9 +105,8 @@ class CompiledFunction:
         self._calls_blas = native.blas_available() and any(
             kernel.kind == "matmul" for kernel in self.fused.kernels)
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
-        # checked code keeps its error record after the temporaries
-        self._arena_size = self.plan.arena_size + (RECORD_BYTES if self._checked else 0)
-        self._arena, address = self._new_arena()
+        self._arena_size = back_end.arena_size
+        self._arena, address = arena.take() if arena is not None else new_arena(self._arena_size)
         self._free_arena = [address]  # empty while a call runs on it
         # the outputs of an earlier call, for the next (see `_new_outputs`)
         self._spare_outputs: list[list[np.ndarray]] = []
@@ -161,11 +163,6 @@ class CompiledFunction:
         writing = [n for n, kernel in enumerate(kernels)
                    if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
         return bool(checking and writing) and min(writing) <= max(checking)
-
-    def _new_arena(self) -> tuple[np.ndarray, int]:
-        storage = np.empty(self._arena_size + ALIGNMENT, np.uint8)
-        address = storage.ctypes.data
-        return storage, address + (-address % ALIGNMENT)
 
     def __call__(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
@@ -261,7 +258,7 @@ class CompiledFunction:
             address = self._free_arena.pop()  # atomic: a concurrent call finds the list empty
             arena = None
         except IndexError:
-            arena, address = self._new_arena()  # kept alive until the call has returned
+            arena, address = new_arena(self._arena_size)  # kept alive until the call returns
         blas = self._calls_blas
         if blas:
             pool.hold_blas()

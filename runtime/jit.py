@@ -1,117 +1,18 @@
-"""The compiler's end: LLVM IR text to object code for the host CPU with llvmlite -- parse, verify,
-optimize at O3 (new pass manager), emit object code. `compile_object` turns one module's text into
-object code; runtime/native.py links object code into memory (without llvmlite), and its names the
-compile side shares -- the counters, the host, BLAS, JitModule -- are re-exported here.
+"""The compile side of the runtime: runtime/object_code.py makes object code from LLVM IR text
+(loaded alone by the compile worker, it knows nothing of the tracer package), runtime/native.py
+links it into memory without llvmlite. The names of both that the compiling modules use are
+re-exported here -- the counters, the host, BLAS, JitModule -- with `llvm_host`, the host as
+LLVM sees it (which native.host remembers in the disk cache).
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import threading
-from typing import Iterator
-
-import llvmlite.binding as llvm
-
+from tracer.runtime import object_code
 from tracer.runtime.native import (LOG, STATISTICS, Host, JitModule,  # noqa: F401 (re-exported)
                                    blas_available, blas_library, count, host)
-
-
-@functools.cache
-def initialize() -> None:
-    try:
-        llvm.initialize()
-    except RuntimeError:  # llvmlite >= 0.45 initializes itself and refuses the call
-        pass
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+from tracer.runtime.object_code import (assembly, compile_object,  # noqa: F401 (re-exported)
+                                        initialize, optimized_ir)
 
 
 def llvm_host() -> Host:
     """The host as LLVM sees it, asked (runtime/native.host remembers it)."""
-    initialize()
-    return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
-                .flatten(), ".".join(map(str, llvm.llvm_version_info)))
-
-
-def new_target_machine(level: int = 3) -> llvm.TargetMachine:
-    """A fresh target machine generating code at optimization `level` (an execution engine takes
-    ownership of the one it is given)."""
-    h = host()
-    initialize()
-    target = llvm.Target.from_triple(h.triple)
-    return target.create_target_machine(cpu=h.cpu, features=h.features, opt=level,
-                                        reloc="default", codemodel="jitdefault")
-
-
-@functools.cache
-def target_machine(optimized: bool = True) -> llvm.TargetMachine:
-    """The target machine the optimizer, the code generator and the assembly printer share (never
-    given away). An unoptimized module (a program's entry, a sequence of calls) gets LLVM's quick
-    code generation (level 0: fast instruction selection and register allocation): the GPT step's
-    entry, 400 calls, took 175 ms at level 3 against 45 ms."""
-    return new_target_machine(3 if optimized else 0)
-
-
-# Compilation ------------------------------------------------------------------------------------
-
-def optimize_module(module: llvm.ModuleRef) -> None:
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    builder = llvm.create_pass_builder(target_machine(), tuning)
-    builder.getModulePassManager().run(module, builder)
-
-
-def optimized_ir(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
-    """The module `text` as `compile_object` compiles it, printed."""
-    initialize()
-    module = llvm.parse_assembly(text)
-    module.verify()
-    if optimized:
-        optimize_module(module)
-    return str(module)
-
-
-def assembly(text: str, optimized: bool = True, strength_reduction: bool = True) -> str:
-    """The assembly `compile_object` makes of the module `text`."""
-    initialize()
-    module = llvm.parse_assembly(text)
-    if optimized:
-        optimize_module(module)
-    with _code_generation(strength_reduction):
-        return target_machine(optimized).emit_assembly(module)
-
-
-def compile_object(text: str, optimized: bool = True, strength_reduction: bool = True) -> bytes:
-    """Parse, verify and (unless not `optimized`) optimize the module `text`, and emit its object
-    code. The optimizer is what takes the time, and llvmlite keeps ~95 KB of memory for every run
-    of it: a module of calls alone (a program's entry) is not worth it. Without
-    `strength_reduction`, code generation leaves out LLVM's loop strength reduction (see
-    `_code_generation`)."""
-    initialize()
-    module = llvm.parse_assembly(text)
-    module.verify()
-    if optimized:
-        optimize_module(module)
-    with _code_generation(strength_reduction):
-        return target_machine(optimized).emit_object(module)
-
-
-_code_generation_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _code_generation(strength_reduction: bool) -> Iterator[None]:
-    """Code generation with or without LLVM's loop strength reduction (LSR), an option of the
-    whole process that is set back after. LSR rewrites a loop's affine addresses into pointer
-    increments; on loops whose addresses come from integer division and remainder (a transpose, a
-    split of heads) it has little to rewrite, yet it took 57% of all code generation of the GPT
-    step (6.3 of 11.8 s CPU, `llvm.set_time_passes`), most of it on such loops."""
-    with _code_generation_lock:
-        if not strength_reduction:
-            llvm.set_option("tracer", "-disable-lsr=true")
-        try:
-            yield
-        finally:
-            if not strength_reduction:
-                llvm.set_option("tracer", "-disable-lsr=false")
+    return Host(*object_code.llvm_host())

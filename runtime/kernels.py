@@ -1,6 +1,6 @@
 """The object code of a program's modules (codegen.module.GeneratedCode): its entry compiled, and
 each kernel module found compiled -- in this process, or in the disk cache under a key of its own
-text -- or compiled and kept in both.
+text -- or compiled (from the moment it is rendered) and kept in both.
 
 A kernel module's text is all that shapes its code (its symbol is named after it), so the 4 blocks
 of a transformer compile their kernels once, a program traced again for a new signature (another
@@ -15,11 +15,13 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 if TYPE_CHECKING:
     from tracer.codegen.module import GeneratedCode, KernelModule
+    from tracer.runtime.compile_worker import Worker
 
 # This process's kernel objects by symbol, most recently used last, up to MEMORY_BYTES in all (so
 # that a changed shape recompiles only what changed with the disk cache off too).
@@ -34,35 +36,67 @@ ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence o
 
 
 def kernel_options(text: str) -> dict[str, bool]:
-    """How `jit.compile_object` compiles a kernel module: optimized, and with loop strength
-    reduction unless its loops index by division or remainder (see jit._code_generation)."""
+    """How `object_code.compile_object` compiles a kernel module: as the entry if it only calls
+    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized, and with loop strength
+    reduction unless its loops index by division or remainder (see object_code._code_generation)."""
+    if text.startswith(LIBRARY_CALLS_MARK):
+        return dict(ENTRY_OPTIONS)
     return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
 
 
-def compile_program(code: GeneratedCode, checked: bool, cache: ObjectCache | None) -> list[bytes]:
-    """The object codes of `code`, the entry's first, then each kernel module's; stored together
-    in the program's `cache` entry. The modules not found compiled are compiled together
-    (runtime/compile_worker.py: in a second process too when they are many)."""
-    from tracer.runtime import compile_worker  # (imports subprocess: when compiling only)
-    found = [found_object(kernel, checked) for kernel in code.kernels]
-    missing = [kernel for kernel, object_code in zip(code.kernels, found) if object_code is None]
-    compiled = compile_worker.compile_objects(
-        [(code.entry, ENTRY_OPTIONS), *((k.text, kernel_options(k.text)) for k in missing)])
-    made = dict(zip((kernel.symbol for kernel in missing), compiled[1:]))
-    for kernel in missing:
-        jit.count("kernels_compiled")
-        _remember(kernel.symbol, made[kernel.symbol])
-        if (kernel_cache := _kernel_cache(kernel, checked)) is not None:
-            kernel_cache.store(made[kernel.symbol])
-    objects = [compiled[0], *(object_code if object_code is not None else made[kernel.symbol]
-                              for kernel, object_code in zip(code.kernels, found))]
-    jit.count("compiled")
-    if cache is not None:
-        cache.store(pack_objects(objects))
-        jit.LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
-    else:
-        jit.LOG.debug("disk cache off: compiled to machine code")
-    return objects
+class ProgramCompilation:
+    """The object codes of one program's modules, the entry's first, then each kernel module's;
+    stored together in the program's cache entry. Each kernel module is added as soon as it is
+    rendered (`add`): found compiled, or compiled from then on (runtime/compile_worker.py: by
+    `worker` if there is one, while the rest are rendered); `finish` adds the entry, compiles
+    what is left and returns them. Used as a context manager: leaving it by an exception stops the
+    compilation."""
+
+    def __init__(self, checked: bool, worker: Worker | None = None):
+        from tracer.runtime import compile_worker  # (imports subprocess: when compiling only)
+        self.checked = checked
+        self.compilation = compile_worker.Compilation(worker)
+        self.found: dict[str, bytes] = {}  # by symbol
+        self.jobs: dict[str, int] = {}  # the compilation's job of each kernel not found, by symbol
+
+    def __enter__(self) -> ProgramCompilation:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self.compilation.close()
+
+    def add(self, kernel: KernelModule) -> None:
+        if kernel.symbol in self.found or kernel.symbol in self.jobs:
+            return
+        compiled = found_object(kernel, self.checked)
+        if compiled is not None:
+            self.found[kernel.symbol] = compiled
+        else:
+            self.jobs[kernel.symbol] = len(self.jobs)
+            self.compilation.add((kernel.text, kernel_options(kernel.text)))
+
+    def finish(self, code: GeneratedCode, cache: ObjectCache | None) -> list[bytes]:
+        for kernel in code.kernels:
+            self.add(kernel)
+        self.compilation.add((code.entry, ENTRY_OPTIONS))
+        compiled = self.compilation.finish()
+        for kernel in code.kernels:
+            if kernel.symbol in self.jobs:
+                made = compiled[self.jobs[kernel.symbol]]
+                jit.count("kernels_compiled")
+                _remember(kernel.symbol, made)
+                if (kernel_cache := _kernel_cache(kernel, self.checked)) is not None:
+                    kernel_cache.store(made)
+        objects = [compiled[-1], *(self.found[kernel.symbol] if kernel.symbol in self.found
+                                   else compiled[self.jobs[kernel.symbol]]
+                                   for kernel in code.kernels)]
+        jit.count("compiled")
+        if cache is not None:
+            cache.store(pack_objects(objects))
+            jit.LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
+        else:
+            jit.LOG.debug("disk cache off: compiled to machine code")
+        return objects
 
 
 def _kernel_cache(kernel: KernelModule, checked: bool) -> ObjectCache | None:
@@ -74,22 +108,22 @@ def _kernel_cache(kernel: KernelModule, checked: bool) -> ObjectCache | None:
 def found_object(kernel: KernelModule, checked: bool) -> bytes | None:
     """The object code of `kernel` compiled before, in this process or on disk; None if not."""
     with _lock:
-        object_code = _objects.get(kernel.symbol)
-        if object_code is not None:
+        compiled = _objects.get(kernel.symbol)
+        if compiled is not None:
             _objects.move_to_end(kernel.symbol)
-    if object_code is None:
+    if compiled is None:
         cache = _kernel_cache(kernel, checked)
-        object_code = cache.load() if cache is not None else None
-        if object_code is None:
+        compiled = cache.load() if cache is not None else None
+        if compiled is None:
             return None
-        _remember(kernel.symbol, object_code)
+        _remember(kernel.symbol, compiled)
     jit.count("kernel_hits")
-    return object_code
+    return compiled
 
 
-def _remember(symbol: str, object_code: bytes) -> None:
+def _remember(symbol: str, compiled: bytes) -> None:
     with _lock:
-        _objects[symbol] = object_code
+        _objects[symbol] = compiled
         total = sum(map(len, _objects.values()))
         while total > MEMORY_BYTES and len(_objects) > 1:
             total -= len(_objects.popitem(last=False)[1])

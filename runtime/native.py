@@ -167,15 +167,15 @@ class JitModule:
     @classmethod
     def compile(cls, text: str, cache: ObjectCache | None) -> JitModule:
         """Compile the module `text`; its object code goes into `cache`."""
-        from tracer.runtime import jit
-        object_code = jit.compile_object(text)
+        from tracer.runtime.object_code import compile_object
+        code = compile_object(text)
         count("compiled")
         if cache is not None:
-            cache.store(object_code)
+            cache.store(code)
             LOG.debug("disk cache miss: compiled to machine code, stored as %s", cache.path)
         else:
             LOG.debug("disk cache off: compiled to machine code")
-        return cls.link([object_code])
+        return cls.link([code])
 
     @classmethod
     def load(cls, object_code: bytes, path: str | None = None) -> JitModule:
@@ -198,14 +198,15 @@ class _Engine:
     """Objects linked by llvmlite's MCJIT (an engine over an empty module, the objects added)."""
 
     def __init__(self, objects: Sequence[bytes]):
-        from tracer.runtime import jit
-        llvm = jit.llvm
-        jit.initialize()
+        from tracer.runtime import object_code
+        llvm = object_code.llvm
+        object_code.initialize()
         for name, address in loader.registered_symbols().items():
             llvm.add_symbol(name, address)
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), jit.new_target_machine())
-        for object_code in objects:
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                                 object_code.new_target_machine())
+        for code in objects:
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(code))
         self.engine.finalize_object()
 
     def address(self, name: str) -> int:

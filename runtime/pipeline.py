@@ -5,6 +5,9 @@ the compile report).
     compile_signature   trace → grad → optimize (→ check_grads) → back end → the signature's Entry
     compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
 
+(A kernel module's LLVM compile starts, in the compile worker, as soon as it is rendered: the
+`llvm` step times what is left of it once every module is rendered.)
+
 The other modules each do one of these steps and return here: runtime/recording.py records,
 ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
 runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from tracer import ir
+from tracer.codegen.bounds import RECORD_BYTES
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
 from tracer.ir.graph import Graph, gc_paused
@@ -33,6 +37,7 @@ from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
 from tracer.runtime import native
+from tracer.runtime.arena import AHEAD_BYTES, ArenaAhead
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
@@ -42,7 +47,7 @@ from tracer.runtime.recording import Recorder, Recording
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
-    from tracer.codegen.module import GeneratedCode
+    from tracer.codegen.module import GeneratedCode, KernelModule
     from tracer.ir.loops import LoopProgram
 
 STAGES = (
@@ -171,14 +176,18 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
         from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
-        from tracer.runtime.kernels import compile_program  # (and llvmlite)
+        from tracer.runtime.kernels import ProgramCompilation  # (and llvmlite)
+        arena = ArenaAhead(back_end.arena_size) if back_end.arena_size >= AHEAD_BYTES else None
+        worker = None
         if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
-            compile_worker.start()  # it starts while the kernels are scheduled and rendered
-        code = back_end.code  # scheduled and rendered on a miss only
-        with step("llvm"):
-            objects = compile_program(code, back_end.settings.checked, cache)
+            worker = compile_worker.start()  # it starts while the kernels are scheduled
+        with ProgramCompilation(back_end.settings.checked, worker) as compilation:
+            # scheduled and rendered on a miss only, each kernel compiled from when it is rendered
+            code = back_end.render(compilation.add)
+            with step("llvm"):
+                objects = compilation.finish(code, cache)
         with step("load"):
-            compiled = CompiledFunction(back_end, objects, from_disk_cache=False)
+            compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
     back_end.compile_steps = tuple(back_end.timings)
     return compiled
 
@@ -211,6 +220,8 @@ class BackEnd:
             can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
         with self.step("memory"):
             self.plan: MemoryPlan = plan_memory(self.fused, write_into)
+            # checked code keeps its error record after the temporaries
+            self.arena_size = self.plan.arena_size + (RECORD_BYTES if self.error_record else 0)
             # The kernels check offsets relative to each buffer's pointer; that the temporaries
             # lie inside the arena is a fact of the plan, checked here once.
             overflow = arena_overflow(self.fused, self.plan) if settings.checked else None
@@ -251,15 +262,21 @@ class BackEnd:
     @functools.cached_property
     def code(self) -> GeneratedCode:
         """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
+        return self.render()
+
+    def render(self, on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
+        """`code`, rendered now, each new kernel module handed to `on_kernel` as soon as it is
+        rendered (and before the next is)."""
         from tracer.codegen.module import generate_module
         from tracer.runtime import template_cache
         template_cache.install()
         loops = self.loops
         with self.step("render"):
             settings = self.settings
-            return generate_module(loops, self.plan, self.host.triple, settings.blas,
-                                   settings.layout, settings.profile, settings.checked,
-                                   self.error_record)
+            self.code = generate_module(loops, self.plan, self.host.triple, settings.blas,
+                                        settings.layout, settings.profile, settings.checked,
+                                        self.error_record, on_kernel)
+        return self.code
 
     @property
     def llvm_ir(self) -> str:

@@ -22,7 +22,7 @@ from tracer.ir.schedule import schedule
 from tracer.ir.types import TensorType
 from tracer.ir.verify import VerificationError
 from tracer.ir.verify_loops import verify_loops
-from tracer.runtime import jit
+from tracer.runtime import jit, object_code
 from tracer.runtime.pipeline import compile_graph
 
 
@@ -187,7 +187,7 @@ def test_a_load_at_a_computed_index_runs_in_the_interpreter_and_in_llvm():
     np.testing.assert_array_equal(interpreted, values[indices] * 2)
     code = generate_module(program, MemoryPlan(output_slots=[result]), jit.host().triple,
                            blas=False)
-    module = jit.JitModule.link([jit.compile_object(text) for text in
+    module = jit.JitModule.link([object_code.compile_object(text) for text in
                                  [code.entry, *(kernel.text for kernel in code.kernels)]])
     native = np.zeros(7)
     pointers = (ctypes.c_void_p * 3)(values.ctypes.data, indices.ctypes.data, native.ctypes.data)

@@ -410,20 +410,21 @@ RSS_SCRIPT = textwrap.dedent("""
 
 def test_evicted_signatures_free_their_native_code():
     """60 signatures compiled past a limit of 4 each give back what their native code takes: an
-    evicted signature leaves over 35 KB less than a kept one (measured: ~0.22 MB against ~0.27 MB
-    each, linked by runtime/loader.py; ~0.32 MB kept while MCJIT linked them; what remains is
-    llvmlite's optimizer, which keeps ~95 KB per run, one run per kernel module), and clearing the
-    cache gives back over 15 KB each (measured: ~29 KB; ~65 KB while each kernel module's LLVM
-    text, which a signature keeps, carried every math function)."""
+    evicted signature leaves over 35 KB less than a kept one (measured: ~0.18 MB against ~0.22 MB
+    each, linked by runtime/loader.py; what remains is llvmlite's optimizer, which keeps ~95 KB per
+    run, one run per optimized kernel module: the tanh's, not the matmul's, which only calls BLAS),
+    and clearing the cache gives back over 6 KB each (measured: ~11-12 KB, the linked code's pages
+    and the kernel modules' LLVM text a signature keeps: ~23-29 KB while every module carried the
+    sin/cos reduction tables, ~65 KB while it carried every math function)."""
     environment = dict(os.environ, PYTHONPATH=str(ROOT), TRACER_DISABLE_CACHE="1",
                        OPENBLAS_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     output = subprocess.run([sys.executable, "-c", RSS_SCRIPT], env=environment, check=True,
                             capture_output=True, text=True, timeout=300).stdout
     measured = __import__("json").loads(output.strip().splitlines()[-1])
     assert measured["alive"] == 4
-    assert measured["kept"] > 60 * 240_000, measured  # what the test compares with
+    assert measured["kept"] > 60 * 200_000, measured  # what the test compares with
     assert measured["kept"] - measured["evicted"] > 60 * 35_000, measured
-    assert measured["cleared"] > 60 * 15_000, measured
+    assert measured["cleared"] > 60 * 6_000, measured
 
 
 # Threads -----------------------------------------------------------------------------------------

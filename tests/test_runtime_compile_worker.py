@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracer as tr
-from tracer.runtime import compile_worker, jit, kernels
+from tracer.runtime import compile_worker, kernels, object_code
 
 
 @pytest.fixture(autouse=True)
@@ -36,13 +36,14 @@ def test_the_worker_makes_the_object_code_this_process_makes():
     if worker is None:
         pytest.skip("one processor: no worker is started")
     for text, options in kernel_jobs(2):
-        assert worker.compile((text, options)) == jit.compile_object(text, **options)
+        assert worker.send((text, options))
+        assert worker.receive() == object_code.compile_object(text, **options)
 
 
 def test_compiled_together_each_module_gets_its_own_object_code(monkeypatch):
     monkeypatch.setattr(compile_worker, "MIN_MODULES", 2)
     jobs = kernel_jobs(6)
-    assert compile_worker.compile_objects(jobs) == [jit.compile_object(text, **options)
+    assert compile_worker.compile_objects(jobs) == [object_code.compile_object(text, **options)
                                                     for text, options in jobs]
 
 
@@ -70,7 +71,7 @@ def test_a_dead_worker_leaves_its_modules_to_this_process(monkeypatch):
     worker.process.kill()
     worker.process.wait()
     jobs = kernel_jobs(3)
-    assert compile_worker.compile_objects(jobs) == [jit.compile_object(text, **options)
+    assert compile_worker.compile_objects(jobs) == [object_code.compile_object(text, **options)
                                                     for text, options in jobs]
 
 
@@ -80,7 +81,7 @@ def test_a_module_llvm_refuses_raises_here_as_without_the_worker(monkeypatch):
     broken = ("define void @f() {\n  ret i32 0\n}\n", {"optimized": True,
                                                        "strength_reduction": True})
     with pytest.raises(RuntimeError) as without:
-        jit.compile_object(*broken[:1], **broken[1])
+        object_code.compile_object(*broken[:1], **broken[1])
     with pytest.raises(RuntimeError) as together:
         compile_worker.compile_objects([*jobs, broken])
     assert str(together.value) == str(without.value)

@@ -1,0 +1,148 @@
+"""What the code generator does to keep LLVM's compile time down, checked for what it must not
+change: the values (against numpy; every compiled call is also checked against the reference
+interpreter by tests/conftest.py) and the vectorized loops."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from tracer.ir.memory import ALIGNMENT
+from tracer.runtime import kernels, native, pipeline
+
+
+@pytest.fixture(autouse=True)
+def private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+
+
+def test_math_of_scalars_is_called_out_of_line_before_the_vector_loop():
+    """AdamW's bias corrections: `1 - beta ** step` of 0-d tensors, used by every element. The
+    pow (and the exp) are called, not inlined, and LLVM hoists the calls out of the loop, which
+    still vectorizes."""
+    @tr.trace
+    def update(x, beta, count):
+        return x * (1 - beta ** count) + tr.exp(beta)
+
+    x = np.random.default_rng(0).normal(size=1003).astype(np.float32)  # and a scalar remainder
+    beta, count = np.array(0.9, np.float32), np.array(7.0, np.float32)
+    expected = x * (1 - np.float32(0.9) ** np.float32(7)) + np.exp(np.float32(0.9))
+    np.testing.assert_allclose(update(x, beta, count).numpy(), expected, rtol=2e-7, atol=0)
+    text = update.ir(x, beta, count, stage="llvm")
+    kernel = text[text.index("define internal"):]
+    calls = [kernel.index(f"@tracer.{name}.f32(float") for name in ("pow", "exp")]
+    assert max(calls) < kernel.index("vector.body:")
+    vector_body = kernel[kernel.index("vector.body:"):]
+    assert re.search(r"<\d+ x float>", vector_body[:vector_body.index("\n\n")])
+
+
+def test_math_of_elements_is_inlined_and_vectorized():
+    """The same functions of each element stay inline: the loop vectorizes through them."""
+    @tr.trace
+    def update(x, beta):
+        return beta ** x + tr.exp(x)
+
+    x = np.random.default_rng(1).normal(size=1003).astype(np.float32)
+    beta = np.array(0.9, np.float32)
+    expected = np.float32(0.9) ** x + np.exp(x)
+    np.testing.assert_allclose(update(x, beta).numpy(), expected, rtol=3e-7, atol=0)
+    text = update.ir(x, beta, stage="llvm")
+    kernel = text[text.index("define internal"):]
+    assert "call fastcc float @tracer." not in kernel and "call float @tracer." not in kernel
+    assert re.search(r"<\d+ x float>", kernel)
+
+
+@pytest.mark.parametrize("blas", [True, False], ids=["blas", "loop-nest"])
+def test_kernels_that_only_call_blas_are_compiled_as_the_entry(monkeypatch, blas):
+    """A matmul kernel whose product is one BLAS gemm call per matrix is compiled without LLVM's
+    optimizer, as the entry is; the same product as a loop nest (no BLAS) and the elementwise
+    kernel after it are optimized."""
+    if blas and not native.blas_available():
+        pytest.skip("no BLAS gemm found")
+    monkeypatch.setattr(native, "blas_available", lambda: blas)
+
+    @tr.trace
+    def attention_scores(q, k):
+        return (q @ k.transpose(-1, -2)).tanh()
+
+    rng = np.random.default_rng(2)
+    q, k = (rng.normal(size=(3, 20, 8)).astype(np.float32) for _ in range(2))
+    expected = np.tanh(q @ k.transpose(0, 2, 1))
+    np.testing.assert_allclose(attention_scores(q, k).numpy(), expected, rtol=2e-6, atol=2e-6)
+    (entry,) = attention_scores._signatures.entries.values()
+    modules = entry.executable.back_end.code.kernels
+    calling_blas = ["call void @tracer_sgemm(" in module.text for module in modules]
+    assert any(calling_blas) == blas and not all(calling_blas)
+    for module, calls_blas in zip(modules, calling_blas):
+        assert (kernels.kernel_options(module.text) == kernels.ENTRY_OPTIONS) == calls_blas
+
+
+def test_an_arena_made_ahead_holds_the_temporaries(monkeypatch):
+    """The arena made (and its pages touched) in a thread while the program compiles, as a large
+    one is (runtime/arena.py; every one here), is the one the calls run on: aligned, of the
+    plan's size, and the results are numpy's, call after call."""
+    monkeypatch.setattr(pipeline, "AHEAD_BYTES", 0)
+
+    @tr.trace
+    def layers(x, w):
+        hidden = (x @ w).tanh()
+        return (hidden @ w.T).exp().sum(1), hidden.max()
+
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=(64, 48)), rng.normal(size=(48, 96)) / 8
+    hidden = np.tanh(x @ w)
+    for _ in range(2):
+        total, largest = layers(x, w)
+        np.testing.assert_allclose(total.numpy(), np.exp(hidden @ w.T).sum(1), rtol=1e-12)
+        assert largest.item() == hidden.max()
+    (entry,) = layers._signatures.entries.values()
+    compiled = entry.executable
+    assert compiled.plan.arena_size > 0
+    storage = compiled._arena
+    address = compiled._free_arena[0]
+    assert address % ALIGNMENT == 0
+    assert storage.ctypes.data <= address
+    assert address + compiled._arena_size <= storage.ctypes.data + storage.nbytes
+
+
+def loops_not_unrolled(traced) -> list[bool]:
+    """For each loop of the traced function's one kernel, outermost first, whether its latch
+    carries LLVM's llvm.loop.unroll.disable."""
+    (entry,) = traced._signatures.entries.values()
+    (module,) = entry.executable.back_end.code.kernels
+    text = module.text
+    disabled = {number for number, kind in re.findall(r'^!(\d+) = !{!"([\w.]+)"', text, re.M)
+                if kind == "llvm.loop.unroll.disable"}
+    loops = {number: {str(int(number) + 1)} & disabled
+             for number in re.findall(r"^!(\d+) = distinct", text, re.M)}
+    latches = dict(re.findall(r"br label %(L\d+)\.head(?:, !llvm.loop !(\d+))?", text))
+    heads = re.findall(r"^(L\d+)\.head:", text, re.M)
+    return [bool(loops.get(latches[head])) for head in heads]
+
+
+def test_loops_around_long_loops_are_not_unrolled():
+    """Splitting heads (a transpose of rows of 32 floats, in loops of 6 x 20 rows), as the GPT
+    step does: LLVM is told not to unroll the loops around the rows, and the copy is right."""
+    @tr.trace
+    def split_heads(x):
+        return x.reshape(2, 20, 6, 32).transpose(1, 2).contiguous() * 2.0
+
+    x = np.random.default_rng(5).normal(size=(2, 20, 192)).astype(np.float32)
+    expected = x.reshape(2, 20, 6, 32).transpose(0, 2, 1, 3) * np.float32(2.0)
+    np.testing.assert_array_equal(split_heads(x).numpy(), expected)
+    assert loops_not_unrolled(split_heads) == [True, True, True, False]
+
+
+def test_loops_around_small_loops_may_be_unrolled():
+    """Maxima over windows of 2 x 2 (inner loops of 4 iterations in all): LLVM may unroll the
+    loop around them (and vectorize across the copies), not the loops around that one (8 x 4
+    copies of the window's body and more)."""
+    @tr.trace
+    def pooled(x):
+        return x.reshape(16, 8, 2, 8, 2).amax(dim=(2, 4))
+
+    x = np.random.default_rng(6).normal(size=(16, 16, 16)).astype(np.float32)
+    np.testing.assert_array_equal(pooled(x).numpy(), x.reshape(16, 8, 2, 8, 2).max(axis=(2, 4)))
+    assert loops_not_unrolled(pooled) == [True, True, False, False, False]
