@@ -645,3 +645,19 @@ def test_f29_var_with_a_count_not_above_the_correction(shape, dim, correction, n
     value, gradient = (tr.trace(tr.value_and_grad(loss)) if traced else tr.value_and_grad(loss))(x)
     np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(gradient.numpy(), reference.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="F30: a training step's updated argument differs from PyTorch's "
+                   "(batch_norm of x[None], eager); open")
+def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch):
+    """The program the slow random-program run found on 2026-11-26 (tests/findings/), replayed
+    by the tester itself: eager tracer's argument 2 after the step differs from PyTorch's and
+    from float64 in every element (also at the session's first commit: not a regression)."""
+    import pathlib
+
+    import test_differential as tester
+    monkeypatch.setattr(tester, "event", lambda *args, **kwargs: None)  # (outside hypothesis)
+    text = (pathlib.Path(__file__).parent / "findings"
+            / "f30_batch_norm_of_an_indexed_view_step.txt").read_text()
+    tester.check_program(eval(text, vars(tester)))
