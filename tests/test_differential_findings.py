@@ -648,12 +648,12 @@ def test_f29_var_with_a_count_not_above_the_correction(shape, dim, correction, n
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="F30: a training step's updated argument differs from PyTorch's "
-                   "(batch_norm of x[None], eager); open")
+                   reason="F30: PyTorch's batch_norm gradient of a Fortran-ordered input is "
+                   "wrong (tracer's matches finite differences)")
 def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch):
     """The program the slow random-program run found on 2026-11-26 (tests/findings/), replayed
-    by the tester itself: eager tracer's argument 2 after the step differs from PyTorch's and
-    from float64 in every element (also at the session's first commit: not a regression)."""
+    by the tester itself: the argument after the step differs from PyTorch's, whose gradient is
+    the wrong one (see the next test)."""
     import pathlib
 
     import test_differential as tester
@@ -661,3 +661,35 @@ def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch):
     text = (pathlib.Path(__file__).parent / "findings"
             / "f30_batch_norm_of_an_indexed_view_step.txt").read_text()
     tester.check_program(eval(text, vars(tester)))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_f30_batch_norm_gradient_of_a_fortran_ordered_input(order):
+    """batch_norm(x[None, :, None, ...], training=True) of a C- or Fortran-ordered x: the same
+    gradient, that of float64 central differences (PyTorch 2.13 gives another for "F")."""
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((3, 3))
+    weights = rng.standard_normal((1, 3, 1, 3))
+
+    def loss(x):
+        v = x[None, :, None, :]
+        normalized = (v - v.mean(axis=(0, 2, 3), keepdims=True)) / np.sqrt(
+            v.var(axis=(0, 2, 3), keepdims=True) + 1e-5)
+        return float((normalized * weights).sum())
+
+    expected = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            step = np.zeros((3, 3))
+            step[i, j] = 1e-6
+            expected[i, j] = (loss(values + step) - loss(values - step)) / 2e-6
+    for traced in (False, True):
+        x = tr.from_numpy(np.asarray(values.astype(np.float32), order=order).copy(order=order))
+        x.requires_grad_()
+
+        def step_function(x):
+            y = tr.nn.functional.batch_norm(x[None, :, None, ...], None, None, training=True)
+            (y * tr.tensor(weights.astype(np.float32))).sum().backward()
+
+        (tr.trace(step_function) if traced else step_function)(x)
+        np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-3, atol=1e-4)
