@@ -404,7 +404,12 @@ CALLS = {
     "masked_fill": lambda B, x, other, value: x.masked_fill(other > 0, value),
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
     **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS},
+        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS if name != "batch_norm"},
+    # F30: PyTorch 2.13's batch_norm gradient of a non-contiguous input (a view of a
+    # Fortran-ordered tensor) is wrong (float64 central differences agree with tracer's), so
+    # PyTorch gets the same values contiguous, which changes no value or gradient
+    "batch_norm": lambda B, x, *args, **kwargs: B.m.nn.functional.batch_norm(
+        x.contiguous() if B.is_torch else x, *args, **kwargs),
     # the values of the stable sort (PyTorch's unstable one may order ties otherwise, and send
     # their gradients to other positions)
     "sort": lambda B, x, dim, descending: x.sort(dim=dim, descending=descending,

@@ -647,13 +647,10 @@ def test_f29_var_with_a_count_not_above_the_correction(shape, dim, correction, n
     np.testing.assert_allclose(gradient.numpy(), reference.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="F30: PyTorch's batch_norm gradient of a Fortran-ordered input is "
-                   "wrong (tracer's matches finite differences)")
 def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch):
     """The program the slow random-program run found on 2026-11-26 (tests/findings/), replayed
-    by the tester itself: the argument after the step differs from PyTorch's, whose gradient is
-    the wrong one (see the next test)."""
+    by the tester itself, which now gives PyTorch's batch_norm a contiguous input: tracer agrees
+    (PyTorch's gradient of the non-contiguous view was the wrong one: see the next test)."""
     import pathlib
 
     import test_differential as tester
