@@ -3,8 +3,9 @@
 `CODE_COST[primitive]` is the rough size, in LLVM instructions, of one element of the primitive
 computed inside a loop (the transcendentals are the inline polynomial code of
 codegen/templates/math.ll.j2; an inline reduction is a loop of its own). Fusion bounds the code of
-an inline expression and of a kernel with it (ir/fusion.py), and a row kernel keeps a value for
-its row when recomputing it would cost more (ir/rows.py). A primitive that costs more than one
+an inline expression and of a kernel with it (ir/fusion.py); `TIME_COST` is what it costs in time,
+by which a row kernel keeps a value for its row when recomputing it would cost more
+(ir/rows.py). A primitive that costs more than one
 instruction is EXPENSIVE: fusion stores it rather than recompute it at each element of a
 broadcast. Primitives that never run inline (matmul, scatter, the collective, the gradient
 markers that the optimizer removes, the host callbacks) cost 1: they are kernels, or nothing, of their own.
@@ -33,5 +34,13 @@ CODE_COST: dict[str, int] = {
     "host_callback": 1,
 }
 assert set(CODE_COST) == PRIMITIVES, set(CODE_COST) ^ PRIMITIVES
+
+# What one element costs in time, in the same units, where that differs from its code: a division
+# or a square root is one instruction, but the divider takes 3.5-5 cycles per vector of 8 floats
+# (vdivps, vsqrtps on Zen 2 and Skylake) against 0.5 for an add -- about a third of the inline
+# exp. A row kernel keeps a value for its row by this cost (ir/rows.py): layer norm's normalized
+# row, divided again in three parts of its backward, took 10.0 ms against 8.4 kept (4096x1024,
+# one thread).
+TIME_COST: dict[str, int] = {**CODE_COST, "div": 20, "sqrt": 20}
 
 EXPENSIVE = frozenset(name for name, cost in CODE_COST.items() if cost > 1)

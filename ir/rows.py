@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tracer.ir.fusion import FusedFunction, Kernel, code_cost
+from tracer.ir.costs import TIME_COST
+from tracer.ir.fusion import FusedFunction, Kernel
 from tracer.ir.index_walk import reads_at_own_index
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.primitives import ELEMENTWISE, REDUCE, accumulator_dtype
@@ -52,8 +53,8 @@ ROW_CACHE_BYTES = 512 * 1024
 # with a partial result per reduction across rows.
 ROW_CHUNKS = 32
 # A value that several parts compute is kept a row at a time when computing it from memory costs
-# this much (fusion's CODE_COST units, a read 1): a transcendental function, or a long chain of
-# arithmetic, costs more than the store and the loads of its row in cache.
+# this much (ir/costs.py's TIME_COST units, a read 1): a transcendental function, a division or a
+# long chain of arithmetic costs more than the store and the loads of its row in cache.
 KEEP_COST = 20
 
 
@@ -197,7 +198,7 @@ def _kept_rows(group: _Group, instructions: list[Instruction], parts: list[Kerne
             if value.producer is None or fused.is_materialized(value):
                 costs[id(value)] = 1
             else:
-                costs[id(value)] = code_cost(value.producer) + sum(
+                costs[id(value)] = TIME_COST[value.producer.primitive] + sum(
                     cost(v) for v in value.producer.inputs)
         return costs[id(value)]
 
