@@ -277,3 +277,51 @@ def test_changing_a_scan_s_input_in_place_is_refused_where_pytorch_refuses(name,
         except error:
             outcomes.append("refused")
     assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,)])
+@pytest.mark.parametrize("dtype", [None, "float64"])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("change", ["setitem", "add_"])
+def test_changing_a_scan_s_result_in_place_is_what_pytorch_does(name, dtype, shape, change):
+    """A scan's result is a tensor of its own (a 0-d input's too, scanned as one element):
+    assigning into it or adding to it in place changes it alone, and its gradient follows; where
+    the backward reads the result (cumprod), the change is refused at the backward, as in
+    PyTorch. Found by the slow random-program run: cumsum(0, dtype=float64) of a 0-d tensor was a
+    view-copy of a one-element result, and `y[mask] = x` into it was refused."""
+    outcomes = []
+    for lib, error in ((torch, RuntimeError), (tr, tr.InplaceError)):
+        x = lib.tensor(np.full(shape, 0.5, np.float32), requires_grad=True)
+        options = {} if dtype is None else {"dtype": getattr(lib, dtype)}
+        result = getattr(x, name)(0, **options)
+        value = (x * 3).to(result.dtype)
+        if change == "setitem":
+            result[lib.ones(shape, dtype=lib.bool)] = value.reshape(-1)
+        else:
+            result.add_(value)
+        try:
+            (result * result).sum().backward()
+            outcomes.append([result.detach().numpy(), x.grad.numpy()])
+        except error:
+            outcomes.append("refused")
+    expected, got = outcomes
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        for wanted, actual in zip(expected, got):
+            np.testing.assert_allclose(actual, wanted, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(), (3,)])
+@pytest.mark.parametrize("call", [lambda a: a.cumsum(0), lambda a: a.cumprod(0),
+                                  lambda a: a.prod(), lambda a: a.prod(0)])
+def test_an_integer_scan_s_result_is_a_tensor_of_its_own(call, shape):
+    """Of integers too (no gradient): an in-place change reaches the result alone, as in PyTorch
+    (the product of all elements was a view-copy of its one-element total, and refused it)."""
+    outcomes = []
+    for lib in (torch, tr):
+        x = lib.tensor(np.full(shape, 2, np.int64))
+        result = call(x)
+        result.add_(1)
+        outcomes.append((x.numpy().tolist(), result.numpy().tolist()))
+    assert outcomes[1] == outcomes[0]

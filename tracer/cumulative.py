@@ -145,26 +145,38 @@ def products_of_the_others(x: Tensor, axis: int) -> Tensor:
             * _exclusive(cumulative_product(x, axis, reverse=True), axis, True))
 
 
+def _as_scalar(result: Tensor, scalar: builtins.bool) -> Tensor:
+    """The scan of a 0-d tensor's one element (`scalar`) as a 0-d tensor of its own, not a
+    view-copy of the one-element result: changing it in place is a change of the result, as in
+    PyTorch (whose cumsum of a 0-d tensor returns a new tensor)."""
+    return fresh(result.reshape(())) if scalar else result
+
+
 class _CumulativeSum(NativeFunction):
     """cumsum of x in `dtype`; the gradient the reversed cumsum of the cotangent in x's dtype,
-    as PyTorch's cumsum_backward (not in `dtype`: cumsum(x, dtype=float32) of a float64 x)."""
+    as PyTorch's cumsum_backward (not in `dtype`: cumsum(x, dtype=float32) of a float64 x).
+    `scalar`: x is a 0-d tensor's one element, the result 0-d."""
 
     @staticmethod
-    def forward(ctx, x, axis, dtype):
-        ctx.axis, ctx.dtype = axis, x.dtype
-        return cumulative_sum(x.to(dtype), axis)
+    def forward(ctx, x, axis, dtype, scalar):
+        ctx.axis, ctx.dtype, ctx.shape = axis, x.dtype, x.shape
+        return _as_scalar(cumulative_sum(x.to(dtype), axis), scalar)
 
     @staticmethod
     def backward(ctx, grad_output):
-        return cumulative_sum(grad_output.to(ctx.dtype), ctx.axis, reverse=True), None, None
+        grad_output = grad_output.reshape(ctx.shape)
+        return (cumulative_sum(grad_output.to(ctx.dtype), ctx.axis, reverse=True),
+                None, None, None)
 
 
 class _CumulativeProduct(NativeFunction):
-    """cumprod of x in `dtype`; the gradient PyTorch's cumprod_backward, in x's dtype."""
+    """cumprod of x in `dtype`; the gradient PyTorch's cumprod_backward, in x's dtype.
+    `scalar`: x is a 0-d tensor's one element, the result 0-d (the one saved, as PyTorch saves
+    it: changing it in place before the backward is refused)."""
 
     @staticmethod
-    def forward(ctx, x, axis, dtype):
-        result = cumulative_product(x.to(dtype), axis)
+    def forward(ctx, x, axis, dtype, scalar):
+        result = _as_scalar(cumulative_product(x.to(dtype), axis), scalar)
         ctx.save_for_backward(x, result)
         ctx.axis = axis
         return result
@@ -172,10 +184,11 @@ class _CumulativeProduct(NativeFunction):
     @staticmethod
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
-        grad_output, result = grad_output.to(x.dtype), result.to(x.dtype)
+        grad_output = grad_output.reshape(x.shape).to(x.dtype)
+        result = result.reshape(x.shape).to(x.dtype)
         axis = ctx.axis
         if x.shape[axis] <= 1:
-            return grad_output, None, None
+            return grad_output, None, None, None
         if state.creating_graph:
             # PyTorch's quotient where no element is zero, else the product of the elements
             # before i times s_i = g_i + x_(i+1) s_(i+1): no masks that a second derivative
@@ -187,7 +200,7 @@ class _CumulativeProduct(NativeFunction):
             _, after = _scan((_shifted(x, axis, 1, reverse=True), grad_output), axis, _affine,
                              (1, 0), reverse=True)
             others = _exclusive(cumulative_product(x, axis), axis, False) * after
-            return where(any_zero, others, simple), None, None
+            return where(any_zero, others, simple), None, None, None
         zeros_so_far = cumulative_sum((x == 0).to(int64), axis)
         before_zero = zeros_so_far == 0
         simple = cumulative_sum(where(before_zero, result * grad_output, 0.0), axis,
@@ -199,7 +212,7 @@ class _CumulativeProduct(NativeFunction):
         at_zero = (cumulative_product(where(between, x, 1.0), axis)
                    * where(up_to_second, grad_output, 0.0)).sum(axis, keepdim=True)
         at_zero = at_zero * _folded_product(where(before_zero, x, 1.0), axis)
-        return where(before_zero, simple, where(first_zero, at_zero, 0.0)), None, None
+        return where(before_zero, simple, where(first_zero, at_zero, 0.0)), None, None, None
 
 
 def _part(x: Tensor, axis: int, start: int, length: int) -> Tensor:
@@ -263,9 +276,9 @@ def _cumulative(function, scan, x: Tensor, dim, dtype) -> Tensor:
     target = _result_dtype(x, dtype)
     floats = irtypes.is_float(x.dtype) and irtypes.is_float(target)
     if x.ndim == 0:  # (as one element: cumprod's backward reads it, and refuses its change)
-        return function.apply(x.reshape(1), 0, target).reshape(()) if floats else x.to(target)
+        return function.apply(x.reshape(1), 0, target, True) if floats else x.clone().to(target)
     if floats:
-        return function.apply(x, axis, target)
+        return function.apply(x, axis, target, False)
     return scan(x.to(target), axis)
 
 
@@ -287,7 +300,7 @@ def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> 
         return x.clone()
     if not irtypes.is_float(x.dtype):
         kept = _folded_product(x.reshape(-1) if axis is None else x, axis or 0)
-        return kept.reshape(()) if axis is None else fresh(kept if keepdim else kept.squeeze(axis))
+        return fresh(kept.reshape(()) if axis is None else kept if keepdim else kept.squeeze(axis))
     if axis is None or x.ndim == 0:  # (a 0-d x as one element: its backward reads it)
         return _Product.apply(x.reshape(-1), 0, False, True)
     return _Product.apply(x, axis, keepdim, False)
