@@ -8,12 +8,12 @@ op maps the index (transpose permutes it, slice scales and shifts it, pad tests 
 reduction opens an inner loop around an accumulator, and a gather reads its index operands at the
 index and evaluates its operand where they point. A `check_index` wraps and checks each element
 (`CheckIndex`); a gather checks an index operand itself only when it does not come from one (or
-from an iota that fits). Results are memoized
-per (value, index), so a value shared by several results of the kernel is computed once. An
-`accumulate` kernel zeroes its result and adds its operand into it in memory order; a `scatter`
-kernel copies its target into its result, then stores (or adds) each element of the updates at
-its checked index; a matmul kernel is a gemm, after (for a MatmulUpdate) the loop that stores the
-rest of the expression. The index arithmetic is in ir/schedule_index.py.
+from an iota that fits). Results are memoized per (value, index), so a value shared by several
+results of the kernel is computed once. An `accumulate` kernel zeroes its result and adds its
+operand into it in memory order; a `scatter` kernel copies its target into its result, then
+stores (or adds) each element of the updates at its checked index; a matmul kernel is a gemm,
+after (for a MatmulUpdate) the loop that stores the rest of the expression. The index arithmetic
+is in ir/schedule_index.py; sibling loops are merged by ir/loop_fusion.py.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer
 from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
+from tracer.ir.loop_fusion import fuse_sibling_loops
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_reduce import ReductionKernels
 from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
@@ -395,6 +396,5 @@ def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopPr
     function = fused.function
     kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
                for number, kernel in enumerate(fused.kernels)]
-    returns = [plan.write(v) for v in function.outputs]
-    return LoopProgram(function.name, list(function.parameters), list(plan.output_slots),
-                       returns, plan.arena_size, kernels)
+    return fuse_sibling_loops(LoopProgram(function.name, list(function.parameters), list(
+        plan.output_slots), [plan.write(v) for v in function.outputs], plan.arena_size, kernels))

@@ -1,0 +1,114 @@
+"""Sibling loops merged: two loops one after the other over the same bounds, neither reading what
+the other writes, become one loop whose body is the first's then the second's.
+
+A row kernel computes each part of a row in a loop of its own (ir/schedule_reduce.py): layer
+norm's backward sums the output's gradient for the bias and its product with the normalized row
+for the weight in two loops over the same row, softmax cross-entropy takes the row's maximum and
+the targets' sum in two. Merged, each element is loaded once for both and the loop's overhead is
+paid once.
+
+Two loops merge when the statements between them are only accumulator declarations (moved before
+the first loop: they read nothing), their bounds are the same, the second reads no accumulator the
+first updates (its value is final only after the loop), and no buffer one of them stores is read
+or stored by the other (an element stored at one iteration could be read at another). Loops that
+check indices, call the host, the BLAS or MPI stay as they are. The second loop's counter becomes
+a copy of the first's (an `add 0` LLVM folds), so its body is kept as it was.
+"""
+from __future__ import annotations
+
+from tracer.ir.loops import (Accumulate, Accumulator, Compute, IndexOp, Load, Loop, LoopProgram,
+                             Store)
+
+# The statements a merged loop's body may hold (anything else keeps the loop as it is).
+_MERGEABLE = (Compute, IndexOp, Load, Store, Accumulate, Accumulator, Loop)
+
+
+def fuse_sibling_loops(program: LoopProgram) -> LoopProgram:
+    """`program` with the sibling loops of every kernel's blocks merged (in place)."""
+    for kernel in program.kernels:
+        kernel.body = _fuse_block(kernel.body)
+    return program
+
+
+def _fuse_block(statements: list) -> list:
+    result: list = []
+    for statement in statements:
+        if isinstance(statement, Loop):
+            statement.body = _fuse_block(statement.body)
+            merged = _merge_with_previous(result, statement)
+            if merged:
+                continue
+        result.append(statement)
+    return result
+
+
+def _merge_with_previous(result: list, loop: Loop) -> bool:
+    """Merge `loop` into the last loop of `result` if it may (see the module's docstring)."""
+    declarations = []
+    position = len(result) - 1
+    while position >= 0 and isinstance(result[position], Accumulator):
+        declarations.append(result[position])
+        position -= 1
+    if position < 0 or not isinstance(result[position], Loop):
+        return False
+    first = result[position]
+    if (first.begin, first.end) != (loop.begin, loop.end):
+        return False
+    first_effects, second_effects = _effects(first.body), _effects(loop.body)
+    if first_effects is None or second_effects is None:
+        return False
+    first_loads, first_stores, first_updates = first_effects
+    second_loads, second_stores, second_reads = second_effects[0], second_effects[1], set()
+    _collect_reads(loop.body, second_reads)
+    if (first_stores & (second_loads | second_stores) or second_stores & first_loads
+            or first_updates & second_reads):
+        return False
+    # the declarations between them go before the first loop
+    del result[position + 1:]
+    result[position:position] = reversed(declarations)
+    first.body = first.body + [IndexOp(loop.counter, "add", (first.counter, 0))] + loop.body
+    return True
+
+
+def _effects(statements: list) -> tuple[set[str], set[str], set[str]] | None:
+    """(buffers loaded, buffers stored, accumulators updated) by `statements`, or None if one of
+    them is not one a merged loop may hold."""
+    loads: set[str] = set()
+    stores: set[str] = set()
+    updates: set[str] = set()
+    for statement in statements:
+        if not isinstance(statement, _MERGEABLE):
+            return None
+        if isinstance(statement, Load):
+            loads.add(statement.buffer)
+        elif isinstance(statement, Store):
+            stores.add(statement.buffer)
+        elif isinstance(statement, Accumulate):
+            updates.add(statement.name)
+        elif isinstance(statement, Loop):
+            inner = _effects(statement.body)
+            if inner is None:
+                return None
+            loads |= inner[0]
+            stores |= inner[1]
+            updates |= inner[2]
+    return loads, stores, updates
+
+
+def _collect_reads(statements: list, reads: set[str]) -> None:
+    """Add the registers `statements` read to `reads`."""
+    for statement in statements:
+        if isinstance(statement, (Compute, IndexOp)):
+            operands = statement.operands
+        elif isinstance(statement, Load):
+            operands = (statement.offset,)
+        elif isinstance(statement, Store):
+            operands = (statement.offset, statement.operand)
+        elif isinstance(statement, Accumulate):
+            operands = (statement.name, statement.operand)
+        elif isinstance(statement, Loop):
+            operands = (statement.begin, statement.end)
+            _collect_reads(statement.body, reads)
+        else:
+            operands = ()
+        reads.update(o for o in operands if isinstance(o, str))

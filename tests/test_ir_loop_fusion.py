@@ -1,0 +1,131 @@
+"""Sibling loops merged (ir/loop_fusion.py): loops over the same bounds, neither reading what the
+other writes, become one; every other pair stays as it is. Each program runs in the loop IR's
+interpreter against numpy, merged or not; the row kernels of layer norm and cross-entropy through
+the API (conftest.py checks their compiled code against the reference interpreter)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracer.ir.loop_fusion import fuse_sibling_loops
+from tracer.ir.loop_interpreter import run_program
+from tracer.ir.loops import (Accumulate, Accumulator, Buffer, Compute, IndexOp, Load, Loop,
+                             LoopKernel, LoopProgram, Store)
+from tracer.ir.graph import Value
+from tracer.ir.memory import Location
+from tracer.ir.types import TensorType
+from tracer.ir.verify_loops import verify_loops
+from tracer.ir import schedule as schedule_module
+
+from test_ir_rows import (assert_close_to_torch, compiled, cross_entropy_arrays,
+                          cross_entropy_step, layer_norm_arrays, layer_norm_step, torch_results)
+
+ROWS, COLUMNS = 3, 4
+F64 = np.dtype(np.float64)
+
+
+def row_program(second: str) -> LoopProgram:
+    """For each row r of a and b (3x4): s = sum(a[r]); m = max over j of b[r, j] (or of
+    b[r, j] - s, or over 3 elements, or of out1 read backwards, as `second` says); out0[r] =
+    s + m. The first loop also copies a's row into out1."""
+    a, b, copy = (Value(name, TensorType((ROWS, COLUMNS), "f64")) for name in ("a", "b", "copy"))
+    result = Value("r", TensorType((ROWS,), "f64"))
+    first = Loop("%i", 0, COLUMNS, [
+        IndexOp("%p", "add", ("%o", "%i")),
+        Load("%x", "in0", "%p", a),
+        Store("out1", "%p", "%x", copy),
+        Accumulate("%s", "add", "%x", F64)])
+    end = COLUMNS - 1 if second == "fewer elements" else COLUMNS
+    body = [IndexOp("%q", "add", ("%o", "%j"))]
+    if second == "reads the copy backwards":  # out1[r, 3 - j]: stored at another iteration
+        body += [IndexOp("%back", "sub", ("%o2", "%j")), Load("%y", "out1", "%back", copy)]
+    else:
+        body += [Load("%y", "in1", "%q", b)]
+    if second == "reads the sum":
+        body += [Compute("%z", "sub", ("%y", "%s"), (F64, F64), F64)]
+    else:
+        body += [Compute("%z", "add", ("%y", 0.0), (F64, F64), F64)]
+    body += [Accumulate("%m", "maximum", "%z", F64)]
+    between = ([Compute("%t", "mul", ("%s", 1.0), (F64, F64), F64)]
+               if second == "a computation between" else [])
+    rows = Loop("%r", "begin", "end", [
+        IndexOp("%o", "mul", ("%r", COLUMNS)),
+        IndexOp("%o2", "add", ("%o", COLUMNS - 1)),
+        Accumulator("%s", F64, 0.0),
+        first,
+        *between,
+        Accumulator("%m", F64, -np.inf),
+        Loop("%j", 0, end, body),
+        Compute("%total", "add", ("%s", "%m"), (F64, F64), F64),
+        Store("out0", "%r", "%total", result)])
+    kernel = LoopKernel("kernel_0", "loop", [
+        Buffer("in0", a, Location("parameter", 0)), Buffer("in1", b, Location("parameter", 1)),
+        Buffer("out0", result, Location("output", 0)), Buffer("out1", copy, Location("output", 1))],
+        [rows], ROWS)
+    return LoopProgram("rows", [a, b], [result, copy], [Location("output", 0),
+                                                         Location("output", 1)], 0, [kernel])
+
+
+def expected(second: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    sums = a.sum(1)
+    if second == "reads the copy backwards":
+        return sums + a.max(1)
+    if second == "reads the sum":
+        return sums + (b - sums[:, None]).max(1)
+    if second == "fewer elements":
+        return sums + b[:, :COLUMNS - 1].max(1)
+    return sums + b.max(1)
+
+
+def loops_in_rows(program: LoopProgram) -> int:
+    return sum(isinstance(s, Loop) for s in program.kernels[0].body[0].body)
+
+
+@pytest.mark.parametrize("second, merged", [
+    ("independent", True),
+    ("reads the sum", False),  # final only after the first loop
+    ("reads the copy backwards", False),  # the first loop stores what it loads
+    ("fewer elements", False),
+    ("a computation between", False),
+])
+def test_sibling_loops_merge_only_when_neither_reads_what_the_other_writes(second, merged):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((ROWS, COLUMNS)), rng.standard_normal((ROWS, COLUMNS))
+    program = fuse_sibling_loops(row_program(second))
+    verify_loops(program)
+    assert loops_in_rows(program) == (1 if merged else 2)
+    for result in (run_program(program, [a, b]), run_program(row_program(second), [a, b])):
+        np.testing.assert_allclose(result[0], expected(second, a, b), rtol=1e-12)
+        np.testing.assert_array_equal(result[1], a)
+    if merged:  # the second accumulator is declared before the merged loop
+        rows = program.kernels[0].body[0].body
+        assert [type(s).__name__ for s in rows[:5]] == [
+            "IndexOp", "IndexOp", "Accumulator", "Accumulator", "Loop"]
+
+
+def loops_per_depth(program: LoopProgram) -> list[int]:
+    """How many loops the first kernel has at each depth of nesting."""
+    counts: list[int] = []
+
+    def walk(statements: list, depth: int) -> None:
+        for statement in statements:
+            if isinstance(statement, Loop):
+                counts.extend([0] * (depth + 1 - len(counts)))
+                counts[depth] += 1
+                walk(statement.body, depth + 1)
+    walk(program.kernels[0].body, 0)
+    return counts
+
+
+@pytest.mark.parametrize("step, arrays, separate, merged", [
+    # the chunk's two zero fills; per row, the output with the bias's sum and the weight's sum
+    # with the gradient's row sum
+    (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 8], [1, 2, 6]),
+    # per row, the maximum with the targets' sum, the loss with the gradient's row sum
+    (cross_entropy_step, cross_entropy_arrays((37, 24), np.float32), [1, 1, 8], [1, 1, 6]),
+])
+def test_row_kernels_merge_their_independent_passes(monkeypatch, step, arrays, separate, merged):
+    assert loops_per_depth(compiled(step, arrays).loops) == merged
+    assert_close_to_torch(compiled(step, arrays)(arrays), torch_results(step, arrays), np.float32)
+    monkeypatch.setattr(schedule_module, "fuse_sibling_loops", lambda program: program)
+    assert loops_per_depth(compiled(step, arrays).loops) == separate
