@@ -86,6 +86,16 @@ def scalar_power(x: Tensor, exponent: float) -> Tensor:
     return _ScalarPower.apply(x, float(exponent))
 
 
+def _reduced(kept: Tensor, axes, keepdim: builtins.bool) -> Tensor:
+    """A reduction's result with the dimensions `axes` kept (`keepdim`) or dropped: a tensor of its
+    own either way, not a view-copy of the kept one (an in-place change of it is a change of the
+    result, as in PyTorch)."""
+    if keepdim:
+        return kept
+    from tracer.layout import fresh  # (tracer.layout imports tracer.dispatch, as this does)
+    return fresh(kept.reshape(tuple(d for i, d in enumerate(kept.shape) if i not in axes)))
+
+
 class _LogSumExp(NativeFunction):
     @staticmethod
     def forward(ctx, x, axes, keepdim):
@@ -96,14 +106,18 @@ class _LogSumExp(NativeFunction):
             x.sum(axes, keepdim=True))
         shift = _where(shift.abs() == float("inf"), 0.0, shift)
         kept = (x - shift).exp().sum(axes, keepdim=True).log() + shift
-        # the result it returns (its dimensions kept; the caller drops them), so that at second
-        # order the saved result stands for the output and its own gradient is followed
-        ctx.save_for_backward(x, kept)
-        return kept
+        # the result it returns is the one saved, as PyTorch saves it: at second order it stands
+        # for the output and its own gradient is followed, and changing it in place before the
+        # backward is refused
+        result = _reduced(kept, axes, keepdim)
+        ctx.save_for_backward(x, result)
+        ctx.kept_shape = kept.shape
+        return result
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, kept = ctx.saved_tensors
+        x, result = ctx.saved_tensors
+        kept = result.reshape(ctx.kept_shape)
         # logsumexp_backward: grad * exp(x - result), 0 where the result is +inf and x finite
         return grad_output.reshape(kept.shape) * (x - kept).exp(), None, None
 
@@ -114,10 +128,8 @@ def logsumexp(x: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
         x = x.to(irtypes.float32)
     axes = normalize_dims(dim, x.ndim)
     if not axes:
-        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False).reshape(x.shape)
-    kept = _LogSumExp.apply(x, axes, keepdim)
-    return kept if keepdim else kept.reshape(tuple(
-        d for i, d in enumerate(x.shape) if i not in axes))
+        return _LogSumExp.apply(x.reshape((1,) + x.shape), (0,), False)
+    return _LogSumExp.apply(x, axes, keepdim)
 
 
 class EvenlyDistributed(NativeFunction):
@@ -194,13 +206,15 @@ class _PowerNorm(NativeFunction):
         else:
             norm = power_value(power_value(magnitude, p).sum(axes), 1.0 / p)
         kept = norm._keep(axes, x.shape)
-        ctx.save_for_backward(x, kept)  # the output (see _LogSumExp): power_norm drops the dims
-        ctx.p, ctx.axes = p, axes
-        return kept
+        result = _reduced(kept, axes, keepdim)
+        ctx.save_for_backward(x, result)  # the output (see _LogSumExp)
+        ctx.p, ctx.axes, ctx.kept_shape = p, axes, kept.shape
+        return result
 
     @staticmethod
     def backward(ctx, grad_output):
         x, norm = ctx.saved_tensors
+        norm = norm.reshape(ctx.kept_shape)
         p, axes = ctx.p, ctx.axes
         grad = grad_output.reshape(norm.shape)
         sign = x.sign()
@@ -220,10 +234,7 @@ class _PowerNorm(NativeFunction):
 
 
 def power_norm(x: Tensor, p, dim, keepdim: builtins.bool) -> Tensor:
-    kept = _PowerNorm.apply(x, float(p), dim, keepdim)
-    axes = normalize_dims(dim, x.ndim)
-    return kept if keepdim else kept.reshape(tuple(
-        d for i, d in enumerate(x.shape) if i not in axes))
+    return _PowerNorm.apply(x, float(p), dim, keepdim)
 
 
 class _Lerp(NativeFunction):
