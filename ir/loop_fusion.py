@@ -8,9 +8,11 @@ the targets' sum in two. Merged, each element is loaded once for both and the lo
 paid once.
 
 Two loops merge when the statements between them are only accumulator declarations (moved before
-the first loop: they read nothing), their bounds are the same, the second reads no accumulator the
-first updates (its value is final only after the loop), and no buffer one of them stores is read
-or stored by the other (an element stored at one iteration could be read at another). Loops that
+the first loop, so none may start from what the first loop updates), their bounds are the same,
+neither reads an accumulator the other updates (its value is final only after its loop), and no
+buffer one of them stores is read or stored by the other (an element stored at one iteration
+could be read at another), and either both hold loops or neither does (LLVM vectorizes only an
+innermost loop). Loops that
 check indices, call the host, the BLAS or MPI stay as they are. The second loop's counter becomes
 a copy of the first's (an `add 0` LLVM folds), so its body is kept as it was.
 """
@@ -52,22 +54,34 @@ def _merge_with_previous(result: list, loop: Loop) -> bool:
     if position < 0 or not isinstance(result[position], Loop):
         return False
     first = result[position]
-    if (first.begin, first.end) != (loop.begin, loop.end):
+    if (first.begin, first.end) != (loop.begin, loop.end) or _nests(first) != _nests(loop):
         return False
     first_effects, second_effects = _effects(first.body), _effects(loop.body)
     if first_effects is None or second_effects is None:
         return False
     first_loads, first_stores, first_updates = first_effects
-    second_loads, second_stores, second_reads = second_effects[0], second_effects[1], set()
+    second_loads, second_stores, second_updates = second_effects
+    first_reads: set[str] = set()
+    second_reads: set[str] = set()
+    _collect_reads(first.body, first_reads)
     _collect_reads(loop.body, second_reads)
+    # an accumulator either loop updates is read by the other, or starts one declared between
+    # them, only once it is final
+    initials = {d.initial for d in declarations if isinstance(d.initial, str)}
     if (first_stores & (second_loads | second_stores) or second_stores & first_loads
-            or first_updates & second_reads):
+            or first_updates & (second_reads | initials) or second_updates & first_reads):
         return False
     # the declarations between them go before the first loop
     del result[position + 1:]
     result[position:position] = reversed(declarations)
     first.body = first.body + [IndexOp(loop.counter, "add", (first.counter, 0))] + loop.body
     return True
+
+
+def _nests(loop: Loop) -> bool:
+    """Whether `loop` holds a loop: an innermost loop merged into one that does would no longer be
+    innermost, and LLVM vectorizes only innermost loops."""
+    return any(isinstance(statement, Loop) for statement in loop.body)
 
 
 def _effects(statements: list) -> tuple[set[str], set[str], set[str]] | None:

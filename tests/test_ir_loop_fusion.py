@@ -30,10 +30,13 @@ def row_program(second: str) -> LoopProgram:
     s + m. The first loop also copies a's row into out1."""
     a, b, copy = (Value(name, TensorType((ROWS, COLUMNS), "f64")) for name in ("a", "b", "copy"))
     result = Value("r", TensorType((ROWS,), "f64"))
+    reads_maximum = second == "the first reads the maximum"
     first = Loop("%i", 0, COLUMNS, [
         IndexOp("%p", "add", ("%o", "%i")),
         Load("%x", "in0", "%p", a),
-        Store("out1", "%p", "%x", copy),
+        # x + m, m still 0 (its initial value) while the first loop runs
+        *([Compute("%c", "add", ("%x", "%m"), (F64, F64), F64)] if reads_maximum else []),
+        Store("out1", "%p", "%c" if reads_maximum else "%x", copy),
         Accumulate("%s", "add", "%x", F64)])
     end = COLUMNS - 1 if second == "fewer elements" else COLUMNS
     body = [IndexOp("%q", "add", ("%o", "%j"))]
@@ -48,13 +51,16 @@ def row_program(second: str) -> LoopProgram:
     body += [Accumulate("%m", "maximum", "%z", F64)]
     between = ([Compute("%t", "mul", ("%s", 1.0), (F64, F64), F64)]
                if second == "a computation between" else [])
+    maximum = Accumulator("%m", F64, {"starts from the sum": "%s",
+                                      "the first reads the maximum": 0.0}.get(second, -np.inf))
     rows = Loop("%r", "begin", "end", [
         IndexOp("%o", "mul", ("%r", COLUMNS)),
         IndexOp("%o2", "add", ("%o", COLUMNS - 1)),
         Accumulator("%s", F64, 0.0),
+        *([maximum] if reads_maximum else []),
         first,
         *between,
-        Accumulator("%m", F64, -np.inf),
+        *([] if reads_maximum else [maximum]),
         Loop("%j", 0, end, body),
         Compute("%total", "add", ("%s", "%m"), (F64, F64), F64),
         Store("out0", "%r", "%total", result)])
@@ -74,6 +80,10 @@ def expected(second: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return sums + (b - sums[:, None]).max(1)
     if second == "fewer elements":
         return sums + b[:, :COLUMNS - 1].max(1)
+    if second == "starts from the sum":
+        return sums + np.maximum(sums, b.max(1))
+    if second == "the first reads the maximum":
+        return sums + np.maximum(0.0, b.max(1))
     return sums + b.max(1)
 
 
@@ -87,6 +97,8 @@ def loops_in_rows(program: LoopProgram) -> int:
     ("reads the copy backwards", False),  # the first loop stores what it loads
     ("fewer elements", False),
     ("a computation between", False),
+    ("starts from the sum", False),  # declared between: it cannot move before the first loop
+    ("the first reads the maximum", False),  # which the second updates
 ])
 def test_sibling_loops_merge_only_when_neither_reads_what_the_other_writes(second, merged):
     rng = np.random.default_rng(0)
@@ -129,3 +141,27 @@ def test_row_kernels_merge_their_independent_passes(monkeypatch, step, arrays, s
     assert_close_to_torch(compiled(step, arrays)(arrays), torch_results(step, arrays), np.float32)
     monkeypatch.setattr(schedule_module, "fuse_sibling_loops", lambda program: program)
     assert loops_per_depth(compiled(step, arrays).loops) == separate
+
+
+def test_a_loop_holding_a_loop_and_an_innermost_loop_stay_apart():
+    """Merged, the innermost loop's body would sit beside a loop, and LLVM vectorizes only
+    innermost loops: the two stay as they are (and compute what they computed)."""
+    program = row_program("independent")
+    # a sibling of the rows loop over the same range, independent of it: out2[r] = 2 * a[r, 0]
+    doubled = Value("d", TensorType((ROWS,), "f64"))
+    program.kernels[0].buffers.append(Buffer("out2", doubled, Location("output", 2)))
+    program.output_slots.append(doubled)
+    program.returns.append(Location("output", 2))
+    program.kernels[0].body.append(Loop("%r2", "begin", "end", [
+        IndexOp("%first", "mul", ("%r2", COLUMNS)),
+        Load("%head", "in0", "%first", program.parameters[0]),
+        Compute("%twice", "mul", ("%head", 2.0), (F64, F64), F64),
+        Store("out2", "%r2", "%twice", doubled)]))
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((ROWS, COLUMNS)), rng.standard_normal((ROWS, COLUMNS))
+    fuse_sibling_loops(program)
+    verify_loops(program)
+    assert sum(isinstance(s, Loop) for s in program.kernels[0].body) == 2
+    results = run_program(program, [a, b])
+    np.testing.assert_allclose(results[0], expected("independent", a, b), rtol=1e-12)
+    np.testing.assert_array_equal(results[2], 2 * a[:, 0])
