@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import tracer as tr
-import tracer.nn.functional as F
 from torch_oracle import compare_with_torch
 
 torch = pytest.importorskip("torch")
