@@ -34,6 +34,7 @@ OPERATIONS = {
     "sinh": lambda lib, t: t.sinh(),
     "scalar power": lambda lib, t: 2 ** t,
     "logsumexp": lambda lib, t: t.logsumexp(0),
+    "softmax": lambda lib, t: t.softmax(0),
     "norm": lambda lib, t: t.norm(),
     "max(dim)": lambda lib, t: t.max(0).values,
     "var": lambda lib, t: t.var(),

@@ -149,6 +149,27 @@ def test_signs_of_zero_and_of_the_smallest_subnormals(primitive, dtype):
     np.testing.assert_array_equal(np.signbit(actual[both]), np.signbit(expected[both]))
 
 
+@pytest.mark.parametrize("dtype, zero_from", [("f32", -104.0), ("f64", -746.0)])
+def test_exp_is_positive_zero_from_its_threshold_down_and_subnormal_just_above(dtype, zero_from):
+    # exp selects 0 at and below `zero_from` instead of underflowing there (a masked softmax's
+    # -inf elements): the values beside that threshold, in a vector loop's lanes and its tail
+    numpy_dtype = {"f32": np.float32, "f64": np.float64}[dtype]
+    info = np.finfo(numpy_dtype)
+    near = np.nextafter(numpy_dtype(zero_from), numpy_dtype(0), dtype=numpy_dtype)
+    inputs = np.array([-np.inf, info.min, -1e30, -1000.0, zero_from, near, zero_from + 0.5,
+                       zero_from + 10.0, -50.0, 0.0, np.nan] * 7, numpy_dtype)
+    (actual,) = compile_unary("exp", dtype, inputs.size)([inputs])
+    with np.errstate(all="ignore"):
+        expected = np.exp(inputs.astype(np.float64)).astype(numpy_dtype)
+    assert ulp_distance(actual, expected).max() <= 1
+    below = inputs <= zero_from
+    np.testing.assert_array_equal(actual[below], 0.0)
+    assert not np.signbit(actual[below]).any()
+    # just above the threshold the results are subnormal, not flushed to 0
+    assert ((actual[inputs == zero_from + 10.0] > 0)
+            & (actual[inputs == zero_from + 10.0] < info.smallest_normal)).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("primitive", sorted(CASES))
 def test_float32_within_documented_ulps_dense(primitive):
