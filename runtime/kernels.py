@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from tracer.codegen.symbols import LIBRARY_CALLS_MARK
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
 from tracer.runtime import jit
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
@@ -37,11 +37,13 @@ ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence o
 
 def kernel_options(text: str) -> dict[str, bool]:
     """How `object_code.compile_object` compiles a kernel module: as the entry if it only calls
-    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized, and with loop strength
-    reduction unless its loops index by division or remainder (see object_code._code_generation)."""
+    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized -- quickly if its work does not
+    matter (QUICK_MARK) -- and with loop strength reduction unless its loops index by division or
+    remainder (see object_code._code_generation)."""
     if text.startswith(LIBRARY_CALLS_MARK):
         return dict(ENTRY_OPTIONS)
-    return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
+    return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text),
+            "quick": text.startswith(QUICK_MARK)}
 
 
 class ProgramCompilation:
