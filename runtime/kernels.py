@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
-from tracer.runtime import jit
+from tracer.runtime import jit, pool
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ class ProgramCompilation:
     stored together in the program's cache entry. Each kernel module is added as soon as it is
     rendered (`add`): found compiled, or compiled from then on (runtime/compile_worker.py: by
     `worker` if there is one, while the rest are rendered); `finish` adds the entry, compiles
-    what is left and returns them. Used as a context manager: leaving it by an exception stops the
+    what is left and returns them. The thread pool's module, if the kernels call it and this
+    process has none yet, is compiled with them (pool.compile_job), first, and started before
+    they are loaded. Used as a context manager: leaving it by an exception stops the
     compilation."""
 
     def __init__(self, checked: bool, worker: Worker | None = None):
@@ -60,6 +62,8 @@ class ProgramCompilation:
         self.compilation = compile_worker.Compilation(worker)
         self.found: dict[str, bytes] = {}  # by symbol
         self.jobs: dict[str, int] = {}  # the compilation's job of each kernel not found, by symbol
+        self.pool_job: int | None = None  # the compilation's job of the thread pool, if any
+        self.pool_asked = False
 
     def __enter__(self) -> ProgramCompilation:
         return self
@@ -70,6 +74,13 @@ class ProgramCompilation:
     def add(self, kernel: KernelModule) -> None:
         if kernel.symbol in self.found or kernel.symbol in self.jobs:
             return
+        if not self.pool_asked and pool.needed_by(kernel.text):
+            self.pool_asked = True
+            text = pool.compile_job()
+            if text is not None:
+                self.pool_job = len(self.jobs)
+                self.jobs[pool.SYMBOL] = self.pool_job
+                self.compilation.add((text, {"optimized": True, "strength_reduction": True}))
         compiled = found_object(kernel, self.checked)
         if compiled is not None:
             self.found[kernel.symbol] = compiled
@@ -82,6 +93,8 @@ class ProgramCompilation:
             self.add(kernel)
         self.compilation.add((code.entry, ENTRY_OPTIONS))
         compiled = self.compilation.finish()
+        if self.pool_job is not None:
+            pool.start(compiled[self.pool_job])
         for kernel in code.kernels:
             if kernel.symbol in self.jobs:
                 made = compiled[self.jobs[kernel.symbol]]
