@@ -39,6 +39,31 @@ def test_math_of_scalars_is_called_out_of_line_before_the_vector_loop():
     assert re.search(r"<\d+ x float>", vector_body[:vector_body.index("\n\n")])
 
 
+def test_math_called_only_out_of_line_is_left_unoptimized_and_the_loop_still_vectorizes():
+    """A pow of scalars (AdamW's `beta ** step`, float64) next to an exp of each element: the pow,
+    called only out of line, is left to LLVM's quick code generator (optnone); the exp, also
+    inlined into the loop, is optimized; the loop vectorizes with the pow's call before it, and
+    the results are numpy's."""
+    @tr.trace
+    def update(x, beta, count):
+        return x * (1 - beta ** count).float() + tr.exp(x)
+
+    x = np.random.default_rng(9).normal(size=1003).astype(np.float32)
+    beta, count = np.array(0.999), np.array(12.0)
+    expected = x * np.float32(1 - 0.999 ** 12.0) + np.exp(x)
+    np.testing.assert_allclose(update(x, beta, count).numpy(), expected, rtol=3e-7, atol=0)
+    (entry,) = update._signatures.entries.values()
+    (module,) = [m for m in entry.executable.back_end.code.kernels if "@tracer.pow.f64(" in m.text]
+    definitions = dict(re.findall(r"^define internal [^@\n]*@(tracer\.[\w.]+)\(.*\) (#\d) \{$",
+                                  module.text, re.MULTILINE))
+    assert definitions["tracer.pow.f64"] == codegen_module.OUT_OF_LINE_ONLY
+    assert definitions["tracer.exp.f32"] == "#0"
+    text = update.ir(x, beta, count, stage="llvm")
+    kernel = text[text.index("define internal fastcc void @kernel"):]
+    assert kernel.index("@tracer.pow.f64(double") < kernel.index("vector.body:")
+    assert re.search(r"<\d+ x float>", kernel)
+
+
 def test_math_of_elements_is_inlined_and_vectorized():
     """The same functions of each element stay inline: the loop vectorizes through them."""
     @tr.trace
