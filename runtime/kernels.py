@@ -136,6 +136,13 @@ def found_object(kernel: KernelModule, checked: bool) -> bytes | None:
     return compiled
 
 
+def forget() -> None:
+    """Forget the kernel objects this process compiled or loaded (the benchmarks time a fresh
+    compile so)."""
+    with _lock:
+        _objects.clear()
+
+
 def _remember(symbol: str, compiled: bytes) -> None:
     with _lock:
         _objects[symbol] = compiled
