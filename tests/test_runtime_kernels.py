@@ -115,7 +115,7 @@ def test_forgotten_kernels_are_compiled_again(monkeypatch):
         if forget:
             kernels.forget()
         traced = tr.trace(two_layers)  # a new function: not the in-memory program of the last
-        result, count = counted(lambda: traced(*(tr.tensor(a) for a in arrays)))
+        result, count = counted(lambda traced=traced: traced(*(tr.tensor(a) for a in arrays)))
         np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12)
         counts.append(count)
         del traced, result
