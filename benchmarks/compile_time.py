@@ -81,9 +81,13 @@ def tracer_seconds(first_call) -> tuple[float, float]:
 
 
 def gpt_first_call():
-    """The first call of the GPT step (traced, then compiled), from a fresh model."""
+    """The first call of the GPT step (traced, then compiled), from a fresh model, with none of
+    its kernels compiled in this process before (runtime/kernels.py keeps them in memory: a
+    repeat found every one and took a third of the time)."""
     import tracer as tr
     from benchmarks.harness import load_example
+    from tracer.runtime import kernels
+    kernels.forget()
     example = load_example("transformer.py")
     text = example.Characters(example.corpus()[:100_000])
     settings = {k: v for k, v in GPT.items() if k != "batch"}

@@ -10,12 +10,13 @@ import re
 from typing import Callable, NamedTuple
 
 from tracer.codegen.bounds import Sites
-from tracer.codegen.lowering import LLVM_TYPE
+from tracer.codegen.lowering import LLVM_TYPE, OUT_OF_LINE
 from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
                                     HOST_CALLBACK_DECLARATION, record_register, render_kernel)
-from tracer.codegen.symbols import LIBRARY_CALLS_MARK
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
 from tracer.codegen.template_environment import render
-from tracer.ir.loops import AllReduce, Gemm, HostCall, LoopKernel, LoopProgram, checks_indices
+from tracer.ir.loops import (AllReduce, Gemm, HostCall, Loop, LoopKernel, LoopProgram,
+                             checks_indices)
 from tracer.ir.memory import Location, MemoryPlan
 
 
@@ -112,6 +113,29 @@ def header_for(header: str, body: str) -> str:
     return "".join(piece for index, piece in enumerate(pieces) if index not in dropped)
 
 
+# A call of a math function of templates/math.ll.j2 (`@tracer.exp.f32`), kept out of line or not.
+_MATH_CALL = re.compile(rf"call [^@\n]*@(tracer\.[\w.]+)\([^\n]*\)( {OUT_OF_LINE})?$", re.MULTILINE)
+# The attribute group (templates/kernel_header.ll.j2) of a math function every call of which in
+# its module is kept out of line: computed once per call of the kernel (a value no loop changes),
+# it is left unoptimized, compiled by LLVM's quick code generator (its callees still inlined into
+# it); still free of memory effects, so that LLVM hoists its calls out of the loops, which
+# vectorize. AdamW's bias corrections (`beta ** step`, a pow of float64) so took 64 ns a call
+# instead of 44, with the same bits; the 6 modules of the GPT step that call it, 298 ms of LLVM's
+# CPU time instead of 395.
+OUT_OF_LINE_ONLY = "#5"
+
+
+def unoptimized_out_of_line(text: str) -> str:
+    """`text` with each math function that is only called out of line given OUT_OF_LINE_ONLY."""
+    inline, out_of_line = set(), set()
+    for name, kept in _MATH_CALL.findall(text):
+        (out_of_line if kept else inline).add(name)
+    for name in out_of_line - inline:
+        text = re.sub(rf"^(define internal [^@\n]*@{re.escape(name)}\([^\n]*\)) #0 {{",
+                      rf"\1 {OUT_OF_LINE_ONLY} {{", text, count=1, flags=re.MULTILINE)
+    return text
+
+
 def calls_libraries_only(kernel: LoopKernel, blas: bool) -> bool:
     """Whether each statement of `kernel` is a call of a library: a BLAS gemm, MPI, a host
     callback (whose code is compiled as the entry's: see symbols.LIBRARY_CALLS_MARK)."""
@@ -119,21 +143,68 @@ def calls_libraries_only(kernel: LoopKernel, blas: bool) -> bool:
                for statement in kernel.body)
 
 
+# Kernels doing together at most this fraction of their program's work (counted in statements
+# executed) are compiled with LLVM's quick pipeline (QUICK_MARK): the GPT step's 9 smallest
+# kernel modules (0.03% of its work: AdamW's updates of 192-element parameters) took 246 ms of
+# LLVM's CPU time at O3 and 95 ms so, each then running in ~13 us instead of 3 (+0.03% of the
+# step). A statement of scalar code costs more than one of vectorized code: at 0.1% a small
+# CNN's row kernel of 12,544 statements (0.1% of its work) ran in 12-15 us instead of 3-4 (0.4%
+# of its step); at 0.05% it keeps O3, and what is left quick costs the step < 0.1%.
+QUICK_FRACTION = 5e-4
+
+
+def executed_statements(kernel: LoopKernel) -> int:
+    """How many statements running `kernel` on its whole range executes, each loop's latch
+    counted, a gemm or library call counted as one (its work is the library's), and a row
+    kernel's loop over one chunk's rows (whose bounds are registers) its share of the rows."""
+    def count(statements: list) -> int:
+        total = 0
+        for statement in statements:
+            if isinstance(statement, Loop):
+                bounds = [kernel.extent if bound == "end" else 0 if bound == "begin" else bound
+                          for bound in (statement.begin, statement.end)]
+                if any(isinstance(bound, str) for bound in bounds):
+                    trips = -(-kernel.rows // max(kernel.extent, 1))
+                else:
+                    trips = max(bounds[1] - bounds[0], 0)
+                total += trips * (1 + count(statement.body))
+            else:
+                total += 1
+        return total
+    return count(kernel.body)
+
+
+def quick_kernels(program: LoopProgram) -> set[int]:
+    """The positions of the kernels compiled with LLVM's quick pipeline: the least work first,
+    while their work together is within QUICK_FRACTION of the program's. Their code runs slower
+    (scalar, without LLVM's loop optimizations), in a part of the program's time too small to
+    matter; a program whose kernels all do similar work has none."""
+    work = [executed_statements(kernel) for kernel in program.kernels]
+    budget, chosen = QUICK_FRACTION * sum(work), set()
+    for position in sorted(range(len(work)), key=work.__getitem__):
+        budget -= work[position]
+        if budget < 0:
+            break
+        chosen.add(position)
+    return chosen
+
+
 def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
-                  metadata: list[str], header: str, library_calls: bool = False) -> KernelModule:
+                  metadata: list[str], header: str, mark: str | None = None) -> KernelModule:
     """The module of one rendered kernel: `header` (the declarations and math functions every
     module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
     function that makes `call` (the kernel on its whole range), named after the module's hash;
-    first, if its statements are `library_calls` only, LIBRARY_CALLS_MARK."""
+    first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled)."""
     renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
     body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
     arguments = ", ".join(f"ptr %b{i}" for i in range(pointers))
     placeholder = "tracer_kernel_"
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
               f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
-    text = "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n"
-    if library_calls:
-        text = f"{LIBRARY_CALLS_MARK}\n{text}"
+    text = unoptimized_out_of_line(
+        "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n")
+    if mark is not None:
+        text = f"{mark}\n{text}"
     symbol = placeholder + hashlib.sha256(text.encode()).hexdigest()[:32]
     return KernelModule(symbol, text.replace(f"@{placeholder}(", f"@{symbol}("))
 
@@ -174,7 +245,8 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
                             if b.location.kind == "arena"})
     calls: list[str] = []
     kernels: dict[str, KernelModule] = {}
-    for kernel in program.kernels:
+    quick = quick_kernels(program)
+    for position, kernel in enumerate(program.kernels):
         metadata: list[str] = []
         text = render_kernel(kernel, blas, sites, metadata)
         pointers = record_register(sites) + [location_register(b.location)
@@ -187,8 +259,10 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 {kernel.extent})"
         else:
             call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
+        mark = (LIBRARY_CALLS_MARK if calls_libraries_only(kernel, blas)
+                else QUICK_MARK if position in quick else None)
         module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header,
-                               calls_libraries_only(kernel, blas))
+                               mark)
         if module.symbol not in kernels:
             kernels[module.symbol] = module
             if on_kernel is not None:

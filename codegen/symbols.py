@@ -18,3 +18,6 @@ HOST_CALLBACK_SYMBOL = "tracer_host_callback"
 # host callback): runtime/kernels.py compiles it as the entry, without LLVM's optimizer and with
 # its quick code generator (the GPT step's 18 gemm modules took 262 ms of LLVM at O3, 51 so).
 LIBRARY_CALLS_MARK = "; tracer: the work is in the library calls"
+# The first line of a kernel module whose work is a negligible part of its program's
+# (codegen/module.py `quick_kernels`): runtime/kernels.py compiles it with LLVM's quick pipeline.
+QUICK_MARK = "; tracer: a negligible part of the work"

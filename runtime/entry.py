@@ -3,7 +3,7 @@ compiled code with the guards that say when it still applies (`build_entry`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tracer.runtime.floats import compile_reader
 from tracer.runtime.guards import captured_names, captured_state, compile_check, guards_for
@@ -32,7 +32,7 @@ class Entry:
     # by `read_floats()` on every call.
     floats: list = field(default_factory=list)
     read_floats: Callable[[], list] | None = None
-    stages: dict[str, str] = field(default_factory=dict)
+    stages: Mapping[str, str] = field(default_factory=dict)  # printed when read (StageTexts)
     leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
     # Paths to what the function reads from its globals, closure and objects, with the value
     # when traced: a tensor, array or number there that changes means tracing again (see
@@ -57,7 +57,7 @@ class Entry:
 
 
 def build_entry(recording: Recording, executable: Any, leaves: Sequence,
-                stages: dict[str, str], timings: dict[str, float]) -> Entry:
+                stages: Mapping[str, str], timings: dict[str, float]) -> Entry:
     """The entry of a signature whose trace is `recording` (made from the argument `leaves`) and
     whose compiled code is `executable`, with its guards; `stages` and `timings` are the front
     end's (runtime/pipeline.py)."""

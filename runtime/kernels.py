@@ -15,8 +15,8 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from tracer.codegen.symbols import LIBRARY_CALLS_MARK
-from tracer.runtime import jit
+from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
+from tracer.runtime import jit, pool
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 if TYPE_CHECKING:
@@ -37,11 +37,13 @@ ENTRY_OPTIONS = {"optimized": False, "strength_reduction": True}  # a sequence o
 
 def kernel_options(text: str) -> dict[str, bool]:
     """How `object_code.compile_object` compiles a kernel module: as the entry if it only calls
-    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized, and with loop strength
-    reduction unless its loops index by division or remainder (see object_code._code_generation)."""
+    libraries (codegen.symbols.LIBRARY_CALLS_MARK); else optimized -- quickly if its work does not
+    matter (QUICK_MARK) -- and with loop strength reduction unless its loops index by division or
+    remainder (see object_code._code_generation)."""
     if text.startswith(LIBRARY_CALLS_MARK):
         return dict(ENTRY_OPTIONS)
-    return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text)}
+    return {"optimized": True, "strength_reduction": not _DIVIDED_INDEX.search(text),
+            "quick": text.startswith(QUICK_MARK)}
 
 
 class ProgramCompilation:
@@ -49,7 +51,9 @@ class ProgramCompilation:
     stored together in the program's cache entry. Each kernel module is added as soon as it is
     rendered (`add`): found compiled, or compiled from then on (runtime/compile_worker.py: by
     `worker` if there is one, while the rest are rendered); `finish` adds the entry, compiles
-    what is left and returns them. Used as a context manager: leaving it by an exception stops the
+    what is left and returns them. The thread pool's module, if the kernels call it and this
+    process has none yet, is compiled with them (pool.compile_job), first, and started before
+    they are loaded. Used as a context manager: leaving it by an exception stops the
     compilation."""
 
     def __init__(self, checked: bool, worker: Worker | None = None):
@@ -58,6 +62,8 @@ class ProgramCompilation:
         self.compilation = compile_worker.Compilation(worker)
         self.found: dict[str, bytes] = {}  # by symbol
         self.jobs: dict[str, int] = {}  # the compilation's job of each kernel not found, by symbol
+        self.pool_job: int | None = None  # the compilation's job of the thread pool, if any
+        self.pool_asked = False
 
     def __enter__(self) -> ProgramCompilation:
         return self
@@ -68,6 +74,13 @@ class ProgramCompilation:
     def add(self, kernel: KernelModule) -> None:
         if kernel.symbol in self.found or kernel.symbol in self.jobs:
             return
+        if not self.pool_asked and pool.needed_by(kernel.text):
+            self.pool_asked = True
+            text = pool.compile_job()
+            if text is not None:
+                self.pool_job = len(self.jobs)
+                self.jobs[pool.SYMBOL] = self.pool_job
+                self.compilation.add((text, {"optimized": True, "strength_reduction": True}))
         compiled = found_object(kernel, self.checked)
         if compiled is not None:
             self.found[kernel.symbol] = compiled
@@ -80,6 +93,8 @@ class ProgramCompilation:
             self.add(kernel)
         self.compilation.add((code.entry, ENTRY_OPTIONS))
         compiled = self.compilation.finish()
+        if self.pool_job is not None:
+            pool.start(compiled[self.pool_job])
         for kernel in code.kernels:
             if kernel.symbol in self.jobs:
                 made = compiled[self.jobs[kernel.symbol]]
@@ -119,6 +134,13 @@ def found_object(kernel: KernelModule, checked: bool) -> bytes | None:
         _remember(kernel.symbol, compiled)
     jit.count("kernel_hits")
     return compiled
+
+
+def forget() -> None:
+    """Forget the kernel objects this process compiled or loaded (the benchmarks time a fresh
+    compile so)."""
+    with _lock:
+        _objects.clear()
 
 
 def _remember(symbol: str, compiled: bytes) -> None:

@@ -23,7 +23,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -87,30 +87,52 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     `rebuild`, `static_objects` and `static_floats`), expand its gradients, optimize and compile
     it: the entry of its signature. `check_grads` checks every custom backward against finite
     differences first. Raises recording.Specialize when the trace needs static values."""
-    step, stages = Steps(), {}
+    step = Steps()
     with Recorder(python_function, name, leaves, rebuild, static_objects, static_floats) as recorder:
         with step("trace", pause_collector=False):
             traced = recorder.trace()
-            stages["traced"] = format_function(traced)
-            # the autodiff pass rewrites the graph: the check evaluates the traced one
-            unexpanded = traced.copy() if check_grads else None
+            # the autodiff pass rewrites the graph: the `traced` stage and the check keep a copy
+            with gc_paused():
+                unexpanded = traced.copy()
         with step("grad", pause_collector=False):  # (traces the custom backwards)
-            stages["grad"] = format_function(recorder.expand_gradients())
+            expanded = recorder.expand_gradients()
     recording = recorder.recording
     with step("optimize"):
-        optimized = ir.optimize(recording.function)
+        optimized = ir.optimize(recording.function)  # (a copy: `expanded` stays the grad stage)
         ir.verify(optimized)
-        stages["optimized"] = format_function(optimized)
-    if unexpanded is not None:
+    if check_grads:
         with step("check_grads", pause_collector=False):
             from tracer.runtime.check_grads import check_custom_backwards
             check_custom_backwards(unexpanded, parameter_arrays(recording.sources, [
                 *(value for value, _ in leaves), *recording.captured,
                 *(np.array(float_input.value) for float_input in recording.floats)]))
     with step("backend"):
-        executable = compile_function(optimized, write_into=_written_in_place(recording),
-                                      text=stages["optimized"])
+        executable = compile_function(optimized, write_into=_written_in_place(recording))
+    stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
     return build_entry(recording, executable, leaves, stages, step.timings)
+
+
+class StageTexts(Mapping[str, str]):
+    """The printed front-end stages of a signature, by name, each printed when first read from
+    the graph the stage made: nobody reads them unless asked (`f.ir`, TRACER_DUMP, the report,
+    the tests): printing and verifying the traced and grad stages took 45-270 ms of CPU of the GPT
+    step's compile (the more, the busier the machine) against 6 ms to copy the traced graph, which
+    the autodiff pass rewrites. (The graph compiled, the optimized one, is verified.)"""
+
+    def __init__(self, graphs: dict[str, Graph]):
+        self._graphs = graphs
+        self._texts: dict[str, str] = {}
+
+    def __getitem__(self, stage: str) -> str:
+        if stage not in self._texts:
+            self._texts[stage] = format_function(self._graphs[stage])
+        return self._texts[stage]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._graphs)
+
+    def __len__(self) -> int:
+        return len(self._graphs)
 
 
 def _written_in_place(recording: Recording) -> dict[int, int]:
@@ -138,34 +160,42 @@ _compiled: weakref.WeakValueDictionary[tuple, CompiledFunction] = weakref.WeakVa
 _compiled_lock = threading.Lock()
 
 
-def compile_function(function: Graph, write_into: dict[int, int] | None = None,
-                     text: str | None = None) -> CompiledFunction:
-    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its text
-    (`text` when the caller printed it already, and the settings that change the generated code)
-    while it is in use."""
+def compile_function(function: Graph, write_into: dict[int, int] | None = None) -> CompiledFunction:
+    """The CompiledFunction of `function` (the `optimized` stage), shared in memory by its program
+    text, its user's lines and the settings that change the generated code while it is in use."""
     write_into = dict(write_into or {})
     settings = CodeSettings.current()
-    key = (text if text is not None else format_function(function),
-           tuple(sorted(write_into.items())), settings, cache_directory())
+    program = program_text(function, write_into, settings)
+    key = (program, tuple(i.location for i in function.instructions), cache_directory())
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
         native.LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
                       function.name)
         return compiled
-    compiled = compile_graph(function, write_into, settings)
+    compiled = compile_graph(function, write_into, settings, program)
     with _compiled_lock:
         return _compiled.setdefault(key, compiled)
 
 
+def program_text(function: Graph, write_into: dict[int, int], settings: CodeSettings) -> str:
+    """What the object code of `function` is made from: its text without the user's lines, the
+    in-place pairs and the settings. The user's lines do not change the object code (the table of
+    bounds-checked accesses that names them is made from `function` when needed): an edit that
+    moves the code still hits the disk cache."""
+    return "\n".join([format_function(function, locations=False),
+                      f"write_into={sorted(write_into.items())}", repr(settings)])
+
+
 def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
-                  settings: CodeSettings | None = None) -> CompiledFunction:
+                  settings: CodeSettings | None = None, program: str | None = None) -> CompiledFunction:
     """The back end: `function` (optimized) fused, its memory planned, and its object code loaded
     from the disk cache or scheduled, rendered and compiled, then loaded.
 
     `write_into={output index: parameter index}` asks for outputs written directly into the
-    buffers of parameters (an in-place update; see CompiledFunction)."""
-    back_end = BackEnd(function, write_into, settings or CodeSettings.current())
+    buffers of parameters (an in-place update; see CompiledFunction); `program` is its
+    program_text if the caller has it."""
+    back_end = BackEnd(function, write_into, settings or CodeSettings.current(), program)
     step = back_end.step
     cache = open_entry(back_end.disk_key)
     cached = cache.load() if cache is not None else None
@@ -202,7 +232,7 @@ class BackEnd:
     stages = BACK_END_STAGES  # what `stage_text` prints
 
     def __init__(self, function: Graph, write_into: dict[int, int] | None,
-                 settings: CodeSettings):
+                 settings: CodeSettings, program: str | None = None):
         self.function, self.settings = function, settings
         self.host = native.host()
         self.step = Steps()
@@ -228,11 +258,9 @@ class BackEnd:
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
         # The disk key comes from the program and the settings, so a hit needs neither the loop
-        # IR nor the LLVM text. The user's lines do not change the object code (the table of
-        # bounds-checked accesses that names them is made from `function` when needed): an edit
-        # that moves the code still hits.
-        program = "\n".join([format_function(function, locations=False),
-                             f"write_into={sorted((write_into or {}).items())}", repr(settings)])
+        # IR nor the LLVM text.
+        if program is None:
+            program = program_text(function, dict(write_into or {}), settings)
         self.disk_key = cache_key(program, self.host.triple, self.host.cpu, self.host.features,
                                   settings.checked, self.host.llvm_version)
 

@@ -30,7 +30,7 @@ import threading
 from typing import Callable
 
 from tracer.runtime import loader, native
-from tracer.runtime.cache import cache_key, open_entry
+from tracer.runtime.cache import ObjectCache, cache_key, open_entry
 
 SYMBOL = "tracer_parallel"
 # The futex system call's number and the spin-wait hint of each architecture the pool supports.
@@ -56,12 +56,20 @@ def needed_by(code: str | bytes) -> bool:
     return (SYMBOL if isinstance(code, str) else SYMBOL.encode()) in code
 
 
-def start() -> None:
-    """Make `tracer_parallel` resolvable for JIT code: compile (or load) the pool on first use."""
+def start(compiled: bytes | None = None) -> None:
+    """Make `tracer_parallel` resolvable for JIT code: compile (or load) the pool on first use;
+    `compiled` is its object code if a program's compilation made it (see `compile_job`)."""
     with _lock:
         if _pool:
             return
-        module = _compile()
+        if compiled is not None:
+            native.count("compiled")
+            cache = _cache()
+            if cache is not None:
+                cache.store(compiled)
+            module = native.JitModule.link([compiled])
+        else:
+            module = _compile()
         loader.add_symbol(SYMBOL, module.address(SYMBOL))
         forget = ctypes.CFUNCTYPE(None)(module.address("tracer_pool_forget"))
         stop = ctypes.CFUNCTYPE(None)(module.address("tracer_pool_stop"))
@@ -70,15 +78,42 @@ def start() -> None:
         _pool.append(module)
 
 
-def _compile() -> native.JitModule:
+def compile_job() -> str | None:
+    """The pool's LLVM text, for the compilation of a program that calls it to compile with its
+    kernels (runtime/kernels.py; in the compile worker, while this process renders them), if
+    this process has no pool yet and the disk cache holds none: compiled when the program is
+    loaded, after its kernels, it took ~100 ms of a cold compile's wall-clock time."""
+    if _pool:
+        return None
+    cache = _cache()
+    if cache is not None and cache.load() is not None:
+        return None
+    return _text()
+
+
+def _cache() -> ObjectCache | None:
     architecture = platform.machine()
     host = native.host()
     settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
                 f"max_workers={MAX_WORKERS}, backoff={BACKOFF}-{BACKOFF_MAX}, "
                 f"slack={STALL_SLACK}")
     # the compiler's fingerprint in the key covers the template: no text is needed for a hit
-    cache = open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
-                                 host.llvm_version))
+    return open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
+                                host.llvm_version))
+
+
+def _text() -> str:
+    from tracer.codegen.template_environment import render
+    from tracer.runtime import template_cache
+    template_cache.install()
+    futex, pause = _ARCHITECTURES[platform.machine()]
+    return render("pool.ll.j2", triple=native.host().triple, futex=futex, pause=pause,
+                  spin=SPIN, max_workers=MAX_WORKERS, backoff=BACKOFF, backoff_max=BACKOFF_MAX,
+                  stall_slack=STALL_SLACK)
+
+
+def _compile() -> native.JitModule:
+    cache = _cache()
     cached = cache.load() if cache is not None else None
     if cached is not None:
         try:
@@ -86,15 +121,7 @@ def _compile() -> native.JitModule:
         except RuntimeError as error:
             LOG.warning("could not load the thread pool from %s (%s); compiling it again",
                         cache.path, error)
-    from tracer.codegen.template_environment import render
-    from tracer.runtime import template_cache
-    template_cache.install()
-
-    futex, pause = _ARCHITECTURES[architecture]
-    text = render("pool.ll.j2", triple=host.triple, futex=futex, pause=pause, spin=SPIN,
-                  max_workers=MAX_WORKERS, backoff=BACKOFF, backoff_max=BACKOFF_MAX,
-                  stall_slack=STALL_SLACK)
-    return native.JitModule.compile(text, cache)
+    return native.JitModule.compile(_text(), cache)
 
 
 # One thread policy: while compiled code runs, numpy's OpenBLAS runs each gemm on its caller's

@@ -17,7 +17,7 @@ from tracer import ir
 from tracer.ir.text import ParseError
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
 from tracer.ir.primitives import CHECKS
-from tracer.ir.loops import Loop
+from tracer.codegen.module import executed_statements as kernel_statements
 from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.entry
 import tracer.runtime.traced_function
@@ -81,23 +81,8 @@ LOOPS_CHECKED = 3000
 
 
 def executed_statements(program) -> int:
-    """How many statements running `program` executes (a gemm counts as one; a loop over one
-    chunk of a row kernel's rows, whose bounds are registers, runs its share of the rows)."""
-    def count(statements, kernel) -> int:
-        total = 0
-        for statement in statements:
-            if isinstance(statement, Loop):
-                begin, end = (kernel.extent if bound == "end" else 0 if bound == "begin" else bound
-                              for bound in (statement.begin, statement.end))
-                if isinstance(begin, str) or isinstance(end, str):
-                    trips = -(-kernel.rows // max(kernel.extent, 1))
-                else:
-                    trips = max(end - begin, 0)
-                total += trips * (1 + count(statement.body, kernel))
-            else:
-                total += 1
-        return total
-    return sum(count(kernel.body, kernel) for kernel in program.kernels)
+    """How many statements running `program` executes (see codegen.module.executed_statements)."""
+    return sum(kernel_statements(kernel) for kernel in program.kernels)
 
 
 def distance(values: np.ndarray, exact: np.ndarray) -> np.ndarray:

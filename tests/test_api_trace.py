@@ -144,6 +144,27 @@ def test_ir_stages_parse_and_verify(stage):
     assert f.cache_info() == (1, 0, 1)
 
 
+def test_stage_texts_printed_late_are_the_ones_of_the_compile():
+    """The front-end stages are printed when first read, from the graphs each stage made: later
+    calls (which update w1 and w2 in place), another signature and another compile of the same
+    function leave those graphs as they were. (The test set-up reads each stage at once after
+    its compile: here the kept graphs are printed again after all that.)"""
+    f = tr.trace(small_step)
+    args = golden_args()
+    f(*args)
+    entry = next(iter(f._signatures.entries.values()))
+    at_compile = dict(entry.stages)
+    assert list(at_compile) == ["traced", "grad", "optimized"]
+    assert "= gradient " in at_compile["traced"] and "= gradient " not in at_compile["grad"]
+    for _ in range(2):
+        f(*args)  # the second signature (.grad set) and a call of it
+    tr.trace(small_step)(*golden_args())
+    assert len(f._signatures.entries) == 2
+    late = {stage: ir.format_function(graph) for stage, graph in entry.stages._graphs.items()}
+    assert late == at_compile
+    assert normalize(late["traced"]).rstrip("\n") == GOLDEN_TRACED.rstrip("\n")
+
+
 def test_ir_unknown_stage_is_an_error():
     with pytest.raises(tr.TracerError):
         tr.trace(small_step).ir(*golden_args(), stage="nonsense")

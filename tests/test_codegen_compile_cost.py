@@ -10,7 +10,8 @@ import pytest
 
 import tracer as tr
 from tracer.ir.memory import ALIGNMENT
-from tracer.runtime import kernels, native, pipeline
+from tracer.codegen import module as codegen_module
+from tracer.runtime import compile_worker, jit, kernels, native, object_code, pipeline
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +37,31 @@ def test_math_of_scalars_is_called_out_of_line_before_the_vector_loop():
     assert max(calls) < kernel.index("vector.body:")
     vector_body = kernel[kernel.index("vector.body:"):]
     assert re.search(r"<\d+ x float>", vector_body[:vector_body.index("\n\n")])
+
+
+def test_math_called_only_out_of_line_is_left_unoptimized_and_the_loop_still_vectorizes():
+    """A pow of scalars (AdamW's `beta ** step`, float64) next to an exp of each element: the pow,
+    called only out of line, is left to LLVM's quick code generator (optnone); the exp, also
+    inlined into the loop, is optimized; the loop vectorizes with the pow's call before it, and
+    the results are numpy's."""
+    @tr.trace
+    def update(x, beta, count):
+        return x * (1 - beta ** count).float() + tr.exp(x)
+
+    x = np.random.default_rng(9).normal(size=1003).astype(np.float32)
+    beta, count = np.array(0.999), np.array(12.0)
+    expected = x * np.float32(1 - 0.999 ** 12.0) + np.exp(x)
+    np.testing.assert_allclose(update(x, beta, count).numpy(), expected, rtol=3e-7, atol=0)
+    (entry,) = update._signatures.entries.values()
+    (module,) = [m for m in entry.executable.back_end.code.kernels if "@tracer.pow.f64(" in m.text]
+    definitions = dict(re.findall(r"^define internal [^@\n]*@(tracer\.[\w.]+)\(.*\) (#\d) \{$",
+                                  module.text, re.MULTILINE))
+    assert definitions["tracer.pow.f64"] == codegen_module.OUT_OF_LINE_ONLY
+    assert definitions["tracer.exp.f32"] == "#0"
+    text = update.ir(x, beta, count, stage="llvm")
+    kernel = text[text.index("define internal fastcc void @kernel"):]
+    assert kernel.index("@tracer.pow.f64(double") < kernel.index("vector.body:")
+    assert re.search(r"<\d+ x float>", kernel)
 
 
 def test_math_of_elements_is_inlined_and_vectorized():
@@ -146,3 +172,54 @@ def test_loops_around_small_loops_may_be_unrolled():
     x = np.random.default_rng(6).normal(size=(16, 16, 16)).astype(np.float32)
     np.testing.assert_array_equal(pooled(x).numpy(), x.reshape(16, 8, 2, 8, 2).max(axis=(2, 4)))
     assert loops_not_unrolled(pooled) == [True, True, False, False, False]
+
+
+def test_kernels_doing_a_negligible_part_of_the_work_are_compiled_quickly():
+    """A step's tanh over 200,000 floats and a bias of 8: the bias's kernels (0.01% of the
+    statements executed) are marked and compiled with LLVM's quick pipeline (scalar: no vector
+    instruction in their code), the big one at O3 (vectorized); every result is numpy's. The
+    worker makes the same object code of a quick module as this process."""
+    @tr.trace
+    def step(x, bias):
+        return (x * 1.5).tanh(), bias.exp() * 2.0
+
+    rng = np.random.default_rng(7)
+    x, bias = rng.normal(size=200_000).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    big, small = step(x, bias)
+    np.testing.assert_allclose(big.numpy(), np.tanh(x * np.float32(1.5)), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(small.numpy(), np.exp(bias) * 2, rtol=2e-6, atol=0)
+    (entry,) = step._signatures.entries.values()
+    loops = entry.executable.back_end.loops
+    statements = [codegen_module.executed_statements(kernel) for kernel in loops.kernels]
+    assert codegen_module.quick_kernels(loops) == {
+        position for position, count in enumerate(statements) if count < max(statements)}
+    modules = entry.executable.back_end.code.kernels
+    quick = [module for module in modules if kernels.kernel_options(module.text)["quick"]]
+    assert 1 <= len(quick) < len(modules)
+    for module in modules:
+        vector = re.search(r"<\d+ x float>", jit.optimized_ir(
+            module.text, **kernels.kernel_options(module.text)))
+        assert (vector is None) == (module in quick)
+    worker = compile_worker.start()
+    if worker is not None:
+        for module in quick:
+            options = kernels.kernel_options(module.text)
+            assert worker.send((module.text, options))
+            assert worker.receive() == object_code.compile_object(module.text, **options)
+
+
+def test_a_program_of_kernels_of_similar_work_has_no_quick_kernel():
+    """Each kernel of a small step is a real part of its work: none is compiled quickly."""
+    @tr.trace
+    def step(x, w):
+        return (x @ w).tanh().sum(0), w * 0.5
+
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=(16, 8)), rng.normal(size=(8, 4))
+    total, half = step(x, w)
+    np.testing.assert_allclose(total.numpy(), np.tanh(x @ w).sum(0), rtol=1e-12)
+    np.testing.assert_array_equal(half.numpy(), w * 0.5)
+    (entry,) = step._signatures.entries.values()
+    assert codegen_module.quick_kernels(entry.executable.back_end.loops) == set()
+    assert not any(kernels.kernel_options(module.text).get("quick")
+                   for module in entry.executable.back_end.code.kernels)

@@ -3,6 +3,7 @@ program, and a kernel another signature or program already compiled, are reused;
 kernel's text compiles it again."""
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 
 import numpy as np
@@ -99,3 +100,27 @@ def test_a_changed_constant_compiles_its_kernel_again():
         (compiled,) = executables(traced)
         symbols |= {kernel.symbol for kernel in compiled.back_end.code.kernels}
     assert len(symbols) == 2
+
+
+def test_forgotten_kernels_are_compiled_again(monkeypatch):
+    """kernels.forget (what the compile-time benchmark calls before each fresh compile): the same
+    program traced anew finds its kernels in this process's memory, and after forget compiles
+    every one of them again (the disk cache off), to the same results."""
+    monkeypatch.setenv("TRACER_DISABLE_CACHE", "1")
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(shape) for shape in ((8, 16), (16, 16), (16, 16))]
+    expected = two_layers_numpy(*arrays)
+    counts = []
+    for forget in (False, False, True):
+        if forget:
+            kernels.forget()
+        traced = tr.trace(two_layers)  # a new function: not the in-memory program of the last
+        result, count = counted(lambda traced=traced: traced(*(tr.tensor(a) for a in arrays)))
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12)
+        counts.append(count)
+        del traced, result
+        gc.collect()  # and its program, shared in memory while alive (pipeline._compiled)
+    distinct = counts[0]["kernels_compiled"]
+    assert distinct > 0 and counts[0]["kernel_hits"] == 0
+    assert (counts[1]["kernels_compiled"], counts[1]["kernel_hits"]) == (0, distinct)
+    assert (counts[2]["kernels_compiled"], counts[2]["kernel_hits"]) == (distinct, 0)

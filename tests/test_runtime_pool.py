@@ -272,3 +272,31 @@ def test_a_disk_cache_hit_with_parallel_kernels_loads_the_pool_too(tmp_path):
     assert (first["compiled"], first["disk_hits"]) == (2, 0)  # the pool and the function
     assert (second["compiled"], second["disk_hits"]) == (0, 2)
     assert first["error"] < 1e-6 and second["error"] < 1e-6
+
+
+COLD_PROGRAM = """
+import json, numpy as np, tracer as tr
+from tracer.runtime import jit, pool
+compiled_alone = []
+compile_alone = pool._compile
+pool._compile = lambda: compiled_alone.append(1) or compile_alone()
+traced = tr.trace(lambda x: (x * 0.25).tanh())
+x = np.linspace(-4, 4, 1 << 20, dtype=np.float32)  # enough work to run on 2 threads
+y = traced(tr.tensor(x)).numpy()
+print(json.dumps(dict(jit.STATISTICS, alone=len(compiled_alone), started=len(pool._pool),
+                      error=float(np.abs(y - np.tanh(x * 0.25)).max()))))
+"""
+
+
+def test_a_cold_process_compiles_the_pool_with_the_program_that_calls_it(tmp_path):
+    """With an empty disk cache, the pool is compiled among the program's modules (not alone when
+    the program is loaded), stored, and the next process loads it from the disk cache."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), TRACER_NUM_THREADS="2",
+                       TRACER_CACHE_DIR=str(tmp_path), OPENBLAS_NUM_THREADS="1")
+    runs = [subprocess.run([sys.executable, "-c", COLD_PROGRAM], capture_output=True, text=True,
+                           env=environment, timeout=120) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr
+    first, second = (json.loads(run.stdout) for run in runs)
+    assert (first["compiled"], first["disk_hits"], first["alone"], first["started"]) == (2, 0, 0, 1)
+    assert (second["compiled"], second["disk_hits"], second["alone"], second["started"]) == (0, 2, 1, 1)
+    assert first["error"] < 1e-6 and second["error"] < 1e-6

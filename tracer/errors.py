@@ -29,11 +29,15 @@ def _user_file(filename: str) -> str | None:
 
 
 def user_frame():
-    """The innermost stack frame that belongs to user code, or None."""
-    frame = sys._getframe(1)
-    while frame is not None and _user_file(frame.f_code.co_filename) is None:
+    """The innermost stack frame that belongs to user code, or None. (Every traced operation asks,
+    from ~14 frames down: the table is read inline, a call per frame took 10% of tracing.)"""
+    frame, files = sys._getframe(1), _user_files
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if (files[filename] if filename in files else _user_file(filename)) is not None:
+            return frame
         frame = frame.f_back
-    return frame
+    return None
 
 
 def user_line() -> str:
