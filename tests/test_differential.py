@@ -646,12 +646,14 @@ def run(B, program, traced=False, dtype=None, calls=1):
                 results = function(*args)
                 results = list(results) if isinstance(results, (list, tuple)) else [results]
                 results = _flatten(results)
+            # read here: reading a stale view-copy (a result indexed from a tensor changed in
+            # place later) is where tracer refuses it (F3)
+            values = [to_numpy(r) for r in results]
         except B.error_type() as error:
             if isinstance(error, tr.BoundsError):  # never right on a valid program, never agreement
                 raise
             return "error", error
-        observations.append(([to_numpy(r) for r in results], [dtype_name(r) for r in results],
-                             observe_args(B, args)))
+        observations.append((values, [dtype_name(r) for r in results], observe_args(B, args)))
         if traced and call == calls - 1:  # (a step's second call has a .grad: a new signature)
             info = (through if kind == "through" else function).cache_info()
             assert info.hits >= 1, f"call {call + 1} did not hit the cache: {info}"

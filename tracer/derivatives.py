@@ -23,6 +23,7 @@ from tracer.ir import types as irtypes
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.function import NativeFunction
+from tracer.layout import fresh
 from tracer.tensor import Tensor
 
 
@@ -92,7 +93,6 @@ def _reduced(kept: Tensor, axes, keepdim: builtins.bool) -> Tensor:
     result, as in PyTorch)."""
     if keepdim:
         return kept
-    from tracer.layout import fresh  # (tracer.layout imports tracer.dispatch, as this does)
     return fresh(kept.reshape(tuple(d for i, d in enumerate(kept.shape) if i not in axes)))
 
 
