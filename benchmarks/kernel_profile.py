@@ -30,21 +30,29 @@ def stream_bandwidth(repeats: int = 7) -> float:
     return 12 * STREAM_ELEMENTS / statistics.median(seconds)
 
 
-def profiled_run(build: Callable[[], Callable], calls: int):
-    """The traced function of the program `build` makes, compiled with TRACER_PROFILE=1 (in a
-    cache folder of its own setting) and called `calls` times after its first two."""
-    saved = os.environ.get("TRACER_PROFILE")
-    os.environ["TRACER_PROFILE"] = "1"
+def profiled(build: Callable[[], Callable], **environment: str):
+    """The call `build` makes, compiled with TRACER_PROFILE=1 (and the other environment variables
+    given, read at compile time too: TRACER_NUM_THREADS) and called twice, and its executable."""
+    environment = {"TRACER_PROFILE": "1", **environment}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
     try:
         run = build()
         for _ in range(2):
             run()
     finally:
-        if saved is None:
-            del os.environ["TRACER_PROFILE"]
-        else:
-            os.environ["TRACER_PROFILE"] = saved
-    executable = list(run.traced._signatures.entries.values())[-1].executable
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+    return run, list(run.traced._signatures.entries.values())[-1].executable
+
+
+def profiled_run(build: Callable[[], Callable], calls: int):
+    """The traced function of the program `build` makes, compiled with TRACER_PROFILE=1 (in a
+    cache folder of its own setting) and called `calls` times after its first two."""
+    run, executable = profiled(build)
     before = [(t.calls, t.seconds) for t in executable.kernel_times()]
     started = time.perf_counter()
     for _ in range(calls):

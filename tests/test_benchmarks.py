@@ -91,6 +91,18 @@ def test_mlp_training_step_and_its_kernel_profile():
     assert len(lines) == 5 and all("x floor" in line for line in lines[2:])
 
 
+def test_the_thread_scaling_probe_times_each_kernel_on_one_and_two_threads():
+    from benchmarks import mlp, thread_scaling
+    build = mlp.tracer_program(mlp.make_inputs((64, 10, 8, 3))).build
+    lines = thread_scaling.lines(build, calls=2, top=2)
+    assert lines[0].startswith("1 thread: median call ") and lines[1].startswith("2 threads: ")
+    kinds = [line for line in lines[2:] if "): 1 thread " in line]
+    assert any(line.split()[0] == "matmul" for line in kinds)
+    kernels = [line for line in lines if line.lstrip().startswith("kernel_")]
+    assert len(kernels) == 2 and len(lines) == 2 + len(kinds) + 2
+    assert all(float(line.split("1 thread")[1].split()[0]) > 0 for line in kernels)
+
+
 @pytest.mark.parametrize("workload, size", [("pinn_workload", 16), ("wgan_workload", (8, 8)),
                                             ("per_sample_workload", (4, 3, 5, 2))])
 def test_higher_order_steps(workload, size):
