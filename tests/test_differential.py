@@ -1812,6 +1812,12 @@ class Generator:
                 if ceil_mode and (length - 1) * s >= size + p:
                     length -= 1
                 out.append(length)
+                # F31: a max-pooling window of padding alone (its output -inf, independent of the
+                # input) gets a gradient from PyTorch at an element it never read; tracer's is 0
+                if how == "max_pool2d" and any(
+                        not any(0 <= o * s - p + d * j < size for j in range(k))
+                        for o in range(length)):
+                    return self.op_unary()
             if min(out) < 1:
                 return self.op_unary()
             kwargs = dict(kernel_size=tuple(kernel), stride=tuple(stride),

@@ -690,3 +690,42 @@ def test_f30_batch_norm_gradient_of_a_fortran_ordered_input(order):
 
         (tr.trace(step_function) if traced else step_function)(x)
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_f31_a_max_pooling_window_of_padding_alone_has_no_gradient(traced):
+    """max_pool2d of a (1, 1, 2, 1) input, kernel (1, 2), padding (0, 1), dilation (1, 2): each
+    window reads the two padding columns and skips the input's one column, so the output is -inf
+    whatever the input and its gradient 0 (float64 central differences of the same windows agree);
+    PyTorch 2.13 sends it to an input element the window never read (found by the slow
+    random-program run on 2026-11-26, sixth session; the tester now leaves such windows out)."""
+    values = np.array([0.3, -1.2], np.float32).reshape(1, 1, 2, 1)
+    options = dict(kernel_size=(1, 2), stride=(1, 1), padding=(0, 1), dilation=(1, 2))
+
+    def loss(x):
+        y = tr.nn.functional.max_pool2d(x, **options)
+        weighted = y * tr.tensor(np.array([1.0, 2.0], np.float32).reshape(y.shape))
+        return weighted.sum(), y
+
+    def step(x):
+        total, y = loss(x)
+        total.backward()
+        return y
+
+    x = tr.tensor(values, requires_grad=True)
+    y = (tr.trace(step) if traced else step)(x)
+    np.testing.assert_array_equal(y.detach().numpy(), np.full((1, 1, 2, 1), -np.inf, np.float32))
+    padded = np.pad(values.astype(np.float64), ((0, 0), (0, 0), (0, 0), (1, 1)),
+                    constant_values=-np.inf)
+
+    def pooled(array):  # the windows by hand: columns 0 and 2 of the padded row
+        return np.maximum(array[..., 0:1], array[..., 2:3])
+
+    expected = np.zeros_like(values, np.float64)
+    for index in np.ndindex(values.shape):
+        step_array = np.zeros_like(padded)
+        step_array[index[:-1] + (index[-1] + 1,)] = 1e-6
+        above, below = pooled(padded + step_array), pooled(padded - step_array)
+        difference = np.where(above == below, 0.0, (above - below) / 2e-6)
+        expected[index] = (difference.reshape(-1) * [1.0, 2.0]).sum()
+    np.testing.assert_array_equal(x.grad.numpy(), expected.astype(np.float32))
