@@ -729,3 +729,32 @@ def test_f31_a_max_pooling_window_of_padding_alone_has_no_gradient(traced):
         difference = np.where(above == below, 0.0, (above - below) / 2e-6)
         expected[index] = (difference.reshape(-1) * [1.0, 2.0]).sum()
     np.testing.assert_array_equal(x.grad.numpy(), expected.astype(np.float32))
+
+
+def test_f32_second_derivative_of_layer_norm_with_a_bias_and_no_weight():
+    """PyTorch 2.13's double backward of layer_norm(x, bias=b) without a weight raises "Expected
+    a proper Tensor but got None" (its own error; found by the slow second-order run, which no
+    longer generates it); tracer's second derivative is that of float64 central differences of
+    the first derivative written out (d . dL/dx, L = c . layer_norm(x) + c . b)."""
+    rng = np.random.default_rng(0)
+    n, eps = 5, 1e-5
+    x_values, c, d = (rng.standard_normal(n) for _ in range(3))
+
+    def first(x):  # dL/dx of c . layer_norm(x): (c - mean(c) - xhat mean(c xhat)) / sigma
+        sigma = np.sqrt(x.var() + eps)
+        xhat = (x - x.mean()) / sigma
+        return (c - c.mean() - xhat * (c * xhat).mean()) / sigma
+
+    expected = np.array([(d @ first(x_values + step) - d @ first(x_values - step)) / 2e-6
+                         for step in np.eye(n) * 1e-6])
+    x = tr.tensor(x_values, requires_grad=True)
+    b = tr.tensor(rng.standard_normal(n), requires_grad=True)
+    y = tr.nn.functional.layer_norm(x, (n,), bias=b, eps=eps)
+    grad_x, grad_b = tr.autograd.grad((y * tr.tensor(c)).sum(), [x, b], create_graph=True)
+    np.testing.assert_allclose(grad_x.detach().numpy(), first(x_values), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grad_b.detach().numpy(), c, rtol=1e-12)
+    # through both first derivatives, to both inputs: where PyTorch raises
+    both = (grad_x * tr.tensor(d)).sum() + (grad_b * tr.tensor(d)).sum()
+    second, second_b = tr.autograd.grad(both, [x, b], allow_unused=True)
+    np.testing.assert_allclose(second.numpy(), expected, rtol=1e-6, atol=1e-8)
+    assert second_b is None  # neither first derivative depends on b
