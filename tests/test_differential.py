@@ -1672,7 +1672,8 @@ class Generator:
             # second-order run; F32: so does its double backward of any bias without a weight)
             for name in ("weight", "bias"):
                 if self.integer(0, 1):
-                    if name == "bias" and self.kind == "grad2" and "weight" not in kwargs:
+                    # (the second-order programs are "grad" ones, relabelled)
+                    if name == "bias" and self.kind == "grad" and "weight" not in kwargs:
                         continue
                     kwargs[name] = ("value", self.pick(
                         lambda u: u.shape == normalized and u.dtype == v.dtype and u is not v,
