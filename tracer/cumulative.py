@@ -28,6 +28,7 @@ from tracer.arithmetic import where
 from tracer.context import state
 from tracer.creation import full, iota
 from tracer.dimensions import as_dim, normalize_dim
+from tracer.derivatives import reduced
 from tracer.dispatch import apply
 from tracer.dtypes import as_dtype, float64, int64
 from tracer.function import NativeFunction
@@ -145,13 +146,6 @@ def products_of_the_others(x: Tensor, axis: int) -> Tensor:
             * _exclusive(cumulative_product(x, axis, reverse=True), axis, True))
 
 
-def _as_scalar(result: Tensor, scalar: builtins.bool) -> Tensor:
-    """The scan of a 0-d tensor's one element (`scalar`) as a 0-d tensor of its own, not a
-    view-copy of the one-element result: changing it in place is a change of the result, as in
-    PyTorch (whose cumsum of a 0-d tensor returns a new tensor)."""
-    return fresh(result.reshape(())) if scalar else result
-
-
 class _CumulativeSum(NativeFunction):
     """cumsum of x in `dtype`; the gradient the reversed cumsum of the cotangent in x's dtype,
     as PyTorch's cumsum_backward (not in `dtype`: cumsum(x, dtype=float32) of a float64 x).
@@ -160,7 +154,7 @@ class _CumulativeSum(NativeFunction):
     @staticmethod
     def forward(ctx, x, axis, dtype, scalar):
         ctx.axis, ctx.dtype, ctx.shape = axis, x.dtype, x.shape
-        return _as_scalar(cumulative_sum(x.to(dtype), axis), scalar)
+        return reduced(cumulative_sum(x.to(dtype), axis), (0,), not scalar)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -176,7 +170,7 @@ class _CumulativeProduct(NativeFunction):
 
     @staticmethod
     def forward(ctx, x, axis, dtype, scalar):
-        result = _as_scalar(cumulative_product(x.to(dtype), axis), scalar)
+        result = reduced(cumulative_product(x.to(dtype), axis), (0,), not scalar)
         ctx.save_for_backward(x, result)
         ctx.axis = axis
         return result

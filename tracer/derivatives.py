@@ -87,7 +87,7 @@ def scalar_power(x: Tensor, exponent: float) -> Tensor:
     return _ScalarPower.apply(x, float(exponent))
 
 
-def _reduced(kept: Tensor, axes, keepdim: builtins.bool) -> Tensor:
+def reduced(kept: Tensor, axes, keepdim: builtins.bool) -> Tensor:
     """A reduction's result with the dimensions `axes` kept (`keepdim`) or dropped: a tensor of its
     own either way, not a view-copy of the kept one (an in-place change of it is a change of the
     result, as in PyTorch)."""
@@ -109,7 +109,7 @@ class _LogSumExp(NativeFunction):
         # the result it returns is the one saved, as PyTorch saves it: at second order it stands
         # for the output and its own gradient is followed, and changing it in place before the
         # backward is refused
-        result = _reduced(kept, axes, keepdim)
+        result = reduced(kept, axes, keepdim)
         ctx.save_for_backward(x, result)
         ctx.kept_shape = kept.shape
         return result
@@ -206,7 +206,7 @@ class _PowerNorm(NativeFunction):
         else:
             norm = power_value(power_value(magnitude, p).sum(axes), 1.0 / p)
         kept = norm._keep(axes, x.shape)
-        result = _reduced(kept, axes, keepdim)
+        result = reduced(kept, axes, keepdim)
         ctx.save_for_backward(x, result)  # the output (see _LogSumExp)
         ctx.p, ctx.axes, ctx.kept_shape = p, axes, kept.shape
         return result
