@@ -194,10 +194,14 @@ def kernel_module(kernel_text: str, name: str, pointers: int, call: str, paralle
     """The module of one rendered kernel: `header` (the declarations and math functions every
     module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
     function that makes `call` (the kernel on its whole range), named after the module's hash;
-    first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled)."""
+    first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled).
+    The exported function of a kernel split across threads takes its range's extent (`i64
+    %extent`, which `call` passes on): the split reads it at run time anyway, and kernels alike
+    but for it (AdamW's update of parameters of several sizes) are then one module."""
     renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
     body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
-    arguments = ", ".join(f"ptr %b{i}" for i in range(pointers))
+    arguments = ", ".join([*(f"ptr %b{i}" for i in range(pointers)),
+                           *(["i64 %extent"] if parallel else [])])
     placeholder = "tracer_kernel_"
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
               f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
@@ -256,7 +260,7 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         if kernel.threads > 1:
             parallel = render("parallel.ll.j2", name=kernel.name, buffers=len(pointers),
                               threads=kernel.threads, chunks=kernel.chunks)
-            call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 {kernel.extent})"
+            call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 %extent)"
         else:
             call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
         mark = (LIBRARY_CALLS_MARK if calls_libraries_only(kernel, blas)
@@ -267,12 +271,13 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             kernels[module.symbol] = module
             if on_kernel is not None:
                 on_kernel(module)
-        arguments = ", ".join(f"ptr {p}" for p in pointers)
+        arguments = ", ".join([*(f"ptr {p}" for p in pointers),
+                               *([f"i64 {kernel.extent}"] if parallel else [])])
         calls.append(f"call void @{module.symbol}({arguments})")
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
-    kernel_declarations = [f"declare void @{symbol}({', '.join(['ptr'] * count)}) nounwind"
-                           for symbol, count in _signatures(calls).items()]
+    kernel_declarations = [f"declare void @{symbol}({types}) nounwind"
+                           for symbol, types in _signatures(calls).items()]
     entry = render(
         "module.ll.j2", function_name=program.name, triple=triple,
         declarations=kernel_declarations, slots=slots,
@@ -282,10 +287,11 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
     return GeneratedCode(entry, list(kernels.values()), sites)
 
 
-def _signatures(calls: list[str]) -> dict[str, int]:
-    """The kernel symbols the entry calls, each with its number of pointer arguments."""
+def _signatures(calls: list[str]) -> dict[str, str]:
+    """The kernel symbols the entry calls, each with its argument types."""
     signatures = {}
     for call in calls:
         symbol, arguments = call.removeprefix("call void @").split("(", 1)
-        signatures[symbol] = arguments.count("ptr ")
+        signatures[symbol] = ", ".join(argument.split()[0]
+                                       for argument in arguments.rstrip(")").split(", "))
     return signatures

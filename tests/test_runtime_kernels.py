@@ -86,6 +86,27 @@ def test_a_new_batch_size_compiles_only_the_kernels_it_changes():
     assert results[7]["kernels_compiled"] >= 1
 
 
+def test_kernels_split_across_threads_alike_but_for_their_extent_are_one_module(monkeypatch):
+    """The same update of two tensors of different sizes, each large enough to be split across
+    threads: one kernel module, which the entry calls with each extent (AdamW's update of
+    parameters of several sizes)."""
+    monkeypatch.setenv("TRACER_NUM_THREADS", "2")
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(600_000), rng.standard_normal(900_000)
+    traced = tr.trace(lambda a, b: ((a * 2 + 1).sin(), (b * 2 + 1).sin()))
+    (first, second), counts = counted(lambda: traced(tr.tensor(a), tr.tensor(b)))
+    np.testing.assert_allclose(first.numpy(), np.sin(a * 2 + 1), rtol=1e-12)
+    np.testing.assert_allclose(second.numpy(), np.sin(b * 2 + 1), rtol=1e-12)
+    (compiled,) = executables(traced)
+    assert [kernel.threads for kernel in compiled.kernels] == [2, 2]
+    (module,) = compiled.back_end.code.kernels
+    assert counts["kernels_compiled"] == 1
+    calls = [line.strip() for line in compiled.back_end.code.entry.splitlines()
+             if line.strip().startswith("call void @tracer_kernel_")]
+    assert [call.split("(")[0] for call in calls] == [f"call void @{module.symbol}"] * 2
+    assert [call.rsplit("i64 ", 1)[1] for call in calls] == ["600000)", "900000)"]
+
+
 def test_a_changed_constant_compiles_its_kernel_again():
     """Kernels equal but for a constant have different texts and symbols: neither is reused."""
     rng = np.random.default_rng(2)
