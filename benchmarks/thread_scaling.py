@@ -2,7 +2,8 @@
 TRACER_PROFILE=1, called alternately in one process; per kernel the minimum time over the calls
 (a call the machine descheduled only adds time), summed by kind, and the kernels that lose most
 against a perfect halving. Needs a quiet machine: on a loaded one the pool's stall back-off runs
-the two-thread launches on their caller alone and the two columns come out equal.
+the two-thread launches on their caller alone and the two columns come out equal (the launches'
+counts, shared or backed off, say how many did).
 
     python -m benchmarks.thread_scaling [--workload gpt|mlp] [--calls N] [--top N]
 
@@ -16,6 +17,7 @@ import time
 from typing import Callable
 
 from benchmarks.kernel_profile import profiled
+from tracer.runtime import pool
 
 
 def builders(workload: str) -> Callable[[], Callable]:
@@ -32,18 +34,25 @@ def lines(build: Callable[[], Callable], calls: int = 15, top: int = 15) -> list
     runs = {threads: profiled(build, TRACER_NUM_THREADS=str(threads)) for threads in (1, 2)}
     minima: dict[int, list[float]] = {}
     walls: dict[int, list[float]] = {threads: [] for threads in runs}
+    launches = dict.fromkeys(pool.COUNTS, 0)  # of the two-thread calls
     for _ in range(calls):
         for threads, (run, executable) in runs.items():
             before = [seconds for _, _, seconds in executable.kernel_times()]
+            counts = pool.counts()
             start = time.perf_counter()
             run()
             walls[threads].append(time.perf_counter() - start)
+            if threads == 2:
+                launches = {name: launches[name] + pool.counts()[name] - counts[name]
+                            for name in launches}
             spent = [seconds - old for (_, _, seconds), old in
                      zip(executable.kernel_times(), before)]
             minima[threads] = [min(pair) for pair in zip(minima.get(threads, spent), spent)]
     result = [f"{threads} thread{'s' if threads > 1 else ''}: median call "
               f"{1e3 * statistics.median(walls[threads]):.1f} ms, kernels' minima "
               f"{1e3 * sum(minima[threads]):.1f} ms" for threads in runs]
+    result.append("  two-thread launches a call: " + ", ".join(
+        f"{name.replace('_', ' ')} {count / calls:.1f}" for name, count in launches.items()))
     kernels = runs[2][1].fused.kernels
     kinds: dict[str, list[float]] = {}
     for number, kernel in enumerate(kernels):

@@ -78,6 +78,23 @@ def start(compiled: bytes | None = None) -> None:
         _pool.append(module)
 
 
+COUNTS = ("shared", "backed_off", "owned", "stalls")
+
+
+def counts() -> dict[str, int]:
+    """This process's launches of several chunks so far, by how they ran: `shared` with the
+    workers, on the caller alone because of a stall's back-off (`backed_off`) or because another
+    thread's launch owned the pool (`owned`); and the `stalls` that started back-offs. All 0
+    before the pool starts. How much of a step the machine let run on two threads
+    (benchmarks/thread_scaling.py)."""
+    if not _pool:
+        return dict.fromkeys(COUNTS, 0)
+    values = (ctypes.c_int64 * len(COUNTS))()
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_pool[0].address("tracer_pool_counts"))(
+        ctypes.addressof(values))
+    return dict(zip(COUNTS, values))
+
+
 def compile_job() -> str | None:
     """The pool's LLVM text, for the compilation of a program that calls it to compile with its
     kernels (runtime/kernels.py; in the compile worker, while this process renders them), if

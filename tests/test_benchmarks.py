@@ -96,10 +96,11 @@ def test_the_thread_scaling_probe_times_each_kernel_on_one_and_two_threads():
     build = mlp.tracer_program(mlp.make_inputs((64, 10, 8, 3))).build
     lines = thread_scaling.lines(build, calls=2, top=2)
     assert lines[0].startswith("1 thread: median call ") and lines[1].startswith("2 threads: ")
-    kinds = [line for line in lines[2:] if "): 1 thread " in line]
+    assert lines[2].startswith("  two-thread launches a call: shared ")
+    kinds = [line for line in lines[3:] if "): 1 thread " in line]
     assert any(line.split()[0] == "matmul" for line in kinds)
     kernels = [line for line in lines if line.lstrip().startswith("kernel_")]
-    assert len(kernels) == 2 and len(lines) == 2 + len(kinds) + 2
+    assert len(kernels) == 2 and len(lines) == 3 + len(kinds) + 2
     assert all(float(line.split("1 thread")[1].split()[0]) > 0 for line in kernels)
 
 

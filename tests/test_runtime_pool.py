@@ -20,6 +20,7 @@ import torch
 
 import tracer as tr
 from tracer.ir import schedule_threads
+from tracer.runtime import pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,6 +134,28 @@ def test_launches_in_a_row_reuse_the_workers(forced_parallel, monkeypatch):
     assert os_threads() == threads  # no thread was created (or lost) by the launches
 
 
+def test_the_pool_counts_every_launch_by_how_it_ran(forced_parallel, monkeypatch):
+    """pool.counts(): each launch of one kernel split into chunks, called from one Python thread,
+    is counted once, as shared with the workers or as run alone after a stall (never as finding
+    the pool owned: no other thread launches); a back-off follows a stall."""
+    monkeypatch.setenv("TRACER_NUM_THREADS", "2")
+    traced = tr.trace(lambda x: (x * 2 + 1).sin())
+    x_array = np.random.default_rng(5).normal(size=200_000).astype(np.float32)
+    traced(tr.tensor(x_array))  # compiles, and starts the pool
+    (compiled,) = [entry.executable for entry in traced._signatures.entries.values()]
+    assert [(kernel.threads, kernel.chunks > 1) for kernel in compiled.kernels] == [(2, True)]
+    before = pool.counts()
+    for _ in range(40):
+        np.testing.assert_allclose(traced(tr.tensor(x_array)).numpy(),
+                                   np.sin(x_array.astype(np.float64) * 2 + 1), rtol=1e-6)
+    counted = {name: pool.counts()[name] - before[name] for name in pool.COUNTS}
+    assert counted["shared"] + counted["backed_off"] == 40
+    assert counted["owned"] == 0
+    assert counted["stalls"] <= counted["shared"]
+    # (a back-off started before the 40 calls may run into them)
+    assert counted["backed_off"] <= pool.BACKOFF_MAX * (counted["stalls"] + 1)
+
+
 def test_concurrent_callers_each_get_their_own_results(forced_parallel, monkeypatch):
     """Python threads race into two parallel functions: while one launch owns the pool, the others
     run their chunks on their own thread; every result is checked."""
@@ -200,6 +223,7 @@ def test_the_child_of_a_fork_runs_parallel_kernels(forced_parallel, monkeypatch)
 EXIT_PROGRAM = """
 import atexit, os, threading, numpy as np, tracer as tr
 from tracer.ir import schedule_threads
+from tracer.runtime import pool
 schedule_threads.PARALLEL_WORK_PER_THREAD = 1
 traced = tr.trace(lambda x: (x * 0.5).exp())
 x = np.arange(100_000, dtype=np.float32) / 100_000
