@@ -1,19 +1,19 @@
 """Scheduling: the fused kernels and the memory plan become the loop IR (ir/loops.py).
 
-A loop kernel is a loop nest over the shape of its results (one flat loop when every value it
-touches has all the elements in the same order, or one). The body asks for each result "at the
+A loop kernel is a loop nest over the shape of its results (one flat loop when all the values it
+touches keep their elements in one order, or have one). The body asks for each result "at the
 current index", and `KernelScheduler.evaluate` answers recursively: a buffer is loaded at the
 index's offset, an elementwise op evaluates its operands at the broadcast-adjusted index, a layout
-op maps the index (transpose permutes it, slice scales and shifts it, pad tests it), and a
-reduction opens an inner loop around an accumulator, and a gather reads its index operands at the
-index and evaluates its operand where they point. A `check_index` wraps and checks each element
+op maps the index (transpose permutes it, slice scales and shifts it, pad tests it), a reduction
+opens an inner loop around an accumulator, and a gather reads its index operands at the index and
+evaluates its operand where they point. A `check_index` wraps and checks each element
 (`CheckIndex`); a gather checks an index operand itself only when it does not come from one (or
 from an iota that fits). Results are memoized per (value, index), so a value shared by several
 results of the kernel is computed once. An `accumulate` kernel zeroes its result and adds its
-operand into it in memory order; a `scatter` kernel copies its target into its result, then
-stores (or adds) each element of the updates at its checked index; a matmul kernel is a gemm,
-after (for a MatmulUpdate) the loop that stores the rest of the expression. The index arithmetic
-is in ir/schedule_index.py; sibling loops are merged by ir/loop_fusion.py.
+operand into it in memory order; a `scatter` kernel copies its target into its result, then stores
+(or adds) each element of the updates at its checked index; a matmul kernel is a gemm, after (for a
+MatmulUpdate) the loop that stores the rest of the expression. ir/schedule_index.py computes the
+indices; ir/one_hot_reductions.py and ir/loop_fusion.py then cut loops.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir.loop_fusion import fuse_sibling_loops
+from tracer.ir.one_hot_reductions import shortcut_one_hot_reductions
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_reduce import ReductionKernels
 from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
@@ -277,8 +278,7 @@ class KernelScheduler(IndexBuilder, ReductionKernels):
         instruction = result.producer
         target, updates = instruction.inputs[:2]
         for shape, copying in ((result.shape, True), (updates.shape, False)):
-            # each nest has its own memo: a register computed in the first is not seen by the
-            # second
+            # each nest has its own memo: the second sees no register the first computed
             self.memo.append({})
             index = self.open_nest(shape, split=False)
             if copying:
@@ -393,8 +393,8 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
 
 def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:
     """The loop IR of a fused function placed in memory by `plan`: the `loops` stage."""
-    function = fused.function
     kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
                for number, kernel in enumerate(fused.kernels)]
-    return fuse_sibling_loops(LoopProgram(function.name, list(function.parameters), list(
-        plan.output_slots), [plan.write(v) for v in function.outputs], plan.arena_size, kernels))
+    return fuse_sibling_loops(shortcut_one_hot_reductions(LoopProgram(
+        fused.function.name, list(fused.function.parameters), list(plan.output_slots),
+        [plan.write(v) for v in fused.function.outputs], plan.arena_size, kernels)))
