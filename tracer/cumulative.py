@@ -33,7 +33,6 @@ from tracer.dispatch import apply
 from tracer.dtypes import as_dtype, float64, int64
 from tracer.function import NativeFunction
 from tracer.functional import cat
-from tracer.layout import fresh
 from tracer.tensor import Tensor
 
 
@@ -244,7 +243,7 @@ class _Product(NativeFunction):
     @staticmethod
     def forward(ctx, x, axis, keepdim, whole):
         kept = _in_accumulator(x, lambda v: _folded_product(v, axis))
-        result = fresh(kept.reshape(()) if whole else kept if keepdim else kept.squeeze(axis))
+        result = reduced(kept, (axis,), keepdim)
         ctx.save_for_backward(x, result)
         ctx.axis, ctx.whole, ctx.kept_shape = axis, whole, kept.shape
         return result
@@ -294,7 +293,7 @@ def prod(x: Tensor, dim=None, keepdim: builtins.bool = False, *, dtype=None) -> 
         return x.clone()
     if not irtypes.is_float(x.dtype):
         kept = _folded_product(x.reshape(-1) if axis is None else x, axis or 0)
-        return fresh(kept.reshape(()) if axis is None else kept if keepdim else kept.squeeze(axis))
+        return reduced(kept, (axis or 0,), keepdim and axis is not None)
     if axis is None or x.ndim == 0:  # (a 0-d x as one element: its backward reads it)
         return _Product.apply(x.reshape(-1), 0, False, True)
     return _Product.apply(x, axis, keepdim, False)
