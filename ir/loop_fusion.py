@@ -7,8 +7,10 @@ for the weight in two loops over the same row, softmax cross-entropy takes the r
 the targets' sum in two. Merged, each element is loaded once for both and the loop's overhead is
 paid once.
 
-Two loops merge when the statements between them are only accumulator declarations (moved before
-the first loop, so none may start from what the first loop updates), their bounds are the same,
+Two loops merge when the statements between them are accumulator declarations (moved before the
+first loop, so none may start from what the first loop updates) or computations, index operations
+and loads the second loop does not read (moved after it, so none may read what it changes: a
+one-hot term's sum, ir/one_hot_terms.py), their bounds are the same,
 neither reads an accumulator the other updates (its value is final only after its loop), and no
 buffer one of them stores is read or stored by the other (an element stored at one iteration
 could be read at another), and either both hold loops or neither does (LLVM vectorizes only an
@@ -23,6 +25,8 @@ from tracer.ir.loops import (Accumulate, Accumulator, Compute, IndexOp, Load, Lo
 
 # The statements a merged loop's body may hold (anything else keeps the loop as it is).
 _MERGEABLE = (Compute, IndexOp, Load, Store, Accumulate, Accumulator, Loop)
+# The statements between two loops that may wait until after the second.
+_LATER = (Compute, IndexOp, Load)
 
 
 def fuse_sibling_loops(program: LoopProgram) -> LoopProgram:
@@ -46,10 +50,11 @@ def _fuse_block(statements: list) -> list:
 
 def _merge_with_previous(result: list, loop: Loop) -> bool:
     """Merge `loop` into the last loop of `result` if it may (see the module's docstring)."""
-    declarations = []
+    declarations, later = [], []
     position = len(result) - 1
-    while position >= 0 and isinstance(result[position], Accumulator):
-        declarations.append(result[position])
+    while position >= 0 and isinstance(result[position], (Accumulator, *_LATER)):
+        (declarations if isinstance(result[position], Accumulator) else later).append(
+            result[position])
         position -= 1
     if position < 0 or not isinstance(result[position], Loop):
         return False
@@ -71,9 +76,19 @@ def _merge_with_previous(result: list, loop: Loop) -> bool:
     if (first_stores & (second_loads | second_stores) or second_stores & first_loads
             or first_updates & (second_reads | initials) or second_updates & first_reads):
         return False
-    # the declarations between them go before the first loop
+    # what the second loop does not read waits for it (reading neither what it changes nor
+    # starting an accumulator declared between)
+    later_reads: set[str] = set()
+    _collect_reads(later, later_reads)
+    later_targets = {statement.target for statement in later}
+    later_loads = {s.buffer for s in later if isinstance(s, Load)}
+    if (later_targets & (second_reads | initials) or later_reads & second_updates
+            or later_loads & second_stores):
+        return False
+    # the declarations between them go before the first loop, the rest after the merged loop
     del result[position + 1:]
     result[position:position] = reversed(declarations)
+    result.extend(reversed(later))
     first.body = first.body + [IndexOp(loop.counter, "add", (first.counter, 0))] + loop.body
     return True
 

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from tracer.ir.loops import Accumulate, Compute, IndexOp, Load, Loop, LoopProgram
+from tracer.ir.loops import Accumulate, Compute, IndexOp, Load, Loop, LoopProgram, Store
 
 _PURE = (Compute, IndexOp, Load)
 
@@ -64,17 +64,26 @@ def _shortcut(loop: Loop) -> list | None:
     marked = _marked_operand(updates[0], defined, loop.counter)
     if marked is None or marked == loop.counter or marked in _varying(loop):
         return None
-    making = _making(marked, defined)
-    counter, size = loop.counter, loop.end - loop.begin
-    return [*(s for s in loop.body if s in making),
-            IndexOp(f"{counter}.from", "sub", (marked, loop.begin)),
-            IndexOp(f"{counter}.inside", "lt", (f"{counter}.from", size)),  # (unsigned)
-            IndexOp(counter, "select", (f"{counter}.inside", marked, loop.begin)),
+    making = statements_making([marked], defined)
+    return [*(s for s in loop.body if s in making), *marked_position(loop.counter, marked, loop),
             *(s for s in loop.body if s not in making)]
 
 
-def _operands(statement) -> tuple:
-    return (statement.offset,) if isinstance(statement, Load) else statement.operands
+def marked_position(counter: str, marked: str, loop: Loop) -> list[IndexOp]:
+    """The index operations that set `counter` to `marked` if it is in `loop`'s range (constant
+    bounds, not empty), else to the range's first position."""
+    return [IndexOp(f"{counter}.from", "sub", (marked, loop.begin)),
+            IndexOp(f"{counter}.inside", "lt", (f"{counter}.from", loop.end - loop.begin)),
+            IndexOp(counter, "select", (f"{counter}.inside", marked, loop.begin))]
+
+
+def operands_of(statement) -> tuple:
+    """The registers and literals a pure statement or a store reads."""
+    if isinstance(statement, Load):
+        return (statement.offset,)
+    if isinstance(statement, Store):
+        return (statement.offset, statement.operand)
+    return statement.operands
 
 
 def _varying(loop: Loop) -> set[str]:
@@ -82,19 +91,19 @@ def _varying(loop: Loop) -> set[str]:
     load at an offset that does not is the same at every position)."""
     varying = {loop.counter}
     for statement in loop.body:
-        if isinstance(statement, _PURE) and any(o in varying for o in _operands(statement)):
+        if isinstance(statement, _PURE) and any(o in varying for o in operands_of(statement)):
             varying.add(statement.target)
     return varying
 
 
-def _making(register: str, defined: dict) -> set:
-    """The statements of the body that `register` is computed from (none if made before it)."""
-    making, waiting = set(), [register]
+def statements_making(registers: list, defined: dict) -> set:
+    """The statements of a body (`defined`, by target) that `registers` are computed from."""
+    making, waiting = set(), [r for r in registers if isinstance(r, str)]
     while waiting:
         statement = defined.get(waiting.pop())
         if statement is not None and statement not in making:
             making.add(statement)
-            waiting += [o for o in _operands(statement) if isinstance(o, str)]
+            waiting += [o for o in operands_of(statement) if isinstance(o, str)]
     return making
 
 
@@ -103,8 +112,13 @@ def _marked_operand(update: Accumulate, defined: dict, counter: str):
     register the loop's position is compared with."""
     select = defined.get(update.operand)
     if not (isinstance(select, Compute) and select.primitive == "select"
-            and _is_identity(select.operands[2], update.primitive, update.dtype)):
+            and is_identity(select.operands[2], update.primitive, update.dtype)):
         return None
+    return mark_of(select, defined, counter)
+
+
+def mark_of(select: Compute, defined: dict, counter: str):
+    """k, if `select` chooses by eq(cast(counter), k) or eq(k, cast(counter)), k a register."""
     compare = defined.get(select.operands[0])
     if not (isinstance(compare, Compute) and compare.primitive == "eq"):
         return None
@@ -117,7 +131,7 @@ def _marked_operand(update: Accumulate, defined: dict, counter: str):
     return None
 
 
-def _is_identity(operand, primitive: str, dtype: np.dtype) -> bool:
+def is_identity(operand, primitive: str, dtype: np.dtype) -> bool:
     """Whether the literal `operand` leaves an accumulator of `primitive` and `dtype` unchanged."""
     if isinstance(operand, str) or isinstance(operand, bool):
         return False

@@ -15,7 +15,7 @@ from tracer.ir.graph import Value
 from tracer.ir.memory import Location
 from tracer.ir.types import TensorType
 from tracer.ir.verify_loops import verify_loops
-from tracer.ir import schedule as schedule_module
+from tracer.ir import loop_fusion
 
 from test_ir_rows import (assert_close_to_torch, compiled, cross_entropy_arrays,
                           cross_entropy_step, layer_norm_arrays, layer_norm_step, torch_results)
@@ -46,13 +46,17 @@ def row_program(second: str) -> LoopProgram:
         body += [Load("%y", "in1", "%q", b)]
     if second == "reads the sum":
         body += [Compute("%z", "sub", ("%y", "%s"), (F64, F64), F64)]
+    elif second == "reads a computation between":
+        body += [Compute("%z", "add", ("%y", "%t"), (F64, F64), F64)]
     else:
         body += [Compute("%z", "add", ("%y", 0.0), (F64, F64), F64)]
     body += [Accumulate("%m", "maximum", "%z", F64)]
     between = ([Compute("%t", "mul", ("%s", 1.0), (F64, F64), F64)]
-               if second == "a computation between" else [])
+               if second in ("a computation between", "reads a computation between") else [])
     maximum = Accumulator("%m", F64, {"starts from the sum": "%s",
                                       "the first reads the maximum": 0.0}.get(second, -np.inf))
+    if second == "a computation between reads the maximum":  # its start, before the second loop
+        between = [maximum, Compute("%t", "mul", ("%m", 1.0), (F64, F64), F64)]
     rows = Loop("%r", "begin", "end", [
         IndexOp("%o", "mul", ("%r", COLUMNS)),
         IndexOp("%o2", "add", ("%o", COLUMNS - 1)),
@@ -60,7 +64,7 @@ def row_program(second: str) -> LoopProgram:
         *([maximum] if reads_maximum else []),
         first,
         *between,
-        *([] if reads_maximum else [maximum]),
+        *([] if reads_maximum or maximum in between else [maximum]),
         Loop("%j", 0, end, body),
         Compute("%total", "add", ("%s", "%m"), (F64, F64), F64),
         Store("out0", "%r", "%total", result)])
@@ -78,6 +82,8 @@ def expected(second: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return sums + a.max(1)
     if second == "reads the sum":
         return sums + (b - sums[:, None]).max(1)
+    if second == "reads a computation between":
+        return sums + (b + sums[:, None]).max(1)
     if second == "fewer elements":
         return sums + b[:, :COLUMNS - 1].max(1)
     if second == "starts from the sum":
@@ -96,7 +102,9 @@ def loops_in_rows(program: LoopProgram) -> int:
     ("reads the sum", False),  # final only after the first loop
     ("reads the copy backwards", False),  # the first loop stores what it loads
     ("fewer elements", False),
-    ("a computation between", False),
+    ("a computation between", True),  # not read by the second loop: it waits for it
+    ("reads a computation between", False),
+    ("a computation between reads the maximum", False),  # which the second loop updates
     ("starts from the sum", False),  # declared between: it cannot move before the first loop
     ("the first reads the maximum", False),  # which the second updates
 ])
@@ -109,10 +117,11 @@ def test_sibling_loops_merge_only_when_neither_reads_what_the_other_writes(secon
     for result in (run_program(program, [a, b]), run_program(row_program(second), [a, b])):
         np.testing.assert_allclose(result[0], expected(second, a, b), rtol=1e-12)
         np.testing.assert_array_equal(result[1], a)
-    if merged:  # the second accumulator is declared before the merged loop
+    if merged:  # the second accumulator is declared before the merged loop, a computation after
         rows = program.kernels[0].body[0].body
         assert [type(s).__name__ for s in rows[:5]] == [
             "IndexOp", "IndexOp", "Accumulator", "Accumulator", "Loop"]
+        assert [s.target for s in rows[5:-2]] == (["%t"] if "between" in second else [])
 
 
 def loops_per_depth(program: LoopProgram) -> list[int]:
@@ -133,14 +142,15 @@ def loops_per_depth(program: LoopProgram) -> list[int]:
     # the chunk's two zero fills; per row, the output with the bias's sum and the weight's sum
     # with the gradient's row sum
     (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 8], [1, 2, 6]),
-    # per row, the maximum with the targets' sum, the loss with the gradient's row sum (and
-    # max(dim)'s value read at its index, no loop: ir/one_hot_reductions.py)
-    (cross_entropy_step, cross_entropy_arrays((37, 24), np.float32), [1, 1, 7], [1, 1, 5]),
+    # per row, the maximum with the targets' sum, the loss and the gradient's row sum with the
+    # gradient (max(dim)'s value read at its index, its gradient stored there after the loop:
+    # ir/one_hot_reductions.py, ir/one_hot_terms.py)
+    (cross_entropy_step, cross_entropy_arrays((37, 24), np.float32), [1, 1, 7], [1, 1, 4]),
 ])
 def test_row_kernels_merge_their_independent_passes(monkeypatch, step, arrays, separate, merged):
     assert loops_per_depth(compiled(step, arrays).loops) == merged
     assert_close_to_torch(compiled(step, arrays)(arrays), torch_results(step, arrays), np.float32)
-    monkeypatch.setattr(schedule_module, "fuse_sibling_loops", lambda program: program)
+    monkeypatch.setattr(loop_fusion, "fuse_sibling_loops", lambda program: program)
     assert loops_per_depth(compiled(step, arrays).loops) == separate
 
 

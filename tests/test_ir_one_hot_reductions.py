@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tracer as tr
-from tracer.ir import schedule as schedule_module
+from tracer.ir import one_hot_reductions
 from tracer.ir.graph import Value
 from tracer.ir.loop_interpreter import run_program
 from tracer.ir.loops import (Accumulate, Accumulator, Buffer, Compute, IndexOp, Load, Loop,
@@ -134,7 +134,7 @@ def test_max_and_min_along_a_dimension_read_their_element_at_its_index(monkeypat
         np.testing.assert_array_equal(result, wanted)
         assert np.array_equal(np.signbit(result), np.signbit(wanted))
     assert selections_in_loops(traced) == 0
-    monkeypatch.setattr(schedule_module, "shortcut_one_hot_reductions", lambda program: program)
+    monkeypatch.setattr(one_hot_reductions, "shortcut_one_hot_reductions", lambda program: program)
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))  # (not the program compiled above)
     unrewritten = tr.trace(row_extrema)
     for result, wanted in zip(unrewritten(tr.tensor(x)), results):
