@@ -38,13 +38,13 @@ def lines(build: Callable[[], Callable], calls: int = 15, top: int = 15) -> list
     for _ in range(calls):
         for threads, (run, executable) in runs.items():
             before = [seconds for _, _, seconds in executable.kernel_times()]
-            counts = pool.counts()
+            counts = pool.counts() if threads == 2 else {}
             start = time.perf_counter()
             run()
             walls[threads].append(time.perf_counter() - start)
-            if threads == 2:
-                launches = {name: launches[name] + pool.counts()[name] - counts[name]
-                            for name in launches}
+            after = pool.counts() if counts else {}
+            for name, count in counts.items():
+                launches[name] += after[name] - count
             spent = [seconds - old for (_, _, seconds), old in
                      zip(executable.kernel_times(), before)]
             minima[threads] = [min(pair) for pair in zip(minima.get(threads, spent), spent)]

@@ -248,6 +248,7 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
     arena_offsets = sorted({b.location.index for k in program.kernels for b in k.buffers
                             if b.location.kind == "arena"})
     calls: list[str] = []
+    signatures: dict[str, str] = {}  # each kernel symbol's argument types
     kernels: dict[str, KernelModule] = {}
     quick = quick_kernels(program)
     for position, kernel in enumerate(program.kernels):
@@ -271,13 +272,13 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             kernels[module.symbol] = module
             if on_kernel is not None:
                 on_kernel(module)
-        arguments = ", ".join([*(f"ptr {p}" for p in pointers),
-                               *([f"i64 {kernel.extent}"] if parallel else [])])
-        calls.append(f"call void @{module.symbol}({arguments})")
+        arguments = [*(f"ptr {p}" for p in pointers), *([f"i64 {kernel.extent}"] if parallel else [])]
+        calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
+        signatures[module.symbol] = ", ".join(argument.split()[0] for argument in arguments)
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
     kernel_declarations = [f"declare void @{symbol}({types}) nounwind"
-                           for symbol, types in _signatures(calls).items()]
+                           for symbol, types in signatures.items()]
     entry = render(
         "module.ll.j2", function_name=program.name, triple=triple,
         declarations=kernel_declarations, slots=slots,
@@ -286,12 +287,3 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         record_offset=program.arena_size)
     return GeneratedCode(entry, list(kernels.values()), sites)
 
-
-def _signatures(calls: list[str]) -> dict[str, str]:
-    """The kernel symbols the entry calls, each with its argument types."""
-    signatures = {}
-    for call in calls:
-        symbol, arguments = call.removeprefix("call void @").split("(", 1)
-        signatures[symbol] = ", ".join(argument.split()[0]
-                                       for argument in arguments.rstrip(")").split(", "))
-    return signatures

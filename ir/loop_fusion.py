@@ -10,7 +10,7 @@ paid once.
 Two loops merge when the statements between them are accumulator declarations (moved before the
 first loop, so none may start from what the first loop updates) or computations, index operations
 and loads the second loop does not read (moved after it, so none may read what it changes: a
-one-hot term's sum, ir/one_hot_terms.py), their bounds are the same,
+one-hot term's sum, ir/one_hot.py), their bounds are the same,
 neither reads an accumulator the other updates (its value is final only after its loop), and no
 buffer one of them stores is read or stored by the other (an element stored at one iteration
 could be read at another), and either both hold loops or neither does (LLVM vectorizes only an
@@ -25,8 +25,9 @@ from tracer.ir.loops import (Accumulate, Accumulator, Compute, IndexOp, Load, Lo
 
 # The statements a merged loop's body may hold (anything else keeps the loop as it is).
 _MERGEABLE = (Compute, IndexOp, Load, Store, Accumulate, Accumulator, Loop)
-# The statements between two loops that may wait until after the second.
-_LATER = (Compute, IndexOp, Load)
+# Statements that compute a register from registers and memory and change nothing else: those
+# between two loops may wait until after the second.
+PURE_STATEMENTS = (Compute, IndexOp, Load)
 
 
 def fuse_sibling_loops(program: LoopProgram) -> LoopProgram:
@@ -52,7 +53,7 @@ def _merge_with_previous(result: list, loop: Loop) -> bool:
     """Merge `loop` into the last loop of `result` if it may (see the module's docstring)."""
     declarations, later = [], []
     position = len(result) - 1
-    while position >= 0 and isinstance(result[position], (Accumulator, *_LATER)):
+    while position >= 0 and isinstance(result[position], (Accumulator, *PURE_STATEMENTS)):
         (declarations if isinstance(result[position], Accumulator) else later).append(
             result[position])
         position -= 1
@@ -124,20 +125,25 @@ def _effects(statements: list) -> tuple[set[str], set[str], set[str]] | None:
     return loads, stores, updates
 
 
+def statement_reads(statement) -> tuple:
+    """The registers and literals one statement reads (a loop: its bounds; an accumulation: the
+    accumulator too)."""
+    if isinstance(statement, (Compute, IndexOp)):
+        return statement.operands
+    if isinstance(statement, Load):
+        return (statement.offset,)
+    if isinstance(statement, Store):
+        return (statement.offset, statement.operand)
+    if isinstance(statement, Accumulate):
+        return (statement.name, statement.operand)
+    if isinstance(statement, Loop):
+        return (statement.begin, statement.end)
+    return ()
+
+
 def _collect_reads(statements: list, reads: set[str]) -> None:
     """Add the registers `statements` read to `reads`."""
     for statement in statements:
-        if isinstance(statement, (Compute, IndexOp)):
-            operands = statement.operands
-        elif isinstance(statement, Load):
-            operands = (statement.offset,)
-        elif isinstance(statement, Store):
-            operands = (statement.offset, statement.operand)
-        elif isinstance(statement, Accumulate):
-            operands = (statement.name, statement.operand)
-        elif isinstance(statement, Loop):
-            operands = (statement.begin, statement.end)
+        if isinstance(statement, Loop):
             _collect_reads(statement.body, reads)
-        else:
-            operands = ()
-        reads.update(o for o in operands if isinstance(o, str))
+        reads.update(o for o in statement_reads(statement) if isinstance(o, str))

@@ -13,7 +13,7 @@ results of the kernel is computed once. An `accumulate` kernel zeroes its result
 operand into it in memory order; a `scatter` kernel copies its target into its result, then stores
 (or adds) each element of the updates at its checked index; a matmul kernel is a gemm, after (for a
 MatmulUpdate) the loop that stores the rest of the expression. ir/schedule_index.py computes the
-indices; ir/one_hot_reductions.py, ir/one_hot_terms.py and ir/loop_fusion.py then cut loops.
+indices; ir/one_hot.py and ir/loop_fusion.py then cut loops.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer
 from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
-from tracer.ir import loop_fusion, one_hot_reductions, one_hot_terms
+from tracer.ir import loop_fusion, one_hot
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_reduce import ReductionKernels
 from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
@@ -396,5 +396,5 @@ def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopPr
                for number, kernel in enumerate(fused.kernels)]
     program = LoopProgram(fused.function.name, list(fused.function.parameters), list(
         plan.output_slots), [plan.write(v) for v in fused.function.outputs], plan.arena_size, kernels)
-    return loop_fusion.fuse_sibling_loops(one_hot_terms.move_one_hot_terms(
-        one_hot_reductions.shortcut_one_hot_reductions(program)))
+    return loop_fusion.fuse_sibling_loops(one_hot.move_one_hot_terms(
+        one_hot.shortcut_one_hot_reductions(program)))

@@ -144,7 +144,7 @@ def loops_per_depth(program: LoopProgram) -> list[int]:
     (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 8], [1, 2, 6]),
     # per row, the maximum with the targets' sum, the loss and the gradient's row sum with the
     # gradient (max(dim)'s value read at its index, its gradient stored there after the loop:
-    # ir/one_hot_reductions.py, ir/one_hot_terms.py)
+    # ir/one_hot.py)
     (cross_entropy_step, cross_entropy_arrays((37, 24), np.float32), [1, 1, 7], [1, 1, 4]),
 ])
 def test_row_kernels_merge_their_independent_passes(monkeypatch, step, arrays, separate, merged):

@@ -138,7 +138,7 @@ def test_softmax_cross_entropy_is_one_row_kernel_and_its_loss_a_total_by_chunks(
     (exponentials,) = set(re.findall(r"(%\d+) : f32\[50,19\] = exp ", fused))
     assert f"keeping rows of {exponentials}(" in fused
     assert text.count(" = exp ") == 1
-    # (and once more at the argmax, where its gradient gets the max's: ir/one_hot_terms.py)
+    # (and once more at the argmax, where its gradient gets the max's: ir/one_hot.py)
     assert text.count("store out1[") == 1 and text.count("= load out1[") == 3
     assert_close_to_torch(function(arrays), torch_results(cross_entropy_step, arrays),
                           np.float32)
