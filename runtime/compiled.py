@@ -101,6 +101,8 @@ class CompiledFunction:
         self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
+        # the fast entry, where a call may write into the argument arrays themselves
+        self._fast_call = None if self._copies_targets else self._fast
         # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
         self._calls_blas = native.blas_available() and any(
             kernel.kind == "matmul" for kernel in self.fused.kernels)
@@ -171,7 +173,7 @@ class CompiledFunction:
         it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
         one comparison of lists (whose items compare by identity first: a dtype is numpy's own
         object)."""
-        fast = None if self._copies_targets else self._fast
+        fast = self._fast_call
         if fast is not None:
             try:
                 described = [(type(a), a.shape, a.dtype) for a in arguments]
@@ -181,8 +183,9 @@ class CompiledFunction:
                 outputs = self._new_outputs()
                 # The objects' addresses (ctypes converts integers faster than objects): the
                 # lists `arguments` and `outputs` keep them alive until the call returns.
-                if self._run(fast, [*map(id, arguments), *map(id, outputs)]) == 0:
-                    self._keep_outputs(outputs)
+                if self._run(fast, *map(id, arguments), *map(id, outputs)) == 0:
+                    if self._keeps_outputs and not self._spare_outputs:
+                        self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
                     return (outputs if self._returns_outputs
                             else self._results(arguments, outputs, share))
         return self._call(arguments, share)
@@ -199,12 +202,10 @@ class CompiledFunction:
             return [np.empty(shape, dtype) for shape, dtype in self._outputs]
         # referenced by the list `previous` and getrefcount's argument only: unreachable to the
         # caller (a view, a tensor or a tape node holding it would add a reference)
-        return [previous[slot] if sys.getrefcount(previous[slot]) == 2 else np.empty(shape, dtype)
-                for slot, (shape, dtype) in enumerate(self._outputs)]
-
-    def _keep_outputs(self, outputs: list[np.ndarray]) -> None:
-        if self._keeps_outputs and not self._spare_outputs:
-            self._spare_outputs.append(list(outputs))  # (the caller may change its list)
+        for slot, (shape, dtype) in enumerate(self._outputs):
+            if sys.getrefcount(previous[slot]) != 2:
+                previous[slot] = np.empty(shape, dtype)
+        return previous
 
     def _results(self, parameters: Sequence[np.ndarray], outputs: list[np.ndarray],
                  share: bool) -> list[np.ndarray]:
@@ -240,8 +241,9 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
-        self._run(self._run_entry, [pointers])
-        self._keep_outputs(outputs)
+        self._run(self._run_entry, pointers)
+        if self._keeps_outputs and not self._spare_outputs:
+            self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
         return self._results(keep_alive, outputs, share)
 
     def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
@@ -249,7 +251,7 @@ class CompiledFunction:
         self._entry(pointers.ctypes.data)
         return 0
 
-    def _run(self, native: Callable[..., int], arguments: list) -> int:
+    def _run(self, native: Callable[..., int], *arguments) -> int:
         """`native(*arguments, arena address)` on the one arena every call reuses, or on a fresh
         one while another call holds it; returns its status (0: the entry ran). In code with
         checks, raises the BoundsError or IndexOutOfRangeError the entry recorded in the arena
