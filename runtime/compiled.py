@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# What the fast path compares of each argument (`__class__` is an ndarray's own type: an
+# object's class, unless a subclass overrides it, and a subclass is an ndarray's struct still)
+_DESCRIBED = operator.attrgetter("__class__", "shape", "dtype")
 # Up to this many bytes of one call's outputs are kept for the next (see `_new_outputs`).
 SPARE_BYTES = 1 << 30
 
@@ -176,7 +180,7 @@ class CompiledFunction:
         fast = self._fast_call
         if fast is not None:
             try:
-                described = [(type(a), a.shape, a.dtype) for a in arguments]
+                described = list(map(_DESCRIBED, arguments))
             except AttributeError:  # not an array: converted by the general path
                 described = None
             if described == self._described:

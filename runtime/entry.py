@@ -53,6 +53,9 @@ class Entry:
     # one array serves both (else each is a copy)
     aliases: list[tuple[int, int, str]] = field(default_factory=list)
     shares_outputs: bool = False
+    # Whether the parameters are the data of the argument leaves and captured tensors, in order,
+    # every one a Tensor (buffers.tensor_buffers gives them; else arguments.parameter_arrays)
+    tensors_in_order: bool = False
     # Read-only zeros passed for a .grad that is None, by parameter position (arguments.zeros_for)
     zeros: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
@@ -91,6 +94,8 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.shares_outputs = bool(duplicates) and all(
         earlier in alias_of and written.get(position) == alias_of[earlier]
         for position, earlier in duplicates)
+    entry.tensors_in_order = (not entry.floats and all(isinstance(v, Tensor) for v in values)
+                              and recording.sources == [("leaf", i) for i in range(len(values))])
     entry.zeros = zeros_for(recording.sources, [(p.shape, p.dtype) for p in
                                                  executable.function.parameters],
                             set(executable.in_place.values()))

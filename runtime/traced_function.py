@@ -25,7 +25,7 @@ from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import call_state_of, results, write_back
+from tracer.buffers import call_state_of, results, tensor_buffers, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -145,15 +145,11 @@ class TracedFunction:
         leaves = [v for v in args if type(v) in (Tensor, float, int)] if objects else args
         return tuple(parts), leaves
 
-    def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, Sequence, list | None]:
-        """The entry for this call, the values of its argument leaves, and the leaves with their
-        paths (None for the common call, whose leaves are its tensor and number arguments)."""
-        quick = self._quick_key(args, kwargs)
-        if quick is not None:
-            entry = self._signatures.quick(quick[0], count)
-            if entry is not None:
-                return entry, quick[1], None
-        quick_key = None if quick is None else quick[0]
+    def _lookup(self, args, kwargs, count: bool, quick_key: tuple | None
+                ) -> tuple[Entry, list, list]:
+        """The entry for this call (found by its full key, built if new), the values of its
+        argument leaves, and the leaves with their paths. `quick_key` (see `_quick_key`), if
+        the call has one, is remembered for the entry."""
         while True:
             key, leaves = self._key(args, kwargs)
             try:
@@ -226,18 +222,26 @@ class TracedFunction:
     # Calling.
     def ir(self, *args, stage: str = "traced", **kwargs) -> str:
         """The text of one pipeline stage for the signature of these arguments."""
-        entry, _, _ = self._lookup(args, kwargs, count=False)
+        quick = self._quick_key(args, kwargs)
+        entry, _, _ = self._lookup(args, kwargs, False, None if quick is None else quick[0])
         return stage_text(entry, stage)
 
     def __call__(self, *args, **kwargs):
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
-        entry, values, leaves = self._lookup(args, kwargs, count=True)
+        quick = self._quick_key(args, kwargs)
+        entry = None if quick is None else self._signatures.quick(quick[0], True)
+        if entry is not None:  # the common call: its leaves are its tensor and number arguments
+            values, leaves = quick[1], None
+        else:
+            entry, values, leaves = self._lookup(args, kwargs, True,
+                                                 None if quick is None else quick[0])
         if entry.captured or entry.floats:
             values = [*values, *entry.captured]
             if entry.read_floats is not None:
                 values += entry.read_floats()
-        arrays = parameter_arrays(entry.parameter_sources, values, entry.zeros)
+        arrays = (tensor_buffers(values) if entry.tensors_in_order
+                  else parameter_arrays(entry.parameter_sources, values, entry.zeros))
         if entry.writebacks:
             check_targets(entry, values, arrays)
         executable = entry.executable

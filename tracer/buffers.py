@@ -4,6 +4,7 @@ call changed. runtime/ reaches tensors only through these (and `Trace`), never t
 private members."""
 from __future__ import annotations
 
+import operator
 from typing import Container, Sequence
 
 import numpy as np
@@ -20,6 +21,15 @@ def is_traced(tensor: Tensor) -> bool:
 def buffer_of(value: Tensor | np.ndarray) -> np.ndarray:
     """The array holding an eager tensor's data (a numpy array is its own)."""
     return value._handle if isinstance(value, Tensor) else value
+
+
+def tensor_buffers(tensors: Sequence[Tensor]) -> list[np.ndarray]:
+    """The arrays holding eager tensors' data: `buffer_of` of each, for a list known to hold
+    tensors only."""
+    return list(map(_HANDLE, tensors))
+
+
+_HANDLE = operator.attrgetter("_handle")
 
 
 def grad_buffer_of(tensor: Tensor) -> np.ndarray | None:
