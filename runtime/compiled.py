@@ -134,7 +134,8 @@ class CompiledFunction:
         if self.settings.layout is not None:
             objects = len(self.function.parameters) + len(self.plan.output_slots)
             prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * (objects + 1))
-            self._fast = prototype(self._jit.address("tracer_fast"))
+            self._fast = _by_addresses(prototype(self._jit.address("tracer_fast")),
+                                       len(self.function.parameters), len(self.plan.output_slots))
 
     @property
     def loops(self) -> LoopProgram:
@@ -185,9 +186,7 @@ class CompiledFunction:
                 described = None
             if described == self._described:
                 outputs = self._new_outputs()
-                # The objects' addresses (ctypes converts integers faster than objects): the
-                # lists `arguments` and `outputs` keep them alive until the call returns.
-                if self._run(fast, *map(id, arguments), *map(id, outputs)) == 0:
+                if self._run(fast, arguments, outputs) == 0:
                     if self._keeps_outputs and not self._spare_outputs:
                         self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
                     return (outputs if self._returns_outputs
@@ -245,18 +244,18 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
-        self._run(self._run_entry, pointers)
+        self._run(self._run_entry, pointers, None)
         if self._keeps_outputs and not self._spare_outputs:
             self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
         return self._results(keep_alive, outputs, share)
 
-    def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
+    def _run_entry(self, pointers: np.ndarray, _, arena_address: int) -> int:
         pointers[-1] = arena_address
         self._entry(pointers.ctypes.data)
         return 0
 
-    def _run(self, native: Callable[..., int], *arguments) -> int:
-        """`native(*arguments, arena address)` on the one arena every call reuses, or on a fresh
+    def _run(self, native: Callable[[object, object, int], int], first, second) -> int:
+        """`native(first, second, arena address)` on the one arena every call reuses, or on a fresh
         one while another call holds it; returns its status (0: the entry ran). In code with
         checks, raises the BoundsError or IndexOutOfRangeError the entry recorded in the arena
         (read before the arena is free)."""
@@ -269,7 +268,7 @@ class CompiledFunction:
         if blas:
             pool.hold_blas()
         try:
-            status = native(*arguments, address)
+            status = native(first, second, address)
             failure = self._bounds_failure(address) if self._checked and status == 0 else None
         finally:
             if blas:
@@ -315,6 +314,16 @@ class CompiledFunction:
     def stage_text(self, stage: str) -> str:
         """The printed form of a back-end stage (see BackEnd.stage_text)."""
         return self.back_end.stage_text(stage)
+
+
+def _by_addresses(fast: Callable[..., int], parameters: int, outputs: int
+                  ) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], int]:
+    """`call(arguments, outputs, arena address)`: the fast entry `fast` on the addresses of the
+    array objects (ctypes converts integers faster than objects; the lists keep them alive until
+    the call returns), written out for these counts: unpacking the lists into the call costs
+    more than the call."""
+    addresses = [f"id(a[{i}])" for i in range(parameters)] + [f"id(o[{i}])" for i in range(outputs)]
+    return eval(f"lambda a, o, arena: fast({', '.join([*addresses, 'arena'])})", {"fast": fast})
 
 
 def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> bool:
