@@ -187,8 +187,6 @@ class CompiledFunction:
             if described == self._described:
                 outputs = self._new_outputs()
                 if self._run(fast, arguments, outputs) == 0:
-                    if self._keeps_outputs and not self._spare_outputs:
-                        self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
                     return (outputs if self._returns_outputs
                             else self._results(arguments, outputs, share))
         return self._call(arguments, share)
@@ -198,17 +196,23 @@ class CompiledFunction:
         more (results the caller dropped: the loss and new `.grad` of a training step, dropped by
         `zero_grad`), fresh ones for the others. An output freed and allocated anew is a new
         mapping whose pages the system zeroes on first touch, every call: half the time of a
-        4096 x 1024 layer norm's forward and backward (glibc maps allocations that large)."""
+        4096 x 1024 layer norm's forward and backward (glibc maps allocations that large).
+
+        They are kept for the next call at once: while this call holds them (in the list it
+        returns), a concurrent call finds them referenced and allocates its own."""
         try:
-            previous = self._spare_outputs.pop()  # atomic: a concurrent call finds none
+            outputs = self._spare_outputs.pop()  # atomic: a concurrent call finds none
         except IndexError:
-            return [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        # referenced by the list `previous` and getrefcount's argument only: unreachable to the
-        # caller (a view, a tensor or a tape node holding it would add a reference)
-        for slot, (shape, dtype) in enumerate(self._outputs):
-            if sys.getrefcount(previous[slot]) != 2:
-                previous[slot] = np.empty(shape, dtype)
-        return previous
+            outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        else:
+            # referenced by the list `outputs` and getrefcount's argument only: unreachable to
+            # the caller (a view, a tensor or a tape node holding it would add a reference)
+            for slot, (shape, dtype) in enumerate(self._outputs):
+                if sys.getrefcount(outputs[slot]) != 2:
+                    outputs[slot] = np.empty(shape, dtype)
+        if self._keeps_outputs and not self._spare_outputs:
+            self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
+        return outputs
 
     def _results(self, parameters: Sequence[np.ndarray], outputs: list[np.ndarray],
                  share: bool) -> list[np.ndarray]:
@@ -245,8 +249,6 @@ class CompiledFunction:
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
         self._run(self._run_entry, pointers, None)
-        if self._keeps_outputs and not self._spare_outputs:
-            self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
         return self._results(keep_alive, outputs, share)
 
     def _run_entry(self, pointers: np.ndarray, _, arena_address: int) -> int:
