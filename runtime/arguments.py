@@ -146,10 +146,7 @@ def zeros_for(sources: Sequence[tuple[str, int]], parameters: Sequence[tuple[tup
 def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     """Before running: every buffer the call writes back into is writeable and shares no memory
     with another argument (the traced function treated them as separate values)."""
-    # Arrays that own their memory (no base) and are distinct objects cannot overlap: the cheap
-    # common case, decided once for every target (`w.grad = w.detach()` makes one array both w
-    # and its .grad).
-    separate = all(a.base is None for a in arrays) and len(set(map(id, arrays))) == len(arrays)
+    separate = None  # decided at the first target (a call making every .grad anew has none)
     for index, kind, _ in entry.writebacks:
         value = values[index]
         target = buffer_of(value) if kind == "data" else grad_buffer_of(value)
@@ -159,6 +156,12 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")
+        if separate is None:
+            # Arrays that own their memory (no base) and are distinct objects cannot overlap:
+            # the cheap common case, decided once for every target (`w.grad = w.detach()` makes
+            # one array both w and its .grad).
+            separate = (all(a.base is None for a in arrays)
+                        and len(set(map(id, arrays))) == len(arrays))
         if separate:
             continue
         source = ("leaf" if kind == "data" else "grad", index)

@@ -245,7 +245,7 @@ class TracedFunction:
         if entry.writebacks:
             check_targets(entry, values, arrays)
         executable = entry.executable
-        outputs = executable(arrays, entry.shares_outputs)
+        outputs = executable.run(arrays, entry.shares_outputs)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
         inputs = None if executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
