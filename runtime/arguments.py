@@ -3,8 +3,9 @@ leaves (Tensors, numpy arrays, Python numbers) and a hashable structure, each le
 arrays a call passes to the compiled code, and the checks on the buffers it writes back into."""
 from __future__ import annotations
 
+import math
 import numbers
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -96,11 +97,13 @@ def parameter_name(path: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
 
 
-def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> list[np.ndarray]:
+def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,
+                     zeros: Mapping[int, np.ndarray] | None = None) -> list[np.ndarray]:
     """The arrays a call passes to the compiled code, one per parameter (see Entry); `values` are
-    the argument leaves followed by the captured tensors."""
+    the argument leaves followed by the captured tensors. `zeros` holds, by parameter position,
+    read-only zeros that stand for a .grad that is None (see `zeros_for`)."""
     arrays = []
-    for kind, index in sources:
+    for position, (kind, index) in enumerate(sources):
         value = values[index]
         if kind == "leaf":
             arrays.append(buffer_of(value))
@@ -108,20 +111,42 @@ def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence) -> li
             grad = grad_buffer_of(value)
             # none, where the signature does not depend on it (see Trace.writebacks): a buffer
             # for the .grad the call makes
-            arrays.append(np.zeros_like(buffer_of(value)) if grad is None else grad)
+            if grad is None:
+                grad = zeros.get(position) if zeros else None
+                if grad is None:
+                    grad = np.zeros_like(buffer_of(value))
+            arrays.append(grad)
         else:
             arrays.append(np.array(value, np.int64 if isinstance(value, numbers.Integral)
                                    else np.float64))
     return arrays
 
 
+# Read-only zeros kept per compiled signature up to this size each; a larger .grad buffer is
+# allocated per call (where the call's work dwarfs it) rather than held for the program's life.
+SHARED_ZEROS_BYTES = 1 << 16
+
+
+def zeros_for(sources: Sequence[tuple[str, int]], parameters: Sequence[tuple[tuple, np.dtype]],
+              written: Collection[int]) -> dict[int, np.ndarray]:
+    """Zeros, by parameter position, to pass for a .grad that is None (`sources` as for
+    `parameter_arrays`; `parameters` the compiled code's shapes and dtypes): one array per
+    parameter, made once instead of on every call, read-only, for the parameters that the
+    code only reads (not those in `written`, which it writes in place: their array becomes the
+    new .grad) and that are at most SHARED_ZEROS_BYTES."""
+    zeros = {}
+    for position, ((kind, _), (shape, dtype)) in enumerate(zip(sources, parameters)):
+        if (kind == "grad" and position not in written
+                and math.prod(shape) * dtype.itemsize <= SHARED_ZEROS_BYTES):
+            array = zeros[position] = np.zeros(shape, dtype)
+            array.flags.writeable = False
+    return zeros
+
+
 def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
     """Before running: every buffer the call writes back into is writeable and shares no memory
     with another argument (the traced function treated them as separate values)."""
-    # Arrays that own their memory (no base) and are distinct objects cannot overlap: the cheap
-    # common case, decided once for every target (`w.grad = w.detach()` makes one array both w
-    # and its .grad).
-    separate = all(a.base is None for a in arrays) and len(set(map(id, arrays))) == len(arrays)
+    separate = None  # decided at the first target (a call making every .grad anew has none)
     for index, kind, _ in entry.writebacks:
         value = values[index]
         target = buffer_of(value) if kind == "data" else grad_buffer_of(value)
@@ -131,6 +156,12 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")
+        if separate is None:
+            # Arrays that own their memory (no base) and are distinct objects cannot overlap:
+            # the cheap common case, decided once for every target (`w.grad = w.detach()` makes
+            # one array both w and its .grad).
+            separate = (all(a.base is None for a in arrays)
+                        and len(set(map(id, arrays))) == len(arrays))
         if separate:
             continue
         source = ("leaf" if kind == "data" else "grad", index)

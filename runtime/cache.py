@@ -68,24 +68,25 @@ _counting = threading.Lock()
 
 
 def _sources(directories: list[str]) -> list[tuple[str, str]]:
-    """(name relative to its package's parent, path) of the Python sources and templates under
+    """(the folder holding its package, path) of the Python sources and templates under
     `directories`, in a fixed order."""
     sources = []
     for directory in directories:
+        parent = os.path.dirname(directory)
         for root, subdirectories, files in os.walk(directory):
             subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
             for name in sorted(files):
                 if name.endswith((".py", ".j2")):
-                    path = os.path.join(root, name)
-                    sources.append((os.path.relpath(path, os.path.dirname(directory)), path))
+                    sources.append((parent, os.path.join(root, name)))
     return sources
 
 
 def source_fingerprint(directories: list[str]) -> str:
-    """SHA-256 of the Python sources and templates under `directories` (names and contents)."""
+    """SHA-256 of the Python sources and templates under `directories` (names relative to their
+    package's folder, and contents)."""
     digest = hashlib.sha256()
-    for name, path in _sources(directories):
-        digest.update(name.encode())
+    for parent, path in _sources(directories):
+        digest.update(os.path.relpath(path, parent).encode())
         with open(path, "rb") as file:
             digest.update(b"\0" + file.read() + b"\0")
     return digest.hexdigest()

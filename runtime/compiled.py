@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# What the fast path compares of each argument (`__class__` is an ndarray's own type: an
+# object's class, unless a subclass overrides it, and a subclass is an ndarray's struct still)
+_DESCRIBED = operator.attrgetter("__class__", "shape", "dtype")
 # Up to this many bytes of one call's outputs are kept for the next (see `_new_outputs`).
 SPARE_BYTES = 1 << 30
 
@@ -101,6 +105,8 @@ class CompiledFunction:
         self._checked = self.back_end.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
         self._copies_targets = self._index_check_may_follow_a_write()
+        # the fast entry, where a call may write into the argument arrays themselves
+        self._fast_call = None if self._copies_targets else self._fast
         # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
         self._calls_blas = native.blas_available() and any(
             kernel.kind == "matmul" for kernel in self.fused.kernels)
@@ -128,7 +134,8 @@ class CompiledFunction:
         if self.settings.layout is not None:
             objects = len(self.function.parameters) + len(self.plan.output_slots)
             prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * (objects + 1))
-            self._fast = prototype(self._jit.address("tracer_fast"))
+            self._fast = _by_addresses(prototype(self._jit.address("tracer_fast")),
+                                       len(self.function.parameters), len(self.plan.output_slots))
 
     @property
     def loops(self) -> LoopProgram:
@@ -164,47 +171,50 @@ class CompiledFunction:
                    if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
         return bool(checking and writing) and min(writing) <= max(checking)
 
-    def __call__(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
+    def run(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
         (the caller makes one tensor of them). The fast path hands the arrays themselves to the native code, which
         reads their data pointers and checks their flags (falling back here if it refuses). What
         it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
         one comparison of lists (whose items compare by identity first: a dtype is numpy's own
         object)."""
-        fast = None if self._copies_targets else self._fast
+        fast = self._fast_call
         if fast is not None:
             try:
-                described = [(type(a), a.shape, a.dtype) for a in arguments]
+                described = list(map(_DESCRIBED, arguments))
             except AttributeError:  # not an array: converted by the general path
                 described = None
             if described == self._described:
                 outputs = self._new_outputs()
-                # The objects' addresses (ctypes converts integers faster than objects): the
-                # lists `arguments` and `outputs` keep them alive until the call returns.
-                if self._run(fast, [*map(id, arguments), *map(id, outputs)]) == 0:
-                    self._keep_outputs(outputs)
+                if self._run(fast, arguments, outputs) == 0:
                     return (outputs if self._returns_outputs
                             else self._results(arguments, outputs, share))
         return self._call(arguments, share)
+
+    __call__ = run  # (a traced function calls `run`: a method call costs less than an object's)
 
     def _new_outputs(self) -> list[np.ndarray]:
         """Arrays for a call's outputs: those of the previous call that nothing references any
         more (results the caller dropped: the loss and new `.grad` of a training step, dropped by
         `zero_grad`), fresh ones for the others. An output freed and allocated anew is a new
         mapping whose pages the system zeroes on first touch, every call: half the time of a
-        4096 x 1024 layer norm's forward and backward (glibc maps allocations that large)."""
-        try:
-            previous = self._spare_outputs.pop()  # atomic: a concurrent call finds none
-        except IndexError:
-            return [np.empty(shape, dtype) for shape, dtype in self._outputs]
-        # referenced by the list `previous` and getrefcount's argument only: unreachable to the
-        # caller (a view, a tensor or a tape node holding it would add a reference)
-        return [previous[slot] if sys.getrefcount(previous[slot]) == 2 else np.empty(shape, dtype)
-                for slot, (shape, dtype) in enumerate(self._outputs)]
+        4096 x 1024 layer norm's forward and backward (glibc maps allocations that large).
 
-    def _keep_outputs(self, outputs: list[np.ndarray]) -> None:
+        They are kept for the next call at once: while this call holds them (in the list it
+        returns), a concurrent call finds them referenced and allocates its own."""
+        try:
+            outputs = self._spare_outputs.pop()  # atomic: a concurrent call finds none
+        except IndexError:
+            outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        else:
+            # referenced by the list `outputs` and getrefcount's argument only: unreachable to
+            # the caller (a view, a tensor or a tape node holding it would add a reference)
+            for slot, (shape, dtype) in enumerate(self._outputs):
+                if sys.getrefcount(outputs[slot]) != 2:
+                    outputs[slot] = np.empty(shape, dtype)
         if self._keeps_outputs and not self._spare_outputs:
-            self._spare_outputs.append(list(outputs))  # (the caller may change its list)
+            self._spare_outputs.append(outputs.copy())  # (the caller may change its list)
+        return outputs
 
     def _results(self, parameters: Sequence[np.ndarray], outputs: list[np.ndarray],
                  share: bool) -> list[np.ndarray]:
@@ -240,17 +250,16 @@ class CompiledFunction:
         base = len(self._parameters)
         for position, output in enumerate(outputs):
             pointers[base + position] = output.ctypes.data
-        self._run(self._run_entry, [pointers])
-        self._keep_outputs(outputs)
+        self._run(self._run_entry, pointers, None)
         return self._results(keep_alive, outputs, share)
 
-    def _run_entry(self, pointers: np.ndarray, arena_address: int) -> int:
+    def _run_entry(self, pointers: np.ndarray, _, arena_address: int) -> int:
         pointers[-1] = arena_address
         self._entry(pointers.ctypes.data)
         return 0
 
-    def _run(self, native: Callable[..., int], arguments: list) -> int:
-        """`native(*arguments, arena address)` on the one arena every call reuses, or on a fresh
+    def _run(self, native: Callable[[object, object, int], int], first, second) -> int:
+        """`native(first, second, arena address)` on the one arena every call reuses, or on a fresh
         one while another call holds it; returns its status (0: the entry ran). In code with
         checks, raises the BoundsError or IndexOutOfRangeError the entry recorded in the arena
         (read before the arena is free)."""
@@ -263,7 +272,7 @@ class CompiledFunction:
         if blas:
             pool.hold_blas()
         try:
-            status = native(*arguments, address)
+            status = native(first, second, address)
             failure = self._bounds_failure(address) if self._checked and status == 0 else None
         finally:
             if blas:
@@ -309,6 +318,16 @@ class CompiledFunction:
     def stage_text(self, stage: str) -> str:
         """The printed form of a back-end stage (see BackEnd.stage_text)."""
         return self.back_end.stage_text(stage)
+
+
+def _by_addresses(fast: Callable[..., int], parameters: int, outputs: int
+                  ) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], int]:
+    """`call(arguments, outputs, arena address)`: the fast entry `fast` on the addresses of the
+    array objects (ctypes converts integers faster than objects; the lists keep them alive until
+    the call returns), written out for these counts: unpacking the lists into the call costs
+    more than the call."""
+    addresses = [f"id(a[{i}])" for i in range(parameters)] + [f"id(o[{i}])" for i in range(outputs)]
+    return eval(f"lambda a, o, arena: fast({', '.join([*addresses, 'arena'])})", {"fast": fast})
 
 
 def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> bool:

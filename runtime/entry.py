@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from tracer.runtime.arguments import zeros_for
 from tracer.runtime.floats import compile_reader
 from tracer.runtime.guards import captured_names, captured_state, compile_check, guards_for
 from tracer.runtime.recording import Recording
@@ -52,6 +53,11 @@ class Entry:
     # one array serves both (else each is a copy)
     aliases: list[tuple[int, int, str]] = field(default_factory=list)
     shares_outputs: bool = False
+    # Whether the parameters are the data of the argument leaves and captured tensors, in order,
+    # every one a Tensor (buffers.tensor_buffers gives them; else arguments.parameter_arrays)
+    tensors_in_order: bool = False
+    # Read-only zeros passed for a .grad that is None, by parameter position (arguments.zeros_for)
+    zeros: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
     reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
@@ -78,7 +84,9 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
     entry.leaf_names.update({len(leaves) + k: name
                              for k, name in enumerate(entry.captured_names)})
-    entry.aliases = recording.aliases
+    # (a result aliasing a numpy array argument is a tensor of its own)
+    values = [*(value for value, _ in leaves), *captured]
+    entry.aliases = [alias for alias in recording.aliases if isinstance(values[alias[1]], Tensor)]
     alias_of = {position: (index, kind) for position, index, kind in recording.aliases}
     written = {output: (index, "data" if kind == "data" else "grad")
                for index, kind, output in recording.writebacks}
@@ -86,5 +94,10 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.shares_outputs = bool(duplicates) and all(
         earlier in alias_of and written.get(position) == alias_of[earlier]
         for position, earlier in duplicates)
+    entry.tensors_in_order = (not entry.floats and all(isinstance(v, Tensor) for v in values)
+                              and recording.sources == [("leaf", i) for i in range(len(values))])
+    entry.zeros = zeros_for(recording.sources, [(p.shape, p.dtype) for p in
+                                                 executable.function.parameters],
+                            set(executable.in_place.values()))
     entry.timings = timings
     return entry

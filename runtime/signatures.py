@@ -143,19 +143,21 @@ class SignatureCache:
             self._warned = False
             self._recompiles.clear()
 
-    def quick(self, quick_key: tuple, stale: Callable[[Any], str], count: bool) -> Any | None:
-        """The entry a quick key was last seen with, if it is still cached and not stale."""
+    def quick(self, quick_key: tuple, count: bool) -> Any | None:
+        """The entry a quick key was last seen with, if it is still cached and its `check()` says
+        it still applies (else the caller looks the call up in full, which says why not)."""
         with self._lock:
             last = self._last_quick
             if last is not None and last[0] == quick_key:
                 found = last[1]
             else:
                 found = self._quick.get(quick_key)
-                if found is not None:
-                    self._last_quick = (quick_key, found)
-            if found is None or stale(found[1]):
-                return None
+                if found is None:
+                    return None
+                self._last_quick = (quick_key, found)
             key, entry = found
+            if not entry.check():
+                return None
             if key is not self._latest:  # calls of one signature in a row leave the order as is
                 self.entries.move_to_end(key)
                 self._latest = key

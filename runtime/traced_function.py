@@ -25,7 +25,7 @@ from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import is_traced, results, state_of, write_back
+from tracer.buffers import call_state_of, results, tensor_buffers, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -54,6 +54,8 @@ class TracedFunction:
         self._specialized: frozenset[str] = frozenset()
         # paths of the floats read from outside whose values the trace needed in Python: static
         self._static_floats: frozenset[str] = frozenset()
+        # whether every call takes the general path (static arguments, specialized ints)
+        self._not_quick = bool(self.static_argnums)
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -121,14 +123,14 @@ class TracedFunction:
         """The common call -- positional tensors, numbers and objects (a method's instance), no
         tensor repeated -- keyed without flattening, with its argument leaves; None sends the call
         down the general path."""
-        if kwargs or self.static_argnums or self._specialized:
+        if kwargs or self._not_quick:
             return None
-        parts: list = [is_grad_enabled()]
+        parts: list = [state.grad_enabled]
         tensors = objects = 0
         for value in args:
             kind = type(value)
             if kind is Tensor:
-                parts.append((state_of(value), is_traced(value)))
+                parts.append(call_state_of(value))
                 tensors += 1
             elif kind is float or kind is int:
                 parts.append(kind)
@@ -143,15 +145,11 @@ class TracedFunction:
         leaves = [v for v in args if type(v) in (Tensor, float, int)] if objects else args
         return tuple(parts), leaves
 
-    def _lookup(self, args, kwargs, count: bool) -> tuple[Entry, Sequence, list | None]:
-        """The entry for this call, the values of its argument leaves, and the leaves with their
-        paths (None for the common call, whose leaves are its tensor and number arguments)."""
-        quick = self._quick_key(args, kwargs)
-        if quick is not None:
-            entry = self._signatures.quick(quick[0], captured_change, count)
-            if entry is not None:
-                return entry, quick[1], None
-        quick_key = None if quick is None else quick[0]
+    def _lookup(self, args, kwargs, count: bool, quick_key: tuple | None
+                ) -> tuple[Entry, list, list]:
+        """The entry for this call (found by its full key, built if new), the values of its
+        argument leaves, and the leaves with their paths. `quick_key` (see `_quick_key`), if
+        the call has one, is remembered for the entry."""
         while True:
             key, leaves = self._key(args, kwargs)
             try:
@@ -161,6 +159,7 @@ class TracedFunction:
                     captured_change, count, quick_key, captured_variant)
             except Specialize as request:
                 self._specialized |= request.paths
+                self._not_quick = bool(self.static_argnums or self._specialized)
                 self._static_floats |= request.floats
                 quick_key = None
                 if request.paths:
@@ -223,31 +222,43 @@ class TracedFunction:
     # Calling.
     def ir(self, *args, stage: str = "traced", **kwargs) -> str:
         """The text of one pipeline stage for the signature of these arguments."""
-        entry, _, _ = self._lookup(args, kwargs, count=False)
+        quick = self._quick_key(args, kwargs)
+        entry, _, _ = self._lookup(args, kwargs, False, None if quick is None else quick[0])
         return stage_text(entry, stage)
 
     def __call__(self, *args, **kwargs):
         if state.trace is not None:
             return self.python_function(*args, **kwargs)  # inside another trace: inline it
-        entry, values, leaves = self._lookup(args, kwargs, count=True)
+        quick = self._quick_key(args, kwargs)
+        entry = None if quick is None else self._signatures.quick(quick[0], True)
+        if entry is not None:  # the common call: its leaves are its tensor and number arguments
+            values, leaves = quick[1], None
+        else:
+            entry, values, leaves = self._lookup(args, kwargs, True,
+                                                 None if quick is None else quick[0])
         if entry.captured or entry.floats:
             values = [*values, *entry.captured]
             if entry.read_floats is not None:
                 values += entry.read_floats()
-        arrays = parameter_arrays(entry.parameter_sources, values)
+        arrays = (tensor_buffers(values) if entry.tensors_in_order
+                  else parameter_arrays(entry.parameter_sources, values, entry.zeros))
         if entry.writebacks:
             check_targets(entry, values, arrays)
-        outputs = entry.executable(arrays, entry.shares_outputs)
+        executable = entry.executable
+        outputs = executable.run(arrays, entry.shares_outputs)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
-        inputs = None if entry.executable.fresh_results else set(map(id, arrays))
+        inputs = None if executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
             write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
-        tensors = results(outputs[:entry.result_count], inputs)
-        for position, index, kind in entry.aliases:  # `return x.grad`: that tensor itself
-            tensor = values[index]
-            if isinstance(tensor, Tensor):
+        if entry.aliases:  # `return x.grad`: that tensor itself, made for no other result
+            tensors = results(outputs[:entry.result_count], inputs,
+                              {position for position, _, _ in entry.aliases})
+            for position, index, kind in entry.aliases:
+                tensor = values[index]
                 tensors[position] = tensor if kind == "data" else tensor.grad
-        if entry.differentiable and is_grad_enabled():
+        else:
+            tensors = results(outputs[:entry.result_count], inputs)
+        if entry.differentiable and state.grad_enabled:
             if leaves is None:
                 leaves = [(value, None) for value in values]
             record_backward(self, entry, args, kwargs, leaves, tensors)

@@ -492,7 +492,7 @@ def tracer_traced(case: Case, arrays, weights):
     # given what a call passes to the compiled code (runtime/traced_function.py).
     fresh = ([tr.tensor(a, requires_grad=case.gradients) for a in arrays],
              [tr.tensor(w) for w in weights])
-    entry, leaves, _ = step._lookup(fresh, {}, count=False)
+    entry, leaves, _ = step._lookup(fresh, {}, False, None)
     graph = ir.parse_function(stage_text(entry, "grad"))
     parameters = parameter_arrays(entry.parameter_sources, [*leaves, *entry.captured])
     outputs = ir.interpret(graph, [np.array(p) for p in parameters])

@@ -204,6 +204,21 @@ def test_source_fingerprint_covers_names_and_contents(tmp_path):
     assert len(set(fingerprints[1:])) == 3
 
 
+def test_source_fingerprint_is_the_same_for_a_copy_elsewhere(tmp_path):
+    """Names are relative to the package's folder: a checkout copied elsewhere, or a package
+    installed, computes the same fingerprint (and the same objects hit the disk cache)."""
+    fingerprints = []
+    for place in ("checkout", "site-packages/deep"):
+        folder = tmp_path / place / "ir"
+        (folder / "passes").mkdir(parents=True)
+        (folder / "graph.py").write_text("x = 1\n")
+        (folder / "passes" / "dce.py").write_text("y = 2\n")
+        fingerprints.append(cache.source_fingerprint([str(folder)]))
+    (folder / "passes" / "dce.py").rename(folder / "dce.py")  # the same contents, moved
+    fingerprints.append(cache.source_fingerprint([str(folder)]))
+    assert fingerprints[0] == fingerprints[1] != fingerprints[2]
+
+
 def scale(n: int = 100) -> ir.Graph:
     f = ir.Graph("scale")
     x = f.add_parameter("x", TensorType((n,), "f32"))

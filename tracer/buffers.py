@@ -4,7 +4,8 @@ call changed. runtime/ reaches tensors only through these (and `Trace`), never t
 private members."""
 from __future__ import annotations
 
-from typing import Sequence
+import operator
+from typing import Container, Sequence
 
 import numpy as np
 
@@ -22,6 +23,15 @@ def buffer_of(value: Tensor | np.ndarray) -> np.ndarray:
     return value._handle if isinstance(value, Tensor) else value
 
 
+def tensor_buffers(tensors: Sequence[Tensor]) -> list[np.ndarray]:
+    """The arrays holding eager tensors' data: `buffer_of` of each, for a list known to hold
+    tensors only."""
+    return list(map(_HANDLE, tensors))
+
+
+_HANDLE = operator.attrgetter("_handle")
+
+
 def grad_buffer_of(tensor: Tensor) -> np.ndarray | None:
     """The array holding an eager tensor's `.grad`, None without one."""
     grad = tensor._grad
@@ -36,6 +46,15 @@ def state_of(tensor: Tensor) -> tuple:
             None if grad is None else (grad._handle.shape, grad._handle.dtype))
 
 
+def call_state_of(tensor: Tensor) -> tuple:
+    """`state_of(tensor)` and whether it belongs to a trace, in one tuple: what a call's quick key
+    holds for a tensor argument (see TracedFunction._quick_key)."""
+    array, grad = tensor._handle, tensor._grad
+    return (array.shape, array.dtype, tensor._requires_grad,
+            None if grad is None else (grad._handle.shape, grad._handle.dtype),
+            tensor._trace is not None)
+
+
 def owned(array: np.ndarray, inputs: set[int] | None) -> np.ndarray:
     """`array`, copied if it is (or views) a buffer the caller owns (`inputs`: their ids; None
     when every array of the call's is one it allocated)."""
@@ -46,8 +65,13 @@ def owned(array: np.ndarray, inputs: set[int] | None) -> np.ndarray:
     return array
 
 
-def results(arrays: Sequence[np.ndarray], inputs: set[int] | None) -> list[Tensor]:
-    """A call's results as new eager tensors (see `owned`)."""
+def results(arrays: Sequence[np.ndarray], inputs: set[int] | None,
+            skipped: Container[int] = ()) -> list[Tensor | None]:
+    """A call's results as new eager tensors (see `owned`); None at the `skipped` positions
+    (results that are tensors the caller has)."""
+    if skipped:
+        return [None if position in skipped else Tensor._make(owned(array, inputs), None, False)
+                for position, array in enumerate(arrays)]
     if inputs is None:
         return [Tensor._make(array, None, False) for array in arrays]
     return [Tensor._make(owned(array, inputs), None, False) for array in arrays]
@@ -59,13 +83,7 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
     `cleared` as `Trace.writebacks` lists them): data into their buffers, a `.grad` into its
     buffer or, where there was none or the function set it anew, a new one; a `.grad` set to
     None."""
-    line: list[str] = []
-
-    def mark_changed(tensor: Tensor) -> None:  # at the call's line, found once if at all
-        if not line:
-            line.append(user_line())
-        tensor._mark_changed(line[0])
-
+    line = ""  # the call's line, found once if at all, where a tensor changed
     for index, kind, output in writebacks:
         target, array = values[index], outputs[output]
         if kind == "data":
@@ -73,13 +91,15 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
             if array is not buffer:  # an output written in place is the argument's array itself
                 np.copyto(buffer, array)
             if isinstance(target, Tensor):
-                mark_changed(target)
+                line = line or user_line()
+                target._mark_changed(line)
         elif target._grad is None or (kind == "new_grad" and array is not target._grad._handle):
             # a new .grad, as PyTorch's backward makes after zero_grad(set_to_none=True)
             target._grad = Tensor._make(owned(array, inputs), None, False)
         else:
             if array is not target._grad._handle:
                 np.copyto(target._grad._handle, array)
-            mark_changed(target._grad)
+            line = line or user_line()
+            target._grad._mark_changed(line)
     for index in cleared:
         values[index]._grad = None
