@@ -966,7 +966,7 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
-                         "call:amin", "call:layer_norm", "call:mse_loss",
+                         "call:amin", "call:layer_norm", "call:batch_norm", "call:mse_loss",
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn"}

@@ -479,6 +479,8 @@ F19_CASES = {
     "log_softmax's result": (lambda m, y: y.log_softmax(1), "result"),
     "layer_norm's input": (lambda m, y: m.nn.functional.layer_norm(y, (3,)), "input"),
     "mse_loss's input": (lambda m, y: m.nn.functional.mse_loss(y, m.ones(2, 3)), "input"),
+    "batch_norm's input, training": (
+        lambda m, y: m.nn.functional.batch_norm(y, None, None, training=True), "input"),
 }
 
 
