@@ -74,7 +74,7 @@ def lines(repeats: int = 200, budget: float = 60.0) -> list[str]:
     for name, (function, arguments) in {"arguments": (traced, (x, *tensors, SCALE)),
                                         "model object": (Model.step, (model, x)),
                                         "global tensor": (global_traced, (x,))}.items():
-        entry, _, _ = function._lookup(arguments, {}, count=False)
+        entry, _, _ = function._lookup(arguments, {}, False, None)
         check = min(timeit.repeat(lambda entry=entry: captured_change(entry), number=10000, repeat=5)) / 10000
         found.append(f"{name}: {times[name] / CALLS_PER_SAMPLE * 1e6:.1f} µs per call, "
                      f"guard check {check * 1e6:.2f} µs ({len(entry.guards)} paths, "

@@ -104,6 +104,16 @@ def test_the_thread_scaling_probe_times_each_kernel_on_one_and_two_threads():
     assert all(float(line.split("1 thread")[1].split()[0]) > 0 for line in kernels)
 
 
+def test_the_capture_cost_probe_reports_each_way_of_reaching_a_tensor():
+    # (it reads a traced function's compiled entry: a change of that private call breaks it,
+    # which the whole `make bench` run found before this test)
+    from benchmarks import capture_cost
+    lines = capture_cost.lines(repeats=2, budget=0.2)
+    assert [line.split(":")[0] for line in lines[-3:]] == ["arguments", "model object",
+                                                          "global tensor"]
+    assert all(float(line.split("guard check ")[1].split()[0]) > 0 for line in lines[-3:])
+
+
 @pytest.mark.parametrize("workload, size", [("pinn_workload", 16), ("wgan_workload", (8, 8)),
                                             ("per_sample_workload", (4, 3, 5, 2))])
 def test_higher_order_steps(workload, size):
