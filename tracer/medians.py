@@ -45,20 +45,23 @@ def _median_indices(x: Tensor, axis: int, ignore_nan: builtins.bool) -> Tensor:
 
 
 class _WholeMedian(EvenlyDistributed):
-    """The median of all elements; the gradient evenly among the elements equal to it."""
+    """The median of all elements (of none, PyTorch's NaN, whose gradient is empty); the
+    gradient evenly among the elements equal to it. Both x and the result are saved, as PyTorch
+    saves them: changing either in place before the backward is refused, empty or not."""
 
     @staticmethod
     def forward(ctx, x, ignore_nan):
         flat = x.reshape(-1)
-        result = fresh(flat.take_along_dim(_median_indices(flat, 0, ignore_nan), 0).reshape(()))
+        if flat.numel() == 0:
+            result = fresh(flat.sum() * math.nan)
+        else:
+            result = fresh(flat.take_along_dim(_median_indices(flat, 0, ignore_nan), 0).reshape(()))
         ctx.save_for_backward(x, result)
         return result
 
 
 def _median(x: Tensor, dim, keepdim: builtins.bool, ignore_nan: builtins.bool):
     if dim is None:
-        if x.numel() == 0:  # PyTorch's NaN, with an empty gradient
-            return x.sum() * math.nan
         return _WholeMedian.apply(x, ignore_nan)
     axis = normalize_dim(as_dim(dim), x.ndim)
     if x.ndim == 0:
