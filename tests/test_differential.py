@@ -967,6 +967,7 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
                          "call:amin", "call:layer_norm", "call:batch_norm", "call:mse_loss",
+                         "call:pad:reflect", "call:pad:replicate",
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn"}
@@ -986,6 +987,8 @@ def _reads(op):
     name = op[0]
     if name == "call":
         consumer = f"call:{op[1]}"
+        if op[1] == "pad" and op[4].get("mode", "constant") != "constant":
+            consumer += f":{op[4]['mode']}"  # (what PyTorch saves depends on the mode: F19)
         others = [p[1] for p in (*op[3], *op[4].values())
                   if isinstance(p, tuple) and p and p[0] == "value"]
         return ([(op[2], "inplace-target" if _changed(op) is not None else consumer)]

@@ -481,6 +481,9 @@ F19_CASES = {
     "mse_loss's input": (lambda m, y: m.nn.functional.mse_loss(y, m.ones(2, 3)), "input"),
     "batch_norm's input, training": (
         lambda m, y: m.nn.functional.batch_norm(y, None, None, training=True), "input"),
+    "reflect pad's input": (lambda m, y: m.nn.functional.pad(y, (1, 1), mode="reflect"), "input"),
+    "replicate pad's input": (lambda m, y: m.nn.functional.pad(y, (1, 1), mode="replicate"),
+                              "input"),
 }
 
 
