@@ -967,7 +967,9 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
                          "call:amin", "call:layer_norm", "call:batch_norm", "call:mse_loss",
-                         "call:pad:reflect", "call:pad:replicate",
+                         "call:pad:reflect", "call:pad:replicate", "call:conv1d", "call:conv2d",
+                         "call:conv_transpose2d", "call:max_pool2d", "call:avg_pool2d",
+                         "call:adaptive_avg_pool2d",
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn"}
