@@ -38,9 +38,11 @@ def mapped_programs(draw):
     return program, dims
 
 
-def _elements(program, dims):
-    """Per element, its arrays; the mapped inputs differ between elements (their seeds)."""
-    return [[make_array(dataclasses.replace(spec, seed=spec.seed + 1000 * element * (d is not None)))
+def _elements(program, dims, dtype=None):
+    """Per element, its arrays; the mapped inputs differ between elements (their seeds). With
+    `dtype` (the float64 evaluation), the same values in it."""
+    return [[make_array(dataclasses.replace(spec, seed=spec.seed + 1000 * element * (d is not None)),
+                        dtype)
              for spec, d in zip(program.inputs, dims)] for element in range(SIZE)]
 
 
@@ -87,6 +89,7 @@ def check_mapped(mapped):
     elements = _elements(program, dims)
     expected = _run_once_per_element(program, elements)
     assume(expected is not None)
+    exact = _run_once_per_element(program, _elements(program, dims, "float64"))
     dims = [None if d is None else d % (len(spec.shape) + 1)
             for spec, d in zip(program.inputs, dims)]
     logger, fallbacks = logging.getLogger("tracer.vmap"), _Fallbacks()
@@ -99,7 +102,7 @@ def check_mapped(mapped):
                 mapped = tr.trace(mapped)
             outputs = _flatten(list(_as_list(mapped(*_batched_arguments(elements, dims)))))
             assert len(outputs) == len(expected)
-            for actual, reference in zip(outputs, expected):
+            for k, (actual, reference) in enumerate(zip(outputs, expected)):
                 actual = actual.detach().numpy()
                 assert actual.shape == reference.shape and actual.dtype == reference.dtype
                 if reference.dtype.kind != "f":
@@ -116,8 +119,20 @@ def check_mapped(mapped):
                 precision = min([reference.dtype.name, *(spec.dtype for spec in program.inputs
                                                          if spec.dtype != "int64")],
                                 key=lambda d: np.dtype(d).itemsize)
-                np.testing.assert_allclose(actual, reference, rtol=0, equal_nan=True,
-                                           atol=RTOL[precision] * max(scale, 1.0))
+                tolerance = RTOL[precision] * max(scale, 1.0)
+                a, r = actual.astype(np.float64), reference.astype(np.float64)
+                with np.errstate(invalid="ignore"):
+                    ok = (a == r) | (np.isnan(a) & np.isnan(r)) | (np.abs(a - r) <= tolerance)
+                    # or as test_differential.py judges: no more than 8 times as far from the
+                    # float64 evaluation as the per-element result (both are float32 evaluations:
+                    # a float32 fmod of a cosh near 100 keeps cosh's last ulp, 7.6e-6, and the
+                    # compiled and eager exp may round it apart)
+                    if exact is not None and exact[k].shape == actual.shape:
+                        x = exact[k].astype(np.float64)
+                        ok |= np.abs(a - x) <= 8 * np.abs(r - x) + tolerance
+                assert ok.all(), (f"result {k}: {int((~ok).sum())} of {ok.size} elements differ, "
+                                  f"e.g. {a[~ok][:3]} against {r[~ok][:3]} (tolerance "
+                                  f"{tolerance:.3g})")
     finally:
         logger.removeHandler(fallbacks)
         logger.level = level
