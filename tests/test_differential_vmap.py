@@ -50,11 +50,11 @@ def _run_once_per_element(program, elements):
     results = []
     for arrays in elements:
         function = _program_function(Backend(tr), program)
-        try:
+        try:  # (reading a result may be refused too: a stale view-copy, F3)
             outputs = _flatten(list(_as_list(function(*(tr.tensor(a) for a in arrays)))))
+            results.append([o.detach().numpy() for o in outputs])
         except tr.TracerError:
             return None
-        results.append([o.detach().numpy() for o in outputs])
     if any(r.shape != first.shape for per in results for r, first in zip(per, results[0])):
         return None
     return [np.stack([per[k] for per in results]) for k in range(len(results[0]))]
