@@ -272,9 +272,10 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
             kernels[module.symbol] = module
             if on_kernel is not None:
                 on_kernel(module)
-        arguments = [*(f"ptr {p}" for p in pointers), *([f"i64 {kernel.extent}"] if parallel else [])]
+        extent = [kernel.extent] if parallel else []  # (what the split reads at run time)
+        arguments = [*(f"ptr {p}" for p in pointers), *(f"i64 {e}" for e in extent)]
         calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
-        signatures[module.symbol] = ", ".join(argument.split()[0] for argument in arguments)
+        signatures[module.symbol] = ", ".join(["ptr"] * len(pointers) + ["i64"] * len(extent))
     fast = "" if layout is None else fast_entry(
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
     kernel_declarations = [f"declare void @{symbol}({types}) nounwind"

@@ -70,7 +70,9 @@ def _rewrite_block(statements: list, rewrite, accumulators: set[str]) -> list:
         if isinstance(statement, Loop):
             statement.body = _rewrite_block(statement.body, rewrite, accumulators)
             if _rewritable(statement):
-                replacement = rewrite(statement, accumulators)
+                # registers a mark may not be: accumulators (index arithmetic reads registers) and
+                # those that vary with the position (the counter among them)
+                replacement = rewrite(statement, accumulators | _varying(statement))
                 if replacement is not None:
                     result += replacement
                     continue
@@ -83,7 +85,7 @@ def _rewritable(loop: Loop) -> bool:
             and all(isinstance(statement, _BODY) for statement in loop.body))
 
 
-def _shortcut(loop: Loop, accumulators: set[str]) -> list | None:
+def _shortcut(loop: Loop, unusable: set[str]) -> list | None:
     """The statements that replace a one-hot reduction `loop`: those of its body that make the
     mark, the marked position, the rest of its body."""
     if any(isinstance(statement, Store) for statement in loop.body):
@@ -97,7 +99,7 @@ def _shortcut(loop: Loop, accumulators: set[str]) -> list | None:
     if not (_is_select(select) and _is_identity(select.operands[2], update.primitive,
                                                  update.dtype)):
         return None
-    mark = _mark(select, defined, loop, accumulators)
+    mark = _mark(select, defined, loop.counter, unusable)
     if mark is None:
         return None
     making = _making([mark], defined)
@@ -105,11 +107,12 @@ def _shortcut(loop: Loop, accumulators: set[str]) -> list | None:
             *(s for s in loop.body if s not in making)]
 
 
-def _move_term(loop: Loop, accumulators: set[str]) -> list | None:
+def _move_term(loop: Loop, unusable: set[str]) -> list | None:
     """`loop` with its one-hot term's operand rewritten to z, then the store made again at the
     marked position; None if it stores no such term."""
     defined = _defined(loop)
     stores = [s for s in loop.body if isinstance(s, Store)]
+    stored = {s.buffer for s in stores}
     loaded = {s.buffer for s in loop.body if isinstance(s, Load)}
     uses: dict = {}
     for statement in loop.body:
@@ -118,12 +121,12 @@ def _move_term(loop: Loop, accumulators: set[str]) -> list | None:
     for store in stores:
         if store.buffer in loaded or sum(s.buffer == store.buffer for s in stores) > 1:
             continue
-        found = _term(store, defined, loop, uses, accumulators)
-        if found is None or not _distinct_elements(store.offset, defined, loop):
+        found = _term(store, defined, loop.counter, uses, unusable)
+        if found is None or not _distinct_elements(store.offset, defined, loop.counter, unusable):
             continue
         add, position, mark = found
         making = _making([store.offset, store.operand], defined)
-        if any(isinstance(s, Load) and s.buffer in {t.buffer for t in stores} for s in making):
+        if any(isinstance(s, Load) and s.buffer in stored for s in making):
             continue
         again = _at_marked_position(loop, [s for s in loop.body if s in making] + [store], mark)
         select = defined[add.operands[position]]
@@ -134,7 +137,7 @@ def _move_term(loop: Loop, accumulators: set[str]) -> list | None:
     return None
 
 
-def _term(store: Store, defined: dict, loop: Loop, uses: dict, accumulators: set[str]):
+def _term(store: Store, defined: dict, counter: str, uses: dict, unusable: set[str]):
     """(the add, the position of its one-hot operand, k) if `store` stores p + select(eq(cast(
     counter), k), s, z), s made before the loop, the add and the select used once; else None."""
     add = defined.get(store.operand)
@@ -145,21 +148,21 @@ def _term(store: Store, defined: dict, loop: Loop, uses: dict, accumulators: set
         if not (_is_select(select) and uses[select.target] == 1
                 and not isinstance(select.operands[2], str)):
             continue
-        mark, term = _mark(select, defined, loop, accumulators), select.operands[1]
-        if mark is not None and term not in defined and term != loop.counter:
+        mark, term = _mark(select, defined, counter, unusable), select.operands[1]
+        if mark is not None and term not in defined and term != counter:
             return add, position, mark
     return None
 
 
-def _distinct_elements(offset, defined: dict, loop: Loop) -> bool:
+def _distinct_elements(offset, defined: dict, counter: str, unusable: set[str]) -> bool:
     """Whether `offset` is base + counter, base the same at every position: each position stores
     an element of its own."""
     statement = defined.get(offset)
     if not (isinstance(statement, IndexOp) and statement.op == "add"
-            and loop.counter in statement.operands):
+            and counter in statement.operands):
         return False
-    (base,) = [o for o in statement.operands if o != loop.counter] or [loop.counter]
-    return base != loop.counter and base not in _varying(loop)
+    (base,) = [o for o in statement.operands if o != counter] or [counter]
+    return base not in unusable
 
 
 def _at_marked_position(loop: Loop, statements: list, mark: str) -> list:
@@ -212,9 +215,10 @@ def _is_select(statement) -> bool:
     return isinstance(statement, Compute) and statement.primitive == "select"
 
 
-def _mark(select: Compute, defined: dict, loop: Loop, accumulators: set[str]):
-    """k, if `select` chooses by eq(cast(counter), k) or eq(k, cast(counter)), k a register that
-    is neither the counter nor an accumulator and does not vary with the position; else None."""
+def _mark(select: Compute, defined: dict, counter: str, unusable: set[str]):
+    """k, if `select` chooses by eq(cast(counter), k) or eq(k, cast(counter)), k a register not
+    `unusable` (an accumulator, or varying with the position: the counter among them); else
+    None."""
     compare = defined.get(select.operands[0])
     if not (isinstance(compare, Compute) and compare.primitive == "eq"
             and compare.in_dtypes == (np.dtype(np.int64),) * 2):
@@ -222,9 +226,8 @@ def _mark(select: Compute, defined: dict, loop: Loop, accumulators: set[str]):
     for position, other in (compare.operands, reversed(compare.operands)):
         cast = defined.get(position)
         if (isinstance(cast, Compute) and cast.primitive == "cast"
-                and cast.operands == (loop.counter,) and cast.dtype == np.dtype(np.int64)
-                and isinstance(other, str) and other != loop.counter
-                and other not in accumulators and other not in _varying(loop)):
+                and cast.operands == (counter,) and cast.dtype == np.dtype(np.int64)
+                and isinstance(other, str) and other not in unusable):
             return other
     return None
 

@@ -41,14 +41,13 @@ def grad_buffer_of(tensor: Tensor) -> np.ndarray | None:
 def state_of(tensor: Tensor) -> tuple:
     """What a compiled signature assumes of a tensor: (shape, dtype, requires_grad, and (shape,
     dtype) of its .grad or None)."""
-    array, grad = tensor._handle, tensor._grad
-    return (array.shape, array.dtype, tensor._requires_grad,
-            None if grad is None else (grad._handle.shape, grad._handle.dtype))
+    return call_state_of(tensor)[:4]
 
 
 def call_state_of(tensor: Tensor) -> tuple:
     """`state_of(tensor)` and whether it belongs to a trace, in one tuple: what a call's quick key
-    holds for a tensor argument (see TracedFunction._quick_key)."""
+    holds for a tensor argument (see TracedFunction._quick_key; the one place the fields are
+    read, so that the key costs one call a tensor)."""
     array, grad = tensor._handle, tensor._grad
     return (array.shape, array.dtype, tensor._requires_grad,
             None if grad is None else (grad._handle.shape, grad._handle.dtype),
