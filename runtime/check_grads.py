@@ -20,6 +20,7 @@ from tracer.errors import definition_line
 from tracer.function import apply_function
 from tracer.gradcheck import first_mismatch
 from tracer.ir.graph import Graph, Instruction
+from tracer.ir.primitives import IndexRangeError
 from tracer.ir.reference import REFERENCE, evaluate_primitive
 from tracer.creation import tensor
 from tracer.tensor import Tensor
@@ -28,15 +29,19 @@ LOG = logging.getLogger("tracer.trace")
 
 
 def _reachable_values(function: Graph, arguments: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
-    """The value (by id) of every instruction output computable from the arguments alone."""
+    """The value (by id) of every instruction output computable from the arguments alone (not
+    from an index outside its dimension)."""
     values = {id(p): np.asarray(a) for p, a in zip(function.parameters, arguments)}
     for instruction in function.instructions:
         if instruction.primitive not in REFERENCE or any(id(v) not in values
                                                          for v in instruction.inputs):
             continue
-        results = evaluate_primitive(instruction.primitive,
-                                     [values[id(v)] for v in instruction.inputs],
-                                     instruction.attributes)
+        try:
+            results = evaluate_primitive(instruction.primitive,
+                                         [values[id(v)] for v in instruction.inputs],
+                                         instruction.attributes)
+        except IndexRangeError:  # the compiled code reports it when it runs, at the user's line
+            continue
         values.update((id(v), r) for v, r in zip(instruction.outputs, results))
     return values
 

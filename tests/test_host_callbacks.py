@@ -293,3 +293,40 @@ def test_as_tensor_and_new_as_pytorchs():
         assert converted.dtype == m.float64
         made = m.ones(2, dtype=m.float32).new(np.array([1.5, 2.5]))
         assert made.dtype == m.float32 and made.tolist() == [1.5, 2.5]
+
+
+class NumpyTanh(tr.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.result = np.tanh(x.detach().numpy())
+        return tr.from_numpy(ctx.result)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * tr.from_numpy(1 - ctx.result ** 2)
+
+
+@pytest.mark.parametrize("lookup", [
+    lambda x, i: x.index_select(0, i), lambda x, i: x.gather(0, i), lambda x, i: x[i],
+    lambda x, i: tr.take_along_dim(x, i, dim=0)], ids=["index_select", "gather", "index", "take"])
+def test_an_index_out_of_range_before_a_callback_fails_at_the_user_s_line_on_the_first_call(lookup):
+    """The callback's forward is traced on this call's values computed by the reference
+    semantics; an index outside its dimension there raised the reference's own IndexError from
+    inside the compiler, naming no line (found by the long random-program run). Now the sample
+    falls back and the compiled code's check reports it, as on any later call; a valid index then
+    gives PyTorch's value and gradient."""
+    @tr.trace
+    def f(x, i):
+        return NumpyTanh.apply(lookup(x, i).abs()).sum()
+
+    x = tr.tensor([0.5, -0.25, 2.0], requires_grad=True)
+    with pytest.raises(tr.IndexOutOfRangeError, match=r"test_host_callbacks.py:\d+: index -4 is out"):
+        f(x, tr.tensor([-4]))
+    assert x.detach().tolist() == [0.5, -0.25, 2.0] and x.grad is None
+    loss = f(x, tr.tensor([1, 2]))
+    loss.backward()
+    torch_x = torch.tensor([0.5, -0.25, 2.0], requires_grad=True)
+    expected = torch.tanh(torch_x[torch.tensor([1, 2])].abs()).sum()
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), torch_x.grad.numpy(), rtol=1e-6)

@@ -78,3 +78,26 @@ def test_r_style_function_and_an_input_computed_from_a_gradient():
     with pytest.raises(tr.GradcheckError, match=r"input 'input' element \(0,\)") as error:
         tr.trace(step, check_grads=True)(tr.ones(3, requires_grad=True))
     assert "numerically" in str(error.value)
+
+
+def test_an_index_out_of_range_before_the_function_fails_at_the_user_s_line():
+    """The check evaluates the graph on the call's values to find the Function's inputs; an index
+    outside its dimension raised the reference semantics' own IndexError from inside the
+    compiler, naming no line. Now those inputs are drawn as for any input it cannot reach (the
+    backward is still checked) and the compiled code's check reports the index at the user's
+    line, with the arguments unchanged."""
+    def loss(x, i):
+        total = Cube.apply(x.index_select(0, i), 0.5).sum()
+        total.backward()
+        return total
+
+    step = tr.trace(loss, check_grads=True)
+    x = tr.tensor([0.5, -0.25, 2.0], requires_grad=True)
+    Cube.calls = 0
+    with pytest.raises(tr.IndexOutOfRangeError,
+                       match=r"test_observe_check_grads.py:\d+: index 3 is out of bounds"):
+        step(x, tr.tensor([3, 0]))
+    assert Cube.calls > 2  # (traced, then checked at drawn values)
+    assert x.detach().tolist() == [0.5, -0.25, 2.0] and x.grad is None
+    step(x, tr.tensor([2, 0]))
+    np.testing.assert_allclose(x.grad.numpy(), [0.375, 0.0, 6.0], rtol=1e-6)

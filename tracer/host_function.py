@@ -29,6 +29,7 @@ import numpy as np
 from tracer.ir.builder import ArrayBuilder
 from tracer.ir.graph import Value
 from tracer.ir.host import HostCallback
+from tracer.ir.primitives import IndexRangeError
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.types import TensorType, is_float
 from tracer.ir.vjp import CustomRule
@@ -67,7 +68,10 @@ def sample_values(trace, handles: list[Value]) -> list[np.ndarray]:
             environment.update(zip(map(id, instruction.outputs), results))
         return [environment[id(h)] if h.producer is not None
                 else np.asarray(known[id(h)], h.dtype) for h in handles]
-    except (KeyError, ValueError, TypeError):  # a parameter of unknown value, a directive
+    except (KeyError, ValueError, TypeError, IndexRangeError):
+        # A parameter of unknown value, a directive; or an index outside its dimension in this
+        # call's values: the compiled code checks it when it runs and names the user's line,
+        # where the reference semantics' error, raised here while tracing, named none.
         random = np.random.default_rng(0)
         return [random.standard_normal(h.shape).astype(h.dtype) if is_float(h.dtype)
                 else np.zeros(h.shape, h.dtype) for h in handles]
