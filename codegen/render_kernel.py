@@ -42,7 +42,7 @@ HINTED_LOADS = 64
 # float32 functions of templates/math.ll.j2 that compute (in part) in float64.
 WIDENED_FLOAT32_MATH = frozenset({"sin", "cos", "pow"})
 # A loop holding loops that fully unrolled would copy their bodies more than this many times is
-# not unrolled (see KernelRenderer.unrolls).
+# not unrolled (see KernelRenderer.loop_hint).
 UNROLLED_COPIES = 16
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
 MATMUL_BLOCK = 256
@@ -162,40 +162,43 @@ class KernelRenderer:
                 raise TypeError(f"not a loop IR statement: {statement!r}")
 
     def loop_hint(self, loop: Loop) -> str:
-        """The loop's metadata, as the latch branch's suffix ("" if none): whether LLVM may unroll
-        it (`unrolls`) and how many lanes to vectorize it with (`vector_lanes`)."""
-        properties = ([] if self.unrolls(loop) else ['!"llvm.loop.unroll.disable"'])
+        """The loop's metadata, as the latch branch's suffix ("" if none): how far LLVM may unroll
+        it, and how many lanes to vectorize it with (`vector_lanes`).
+
+        LLVM may not unroll a loop around loops that, fully unrolled, would make many copies of
+        their bodies (UNROLLED_COPIES): it unrolled the loops around a copy of the GPT step's
+        heads (6 x 128 rows of 32 floats, each row a memcpy once LLVM saw it) into 72 memcpy
+        calls, which took 76 ms of the kernel's 143 to compile and nothing to run. Nor, once it
+        has vectorized it, an innermost loop of two vectors' iterations or more: it fully
+        unrolled vectorized rows of a few hundred floats (a row of 192: 24 copies of the vector
+        body). Not forbidding the unrolling before (`llvm.loop.unroll.disable` would) keeps the
+        vectorizer's own choice of how many vectors to interleave, which a sum needs for its
+        partial sums (with one, a float64 sum of 100,000 terms missed test_large_sum_accuracy's
+        bound). Short loops and the loops around them are unrolled, vectorized across copies: a
+        small CNN's pooling and convolution loops (windows of 2 to 8) ran 8% slower without,
+        some kernels 2-5x; and so are loops that divide their counter (a merge of heads: a row
+        of 192 read as 6 x 32), which unrolled lose their division and read whole vectors."""
+        properties = []
+        if any(isinstance(statement, Loop) for statement in loop.body):
+            if unrolled_copies(loop.body) > UNROLLED_COPIES:
+                properties.append(self.metadata_node('!{!"llvm.loop.unroll.disable"}'))
+        elif not few_iterations(loop) and not divides_counter(loop):
+            not_unrolled = self.metadata_node('!{!"llvm.loop.unroll.disable"}')
+            properties.append(self.metadata_node(
+                f'!{{!"llvm.loop.vectorize.followup_all", {not_unrolled}}}'))
         if self.vector_lanes(loop):
-            properties.append(f'!"llvm.loop.vectorize.width", i32 {FLOAT32_LANES}')
+            properties.append(self.metadata_node(
+                f'!{{!"llvm.loop.vectorize.width", i32 {FLOAT32_LANES}}}'))
         if not properties:
             return ""
         number = len(self.metadata)
-        names = ", ".join(f"!{number + 1 + n}" for n in range(len(properties)))
-        self.metadata.append(f"!{number} = distinct !{{!{number}, {names}}}")
-        self.metadata += [f"!{number + 1 + n} = !{{{property}}}"
-                          for n, property in enumerate(properties)]
+        self.metadata.append(f"!{number} = distinct !{{!{number}, {', '.join(properties)}}}")
         return f", !llvm.loop !{number}"
 
-    @staticmethod
-    def unrolls(loop: Loop) -> bool:
-        """Whether LLVM may unroll `loop`: a loop around loops that, fully unrolled, would make
-        few copies of their bodies (UNROLLED_COPIES); an innermost loop of few iterations (fewer
-        than two vectors').
-
-        LLVM unrolled the loops around a copy of the GPT step's heads (6 x 128 rows of 32 floats,
-        each row a memcpy once LLVM saw it) into 72 memcpy calls, which took 76 ms of the
-        kernel's 143 to compile and nothing to run. It also fully unrolled vectorized innermost
-        loops of a few hundred iterations (a row of 192 floats: 24 copies of the vector body):
-        without, a process compiling the GPT step's 55 optimized kernel modules ran 3.59 billion
-        instructions against 5.11 (callgrind), the step's first call took 2.75 s of CPU on one
-        core against 3.13, and no benchmark ran slower (one thread, minima: the GPT step 416
-        against 424 ms, GELU 1.70 against 1.79 ms, layer norm 7.33 against 7.63, cross-entropy
-        7.78 against 9.07, the CNN 1.55 both). Short loops and the loops around them are
-        unrolled, vectorized across copies: a small CNN's pooling and convolution loops
-        (windows of 2 to 8) ran 8% slower without, some kernels 2-5x."""
-        if any(isinstance(statement, Loop) for statement in loop.body):
-            return unrolled_copies(loop.body) <= UNROLLED_COPIES
-        return few_iterations(loop)
+    def metadata_node(self, text: str) -> str:
+        """`text` numbered among the module's metadata; its name (!N)."""
+        self.metadata.append(f"!{len(self.metadata)} = {text}")
+        return f"!{len(self.metadata) - 1}"
 
     def vector_lanes(self, loop: Loop) -> bool:
         """Whether to ask for FLOAT32_LANES lanes for an innermost loop that computes in float32
@@ -322,6 +325,18 @@ def few_iterations(loop: Loop) -> bool:
     """Whether `loop` runs a fixed number of iterations, fewer than two vectors' worth."""
     return (isinstance(loop.begin, int) and isinstance(loop.end, int)
             and loop.end - loop.begin < 2 * FLOAT32_LANES)
+
+
+def divides_counter(loop: Loop) -> bool:
+    """Whether an index in `loop`'s body divides, or takes the remainder of, its counter (or an
+    offset from it)."""
+    varying = {loop.counter}
+    for statement in loop.body:
+        if isinstance(statement, IndexOp) and varying.intersection(statement.operands):
+            if statement.op in ("div", "rem"):
+                return True
+            varying.add(statement.target)
+    return False
 
 
 def unrolled_copies(statements: list) -> float:
