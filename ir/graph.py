@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -123,3 +124,30 @@ def gc_paused() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_was_enabled:
                 gc.enable()
+
+
+_recursion_lock = threading.Lock()
+_recursion_blocks = 0  # how many deep_recursion blocks are running (in any thread)
+_recursion_limit = 0  # Python's limit before the first of them
+
+
+@contextlib.contextmanager
+def deep_recursion(frames: int) -> Iterator[None]:
+    """Run a block with room for `frames` more Python frames than Python's limit allows (as it was
+    before once every such block has ended). Passes that evaluate an expression by recursing into
+    its operands go as deep as its longest chain: a fused chain of 400 elementwise operations
+    took ~2,000 frames to schedule, and Python's default limit of 1,000 raised RecursionError.
+    (Calls between Python functions take no C stack since Python 3.11.)"""
+    global _recursion_blocks, _recursion_limit
+    with _recursion_lock:
+        if _recursion_blocks == 0:
+            _recursion_limit = sys.getrecursionlimit()
+        _recursion_blocks += 1
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), _recursion_limit + frames))
+    try:
+        yield
+    finally:
+        with _recursion_lock:
+            _recursion_blocks -= 1
+            if _recursion_blocks == 0:
+                sys.setrecursionlimit(_recursion_limit)

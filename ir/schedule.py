@@ -13,14 +13,13 @@ results of the kernel is computed once. An `accumulate` kernel zeroes its result
 operand into it in memory order; a `scatter` kernel copies its target into its result, then stores
 (or adds) each element of the updates at its checked index; a matmul kernel is a gemm, after (for a
 MatmulUpdate) the loop that stores the rest of the expression. ir/schedule_index.py computes the
-indices; ir/one_hot.py and ir/loop_fusion.py then cut loops.
-"""
+indices; ir/one_hot.py and ir/loop_fusion.py then cut loops."""
 from __future__ import annotations
 
 import math
 
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
-from tracer.ir.graph import Instruction, Value
+from tracer.ir.graph import Instruction, Value, deep_recursion
 from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
                              Compute, Gemm, HostCall, Load, LoopKernel, LoopProgram, Store,
                              initial_value, line_of, literal)
@@ -392,8 +391,9 @@ def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str],
 
 def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:
     """The loop IR of a fused function placed in memory by `plan`: the `loops` stage."""
-    kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
-               for number, kernel in enumerate(fused.kernels)]
+    with deep_recursion(8 * len(fused.function.instructions)):  # (~5 frames an operand deep)
+        kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
+                   for number, kernel in enumerate(fused.kernels)]
     program = LoopProgram(fused.function.name, list(fused.function.parameters), list(
         plan.output_slots), [plan.write(v) for v in fused.function.outputs], plan.arena_size, kernels)
     return loop_fusion.fuse_sibling_loops(one_hot.move_one_hot_terms(

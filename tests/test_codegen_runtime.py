@@ -280,3 +280,33 @@ def test_long_elementwise_chain_is_split_into_bounded_kernels(monkeypatch, tmp_p
     # float32 tanh ~1 ulp, then the rounding of mul and add): a few ulp of the largest value.
     np.testing.assert_allclose(actual, expected, rtol=0,
                                atol=4 * np.spacing(np.abs(expected).max()))
+
+
+def test_a_long_chain_of_cheap_ops_compiles_with_its_gradient(monkeypatch, tmp_path):
+    """600 links of x * w + 0.5 and their gradient, one step: cheap ops, so fusion puts hundreds
+    of them in one kernel, and the scheduler evaluates an element by recursing into its operands
+    (~5 Python frames an operation): from 200 links on it raised RecursionError. It now makes room
+    for the graph's depth while it schedules (and gives Python's limit back); the loss and the
+    gradient are the float64 forward-mode values."""
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    links = 600
+
+    @tr.trace
+    def step(x, w):
+        y = x
+        for _ in range(links):
+            y = y * w + 0.5
+        loss = (y * y).sum()
+        loss.backward()
+        return loss
+
+    x, w = np.linspace(-1, 1, 16), np.linspace(0.3, 0.6, 16)
+    weight = tr.tensor(w.astype(np.float32), requires_grad=True)
+    limit = sys.getrecursionlimit()
+    loss = step(tr.tensor(x.astype(np.float32)), weight)
+    assert sys.getrecursionlimit() == limit
+    y, derivative = x.copy(), np.zeros(16)
+    for _ in range(links):
+        derivative, y = derivative * w + y, y * w + 0.5
+    np.testing.assert_allclose(float(loss), (y * y).sum(), rtol=1e-5)
+    np.testing.assert_allclose(weight.grad.numpy(), 2 * y * derivative, rtol=1e-4)
