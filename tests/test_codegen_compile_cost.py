@@ -184,8 +184,8 @@ def test_long_innermost_loops_are_not_unrolled_once_vectorized(columns):
     """Rows of 192 floats, as the GPT step's are: their loops tell LLVM not to unroll the loop it
     vectorizes (it copied a vector body up to 24 times, a fifth of its work on the GPT step's
     kernels, for no measured gain), and the sum's asks for 8 lanes; LLVM vectorizes both and
-    still interleaves the sum's partial sums (4 vectors of them). Rows of 12 carry no hint (LLVM
-    unrolls them as it sees fit). The values are numpy's."""
+    still interleaves the sum's partial sums (4 vectors of them with AVX2). Rows of 12 carry no
+    hint (LLVM unrolls them as it sees fit). The values are numpy's."""
     @tr.trace
     def scaled(x):
         return x * x.sum(dim=1, keepdim=True)
@@ -199,7 +199,8 @@ def test_long_innermost_loops_are_not_unrolled_once_vectorized(columns):
     assert loop_hints(scaled) == [{unroll}, {unroll}, *row_loops]
     if columns == 192:
         llvm = scaled.ir(x, stage="llvm")
-        assert len(set(re.findall(r"fadd reassoc.* <8 x double> (%vec\.phi\d*)", llvm))) == 4
+        # (LLVM interleaves up to 4 vectors where the CPU has AVX, 2 on SSE alone)
+        assert len(set(re.findall(r"fadd reassoc.* <8 x double> (%vec\.phi\d*)", llvm))) >= 2
         loops = re.findall(r"br i1 %\w+, label %[\w.]+, label %(vector\.body\d*), !llvm.loop !(\d+)",
                            llvm)
         assert len(loops) == 2, llvm  # both rows' loops are vectorized loops still
