@@ -1,11 +1,13 @@
 """Run on every rank by tests/test_distributed.py under `mpiexec -n 2`; each check asserts on
 this rank and prints `ok <name>`; an AssertionError ends the job (tracer.distributed aborts it).
 
-    mpiexec -n 2 python tests/distributed_worker.py collectives|ddp|fail|mismatch
+    mpiexec -n 2 python tests/distributed_worker.py collectives|ddp|fail|interrupted_fail|mismatch
 """
 import functools
 import os
+import signal
 import sys
+import threading
 
 import numpy as np
 
@@ -170,6 +172,14 @@ def check_fail() -> None:
     dist.barrier()  # rank 0 would wait here forever if the failure did not end the job
 
 
+def check_interrupted_fail() -> None:
+    """As check_fail, and an interrupt reaches the failing rank while it waits to abort."""
+    if RANK == 1:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        raise RuntimeError("rank 1 fails on purpose")
+    dist.barrier()
+
+
 def check_mismatch() -> None:
     x = tr.zeros(3 + RANK)
     try:
@@ -182,4 +192,4 @@ def check_mismatch() -> None:
 
 
 {"collectives": check_collectives, "ddp": check_ddp, "fail": check_fail,
- "mismatch": check_mismatch}[sys.argv[1]]()
+ "interrupted_fail": check_interrupted_fail, "mismatch": check_mismatch}[sys.argv[1]]()

@@ -16,14 +16,15 @@ pytest.importorskip("mpi4py", reason="the `distributed` extra (mpi4py, mpich) is
 dist = tr.distributed
 
 
-def run_ranks(script: str, *arguments: str, ranks: int = 2) -> subprocess.CompletedProcess:
+def run_ranks(script: str, *arguments: str, ranks: int = 2,
+              timeout: float = 300) -> subprocess.CompletedProcess:
     # as a user starts them: tracer.distributed gives each rank's compiled code its share of the
     # cores (the worker checks it), which runs OpenBLAS on one thread (runtime/pool.py)
     environment = {name: value for name, value in os.environ.items()
                    if name not in ("TRACER_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     environment["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "examples")])
     return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, os.path.join(ROOT, script),
-                           *arguments], capture_output=True, text=True, timeout=300, env=environment)
+                           *arguments], capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 @pytest.mark.parametrize("mode", ["collectives", "ddp", "mismatch"])
@@ -37,6 +38,15 @@ def test_two_ranks(mode):
 
 def test_a_failing_rank_ends_the_job_with_its_error():
     result = run_ranks("tests/distributed_worker.py", "fail")  # rank 0 waits in a barrier: without the abort this would hang
+    assert result.returncode != 0
+    assert "rank 1 fails on purpose" in result.stderr
+
+
+def test_a_failing_rank_interrupted_while_it_waits_still_ends_the_job():
+    """The failing rank waits a second before MPI_Abort (for mpiexec to forward its report); an
+    interrupt (SIGINT) arriving then raised KeyboardInterrupt inside the hook, which skipped the
+    abort, so rank 0 waited in its barrier forever."""
+    result = run_ranks("tests/distributed_worker.py", "interrupted_fail", timeout=120)
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stderr
 

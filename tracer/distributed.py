@@ -97,10 +97,12 @@ def _abort_on_uncaught_exception(communicator) -> None:
     previous = sys.excepthook
 
     def abort(kind, value, traceback):
-        previous(kind, value, traceback)
-        sys.stderr.flush()
-        time.sleep(1.0)
-        communicator.Abort(1)
+        try:  # (an interrupt during the wait must not skip the abort: the others would hang)
+            previous(kind, value, traceback)
+            sys.stderr.flush()
+            time.sleep(1.0)
+        finally:
+            communicator.Abort(1)
 
     sys.excepthook = abort
 
