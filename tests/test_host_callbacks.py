@@ -312,9 +312,9 @@ class NumpyTanh(tr.autograd.Function):
 def test_an_index_out_of_range_before_a_callback_fails_at_the_user_s_line_on_the_first_call(lookup):
     """The callback's forward is traced on this call's values computed by the reference
     semantics; an index outside its dimension there raised the reference's own IndexError from
-    inside the compiler, naming no line (found by the long random-program run). Now the sample
-    falls back and the compiled code's check reports it, as on any later call; a valid index then
-    gives PyTorch's value and gradient."""
+    inside the compiler, naming no line (found by the long random-program run). Now it is
+    reported at the user's line that indexed; a valid index then gives PyTorch's value and
+    gradient."""
     @tr.trace
     def f(x, i):
         return NumpyTanh.apply(lookup(x, i).abs()).sum()
@@ -330,3 +330,32 @@ def test_an_index_out_of_range_before_a_callback_fails_at_the_user_s_line_on_the
     expected.backward()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     np.testing.assert_allclose(x.grad.numpy(), torch_x.grad.numpy(), rtol=1e-6)
+
+
+class TanhAndLargest(tr.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        values = x.detach().numpy()
+        return tr.from_numpy(np.tanh(values)), float(np.abs(values).max())
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        return grad
+
+
+def test_a_call_after_an_index_out_of_range_gets_the_forward_s_numbers_of_its_own_values():
+    """The forward's non-tensor outputs are those of the run that traced it. A first call whose
+    index is outside its dimension must not leave behind code traced on drawn samples: the next
+    call, with valid indices of the same shapes, scaled by the drawn samples' largest magnitude
+    (0.13 for 2.0). Its values are PyTorch's."""
+    @tr.trace
+    def f(x, i):
+        y, largest = TanhAndLargest.apply(x[i])
+        return y * largest
+
+    x = tr.tensor([0.5, -0.25, 2.0])
+    with pytest.raises(tr.IndexOutOfRangeError, match=r"test_host_callbacks.py:\d+: index 5 is out"):
+        f(x, tr.tensor([5, 0]))
+    torch_y = torch.tensor([0.5, -0.25, 2.0])[torch.tensor([2, 0])]
+    np.testing.assert_allclose(f(x, tr.tensor([2, 0])).numpy(),
+                               (torch.tanh(torch_y) * torch_y.abs().max()).numpy(), rtol=1e-6)

@@ -34,7 +34,7 @@ from tracer.ir.reference import evaluate_primitive
 from tracer.ir.types import TensorType, is_float
 from tracer.ir.vjp import CustomRule
 from tracer.context import is_grad_enabled, no_grad
-from tracer.errors import HostCallbackError, definition_line, user_line
+from tracer.errors import HostCallbackError, IndexOutOfRangeError, definition_line, user_line
 from tracer.function_rule import FunctionRule
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
@@ -68,10 +68,12 @@ def sample_values(trace, handles: list[Value]) -> list[np.ndarray]:
             environment.update(zip(map(id, instruction.outputs), results))
         return [environment[id(h)] if h.producer is not None
                 else np.asarray(known[id(h)], h.dtype) for h in handles]
-    except (KeyError, ValueError, TypeError, IndexRangeError):
-        # A parameter of unknown value, a directive; or an index outside its dimension in this
-        # call's values: the compiled code checks it when it runs and names the user's line,
-        # where the reference semantics' error, raised here while tracing, named none.
+    except IndexRangeError as error:
+        # An index outside its dimension in this call's values, reported at the user's line that
+        # indexed (the reference semantics' own error named none). Not drawn samples: the
+        # compiled code would keep the forward's non-tensor outputs of them for later calls.
+        raise IndexOutOfRangeError(str(error), instruction.location or None) from None
+    except (KeyError, ValueError, TypeError):  # a parameter of unknown value, a directive
         random = np.random.default_rng(0)
         return [random.standard_normal(h.shape).astype(h.dtype) if is_float(h.dtype)
                 else np.zeros(h.shape, h.dtype) for h in handles]
