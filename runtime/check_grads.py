@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from tracer.errors import GradcheckError
-from tracer.errors import definition_line
+from tracer.errors import IndexOutOfRangeError, definition_line
 from tracer.function import apply_function
 from tracer.gradcheck import first_mismatch
 from tracer.ir.graph import Graph, Instruction
@@ -29,8 +29,10 @@ LOG = logging.getLogger("tracer.trace")
 
 
 def _reachable_values(function: Graph, arguments: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
-    """The value (by id) of every instruction output computable from the arguments alone (not
-    from an index outside its dimension)."""
+    """The value (by id) of every instruction output computable from the arguments alone.
+    IndexOutOfRangeError at the user's line for an index outside its dimension: not a check at
+    drawn values, which a later call with valid indices (running the code compiled now) would
+    never repeat at its own."""
     values = {id(p): np.asarray(a) for p, a in zip(function.parameters, arguments)}
     for instruction in function.instructions:
         if instruction.primitive not in REFERENCE or any(id(v) not in values
@@ -40,8 +42,8 @@ def _reachable_values(function: Graph, arguments: Sequence[np.ndarray]) -> dict[
             results = evaluate_primitive(instruction.primitive,
                                          [values[id(v)] for v in instruction.inputs],
                                          instruction.attributes)
-        except IndexRangeError:  # the compiled code reports it when it runs, at the user's line
-            continue
+        except IndexRangeError as error:
+            raise IndexOutOfRangeError(str(error), instruction.location or None) from None
         values.update((id(v), r) for v, r in zip(instruction.outputs, results))
     return values
 

@@ -83,9 +83,8 @@ def test_r_style_function_and_an_input_computed_from_a_gradient():
 def test_an_index_out_of_range_before_the_function_fails_at_the_user_s_line():
     """The check evaluates the graph on the call's values to find the Function's inputs; an index
     outside its dimension raised the reference semantics' own IndexError from inside the
-    compiler, naming no line. Now those inputs are drawn as for any input it cannot reach (the
-    backward is still checked) and the compiled code's check reports the index at the user's
-    line, with the arguments unchanged."""
+    compiler, naming no line. Now it is reported at the user's line, with the arguments
+    unchanged."""
     def loss(x, i):
         total = Cube.apply(x.index_select(0, i), 0.5).sum()
         total.backward()
@@ -97,7 +96,36 @@ def test_an_index_out_of_range_before_the_function_fails_at_the_user_s_line():
     with pytest.raises(tr.IndexOutOfRangeError,
                        match=r"test_observe_check_grads.py:\d+: index 3 is out of bounds"):
         step(x, tr.tensor([3, 0]))
-    assert Cube.calls > 2  # (traced, then checked at drawn values)
     assert x.detach().tolist() == [0.5, -0.25, 2.0] and x.grad is None
+    assert Cube.calls == 1  # traced, not checked
     step(x, tr.tensor([2, 0]))
+    assert Cube.calls > 2  # traced again and checked, at this call's values
     np.testing.assert_allclose(x.grad.numpy(), [0.375, 0.0, 6.0], rtol=1e-6)
+
+
+class ClipAtThree(tr.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return tr.minimum(x, tr.tensor(3.0, dtype=x.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad  # wrong where x > 3 (the clip forgotten)
+
+
+def test_a_call_after_an_index_out_of_range_is_checked_at_its_own_values():
+    """A backward wrong only above 3 passed the check at drawn (standard normal) values when the
+    first call's index was outside its dimension, and the next call, valid, ran the code compiled
+    then without a check: its gradient was 1 where PyTorch's is 0. The first call now fails before
+    compiling, and the next one is checked at its values."""
+    def loss(x, i):
+        total = ClipAtThree.apply(x.index_select(0, i)).sum()
+        total.backward()
+        return total
+
+    step = tr.trace(loss, check_grads=True)
+    x = tr.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    with pytest.raises(tr.IndexOutOfRangeError, match=r"index 3 is out of bounds"):
+        step(x, tr.tensor([3, 0]))
+    with pytest.raises(tr.GradcheckError, match=r"ClipAtThree.backward disagrees"):
+        step(x, tr.tensor([2, 0]))
