@@ -972,7 +972,8 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "call:adaptive_avg_pool2d",
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
-                         "unary:hardtanh", "unary:sgn"}
+                         "unary:hardtanh", "unary:sgn",
+                         *(f"binary:{name}:promoted" for name in BINARY)}
 
 
 def _changed(op):
@@ -1058,7 +1059,12 @@ class Generator:
         self.obj_of.append(obj)
         self.producer[obj] = _producer(op)
         self.consumers.setdefault(obj, set())
+        # F19: an operand a binary op promotes to the other's dtype is read by tracer's backward
+        # through its cast copy, where PyTorch saves the operand itself (pow, div, atan2 refuse
+        # its later in-place change in PyTorch, not in tracer)
+        promoted = op[0] == "binary" and self.values[op[2]].dtype != self.values[op[3]].dtype
         for operand, consumer in _reads(op):
+            consumer += ":promoted" if promoted else ""
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
             # what an op saves of a view, it saves of the view's base (they share a version)

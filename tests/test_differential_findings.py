@@ -481,6 +481,13 @@ F19_CASES = {
     "log_softmax's result": (lambda m, y: y.log_softmax(1), "result"),
     "layer_norm's input": (lambda m, y: m.nn.functional.layer_norm(y, (3,)), "input"),
     "mse_loss's input": (lambda m, y: m.nn.functional.mse_loss(y, m.ones(2, 3)), "input"),
+    # (an operand promoted to the other's dtype: PyTorch saves the operand, tracer's backward
+    # reads its cast copy; found by the eighth session's slow run)
+    "pow's promoted exponent": (lambda m, y: m.full((2, 3), 2.0, dtype=m.float64) ** y, "input"),
+    "pow's promoted base": (lambda m, y: y ** m.full((2, 3), 2.0, dtype=m.float64), "input"),
+    "div's promoted divisor": (lambda m, y: m.full((2, 3), 2.0, dtype=m.float64) / y, "input"),
+    "atan2's promoted operand": (lambda m, y: m.atan2(m.full((2, 3), 2.0, dtype=m.float64), y),
+                                 "input"),
 }
 
 
