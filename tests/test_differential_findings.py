@@ -804,3 +804,17 @@ def test_f32_second_derivative_of_layer_norm_with_a_bias_and_no_weight():
     second, second_b = tr.autograd.grad(both, [x, b], allow_unused=True)
     np.testing.assert_allclose(second.numpy(), expected, rtol=1e-6, atol=1e-8)
     assert second_b is None  # neither first derivative depends on b
+
+
+# F33 (open): at second order through abs at a nan value, tracer's derivative is nan, PyTorch's 0.
+@pytest.mark.xfail(strict=True, reason="F33: the second derivative of abs at a nan value is nan in "
+                                       "tracer, 0 in PyTorch")
+@pytest.mark.parametrize("program", ["abs of x * nan", "abs of var of one element"])
+def test_f33_second_derivative_through_abs_at_a_nan_value(program):
+    def build(m):
+        x = m.tensor([0.7], requires_grad=True)
+        value = x * float("nan") if program == "abs of x * nan" else x.sum().var()
+        (first,) = m.autograd.grad(value.abs().sum(), x, create_graph=True)
+        (second,) = m.autograd.grad(first.sum(), x)
+        return (second,)
+    assert_same(build)
