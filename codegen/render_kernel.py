@@ -171,7 +171,8 @@ class KernelRenderer:
         calls, which took 76 ms of the kernel's 143 to compile and nothing to run. Nor, once it
         has vectorized it, an innermost loop of two vectors' iterations or more: it fully
         unrolled vectorized rows of a few hundred floats (a row of 192: 24 copies of the vector
-        body). Not forbidding the unrolling before (`llvm.loop.unroll.disable` would) keeps the
+        body): compiling the GPT step's 55 optimized kernel modules took 5.11 billion
+        instructions so, 4.13 without, and no kernel ran slower. Not forbidding the unrolling before (`llvm.loop.unroll.disable` would) keeps the
         vectorizer's own choice of how many vectors to interleave, which a sum needs for its
         partial sums (with one, a float64 sum of 100,000 terms missed test_large_sum_accuracy's
         bound). Short loops and the loops around them are unrolled, vectorized across copies: a
