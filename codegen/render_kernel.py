@@ -44,6 +44,7 @@ WIDENED_FLOAT32_MATH = frozenset({"sin", "cos", "pow"})
 # A loop holding loops that fully unrolled would copy their bodies more than this many times is
 # not unrolled (see KernelRenderer.loop_hint).
 UNROLLED_COPIES = 16
+UNROLL_DISABLE = '!{!"llvm.loop.unroll.disable"}'  # the loop property (see KernelRenderer.loop_hint)
 # The float32 matmul fallback sums a row of C in float64 this many columns at a time.
 MATMUL_BLOCK = 256
 # Offsets never wrap (nsw lets LLVM's scalar evolution see strides); the unsigned division,
@@ -182,9 +183,9 @@ class KernelRenderer:
         properties = []
         if any(isinstance(statement, Loop) for statement in loop.body):
             if unrolled_copies(loop.body) > UNROLLED_COPIES:
-                properties.append(self.metadata_node('!{!"llvm.loop.unroll.disable"}'))
+                properties.append(self.metadata_node(UNROLL_DISABLE))
         elif not few_iterations(loop) and not divides_counter(loop):
-            not_unrolled = self.metadata_node('!{!"llvm.loop.unroll.disable"}')
+            not_unrolled = self.metadata_node(UNROLL_DISABLE)
             properties.append(self.metadata_node(
                 f'!{{!"llvm.loop.vectorize.followup_all", {not_unrolled}}}'))
         if self.vector_lanes(loop):

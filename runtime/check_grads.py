@@ -16,12 +16,12 @@ from typing import Sequence
 import numpy as np
 
 from tracer.errors import GradcheckError
-from tracer.errors import IndexOutOfRangeError, definition_line
+from tracer.errors import definition_line
 from tracer.function import apply_function
 from tracer.gradcheck import first_mismatch
+from tracer.host_function import evaluate_call_values
 from tracer.ir.graph import Graph, Instruction
-from tracer.ir.primitives import IndexRangeError
-from tracer.ir.reference import REFERENCE, evaluate_primitive
+from tracer.ir.reference import REFERENCE
 from tracer.creation import tensor
 from tracer.tensor import Tensor
 
@@ -29,21 +29,14 @@ LOG = logging.getLogger("tracer.trace")
 
 
 def _reachable_values(function: Graph, arguments: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
-    """The value (by id) of every instruction output computable from the arguments alone.
-    IndexOutOfRangeError at the user's line for an index outside its dimension: not a check at
-    drawn values, which a later call with valid indices (running the code compiled now) would
-    never repeat at its own."""
+    """The value (by id) of every instruction output computable from the arguments alone
+    (IndexOutOfRangeError at the user's line for an index outside its dimension)."""
     values = {id(p): np.asarray(a) for p, a in zip(function.parameters, arguments)}
     for instruction in function.instructions:
         if instruction.primitive not in REFERENCE or any(id(v) not in values
                                                          for v in instruction.inputs):
             continue
-        try:
-            results = evaluate_primitive(instruction.primitive,
-                                         [values[id(v)] for v in instruction.inputs],
-                                         instruction.attributes)
-        except IndexRangeError as error:
-            raise IndexOutOfRangeError(str(error), instruction.location or None) from None
+        results = evaluate_call_values(instruction, [values[id(v)] for v in instruction.inputs])
         values.update((id(v), r) for v, r in zip(instruction.outputs, results))
     return values
 

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
-from tracer.ir.graph import Value
+from tracer.ir.graph import Instruction, Value
 from tracer.ir.host import HostCallback
 from tracer.ir.primitives import IndexRangeError
 from tracer.ir.reference import evaluate_primitive
@@ -38,6 +38,19 @@ from tracer.errors import HostCallbackError, IndexOutOfRangeError, definition_li
 from tracer.function_rule import FunctionRule
 from tracer.tensor import Tensor
 from tracer.tracing import tracing
+
+
+def evaluate_call_values(instruction: Instruction, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """`instruction`'s results on this call's values of its inputs, by the reference semantics,
+    while compiling (to trace a callback's forward here, to find a Function's inputs for
+    runtime/check_grads.py). An index outside its dimension is IndexOutOfRangeError at the user's
+    line that indexed (the reference's own error names none), not a fallback to drawn values:
+    the code compiled from them would serve later calls (keeping a forward's non-tensor outputs
+    of them, or never checking a backward at real values)."""
+    try:
+        return evaluate_primitive(instruction.primitive, inputs, instruction.attributes)
+    except IndexRangeError as error:
+        raise IndexOutOfRangeError(str(error), instruction.location or None) from None
 
 
 def sample_values(trace, handles: list[Value]) -> list[np.ndarray]:
@@ -62,17 +75,13 @@ def sample_values(trace, handles: list[Value]) -> list[np.ndarray]:
             for operand in instruction.inputs:
                 if operand.producer is None:
                     environment[id(operand)] = np.asarray(known[id(operand)], operand.dtype)
-            results = evaluate_primitive(instruction.primitive,
-                                         [environment[id(v)] for v in instruction.inputs],
-                                         instruction.attributes)
+            results = evaluate_call_values(instruction,
+                                           [environment[id(v)] for v in instruction.inputs])
             environment.update(zip(map(id, instruction.outputs), results))
         return [environment[id(h)] if h.producer is not None
                 else np.asarray(known[id(h)], h.dtype) for h in handles]
-    except IndexRangeError as error:
-        # An index outside its dimension in this call's values, reported at the user's line that
-        # indexed (the reference semantics' own error named none). Not drawn samples: the
-        # compiled code would keep the forward's non-tensor outputs of them for later calls.
-        raise IndexOutOfRangeError(str(error), instruction.location or None) from None
+    except IndexOutOfRangeError:  # (a ValueError too, but no reason to draw samples)
+        raise
     except (KeyError, ValueError, TypeError):  # a parameter of unknown value, a directive
         random = np.random.default_rng(0)
         return [random.standard_normal(h.shape).astype(h.dtype) if is_float(h.dtype)
