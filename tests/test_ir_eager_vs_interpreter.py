@@ -180,13 +180,16 @@ def build_graph(program, outputs):
     return function, values
 
 
-def assert_same(actual, expected, dtype, exact):
+def assert_same(actual, expected, exact):
+    """Equal, or (`exact` False: after passes that may round differently, such as x ** 3 become
+    x * x * x) within a tolerance of the values' own dtype: a float64 program holds float32 values
+    after a cast, and those round at float32's precision."""
     assert actual.shape == expected.shape
     assert actual.dtype == expected.dtype
     if exact:
         np.testing.assert_array_equal(actual, expected)
     else:
-        rtol = 1e-5 if dtype == float32 else 1e-12
+        rtol = 1e-5 if expected.dtype == float32 else 1e-12
         np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * (1 + np.nanmax(
             np.abs(np.where(np.isfinite(expected), expected, 0)), initial=0)), equal_nan=True)
 
@@ -194,7 +197,10 @@ def assert_same(actual, expected, dtype, exact):
 @SETTINGS
 @given(programs())
 def test_eager_matches_interpreter(case):
-    program, seed = case
+    check_eager_matches_interpreter(*case)
+
+
+def check_eager_matches_interpreter(program, seed):
     rng = np.random.default_rng(seed)
     arguments = arguments_for(program, rng)
     with np.errstate(all="ignore"):
@@ -207,21 +213,21 @@ def test_eager_matches_interpreter(case):
     for index, value in zip(outputs, plain):
         assert value.dtype == program.types[index].dtype
         assert value.shape == program.types[index].shape
-        assert_same(value, eager[index], program.dtype, exact=True)
+        assert_same(value, eager[index], exact=True)
     # Each pass alone keeps the graph well-formed and the results the same.
     stepwise = function.copy()
     for optimization in ir.passes.PIPELINE:
         optimization(stepwise)
         roundtrip(stepwise)
         for index, value in zip(outputs, ir.interpret(stepwise, arguments)):
-            assert_same(value, eager[index], program.dtype, exact=False)
+            assert_same(value, eager[index], exact=False)
     optimized = ir.optimize(function)
     roundtrip(optimized)
     # never more code: the passes remove instructions, or replace one by cheaper ones (x ** c by
     # multiplications, sqrt and a reciprocal), so the measure is fusion's per-element code cost
     assert sum(map(code_cost, optimized.instructions)) <= sum(map(code_cost, function.instructions))
     for index, value in zip(outputs, ir.interpret(optimized, arguments)):
-        assert_same(value, eager[index], program.dtype, exact=False)
+        assert_same(value, eager[index], exact=False)
 
 
 def eager_backward(program, arrays, seed_array, output_index):
@@ -267,18 +273,37 @@ def test_eager_gradients_match_autodiff(case):
     ir.expand_gradients(function)
     roundtrip(function)
     results = ir.interpret(function, [*arguments, seed_array])
-    assert_same(results[0], arrays[output], program.dtype, exact=True)
+    assert_same(results[0], arrays[output], exact=True)
     for gradient, reference in zip(results[1:], expected):
         # Same rules, same operations in the same order: the same numbers.
-        assert_same(gradient, reference, program.dtype, exact=True)
+        assert_same(gradient, reference, exact=True)
     optimized = ir.optimize(function)
     roundtrip(optimized)
     for gradient, reference in zip(ir.interpret(optimized, [*arguments, seed_array])[1:], expected):
-        assert_same(gradient, reference, program.dtype, exact=False)
+        assert_same(gradient, reference, exact=False)
 
 
 # ---------------------------------------------------------------------------------------------
 # Hand-picked edge cases the generator reaches rarely.
+
+@pytest.mark.parametrize("exponent", [3.0, 4.0, -0.5])
+def test_a_float64_program_with_float32_values_is_compared_at_float32(exponent):
+    # CI's failing draw: a float64 program casts to float32 and raises that to a constant power,
+    # which simplify_algebra turns into multiplications (one ulp from numpy's powf in a quarter
+    # of the elements); compared at float64's tolerance it failed, at float32's it holds.
+    program = Program(None, float64)
+    program.types.append(TensorType((64,), float64))
+    program.n_parameters = 1
+    narrow = program.add("cast", [0], dtype=float32)
+    magnitude = program.add("abs", [narrow])
+    constant = program.add("constant", [], value=exponent, dtype=float32)
+    power = program.add("pow", [magnitude, program.add("broadcast", [constant], shape=(64,))])
+    (argument,) = arguments_for(program, np.random.default_rng(1))
+    powered = np.abs(argument.astype(np.float32)) ** np.float32(exponent)
+    optimized = ir.optimize(build_graph(program, [power])[0])
+    assert ir.interpret(optimized, [argument])[0].tobytes() != powered.tobytes()  # rounded apart
+    check_eager_matches_interpreter(program, seed=1)
+
 
 @pytest.mark.parametrize("dtype", [float32, float64], ids=str)
 @pytest.mark.parametrize("shapes", [((0,), (0,)), ((0, 3), (1, 3)), ((2, 0, 1), (1, 4)),
