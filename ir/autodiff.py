@@ -6,13 +6,14 @@ That is also when the backward of a custom Function is traced, so it runs only w
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.primitives import DIRECTIVES, NON_DIFFERENTIABLE
 from tracer.ir.types import is_float
-from tracer.ir.vjp import apply_vjp
+from tracer.ir.vjp import accumulate, apply_vjp, materialize, through_hooks
 
 
 def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> set[int]:
@@ -65,7 +66,8 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
             continue
         for index, (value, g) in enumerate(zip(instruction.outputs, outgoing)):
             if g is not None and id(value) in hooks:
-                outgoing[index] = hooks[id(value)](builder, g)
+                outgoing[index] = through_hooks(builder, g, value.type,
+                                                functools.partial(hooks[id(value)], builder))
         if all(g is None for g in outgoing) and not (
                 instruction.primitive == "custom_vjp"
                 and instruction.attributes["rule"].runs_without_cotangents
@@ -78,9 +80,8 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
                              instruction.inputs, instruction.outputs, outgoing, needs)
         for x, g in zip(instruction.inputs, incoming):
             if g is not None:
-                previous = cotangents.get(id(x))
-                cotangents[id(x)] = g if previous is None else builder.add(previous, g)
-    gradients = [cotangents.get(id(v)) for v in wrt]
+                cotangents[id(x)] = accumulate(builder, cotangents.get(id(x)), g)
+    gradients = [materialize(builder, cotangents.get(id(v)), v.type) for v in wrt]
     return [hooks[id(v)](builder, g) if g is not None and id(v) in hooks else g
             for v, g in zip(wrt, gradients)]
 

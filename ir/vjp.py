@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from tracer.ir.builder import Builder, Handle
 from tracer.ir.primitives import (LINEAR, MULTIPLE_OUTPUTS, NON_DIFFERENTIABLE, PRIMITIVES,
                                   pad_as_slice, slice_as_pad)
-from tracer.ir.types import is_float
+from tracer.ir.types import TensorType, is_float
 
 
 class CustomRule:
@@ -44,8 +44,57 @@ def _no_gradient(b, g, z, inputs, needs, attributes):
     return [None] * len(inputs)
 
 
+class _Zero:
+    """A gradient that is zero by construction (JAX's `Zero`, PyTorch's ZeroTensor): unlike None
+    it is a gradient (autograd.grad returns zeros for it, not "unused"), unlike zeros it stays
+    zero through every rule (zeros times a nan or an infinity would not)."""
+
+    def __repr__(self) -> str:
+        return "ZERO"
+
+
+ZERO = _Zero()
+
+
+def accumulate(b: Builder, previous: Handle | None, gradient: Handle | None) -> Handle | None:
+    """The sum of two gradients of one value, either of which may be None (none flows) or ZERO."""
+    if gradient is None or (gradient is ZERO and previous is not None):
+        return previous
+    if previous is None or previous is ZERO:
+        return gradient
+    return b.add(previous, gradient)
+
+
+def materialize(b: Builder, gradient: Handle | None, type_: TensorType) -> Handle | None:
+    """`gradient` as a value of `type_`: zeros for ZERO."""
+    return b.full(type_.shape, 0, type_.dtype) if gradient is ZERO else gradient
+
+
+def through_hooks(b: Builder, gradient: Handle, type_: TensorType,
+                  run: Callable[[Handle], Handle]) -> Handle:
+    """`run(gradient)` (the gradient hooks of a value, which see tensors): a symbolic zero is
+    shown as zeros and stays symbolic if no hook replaces it."""
+    if gradient is not ZERO:
+        return run(gradient)
+    zeros = materialize(b, gradient, type_)
+    result = run(zeros)
+    return ZERO if result is zeros else result
+
+
+# The rule of PyTorch's sgn of a real tensor, whose gradient is a ZeroTensor: what sgn computes
+# still requires grad, but no gradient flows back through it, so none meets a nan or an infinity
+# on the way (zeros would: 0 * nan is nan). PyTorch's sign, by contrast, has zeros.
+SGN = CustomRule("sgn", lambda builder, cotangents, needs: [ZERO])
+
+
+def sgn(b: Builder, x: Handle) -> Handle:
+    """sign(x) with the gradient of PyTorch's sgn (a symbolic zero)."""
+    (result,) = b.emit("custom_vjp", [b.op("sign", x), x], {"num_outputs": 1, "rule": SGN})
+    return result
+
+
 def _abs(b, g, z, inputs, needs, attributes):
-    return [b.mul(g, b.op("sign", inputs[0]))]
+    return [b.mul(g, sgn(b, inputs[0]))]  # PyTorch's abs_backward: grad * self.sgn()
 
 
 def _div(b, g, z, inputs, needs, attributes):
@@ -263,12 +312,18 @@ assert set(VALUES_READ) == PRIMITIVES, set(VALUES_READ) ^ PRIMITIVES
 def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Sequence[Handle],
               outputs: Sequence[Handle], cotangents: Sequence[Handle | None],
               needs: Sequence[bool]) -> list[Handle | None]:
-    """Cotangents of `inputs`, given those of `outputs` (None: zero). Integer and bool operands get
-    None; a cotangent in a broadcast shape is summed back to its operand's shape."""
+    """Cotangents of `inputs`, given those of `outputs` (None: none flows; ZERO: a symbolic zero).
+    Integer and bool operands get None; a cotangent in a broadcast shape is summed back to its
+    operand's shape."""
     needs = [need and is_float(b.type_of(x).dtype) for need, x in zip(needs, inputs)]
     runs_anyway = primitive == "custom_vjp" and attributes["rule"].runs_without_cotangents
-    if not any(needs) or (all(g is None for g in cotangents) and not runs_anyway):
+    flowing = [g for g in cotangents if g is not None]
+    if not any(needs) or (not flowing and not runs_anyway):
         return [None] * len(inputs)
+    if all(g is ZERO for g in flowing) and not runs_anyway:
+        return [ZERO if need else None for need in needs]  # zero in, zero out: no rule runs
+    # (a rule, a user's backward among them, sees zeros: PyTorch materializes them too)
+    cotangents = [materialize(b, g, b.type_of(z)) for g, z in zip(cotangents, outputs)]
     rule = VJP_RULES[primitive]
     if primitive in MULTIPLE_OUTPUTS:
         results = rule(b, cotangents, outputs, list(inputs), needs, attributes)
@@ -276,8 +331,8 @@ def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Se
         results = rule(b, cotangents[0], outputs[0], list(inputs), needs, attributes)
     gradients: list[Handle | None] = []
     for need, x, gradient in zip(needs, inputs, results):
-        if not need or gradient is None:
-            gradients.append(None)
+        if not need or gradient is None or gradient is ZERO:
+            gradients.append(gradient if need else None)
         else:
             gradients.append(b.sum_to_shape(gradient, b.type_of(x).shape))
     return gradients

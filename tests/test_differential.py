@@ -85,9 +85,8 @@ KNOWN_RESTRICTIONS = {
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, amin, "
            "layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
            "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
-    "F33": "at second order, no var with a correction (nan where it has fewer elements)",
 }
-# Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26. F3 is a documented
+# Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26, F33. F3 is a documented
 # difference (docs/differences.md), accepted by `compare`: see
 # VIEW_REFUSAL.
 

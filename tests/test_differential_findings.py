@@ -34,8 +34,8 @@ def assert_same(build):
     for e, a in zip(expected, actual):
         assert (e is None) == (a is None), (e, a)
         if e is not None:
-            np.testing.assert_allclose(np.asarray(a.detach().numpy()), e.detach().numpy(),
-                                       rtol=1e-6)
+            np.testing.assert_allclose(np.asarray(a.detach().numpy()),
+                                       e.detach().numpy(force=True), rtol=1e-6)  # (a ZeroTensor)
 
 
 def test_f1_inplace_change_of_a_tensor_dropped_before_backward():
@@ -806,15 +806,43 @@ def test_f32_second_derivative_of_layer_norm_with_a_bias_and_no_weight():
     assert second_b is None  # neither first derivative depends on b
 
 
-# F33 (open): at second order through abs at a nan value, tracer's derivative is nan, PyTorch's 0.
-@pytest.mark.xfail(strict=True, reason="F33: the second derivative of abs at a nan value is nan in "
-                                       "tracer, 0 in PyTorch")
-@pytest.mark.parametrize("program", ["abs of x * nan", "abs of var of one element"])
-def test_f33_second_derivative_through_abs_at_a_nan_value(program):
-    def build(m):
-        x = m.tensor([0.7], requires_grad=True)
-        value = x * float("nan") if program == "abs of x * nan" else x.sum().var()
-        (first,) = m.autograd.grad(value.abs().sum(), x, create_graph=True)
-        (second,) = m.autograd.grad(first.sum(), x)
-        return (second,)
-    assert_same(build)
+# F33 (fixed): a gradient through PyTorch's sgn (abs's backward, norm's, Tensor.sgn) is a symbolic
+# zero, which stays zero where zeros would meet a nan or an infinity further back; sign's is zeros.
+def _second(m, value_of, x):
+    (first,) = m.autograd.grad(value_of(x).sum(), x, create_graph=True)
+    return m.autograd.grad(first.sum(), x)
+
+
+SYMBOLIC_ZERO_PROGRAMS = {
+    # second order through abs at a nan value: PyTorch 0 (tracer's was nan)
+    "abs of x * nan": lambda m, x: _second(m, lambda x: (x * float("nan")).abs(), x),
+    "abs of var of one element": lambda m, x: _second(m, lambda x: x[:1].sum().var().abs(), x),
+    "norm 1 of x * inf": lambda m, x: _second(m, lambda x: (x * float("inf")).norm(p=1), x),
+    # first order: sgn's gradient stays 0 through sqrt's infinite derivative at 0, sign's is nan
+    "sgn of sqrt": lambda m, x: m.autograd.grad(x.sqrt().sgn().sum(), x),
+    "sign of sqrt": lambda m, x: m.autograd.grad(x.sqrt().sign().sum(), x),
+    # a symbolic zero reaching a leaf is a gradient (zeros), not "unused"
+    "sgn alone": lambda m, x: m.autograd.grad((x * 2).sgn().sum(), x),
+    "sgn and more": lambda m, x: m.autograd.grad((x.sqrt().sgn() * x).sum(), x),
+}
+
+
+@pytest.mark.parametrize("program", sorted(SYMBOLIC_ZERO_PROGRAMS))
+def test_f33_gradients_through_sgn_are_symbolic_zeros(program):
+    run = SYMBOLIC_ZERO_PROGRAMS[program]
+    values = [0.0, 0.7, 2.0]
+    assert_same(lambda m: run(m, m.tensor(values, requires_grad=True)))
+    (traced,) = tr.trace(lambda x: run(tr, x))(tr.tensor(values, requires_grad=True))
+    (expected,) = run(torch, torch.tensor(values, requires_grad=True))
+    np.testing.assert_allclose(traced.numpy(), expected.numpy(force=True), rtol=1e-6)
+
+
+def test_f33_a_hook_and_backward_see_a_symbolic_zero_as_zeros():
+    for m in (torch, tr):
+        x = m.tensor([0.0, 4.0], requires_grad=True)
+        root = x.sqrt()
+        seen = []
+        root.register_hook(lambda g, seen=seen: seen.append(g.detach().clone()))
+        root.sgn().sum().backward()
+        np.testing.assert_array_equal(seen[0].numpy(), [0.0, 0.0])
+        np.testing.assert_array_equal(x.grad.detach().clone().numpy() if m is tr else x.grad.numpy(force=True), [0.0, 0.0])

@@ -23,10 +23,6 @@ def second_order_programs(draw):
     # by the result, masks that to 0, and its double backward multiplies the masked 0 by the
     # division's infinite derivative); tracer's is 0. A documented difference (README).
     assume(not any(op[0] == "call" and op[1] == "std" for op in program.ops))
-    # F33 (open): var with a correction is nan where it has as few elements, and tracer's second
-    # derivative through abs at a nan is nan where PyTorch's is 0 (docs/findings.md)
-    assume(not any(op[0] == "call" and op[1] == "var"
-                   and op[4].get("correction", int(op[4].get("unbiased", True))) for op in program.ops))
     # A Function whose backward computes in numpy has no second derivative (tracer refuses it
     # under @trace; PyTorch's backward there records no graph).
     assume(not any(op[:2] == ("unary", "numpy_tanh_fn") for op in program.ops))

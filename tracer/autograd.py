@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tracer.ir.builder import ArrayBuilder
-from tracer.ir.vjp import VALUES_READ, CustomRule, apply_vjp
+from tracer.ir.types import TensorType
+from tracer.ir.vjp import (VALUES_READ, CustomRule, accumulate, apply_vjp, materialize,
+                          through_hooks)
 from tracer.context import enable_grad, no_grad, state
 from tracer.errors import FunctionBackwardError, InplaceError, TracerError
 from tracer.tensor import Tensor
@@ -286,14 +288,12 @@ def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = Fa
             key = id(edge.tensor)
             if capture is not None and key not in captured_edges:
                 return
-            previous = leaf_gradients.get(key)
-            leaf_gradients[key] = (edge.tensor, gradient if previous is None
-                                   else builder.add(previous[1], gradient))
+            previous = leaf_gradients.get(key, (None, None))[1]
+            leaf_gradients[key] = (edge.tensor, accumulate(builder, previous, gradient))
         else:
             node, index = edge
-            previous = cotangents.get((id(node), index))
-            cotangents[(id(node), index)] = (gradient if previous is None
-                                             else builder.add(previous, gradient))
+            key = (id(node), index)
+            cotangents[key] = accumulate(builder, cotangents.get(key), gradient)
 
     for tensor, gradient in roots:
         send(edge_of(tensor), gradient)
@@ -309,10 +309,13 @@ def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = Fa
             outgoing = [cotangents.pop((id(node), i), None) for i in range(len(node.outputs))]
             for index, hooks in (node.hooks or {}).items():
                 if outgoing[index] is not None:
-                    outgoing[index] = _run_hooks(hooks, outgoing[index], builder)
+                    outgoing[index] = through_hooks(
+                        builder, outgoing[index], _type_of(node.outputs[index]),
+                        lambda gradient, hooks=hooks: _run_hooks(hooks, gradient, builder))
             for index, gradient in enumerate(outgoing):
                 for position in captured_edges.get((id(node), index), ()):
-                    captured[position] = gradient
+                    captured[position] = materialize(builder, gradient,
+                                                     _type_of(node.outputs[index]))
             if needed is not None and id(node) not in needed:
                 continue
             for edge, gradient in zip(node.edges, node.apply(outgoing, builder)):
@@ -322,6 +325,7 @@ def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = Fa
                 node.freed = True
     results = []
     for leaf, gradient in leaf_gradients.values():
+        gradient = materialize(builder, gradient, _type_of(leaf._handle))
         accumulator = leaf._accumulator
         if accumulator is not None and accumulator.hooks:
             gradient = _run_hooks(accumulator.hooks, gradient, builder)
@@ -329,6 +333,10 @@ def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = Fa
         for position in captured_edges.get(id(leaf), ()):
             captured[position] = gradient
     return results if capture is None else captured
+
+
+def _type_of(array: np.ndarray) -> TensorType:
+    return TensorType(array.shape, array.dtype)
 
 
 def attach(tensor: Tensor, node: Node | None, index: int) -> None:

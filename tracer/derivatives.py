@@ -20,6 +20,7 @@ import numbers
 import numpy as np
 
 from tracer.ir import types as irtypes
+from tracer.ir.vjp import SGN
 from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.function import NativeFunction
@@ -190,6 +191,16 @@ def safe_sqrt(squares: Tensor) -> Tensor:
     return _where(zero, 0.0, _where(zero, 1.0, squares).sqrt())
 
 
+def sgn(x: Tensor) -> Tensor:
+    """sign(x): PyTorch's sgn of a real tensor, whose gradient is a symbolic zero where sign's is
+    zeros (they differ where a nan or an infinity lies further back on the gradient's path)."""
+    if not irtypes.is_float(x.dtype):
+        return x.sign()
+    # (even where x does not require grad: in a traced custom backward, differentiated later, it
+    # may yet)
+    return apply("custom_vjp", [x.sign(), x], num_outputs=1, rule=SGN)
+
+
 class _PowerNorm(NativeFunction):
     """The p-norm for p other than 0 and 2, with norm_backward's gradient for that p."""
 
@@ -217,7 +228,7 @@ class _PowerNorm(NativeFunction):
         norm = norm.reshape(ctx.kept_shape)
         p, axes = ctx.p, ctx.axes
         grad = grad_output.reshape(norm.shape)
-        sign = x.sign()
+        sign = sgn(x)  # as PyTorch's norm_backward
         if p == 1:
             return sign * grad, None, None, None
         if p in (float("inf"), float("-inf")):

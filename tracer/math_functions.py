@@ -22,6 +22,7 @@ import numpy as np
 from tracer.ir import types as irtypes
 from tracer.arithmetic import to_float, where
 from tracer.creation import full_like, zeros_like
+from tracer.derivatives import sgn
 from tracer.dispatch import apply, as_tensor, from_data, promote
 from tracer.errors import ArgumentError
 from tracer.function import NativeFunction
@@ -102,11 +103,6 @@ def fmod(x: Tensor, other) -> Tensor:
         result = where((floored != 0) & ((floored < 0) != (x < 0)), floored - other, floored)
     result._weak = x._weak and other._weak
     return result
-
-
-def sgn(x: Tensor) -> Tensor:
-    """sign(x): PyTorch's sgn of a real tensor."""
-    return x.sign()
 
 
 def isnan(x: Tensor) -> Tensor:
