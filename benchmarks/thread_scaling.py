@@ -5,7 +5,7 @@ against a perfect halving. Needs a quiet machine: on a loaded one the pool's sta
 the two-thread launches on their caller alone and the two columns come out equal (the launches'
 counts, shared or backed off, say how many did).
 
-    python -m benchmarks.thread_scaling [--workload gpt|mlp] [--calls N] [--top N]
+    python -m benchmarks.thread_scaling [--workload gpt|mlp|seed] [--calls N] [--top N]
 
 Reads the per-kernel times from the traced function's compiled signature, as
 benchmarks/kernel_profile.py does (internal: the public API shows them in `f.report(path)`)."""
@@ -22,6 +22,10 @@ from tracer.runtime import pool
 
 def builders(workload: str) -> Callable[[], Callable]:
     """The build function of the tracer's program of `workload` at its issue shape."""
+    if workload == "seed":
+        from benchmarks import two_layer
+        sizes, rate = two_layer.SIZES["64×1000→100→10"]
+        return two_layer.tracer_program(two_layer.make_inputs(sizes), rate).build
     if workload == "mlp":
         from benchmarks import mlp
         return mlp.tracer_program(mlp.make_inputs(mlp.SIZES["256×784→512→10"])).build
@@ -74,7 +78,7 @@ def lines(build: Callable[[], Callable], calls: int = 15, top: int = 15) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("gpt", "mlp"), default="gpt")
+    parser.add_argument("--workload", choices=("gpt", "mlp", "seed"), default="gpt")
     parser.add_argument("--calls", type=int, default=15)
     parser.add_argument("--top", type=int, default=15)
     options = parser.parse_args()
