@@ -229,10 +229,12 @@ class LoopKernel:
         """Whether disjoint parts of the range may run at once: a loop kernel's iterations are
         independent and so are a row kernel's chunks (each writes its own rows and partial
         results), and so are a matmul kernel's blocks of its product unless it first
-        stores the rest of an update over the whole result (in a loop); an accumulate kernel's
-        add into the same elements and a combine kernel is small."""
+        stores the rest of an update over the whole result (a loop over fixed bounds, where a
+        loop over its tasks' elements stores theirs); an accumulate kernel's add into the same
+        elements and a combine kernel is small."""
         if self.kind == "matmul":
-            return not any(isinstance(statement, Loop) for statement in self.body)
+            return not any(isinstance(statement, Loop) and isinstance(statement.end, int)
+                           for statement in self.body)
         return self.kind in ("loop", "rows")
 
 

@@ -12,29 +12,30 @@ from an iota that fits). Results are memoized per (value, index), so a value sha
 results of the kernel is computed once. An `accumulate` kernel zeroes its result and adds its
 operand into it in memory order; a `scatter` kernel copies its target into its result, then stores
 (or adds) each element of the updates at its checked index; a matmul kernel is a gemm, after (for a
-MatmulUpdate) the loop that stores the rest of the expression. ir/schedule_index.py computes the
-indices; ir/one_hot.py and ir/loop_fusion.py then cut loops."""
+MatmulUpdate) the loop that stores the rest of the expression (ir/schedule_matmul.py).
+ir/schedule_index.py computes the indices; ir/one_hot.py and ir/loop_fusion.py then cut loops."""
 from __future__ import annotations
 
 import math
 
-from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
+from tracer.ir.fusion import FusedFunction, Kernel
 from tracer.ir.graph import Instruction, Value, deep_recursion
 from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer, CheckIndex,
-                             Compute, Gemm, HostCall, Load, LoopKernel, LoopProgram, Store,
+                             Compute, HostCall, Load, LoopKernel, LoopProgram, Store,
                              initial_value, line_of, literal)
 from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
 from tracer.ir import loop_fusion, one_hot
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
+from tracer.ir.schedule_matmul import MatmulKernels, scheduled_part
 from tracer.ir.schedule_reduce import ReductionKernels
-from tracer.ir.schedule_threads import (chunk_count, gemm_blocks, kernel_work, split_extent,
-                                        thread_count)
+from tracer.ir.schedule_threads import chunk_count, kernel_work, split_extent, thread_count
 from tracer.ir.types import bool_, int64
 
-class KernelScheduler(IndexBuilder, ReductionKernels):
-    """Writes the statements of one kernel (those that reduce across rows: schedule_reduce.py)."""
+class KernelScheduler(IndexBuilder, ReductionKernels, MatmulKernels):
+    """Writes the statements of one kernel (those that reduce across rows: schedule_reduce.py;
+    a matmul kernel's: schedule_matmul.py)."""
 
     def __init__(self, fused: FusedFunction, kernel: Kernel, buffers: dict[int, str]):
         super().__init__()
@@ -308,8 +309,8 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     names = {id(b.value): b.name for b in buffers if b.name.startswith("in")}
     blocks = 1
     if kernel.kind == "matmul":
-        scheduler = schedule_matmul(fused, kernel, names, result_names[0], plan, threads)
-        blocks = next(s.blocks for s in scheduler.body if isinstance(s, Gemm))
+        scheduler = KernelScheduler(fused, scheduled_part(kernel), names)
+        blocks = scheduler.matmul_kernel(kernel, result_names[0], plan, threads)
     elif kernel.kind == "all_reduce":
         (instruction,) = kernel.instructions
         (result,) = kernel.results
@@ -344,49 +345,6 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     scheduled.threads = thread_count(scheduled, work, threads)
     scheduled.chunks = chunk_count(scheduled, work)
     return scheduled
-
-
-def schedule_matmul(fused: FusedFunction, kernel: Kernel, names: dict[int, str], output: str,
-                    plan: MemoryPlan, threads: int) -> KernelScheduler:
-    """A gemm; for a MatmulUpdate (result = rest + alpha * a @ b), first the loop that stores
-    `rest` (the result's expression with the product taken as 0) -- skipped when rest is the
-    parameter whose buffer the result is written into -- then the gemm adds alpha * a @ b. A
-    gemm that threads may split has its products cut into blocks of rows or columns."""
-    update = kernel.update
-    matmul = kernel.instructions[-1] if update is None else update.matmul
-    (a, transpose_a), (b, transpose_b) = map(matmul_operand, matmul.inputs)
-    m, k = matmul.inputs[0].shape[-2:]
-    n = matmul.inputs[1].shape[-1]
-    (result,) = kernel.results
-    dtype = result.dtype
-    blocks, rows, columns = gemm_blocks(kernel, threads)
-    if update is None:
-        scheduler = KernelScheduler(fused, kernel, names)
-        scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
-                            transpose_b, dtype, line=matmul.location, blocks=blocks, rows=rows,
-                            columns=columns))
-        return scheduler
-    skipped = {id(matmul), *(id(v.producer) for v in matmul.inputs if matmul_operand(v)[1])}
-    instructions = [i for i in kernel.instructions if id(i) not in skipped]
-    read = {id(x) for i in instructions for x in i.inputs}
-    rest = Kernel("loop", [result], instructions, [v for v in kernel.inputs if id(v) in read])
-    scheduler = KernelScheduler(fused, rest, names)
-    scheduler.zeros.add(id(matmul.outputs[0]))
-    alpha = literal(1, dtype)
-    for factor in update.factors:  # evaluated first: they come before the loop and the gemm
-        value = scheduler.evaluate(factor, ())
-        alpha = value if alpha == literal(1, dtype) else scheduler.compute(
-            "mul", [alpha, value], [dtype, dtype], dtype)
-    if update.sign < 0:
-        alpha = scheduler.compute("neg", [alpha], [dtype], dtype)
-    in_place_rest = update.rest_is is not None and plan.write(result) == plan.read(update.rest_is)
-    if not in_place_rest:  # over the whole result: the kernel runs on one thread
-        scheduler.loop_kernel([output], split=False)
-        blocks, rows, columns = 1, m, n
-    scheduler.emit(Gemm(names[id(a)], names[id(b)], output, result, m, n, k, transpose_a,
-                        transpose_b, dtype, accumulate=True, alpha=alpha, line=matmul.location,
-                        blocks=blocks, rows=rows, columns=columns))
-    return scheduler
 
 
 def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:

@@ -139,6 +139,17 @@ class IndexBuilder:
         self.ranges[counter] = (first, stop)
         return counter
 
+    def open_task_elements(self, blocks: int, block_elements: int, matrix_elements: int) -> str:
+        """A flat loop over the elements of the tasks [begin, end) of a matmul kernel whose
+        products are cut into `blocks` blocks of rows (ir/loops.Gemm: task t is block t % blocks
+        of matrix t // blocks, `block_elements` elements apart, matrices `matrix_elements`
+        apart); returns its counter. Task t's elements start at the offset below, and the
+        tasks' range ends where task `end` would start."""
+        def start(task: str):
+            matrix = self.mul(self.index_op("div", task, blocks), matrix_elements)
+            return self.add(matrix, self.mul(self.index_op("rem", task, blocks), block_elements))
+        return self.open_loop(start("begin"), start("end"))
+
     def close_loop(self) -> None:
         self.blocks.pop()
         self.computed.pop()

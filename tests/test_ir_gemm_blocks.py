@@ -4,6 +4,8 @@ the bits one thread gives, in BLAS calls and in the fallback loops, with bounds 
 interpreter computes the same blocks; and products of one row or one column compile."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -63,6 +65,51 @@ def test_a_product_split_across_threads_has_the_bits_of_one_call(monkeypatch, ro
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_allclose(results[0], arguments[0].astype(np.float64) @ arguments[1],
                                rtol=1e-5, atol=1e-5)
+
+
+def sgd_step_with_a_gradient(batch: tuple[int, ...]) -> ir.Graph:
+    """w - 0.01 * (g + a^T @ d): an SGD step where .grad was already set (the seed step after its
+    first call, which zeroes .grad): the product is added to an expression of w and g."""
+    f = ir.Graph("step")
+    shapes = {"w": (*batch, 300, 30), "g": (*batch, 300, 30), "a": (*batch, 40, 300),
+              "d": (*batch, 40, 30)}
+    w, g, a, d = (f.add_parameter(name, TensorType(shape, "f32")) for name, shape in shapes.items())
+    b = ir.GraphBuilder(f)
+    product = b.op("matmul", b.swap_last_axes(a), d)
+    f.outputs = [b.sub(w, b.mul(b.add(g, product), 0.01))]
+    return f
+
+
+@pytest.mark.parametrize("batch, checked", [((), "0"), ((3,), "0"), ((2,), "1")])
+def test_a_product_added_to_an_expression_runs_its_blocks_on_threads(monkeypatch, batch, checked):
+    """Each task of the update first stores the rest (w - 0.01 g) on its own rows, then adds its
+    block of the product, so threads split it as any product (the whole kernel ran on one thread
+    before); every thread count gives one thread's bits, with bounds checks too, and the loop
+    interpreter computes the same at any split. (Updates are fused into BLAS's gemm only.)"""
+    if not native.blas_available():
+        pytest.skip("no BLAS")
+    monkeypatch.setattr("tracer.ir.schedule_threads.PARALLEL_WORK_PER_THREAD", 4)
+    monkeypatch.setenv("TRACER_CHECK_BOUNDS", checked)
+    rng = np.random.default_rng(4)
+    arguments = [rng.standard_normal(p.shape, np.float32) for p in
+                 sgd_step_with_a_gradient(batch).parameters]
+    w, g, a, d = (x.astype(np.float64) for x in arguments)
+    expected = w - 0.01 * (g + np.swapaxes(a, -1, -2) @ d)
+    results = []
+    for threads in (1, 2):
+        monkeypatch.setenv("TRACER_NUM_THREADS", str(threads))
+        compiled = compile_graph(ir.optimize(sgd_step_with_a_gradient(batch)))
+        (kernel,) = compiled.kernels
+        (gemm,) = [s for s in kernel.body if isinstance(s, Gemm)]
+        assert gemm.accumulate and gemm.rows * (gemm.blocks - 1) < 300 <= gemm.rows * gemm.blocks
+        assert (gemm.blocks > 1) == (threads > 1) and kernel.threads == threads
+        assert kernel.extent == gemm.blocks * math.prod(batch)
+        results.append(compiled(arguments)[0])
+        for splits in (1, 3, kernel.extent):
+            (interpreted,) = run_program(compiled.loops, arguments, splits=splits)
+            np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[1], expected, rtol=1e-5, atol=1e-5)
 
 
 def product_of_few_rows(rows: int, columns: int, dtype: str, transpose_b: bool) -> ir.Graph:
