@@ -824,6 +824,24 @@ SYMBOLIC_ZERO_PROGRAMS = {
     # a symbolic zero reaching a leaf is a gradient (zeros), not "unused"
     "sgn alone": lambda m, x: m.autograd.grad((x * 2).sgn().sum(), x),
     "sgn and more": lambda m, x: m.autograd.grad((x.sqrt().sgn() * x).sum(), x),
+    # PyTorch's ZeroTensor survives mul, div, add, views and sum, but tanh_backward,
+    # threshold_backward, where, mm, slice_backward, neg and a broadcast operand's sum make zeros
+    # of it, which meet sqrt's infinite derivative at 0 (nan); the symbolic zero went through all
+    "sgn of tanh of sqrt": lambda m, x: m.autograd.grad(x.sqrt().tanh().sgn().sum(), x),
+    "sgn of relu of x * nan": lambda m, x: m.autograd.grad((x * float("nan")).relu().sgn().sum(), x),
+    "sgn of a slice of sqrt": lambda m, x: m.autograd.grad(x.sqrt()[1:].sgn().sum(), x),
+    "sgn of where of sqrt": lambda m, x: m.autograd.grad(
+        m.where(x > 1, x.sqrt(), 0.0).sgn().sum(), x),
+    "sgn of a product of sqrt": lambda m, x: m.autograd.grad(
+        (x.sqrt().reshape(1, 3) @ m.ones(3, 2)).sgn().sum(), x),
+    "sgn of minus sqrt": lambda m, x: m.autograd.grad((1 - x.sqrt()).sgn().sum(), x),
+    "sgn of sqrt broadcast": lambda m, x: m.autograd.grad(
+        (x.sqrt().reshape(3, 1) * m.ones(3, 2)).sgn().sum(), x),
+    "sgn of sigmoid of x * nan": lambda m, x: m.autograd.grad(
+        (x * float("nan")).sigmoid().sgn().sum(), x),
+    "sgn of exp of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().exp().sgn().sum(), x),
+    "sgn of log1p of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().log1p().sgn().sum(), x),
+    "abs of relu of x * nan": lambda m, x: _second(m, lambda x: (x * float("nan")).relu().abs(), x),
 }
 
 
