@@ -148,6 +148,10 @@ def _scatter(b, size, inputs, batched, attributes):
 
 
 def _custom_vjp(b, size, inputs, batched, attributes):
+    if attributes["rule"].elementwise:  # (PyTorch's sgn: one call on the whole batch)
+        whole = [x if flag else b.broadcast(x, (size, *b.type_of(x).shape))
+                 for x, flag in zip(inputs, batched)]
+        return b.emit("custom_vjp", whole, attributes)
     raise CannotBatch("a custom Function whose gradient is taken outside the mapped function "
                       "(its backward is written for one element)")
 
@@ -249,6 +253,8 @@ def prepare(function: Graph, differentiable: Sequence[Value]) -> Graph:
         instruction.inputs = [replacements.get(id(v), v) for v in instruction.inputs]
         if instruction.primitive != "custom_vjp":
             continue
+        if instruction.attributes["rule"].elementwise:
+            continue  # batched as it is
         if any(id(v) in active for v in instruction.outputs):
             BATCHING_RULES["custom_vjp"](None, 0, [], [], instruction.attributes)
         count = instruction.attributes["num_outputs"]

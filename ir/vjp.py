@@ -28,7 +28,8 @@ class CustomRule:
     _counter = itertools.count()
 
     def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list],
-                 runs_without_cotangents: bool = False, keeps_zero: bool = False):
+                 runs_without_cotangents: bool = False, keeps_zero: bool = False,
+                 elementwise: bool = False):
         self.label = f"{name}.{next(self._counter)}"
         self.backward = backward
         # A user's Function runs its backward wherever the backward pass reaches it, even when no
@@ -36,6 +37,9 @@ class CustomRule:
         self.runs_without_cotangents = runs_without_cotangents
         # Whether PyTorch's backward of the operation keeps a ZeroTensor (see KEEPS_ZERO).
         self.keeps_zero = keeps_zero
+        # Whether the backward is the same elementwise computation at any shape, so that vmap
+        # runs one call on the batch (ir/batching.py) rather than one per element.
+        self.elementwise = elementwise
         CustomRule.live[self.label] = self
 
     def __repr__(self) -> str:
@@ -86,7 +90,8 @@ def through_hooks(b: Builder, gradient: Handle, type_: TensorType,
 # The rule of PyTorch's sgn of a real tensor, whose gradient is a ZeroTensor: what sgn computes
 # still requires grad, but no gradient flows back through it, so none meets a nan or an infinity
 # on the way (zeros would: 0 * nan is nan). PyTorch's sign, by contrast, has zeros.
-SGN = CustomRule("sgn", lambda builder, cotangents, needs: [ZERO], keeps_zero=True)
+SGN = CustomRule("sgn", lambda builder, cotangents, needs: [ZERO], keeps_zero=True,
+                 elementwise=True)
 
 
 def sgn(b: Builder, x: Handle) -> Handle:
