@@ -839,6 +839,8 @@ SYMBOLIC_ZERO_PROGRAMS = {
         (x.sqrt().reshape(3, 1) * m.ones(3, 2)).sgn().sum(), x),
     "sgn of sigmoid of x * nan": lambda m, x: m.autograd.grad(
         (x * float("nan")).sigmoid().sgn().sum(), x),
+    "sgn of amax of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().amax().sgn(), x),
+    "sgn of max of sqrt": lambda m, x: m.autograd.grad(x.sqrt().max().sgn(), x),
     "sgn of exp of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().exp().sgn().sum(), x),
     "sgn of log1p of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().log1p().sgn().sum(), x),
     "abs of relu of x * nan": lambda m, x: _second(m, lambda x: (x * float("nan")).relu().abs(), x),
