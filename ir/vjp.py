@@ -316,12 +316,14 @@ VALUES_READ: dict[str, Callable[[list[bool]], tuple]] = {
 assert set(VALUES_READ) == PRIMITIVES, set(VALUES_READ) ^ PRIMITIVES
 
 
-# Where PyTorch's ZeroTensor outlives a backward formula: its mul, div and add kernels and its views
-# keep one (and amax's, amin's), every other kernel (tanh_backward, threshold_backward, where, mm, neg, slice_backward,
-# the sum of a broadcast operand's gradient, ...) makes zeros of it (measured with torch 2.13).
-# Per primitive, the operands whose gradient stays ZERO when every cotangent is ZERO (an
-# elementwise operand only if not broadcast); every other gradient is its rule's on zeros, so a
-# nan or an infinity further back makes nan, as in PyTorch.
+# Where PyTorch's ZeroTensor outlives a backward formula: its mul, div and add kernels, its views,
+# sum and amax keep one; every other kernel (tanh_backward, threshold_backward, where, mm, neg,
+# slice_backward, the sum of a broadcast operand's gradient, ...) makes zeros of it (measured with
+# torch 2.13). Per primitive, the operands whose gradient stays ZERO when every cotangent is ZERO
+# (an elementwise operand only if not broadcast); every other gradient is its rule's on zeros, so a
+# nan or an infinity further back makes nan, as in PyTorch. (Where one primitive stands for
+# PyTorch operations that differ, as mean's division or x ** 2's pow, it follows the first: see
+# docs/findings.md, F33.)
 KEEPS_ZERO = {"mul": (0, 1), "add": (0, 1), "sub": (0,), "div": (0,), "fmod": (0,), "pow": (1,),
               **dict.fromkeys(("exp", "log", "sqrt", "sin", "cos", "abs", "reshape", "transpose",
                                "reduce_sum", "reduce_max", "reduce_min", "all_reduce"), (0,))}
