@@ -151,8 +151,9 @@ class EvenlyDistributed(NativeFunction):
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
         hit = (x == result) | ((x != x) & (result != result))
-        mask = hit.to(x.dtype)
-        return mask * (grad_output / mask.sum()), None
+        # (PyTorch's CPU formula puts the shares into zeros: 0 elsewhere even for a nan gradient,
+        # where mask * share would give 0 * nan)
+        return _where(hit, grad_output / hit.to(x.dtype).sum(), 0.0), None
 
 
 def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
