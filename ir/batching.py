@@ -148,6 +148,10 @@ def _scatter(b, size, inputs, batched, attributes):
 
 
 def _custom_vjp(b, size, inputs, batched, attributes):
+    if attributes["rule"].elementwise:  # (PyTorch's sgn: one call on the whole batch)
+        whole = [x if flag else b.broadcast(x, (size, *b.type_of(x).shape))
+                 for x, flag in zip(inputs, batched)]
+        return b.emit("custom_vjp", whole, attributes)
     raise CannotBatch("a custom Function whose gradient is taken outside the mapped function "
                       "(its backward is written for one element)")
 
@@ -240,7 +244,8 @@ def prepare(function: Graph, differentiable: Sequence[Value]) -> Graph:
     directives expanded (per element, the simplest sound order: the backward is batched like any
     other instructions), dead instructions dropped, and the custom Functions' markers dropped
     where no later gradient can pass them -- a gradient from the parameters `differentiable`
-    (those the caller's autograd may still differentiate) that would raises CannotBatch."""
+    (those the caller's autograd may still differentiate) that would raises CannotBatch, unless
+    the marker's rule is elementwise (then it stays, batched as it is)."""
     _detach_gradients(function)
     expand_gradients(function)
     active = active_values(function.instructions, differentiable)
@@ -250,6 +255,8 @@ def prepare(function: Graph, differentiable: Sequence[Value]) -> Graph:
         if instruction.primitive != "custom_vjp":
             continue
         if any(id(v) in active for v in instruction.outputs):
+            if instruction.attributes["rule"].elementwise:
+                continue  # batched as it is
             BATCHING_RULES["custom_vjp"](None, 0, [], [], instruction.attributes)
         count = instruction.attributes["num_outputs"]
         replacements.update(zip(map(id, instruction.outputs), instruction.inputs[:count]))

@@ -12,8 +12,8 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from tracer.ir.builder import Builder, Handle
-from tracer.ir.primitives import (LINEAR, MULTIPLE_OUTPUTS, NON_DIFFERENTIABLE, PRIMITIVES,
-                                  pad_as_slice, slice_as_pad)
+from tracer.ir.primitives import (ELEMENTWISE, LINEAR, MULTIPLE_OUTPUTS, NON_DIFFERENTIABLE,
+                                  PRIMITIVES, pad_as_slice, slice_as_pad)
 from tracer.ir.types import TensorType, is_float
 
 
@@ -28,12 +28,18 @@ class CustomRule:
     _counter = itertools.count()
 
     def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list],
-                 runs_without_cotangents: bool = False):
+                 runs_without_cotangents: bool = False, keeps_zero: bool = False,
+                 elementwise: bool = False):
         self.label = f"{name}.{next(self._counter)}"
         self.backward = backward
         # A user's Function runs its backward wherever the backward pass reaches it, even when no
         # gradient arrived (then with zeros, or None without materialize_grads), as PyTorch does.
         self.runs_without_cotangents = runs_without_cotangents
+        # Whether PyTorch's backward of the operation keeps a ZeroTensor (see KEEPS_ZERO).
+        self.keeps_zero = keeps_zero
+        # Whether the backward is the same elementwise computation at any shape, so that vmap
+        # runs one call on the batch (ir/batching.py) rather than one per element.
+        self.elementwise = elementwise
         CustomRule.live[self.label] = self
 
     def __repr__(self) -> str:
@@ -84,7 +90,8 @@ def through_hooks(b: Builder, gradient: Handle, type_: TensorType,
 # The rule of PyTorch's sgn of a real tensor, whose gradient is a ZeroTensor: what sgn computes
 # still requires grad, but no gradient flows back through it, so none meets a nan or an infinity
 # on the way (zeros would: 0 * nan is nan). PyTorch's sign, by contrast, has zeros.
-SGN = CustomRule("sgn", lambda builder, cotangents, needs: [ZERO])
+SGN = CustomRule("sgn", lambda builder, cotangents, needs: [ZERO], keeps_zero=True,
+                 elementwise=True)
 
 
 def sgn(b: Builder, x: Handle) -> Handle:
@@ -309,6 +316,30 @@ VALUES_READ: dict[str, Callable[[list[bool]], tuple]] = {
 assert set(VALUES_READ) == PRIMITIVES, set(VALUES_READ) ^ PRIMITIVES
 
 
+# Where PyTorch's ZeroTensor outlives a backward formula: its mul, div and add kernels, its views,
+# sum and amax keep one; every other kernel (tanh_backward, threshold_backward, where, mm, neg,
+# slice_backward, the sum of a broadcast operand's gradient, ...) makes zeros of it (measured with
+# torch 2.13). Per primitive, the operands whose gradient stays ZERO when every cotangent is ZERO
+# (an elementwise operand only if not broadcast); every other gradient is its rule's on zeros, so a
+# nan or an infinity further back makes nan, as in PyTorch. (Where one primitive stands for
+# PyTorch operations that differ, as mean's division or x ** 2's pow, it follows the first: see
+# docs/findings.md, F33.)
+KEEPS_ZERO = {"mul": (0, 1), "add": (0, 1), "sub": (0,), "div": (0,), "fmod": (0,), "pow": (1,),
+              **dict.fromkeys(("exp", "log", "sqrt", "sin", "cos", "abs", "reshape", "transpose",
+                               "reduce_sum", "reduce_max", "reduce_min", "all_reduce"), (0,))}
+
+
+def _keeps_zero(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Sequence[Handle],
+                outputs: Sequence[Handle]) -> list[bool]:
+    """Per operand, whether its gradient stays ZERO when every cotangent is ZERO."""
+    if primitive == "custom_vjp":
+        return [attributes["rule"].keeps_zero] * len(inputs)
+    keeping = KEEPS_ZERO.get(primitive, ())
+    shape = b.type_of(outputs[0]).shape
+    return [index in keeping and (primitive not in ELEMENTWISE or b.type_of(x).shape == shape)
+            for index, x in enumerate(inputs)]
+
+
 def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Sequence[Handle],
               outputs: Sequence[Handle], cotangents: Sequence[Handle | None],
               needs: Sequence[bool]) -> list[Handle | None]:
@@ -320,8 +351,13 @@ def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Se
     flowing = [g for g in cotangents if g is not None]
     if not any(needs) or (not flowing and not runs_anyway):
         return [None] * len(inputs)
-    if all(g is ZERO for g in flowing) and not runs_anyway:
-        return [ZERO if need else None for need in needs]  # zero in, zero out: no rule runs
+    kept = [False] * len(inputs)
+    if all(g is ZERO for g in flowing) and not runs_anyway:  # zero in, zero out where PyTorch's is
+        kept = [need and keep for need, keep in
+                zip(needs, _keeps_zero(b, primitive, attributes, inputs, outputs))]
+        needs = [need and not keep for need, keep in zip(needs, kept)]
+        if not any(needs):
+            return [ZERO if keep else None for keep in kept]
     # (a rule, a user's backward among them, sees zeros: PyTorch materializes them too)
     cotangents = [materialize(b, g, b.type_of(z)) for g, z in zip(cotangents, outputs)]
     rule = VJP_RULES[primitive]
@@ -330,8 +366,10 @@ def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Se
     else:
         results = rule(b, cotangents[0], outputs[0], list(inputs), needs, attributes)
     gradients: list[Handle | None] = []
-    for need, x, gradient in zip(needs, inputs, results):
-        if not need or gradient is None or gradient is ZERO:
+    for need, keep, x, gradient in zip(needs, kept, inputs, results):
+        if keep:
+            gradients.append(ZERO)
+        elif not need or gradient is None or gradient is ZERO:
             gradients.append(gradient if need else None)
         else:
             gradients.append(b.sum_to_shape(gradient, b.type_of(x).shape))

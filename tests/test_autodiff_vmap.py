@@ -343,3 +343,15 @@ def test_a_function_computing_in_numpy_runs_once_per_element(traced):
         result = (tr.trace(mapped) if traced else mapped)(tr.tensor(x))
     assert fallbacks and "runs once per element" in fallbacks[0]
     np.testing.assert_array_equal(result.numpy(), np.cumsum(x ** 2, axis=1))
+
+
+@MODES
+def test_gradient_through_vmap_of_sgn_batches(traced):
+    # abs's gradient and Tensor.sgn carry PyTorch's sgn rule (a custom_vjp, F33); an outer gradient
+    # through it under vmap ran once per element until the rule batched
+    dtype = np.float64
+    compare(lambda lib: lib.grad(lambda w, x: lib.vmap(lib.grad(
+        lambda r: (r * w).abs().sum()))(x).pow(2).sum()), traced,
+        (RANDOM.standard_normal(3), RANDOM.standard_normal((4, 3))), dtype)
+    compare(lambda lib: lib.grad(lambda x: lib.vmap(lambda r: r.sgn() * r.exp())(x).sum()), traced,
+            (RANDOM.standard_normal((4, 3)),), dtype)

@@ -140,6 +140,8 @@ class _Arc(NativeFunction):
     """asin, acos or atan of x with PyTorch's gradient: g (1 - x^2)^(-1/2), its negation, or
     g / (1 + x^2), computed in x's dtype as PyTorch's."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, name):
         ctx.save_for_backward(x)
@@ -158,6 +160,8 @@ class _Arc(NativeFunction):
 class _Atan2(NativeFunction):
     """atan2(y, x) with PyTorch's gradients: g x / (y^2 + x^2) and -g y / (y^2 + x^2), the
     reciprocal 0 where it is infinite (at the origin, and where y^2 + x^2 underflows)."""
+
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
 
     @staticmethod
     def forward(ctx, y, x):

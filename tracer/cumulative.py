@@ -240,6 +240,8 @@ class _Product(NativeFunction):
     The result returned is the one saved, as PyTorch saves it: changing it in place before the
     backward is refused."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, axis, keepdim, whole):
         kept = _in_accumulator(x, lambda v: _folded_product(v, axis))

@@ -68,6 +68,8 @@ def power_value(x: Tensor, exponent: float) -> Tensor:
 
 
 class _ScalarPower(NativeFunction):
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, exponent):
         ctx.save_for_backward(x)
@@ -98,6 +100,8 @@ def reduced(kept: Tensor, axes, keepdim: builtins.bool) -> Tensor:
 
 
 class _LogSumExp(NativeFunction):
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, axes, keepdim):
         # around the maximum so that exp cannot overflow; an infinite maximum (all -inf, or some
@@ -147,8 +151,9 @@ class EvenlyDistributed(NativeFunction):
     def backward(ctx, grad_output):
         x, result = ctx.saved_tensors
         hit = (x == result) | ((x != x) & (result != result))
-        mask = hit.to(x.dtype)
-        return mask * (grad_output / mask.sum()), None
+        # (PyTorch's CPU formula puts the shares into zeros: 0 elsewhere even for a nan gradient,
+        # where mask * share would give 0 * nan)
+        return _where(hit, grad_output / hit.to(x.dtype).sum(), 0.0), None
 
 
 def evenly_distributed(x: Tensor, reduction: str) -> Tensor:
@@ -204,6 +209,8 @@ def sgn(x: Tensor) -> Tensor:
 class _PowerNorm(NativeFunction):
     """The p-norm for p other than 0 and 2, with norm_backward's gradient for that p."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, p, dim, keepdim):
         axes = normalize_dims(dim, x.ndim)
@@ -253,6 +260,8 @@ class _Lerp(NativeFunction):
     the gradient is PyTorch's, not the autodiff of `where`, whose branch not taken would give
     0 * inf = nan at an infinite weight."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, end, weight):
         ctx.save_for_backward(x, end, weight)
@@ -275,6 +284,8 @@ def lerp(x: Tensor, end, weight) -> Tensor:
 
 
 class _AddCDiv(NativeFunction):
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, tensor1, tensor2, value):
         ctx.save_for_backward(tensor1, tensor2)

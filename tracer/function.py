@@ -128,7 +128,7 @@ def _bind(function_name: str, forward: Callable, args, kwargs) -> tuple[inspect.
 
 
 def apply_function(name: str, forward: Callable, backward: Callable, args, kwargs,
-                   runs_without_gradients: bool = True):
+                   runs_without_gradients: bool = True, keeps_zero: bool = False):
     """`Function.apply`: run `forward` untracked, then record its outputs as one custom_vjp
     (whose backward runs, on zeros, when no gradient reaches its outputs, as a custom Function's
     does in PyTorch, unless not `runs_without_gradients`)."""
@@ -171,7 +171,7 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     rule = CustomRule(name, FunctionRule(name, forward, backward, ctx, arguments, outputs,
                                          differentiable, trace, given,
                                          host_function.backward_on_host),
-                      runs_without_cotangents=runs_without_gradients)
+                      runs_without_cotangents=runs_without_gradients, keeps_zero=keeps_zero)
     if trace is None:
         handles = [outputs[p]._handle for p in recorded]  # custom_vjp is the identity on them
         node = custom_node(name, rule, handles, handles_before, edges_before)
@@ -259,12 +259,13 @@ class Function:
         if cls.setup_context is not Function.setup_context:
             forward = _forward_with_setup_context(cls.forward, cls.setup_context)
         return apply_function(cls.__name__, forward, cls.backward, args, kwargs,
-                              cls._runs_without_gradients)
+                              cls._runs_without_gradients, cls._keeps_zero)
 
     # PyTorch runs a custom Function's backward (on zero gradients) whenever it is on the way to
     # a leaf, even if no gradient reached its outputs (a Function before one whose backward
     # returned None): then its inputs' .grad become zeros, not None.
     _runs_without_gradients = True
+    _keeps_zero = False  # (a backward that runs anyway)
 
 
 class NativeFunction(Function):
@@ -273,6 +274,9 @@ class NativeFunction(Function):
     gradient reaches its outputs, so what lies before it keeps a .grad of None."""
 
     _runs_without_gradients = False
+    # Whether the operation's backward in PyTorch keeps a ZeroTensor cotangent one (a formula of
+    # mul, div and add: ir.vjp.KEEPS_ZERO), so that its backward need not run on zeros.
+    _keeps_zero = False
 
 
 @functools.cache

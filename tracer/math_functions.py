@@ -125,6 +125,8 @@ class _NanToNum(NativeFunction):
     """nan, +inf and -inf replaced; PyTorch's gradient grad * isfinite(x), which is nan where x
     is not finite and the incoming gradient is (a select's 0 there hid it)."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, nan, posinf, neginf):
         ctx.save_for_backward(x)
@@ -182,6 +184,8 @@ class _LogarithmOfBase(NativeFunction):
     """log(x) / log(base), and the integer itself where x is a power of the base; gradient
     grad / (x log(base)), as PyTorch's."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, base):
         ctx.save_for_backward(x)
@@ -211,6 +215,8 @@ class _Log1p(NativeFunction):
     quotient corrects log's argument for the rounding of w), x itself where w rounds to 1, and w
     where it is infinite; gradient grad / (1 + x), as PyTorch's."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -228,6 +234,8 @@ class _Expm1(NativeFunction):
     """exp(x) - 1 accurate for small x: with u = exp(x) rounded, (u - 1) * (x / log(u)) (Kahan's;
     the quotient, near 1, cannot overflow), x where u rounds to 1, -1 where u - 1 does, and u where
     it is infinite; gradient PyTorch's grad * (result + 1) (0 where the result rounds to -1)."""
+
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
 
     @staticmethod
     def forward(ctx, x):
@@ -255,6 +263,8 @@ def _half_exponential_halves(x: Tensor) -> tuple[Tensor, Tensor]:
 class _Cosh(NativeFunction):
     """exp(|x|) / 2 + exp(-|x|) / 2 (no cancellation); gradient grad * sinh(x)."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -271,6 +281,8 @@ class _Sinh(NativeFunction):
     """(expm1(x) - expm1(-x)) / 2 for |x| < 1, where the terms have opposite signs (no
     cancellation); beyond, sign(x) (exp(|x|) / 2 - exp(-|x|) / 2), whose cancellation costs at most
     a factor coth(1) = 1.31; gradient grad * cosh(x)."""
+
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
 
     @staticmethod
     def forward(ctx, x):

@@ -87,6 +87,8 @@ class _Remainder(NativeFunction):
     """Float remainder: fmod(x, y), plus y where their signs differ; PyTorch's gradient, -grad *
     floor_divide(x, y) for y (nan at an infinite x, where fmod's -grad * trunc(x / y) is inf)."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, y):
         ctx.save_for_backward(x, y)
@@ -271,6 +273,8 @@ def _erf_gradient(ctx, grad_output):
 
 
 class _Erf(NativeFunction):
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -281,6 +285,8 @@ class _Erf(NativeFunction):
 
 
 class _Erfc(NativeFunction):
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -350,6 +356,8 @@ def square(x: Tensor) -> Tensor:
 class _Rsqrt(NativeFunction):
     """1 / sqrt(x) with PyTorch's gradient, -0.5 g r^3 of the result r: at -0.0 the result is
     -inf and the gradient +inf g, at -inf both nan, as PyTorch's (x ** -0.5 gave +inf and 0)."""
+
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
 
     @staticmethod
     def forward(ctx, x):

@@ -61,6 +61,8 @@ class _SumOfCenteredSquares(NativeFunction):
     operations on x, that backward is differentiated again at second order (the Hessian
     2 (I - 1/n) needs the mean's part there: a constant mean would give 2 I)."""
 
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
+
     @staticmethod
     def forward(ctx, x, axes, keepdim):
         ctx.save_for_backward(x)
@@ -83,6 +85,8 @@ class _VarianceWithoutDegreesOfFreedom(NativeFunction):
     and its var_backward multiplies the gradient by nan where an element equals the mean and by
     inf elsewhere, whatever the sign of its difference (with a dim it divides by the count less
     the correction instead, as `var` above does)."""
+
+    _keeps_zero = True  # (PyTorch's backward of mul, div and add)
 
     @staticmethod
     def forward(ctx, x, keepdim):
