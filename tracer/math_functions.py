@@ -393,8 +393,7 @@ def _where_method(self: Tensor, condition, other) -> Tensor:
 _where_method.__name__, _where_method.__qualname__ = "where", "Tensor.where"
 Tensor.where = _where_method
 for _name in ("reciprocal", "clamp_min", "clamp_max", "floor", "ceil", "trunc", "fix", "fmod",
-              "nan_to_num", "tan", "log2", "log10", "log1p", "expm1", "sinh", "cosh",
-              "sgn"):
+              "nan_to_num", "tan", "log2", "log10", "log1p", "expm1", "sinh", "cosh", "sgn"):
     setattr(Tensor, _name + "_", lambda self, *args, _name=_name, **kwargs: self._assign(
         getattr(self, _name)(*args, **kwargs), _name + "_"))
 

@@ -382,8 +382,7 @@ METHODS = {
     "var": var, "std": std, "norm": norm, "amax": amax, "amin": amin, "logsumexp": logsumexp,
     "tril": tril, "triu": triu, "masked_fill": masked_fill, "split": split, "chunk": chunk,
     "bmm": bmm, "addcmul": addcmul, "addcdiv": addcdiv, "lerp": lerp, "erf": erf, "erfc": erfc,
-    "square": square, "rsqrt": rsqrt,
-}
+    "square": square, "rsqrt": rsqrt}
 Tensor.contiguous = contiguous
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)
