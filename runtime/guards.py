@@ -14,6 +14,7 @@ say) is guarded by identity only: rebinding it is not seen.
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import numbers
 import os
@@ -306,13 +307,22 @@ def _walk_class(cls: type, reached: Reached, depth: int) -> None:
                 _walk_callable(member, reached, depth, "self")
 
 
-def _names(code: types.CodeType) -> set[str]:
-    """The global (and attribute) names a code object and the code nested in it use."""
-    names = set(code.co_names)
+# The instructions that name a global (LOAD_NAME and STORE_NAME: a class body, code run by exec).
+_GLOBAL_INSTRUCTIONS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME",
+                                  "STORE_NAME", "DELETE_NAME"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(code: types.CodeType) -> frozenset[str]:
+    """The global names a code object and the code nested in it read or write. Not co_names, which
+    holds attribute names too: a global `step = 0` that the training loop counts up, beside an
+    `opt.step()` in the traced function, was guarded as if read, and each call compiled again."""
+    names = {instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in _GLOBAL_INSTRUCTIONS}
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             names |= _names(constant)
-    return names
+    return frozenset(names)
 
 
 def _same(current, traced) -> bool:

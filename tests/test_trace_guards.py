@@ -91,3 +91,56 @@ def test_static_arguments_of_different_types_are_different_signatures():
     assert f(tr.tensor([1.0]), 2).item() == 2.0
     assert f(tr.tensor([1.0]), 2.0).item() == 3.0
     assert f.cache_info().misses == 2
+
+
+# A loop's counter named like a method the step calls (`opt.step()`, `x.t()`): a global the
+# function never reads, which guarding by value compiled again on every call.
+step = 0
+t = 0.5
+
+
+def test_a_global_named_like_an_attribute_is_not_guarded():
+    global step, t
+    models = [tr.nn.Linear(3, 2) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    optimizers = [tr.optim.SGD(model.parameters(), lr=0.1) for model in models]
+
+    def train_step(model, opt, x, y):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean() + (x.t() ** 2).sum() * 0
+        loss.backward()
+        opt.step()
+        return loss
+
+    traced = tr.trace(lambda x, y: train_step(models[0], optimizers[0], x, y))
+    rng = np.random.default_rng(0)
+    x, y = (tr.tensor(rng.standard_normal(shape).astype(np.float32)) for shape in ((4, 3), (4, 2)))
+    saved = step, t
+    try:
+        for _ in range(5):
+            loss = traced(x, y)
+            expected = train_step(models[1], optimizers[1], x, y)  # eager: the oracle
+            np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-6)
+            step, t = step + 1, t + 1.0
+    finally:
+        step, t = saved
+    assert traced.cache_info().misses == 1
+    for mine, theirs in zip(models[0].parameters(), models[1].parameters()):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-6)
+
+
+OFFSET = 1
+
+
+def test_a_global_read_in_nested_code_is_still_guarded():
+    global OFFSET
+    f = tr.trace(lambda x: sum((lambda: [x * OFFSET for _ in range(2)])()))
+    saved = OFFSET
+    try:
+        for offset in (1, 3):
+            OFFSET = offset
+            np.testing.assert_array_equal(f(tr.tensor([1.0, 2.0])).numpy(),
+                                          2 * offset * np.array([1.0, 2.0]))
+    finally:
+        OFFSET = saved
+    assert f.cache_info().misses == 2
