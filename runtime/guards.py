@@ -13,8 +13,6 @@ say) is guarded by identity only: rebinding it is not seen.
 """
 from __future__ import annotations
 
-import contextlib
-import dis
 import functools
 import numbers
 import os
@@ -27,6 +25,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
+from tracer.runtime.code_names import UsedNames, global_names, may_read
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -94,7 +93,7 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     return reached
 
 
-def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | None,
+def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | None,
                runtime: Sequence[str] = ()) -> list[Guard]:
     """The guards of a signature whose trace captured `captured`: every path to those tensors,
     and the paths to other values whose attribute names and dict keys are all in `used` (the
@@ -103,33 +102,8 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: set[str] | No
     runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values
-              if path[0] not in runtime and (used is None or all(
-                  not isinstance(key, str) or key in used for _, key in path[2]))]
+              if path[0] not in runtime and (used is None or may_read(path[2], value, used))]
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
-
-
-@contextlib.contextmanager
-def recording_names():
-    """A set that fills, inside the block, with the names and string constants of the Python code
-    that runs (None if another profiler is active: sys.setprofile is not ours to take)."""
-    if sys.getprofile() is not None:
-        yield None
-        return
-    codes: set = set()
-
-    def profile(frame, event, _):
-        if event == "call":
-            codes.add(frame.f_code)
-
-    used = {"cell_contents"}
-    sys.setprofile(profile)
-    try:
-        yield used
-    finally:
-        sys.setprofile(None)
-        for code in codes:
-            used.update(code.co_names)
-            used.update(c for c in code.co_consts if isinstance(c, str))
 
 
 def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
@@ -282,7 +256,7 @@ def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> No
     if _library_file(code.co_filename) or project_file(code.co_filename):
         return
     namespace = function.__globals__
-    for name in sorted(_names(code)):
+    for name in sorted(global_names(code)):
         if name in namespace:
             _walk(namespace[name], (f"global {name}", namespace, (("item", name),)),
                   reached, depth + 1)
@@ -305,24 +279,6 @@ def _walk_class(cls: type, reached: Reached, depth: int) -> None:
             member = getattr(member, "__func__", getattr(member, "fget", member))
             if isinstance(member, types.FunctionType):
                 _walk_callable(member, reached, depth, "self")
-
-
-# The instructions that name a global (LOAD_NAME and STORE_NAME: a class body, code run by exec).
-_GLOBAL_INSTRUCTIONS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME",
-                                  "STORE_NAME", "DELETE_NAME"})
-
-
-@functools.lru_cache(maxsize=4096)
-def _names(code: types.CodeType) -> frozenset[str]:
-    """The global names a code object and the code nested in it read or write. Not co_names, which
-    holds attribute names too: a global `step = 0` that the training loop counts up, beside an
-    `opt.step()` in the traced function, was guarded as if read, and each call compiled again."""
-    names = {instruction.argval for instruction in dis.get_instructions(code)
-             if instruction.opname in _GLOBAL_INSTRUCTIONS}
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names |= _names(constant)
-    return frozenset(names)
 
 
 def _same(current, traced) -> bool:

@@ -15,8 +15,8 @@ import numpy as np
 from tracer import ir
 from tracer.runtime.arguments import flatten, parameter_name
 from tracer.runtime.floats import FloatInput, RuntimeFloats, decide
-from tracer.runtime.guards import (Reached, captured_names, reachable, recording_names,
-                                   stored_tensors)
+from tracer.runtime.code_names import recording_names
+from tracer.runtime.guards import Reached, captured_names, reachable, stored_tensors
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
 from tracer.tensor import Tensor, check_current

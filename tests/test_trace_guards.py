@@ -144,3 +144,43 @@ def test_a_global_read_in_nested_code_is_still_guarded():
     finally:
         OFFSET = saved
     assert f.cache_info().misses == 2
+
+
+class Counting(tr.nn.Module):
+    """A module whose `step` and `count` the training loop counts up, and whose `scale` its
+    forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = tr.nn.Linear(3, 1)
+        self.step, self.count, self.scale = 0, 0, 2
+
+    def forward(self, x):
+        return self.layer(x) * self.scale
+
+
+def test_an_attribute_named_like_a_method_called_is_not_guarded():
+    model = Counting()
+    opt = tr.optim.SGD(model.parameters(), lr=0.1)
+
+    @tr.trace
+    def train_step(x):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = tr.tensor(np.ones((2, 3), np.float32))
+    for _ in range(4):
+        weight, bias = model.layer.weight.detach().numpy().copy(), model.layer.bias.item()
+        expected = 2 * (weight.sum(axis=1) + bias) * 2  # two rows of ones, scale 2
+        np.testing.assert_allclose(train_step(x).item(), expected.item(), rtol=1e-6)
+        model.step += 1
+        model.count += 1
+    assert train_step.cache_info().misses == 1
+    model.scale = 3  # read by forward: traced again, with the new value
+    weight, bias = model.layer.weight.detach().numpy().copy(), model.layer.bias.item()
+    np.testing.assert_allclose(train_step(x).item(), (2 * (weight.sum(axis=1) + bias) * 3).item(),
+                               rtol=1e-6)
+    assert train_step.cache_info().misses == 2
