@@ -26,6 +26,7 @@ import numpy as np
 from tracer.buffers import state_of
 from tracer.errors import project_file
 from tracer.runtime.code_names import UsedNames, global_names, may_read
+from tracer.runtime.random_draws import GENERATORS
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -75,6 +76,9 @@ class Reached:
     tensors: dict[int, Tensor] = field(default_factory=dict)
     paths: dict[int, list[tuple]] = field(default_factory=dict)  # by id of the tensor
     values: list[tuple[tuple, Any]] = field(default_factory=list)
+    # Python's and numpy's random generators, by id, with the name of the first path to each
+    # (runtime/random_draws.py)
+    generators: dict[int, tuple[str, Any]] = field(default_factory=dict)
     _seen: set[int] = field(default_factory=set)
 
     def floats(self) -> list[tuple[tuple, float]]:
@@ -210,6 +214,9 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         return
     if _is_value(value):
         reached.values.append((path, value))
+        return
+    if isinstance(value, GENERATORS):
+        reached.generators.setdefault(id(value), (path[0], value))
         return
     # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
     # of its param_groups hold the one betas tuple), and its items are guarded at every path.

@@ -16,6 +16,7 @@ from tracer import ir
 from tracer.runtime.arguments import flatten, parameter_name
 from tracer.runtime.floats import FloatInput, RuntimeFloats, decide
 from tracer.runtime.code_names import recording_names
+from tracer.runtime.random_draws import Draws
 from tracer.runtime.guards import Reached, captured_names, reachable, stored_tensors
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
@@ -110,6 +111,8 @@ class Recorder:
             proxies.append(proxy)
         args, kwargs = self.rebuild(proxies)
         floats.substitute()
+        draws = Draws(self.reached.generators.values())
+        trace.draws_undone = draws.undone
         try:
             result = self.function(*args, **kwargs)
         except SpecializationNeeded as error:
@@ -121,6 +124,13 @@ class Recorder:
             # constants (if that fails too, its error is the user's)
             raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
                              f"tracing with them as runtime inputs raised {error!r}") from error
+        drawn = draws.drawn(tuple(self.used.codes) if self.used is not None else None)
+        if drawn is not None:
+            raise TracingError(f"the traced function drew random numbers from {drawn} while it "
+                               f"was traced: they would be compiled in, the same on every call. "
+                               f"Draw them outside and pass them as an argument, or draw them "
+                               f"inside with tracer's generator, which draws new ones on every "
+                               f"call: tr.empty(shape).uniform_() or .normal_(), nn.Dropout")
         rebound = floats.rebound()
         if rebound:  # as an int would be: compiled in, and its change seen while tracing
             raise Specialize(frozenset(), rebound, "the traced function changes them")

@@ -100,3 +100,79 @@ def test_rng_state_restores_every_generator_and_refuses_other_arrays():
         np.testing.assert_array_equal(again, expected)
     with pytest.raises(tr.TracerError, match="uint8 tensor of 45 bytes"):
         tr.set_rng_state(np.zeros(45, np.int64))
+
+
+# Python's and numpy's generators drawn from while tracing (runtime/random_draws.py): the numbers
+# would be compiled in, the same on every call, where eager mode draws new ones; refused, with the
+# generator put back as it was.
+RNG = np.random.default_rng(0)
+
+DRAWING = {
+    "numpy.random's global generator": lambda x: x + tr.tensor(
+        np.random.standard_normal(3).astype(np.float32)),
+    "the random module's generator": lambda x: x * __import__("random").random(),
+    "global RNG": lambda x: x * tr.tensor((RNG.random(3) > 0.5).astype(np.float32)),
+}
+
+
+@pytest.mark.parametrize("generator", sorted(DRAWING))
+def test_drawing_from_python_or_numpy_generators_while_tracing_is_refused(generator):
+    import random
+    states = (np.random.get_state()[1].copy(), random.getstate(), RNG.bit_generator.state)
+    with pytest.raises(tr.TracingError, match=f"drew random numbers from {generator}.*"
+                                              "the same on every call"):
+        tr.trace(DRAWING[generator])(tr.zeros(3))
+    assert np.array_equal(np.random.get_state()[1], states[0])
+    assert random.getstate() == states[1]
+    assert RNG.bit_generator.state == states[2]
+
+
+def test_a_generator_seeded_inside_and_a_host_function_drawing_are_allowed():
+    def seeded(x):  # the same numbers on every call, eager as traced
+        return x + tr.tensor(np.random.default_rng(5).standard_normal(3).astype(np.float32))
+
+    traced = tr.trace(seeded)
+    np.testing.assert_array_equal(traced(tr.zeros(3)).numpy(), seeded(tr.zeros(3)).numpy())
+    np.testing.assert_array_equal(traced(tr.zeros(3)).numpy(),
+                                  np.random.default_rng(5).standard_normal(3).astype(np.float32))
+
+    class Noise(tr.autograd.Function):  # reads values: runs on the host, on every call
+        @staticmethod
+        def forward(ctx, x):
+            return tr.tensor(x.numpy() + np.random.standard_normal(x.shape).astype(np.float32))
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    noisy = tr.trace(lambda x: Noise.apply(x))
+    np.random.seed(3)
+    first, second = noisy(tr.zeros(3)).numpy(), noisy(tr.zeros(3)).numpy()
+    np.random.seed(3)  # the calls drew what eager calls draw, in order: the trace's run left none
+    np.testing.assert_array_equal(first, np.random.standard_normal(3).astype(np.float32))
+    np.testing.assert_array_equal(second, np.random.standard_normal(3).astype(np.float32))
+
+
+def test_another_thread_drawing_meanwhile_is_not_the_traced_function():
+    import threading
+    asked, drawn = threading.Event(), threading.Event()
+
+    def loader():  # a data loader's augmentation, drawing while the step is traced
+        asked.wait()
+        np.random.random_sample(4)
+        drawn.set()
+
+    def step(x):
+        asked.set()
+        drawn.wait()
+        return x * 2
+
+    worker = threading.Thread(target=loader)
+    worker.start()
+    np.random.seed(7)
+    np.testing.assert_array_equal(tr.trace(step)(tr.ones(2)).numpy(), [2.0, 2.0])
+    worker.join()
+    after = np.random.random_sample(2)
+    np.random.seed(7)
+    np.random.random_sample(4)  # the loader's draw stays drawn
+    np.testing.assert_array_equal(after, np.random.random_sample(2))

@@ -181,7 +181,8 @@ def apply_on_host(name: str, forward: Callable, backward: Callable, make_ctx: Ca
     tensors = [a for a in arguments if isinstance(a, Tensor)]
     handles = [trace.handle_of(t) for t in tensors]
     host = HostFunction(name, forward, backward, make_ctx, arguments, given)
-    differentiable = host.traced_run(sample_values(trace, handles))
+    with trace.draws_undone():  # (a forward that draws numbers draws them on every call)
+        differentiable = host.traced_run(sample_values(trace, handles))
     callback = HostCallback(f"{name}.forward", host.forward_callback,
                             [h.type for h in handles],
                             [t for t in host.structure if isinstance(t, TensorType)],

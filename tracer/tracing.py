@@ -68,6 +68,10 @@ class Trace:
         # runtime), and what decides a comparison of one in Python (see runtime/floats.py).
         self.float_inputs: dict = {}
         self.decider = None
+        # A context in which code run while tracing may draw from Python's and numpy's random
+        # generators, undone after (a host Function's forward, run once to learn its results'
+        # shapes): set by the runtime (runtime/random_draws.py), which refuses other draws.
+        self.draws_undone = contextlib.nullcontext
         # The values the parameters hold in the call being traced, by id of the parameter: a
         # Function that runs on the host is run once on the values it gets (tracer/host_function.py).
         self.parameter_values: dict[int, object] = {}
