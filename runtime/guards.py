@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import numbers
 import os
+import site
 import sys
 import types
 from dataclasses import dataclass, field
@@ -48,9 +49,10 @@ MAX_OBJECTS = 2000
 # tr.nn.Module or an optimizer, do).
 @functools.cache
 def _libraries() -> tuple[str, ...]:
-    import sysconfig  # (when first guarding captured objects: not needed to import tr.trace)
-    return tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
-                  for key in ("stdlib", "purelib", "platlib")})
+    # The standard library's folder and site-packages (sysconfig's stdlib, purelib and platlib,
+    # without importing sysconfig: 2.5 ms of a process's first trace)
+    folders = [os.path.dirname(os.__file__), *site.getsitepackages()]
+    return tuple({os.path.realpath(folder) + os.sep for folder in folders})
 
 
 def _library_file(filename: str) -> bool:
