@@ -57,7 +57,8 @@ _SECRET_BYTES = 32
 # `compiler_fingerprint`): both evicted alike, told apart by name.
 OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX = ".o", ".fingerprint", ".template"
 HOST_SUFFIX = ".host"  # the host as LLVM sees it, remembered (runtime/native.host)
-SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, HOST_SUFFIX)
+HOOK_SUFFIX = ".hook"  # the runtime's profile hook's object code (runtime/profile_hook.py)
+SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, HOST_SUFFIX, HOOK_SUFFIX)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")

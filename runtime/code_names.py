@@ -11,6 +11,8 @@ import sys
 import types
 from typing import Any, Iterator
 
+from tracer.runtime import profile_hook
+
 
 def may_read(steps: tuple, value: Any, used: UsedNames) -> bool:
     """Whether the code that ran may have read `value` by the names of `steps`: each in `used`,
@@ -73,6 +75,13 @@ def _names_read(code: types.CodeType) -> dict[str, frozenset[str]]:
     return {"attr": frozenset(attributes), "item": frozenset(globals_read)}
 
 
+# Calls recorded by the Python profile function before the native one takes over (runtime/
+# profile_hook.py): linking it takes 2-6 ms, what ~6,000 calls cost recorded in Python; the GPT
+# step's trace makes ~350,000 (its recording took 150-200 ms of CPU in Python), the seed step's
+# a few thousand.
+NATIVE_AFTER = 6000
+
+
 @contextlib.contextmanager
 def recording_names() -> Iterator[UsedNames | None]:
     """A set (UsedNames) that fills, inside the block, with the names and string constants of the code
@@ -81,10 +90,15 @@ def recording_names() -> Iterator[UsedNames | None]:
         yield None
         return
     codes: set = set()
+    calls = 0
 
     def profile(frame, event, _):
+        nonlocal calls
         if event == "call":
             codes.add(frame.f_code)
+            calls += 1
+            if calls == NATIVE_AFTER:  # a long trace: the native hook from now on, if at hand
+                profile_hook.install(codes)
 
     used = UsedNames({"cell_contents"}, codes)
     sys.setprofile(profile)

@@ -184,3 +184,40 @@ def test_an_attribute_named_like_a_method_called_is_not_guarded():
     np.testing.assert_allclose(train_step(x).item(), (2 * (weight.sum(axis=1) + bias) * 3).item(),
                                rtol=1e-6)
     assert train_step.cache_info().misses == 2
+
+
+def test_the_native_profile_hook_records_the_code_the_python_one_does(monkeypatch):
+    from tracer.runtime import code_names, profile_hook
+    profile_hook.prepare()
+    assert profile_hook._address() is not None
+    model = tr.nn.Sequential(tr.nn.Linear(3, 4), tr.nn.GELU(), tr.nn.Linear(4, 1))
+
+    def run():
+        return (model(tr.ones(2, 3)) * SCALE).sum()
+
+    run()  # (imports what it needs first)
+    recorded, installed = [], []
+    install = profile_hook.install
+    monkeypatch.setattr(code_names, "NATIVE_AFTER", 3)  # native from the third call on
+    for native in (True, False):
+        monkeypatch.setattr(profile_hook, "install", lambda codes, native=native: installed.append(
+            native) or (native and install(codes)))
+        with code_names.recording_names() as used:
+            run()
+        recorded.append((set(used), set(used.codes)))
+    assert installed == [True, False]
+    assert recorded[0] == recorded[1] and len(recorded[0][1]) > 20
+    assert run.__code__ in recorded[0][1] and {"SCALE", "weight"} <= recorded[0][0]
+
+
+def test_a_profile_hook_that_cannot_be_linked_leaves_the_recording_in_python(monkeypatch):
+    from tracer.runtime import code_names, profile_hook
+    monkeypatch.setattr(profile_hook, "_hook", [])
+    monkeypatch.setattr(profile_hook, "_unavailable", [])
+    monkeypatch.setattr(profile_hook, "_linked", lambda compile_if_missing: 1 / 0)
+    monkeypatch.setattr(code_names, "NATIVE_AFTER", 3)
+    with code_names.recording_names() as used:
+        result = scaled(tr.tensor([1.0, 1.0]))
+    np.testing.assert_array_equal(result.numpy(), [2.0, 4.0])
+    assert scaled.__code__ in used.codes and "SCALE" in used  # recorded on, in Python
+    assert isinstance(profile_hook._unavailable[0], ZeroDivisionError)
