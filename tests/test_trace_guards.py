@@ -1,5 +1,7 @@
 """What a traced function reads besides its arguments, and arguments that share memory: the
 compiled call gives eager mode's answer, or a clear error, never a stale or mixed-up one."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,44 @@ def test_an_attribute_named_like_a_method_called_is_not_guarded():
     np.testing.assert_allclose(train_step(x).item(), (2 * (weight.sum(axis=1) + bias) * 3).item(),
                                rtol=1e-6)
     assert train_step.cache_info().misses == 2
+
+
+class Options(dict):
+    """A configuration read as attributes (`options.scale`) that are its items."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Holder:
+    def __init__(self, scale: int):
+        self.scale = scale
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: int = 2
+
+
+def option(holder, name: str):
+    """Reads an attribute by a name its caller gives (as dataclasses.asdict, a config helper)."""
+    return getattr(holder, name)
+
+
+def test_an_attribute_read_by_a_name_another_code_holds_is_guarded():
+    # An item read as an attribute through __getattr__, an attribute read by getattr in a helper
+    # or in dataclasses.asdict with the name its caller holds: each was guarded (before 66ba58e),
+    # then compiled stale after a change (the old scale 2 with the new 3).
+    options, holder, settings = Options(scale=2), Holder(2), Settings()
+    traced = [tr.trace(lambda x: x * options.scale), tr.trace(lambda x: x * option(holder, "scale")),
+              tr.trace(lambda x: x * dataclasses.asdict(settings)["scale"])]
+    x = tr.tensor([1.0, 2.0])
+    for f in traced:
+        np.testing.assert_array_equal(f(x).numpy(), [2.0, 4.0])
+    options["scale"], holder.scale, settings.scale = 3, 3, 3
+    for f in traced:
+        np.testing.assert_array_equal(f(x).numpy(), [3.0, 6.0])
+        assert f.cache_info().misses == 2
