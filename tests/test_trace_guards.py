@@ -1,6 +1,7 @@
 """What a traced function reads besides its arguments, and arguments that share memory: the
 compiled call gives eager mode's answer, or a clear error, never a stale or mixed-up one."""
 import dataclasses
+import random
 
 import numpy as np
 import pytest
@@ -227,3 +228,22 @@ def test_an_attribute_read_by_a_name_another_code_holds_is_guarded():
     for f in traced:
         np.testing.assert_array_equal(f(x).numpy(), [3.0, 6.0])
         assert f.cache_info().misses == 2
+
+
+class Augment(random.Random):
+    """A user's generator that also holds a setting the step reads."""
+
+    def __init__(self):
+        super().__init__(0)
+        self.scale = 2
+
+
+def test_a_setting_held_by_a_users_generator_is_guarded():
+    # The walk keeps a generator to see its draws (runtime/random_draws.py); since 9a40c37 it did
+    # not look into it further, so a change of a subclass's own attribute was compiled stale.
+    augment = Augment()
+    f = tr.trace(lambda x: x * augment.scale)
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [2.0, 2.0])
+    augment.scale = 3
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [3.0, 3.0])
+    assert f.cache_info().misses == 2
