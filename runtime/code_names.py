@@ -11,13 +11,15 @@ import sys
 import types
 from typing import Any, Iterator
 
+from tracer.errors import project_file
 from tracer.runtime import profile_hook
 
 
 def may_read(steps: tuple, value: Any, used: UsedNames) -> bool:
     """Whether the code that ran may have read `value` by the names of `steps`: each in `used`,
-    and the last, if `value` cannot be called, used other than as the name of a method called
-    (a model's `self.step = 0`, counted up outside, beside an `opt.step()`, is not read)."""
+    and the last, if `value` cannot be called, read somewhere other than as the name of a method
+    called or stored to (a model's `self.step = 0`, counted up outside, beside an `opt.step()`,
+    is not read)."""
     if not all(not isinstance(key, str) or key in used for _, key in steps):
         return False
     kind, key = steps[-1]
@@ -35,13 +37,17 @@ class UsedNames(set):
 
     def read(self, name: str, kind: str) -> bool:
         """Whether some code that ran may read the attribute (`kind` "attr") or the dict item
-        ("item": a dict's key, a global's name) `name`: an attribute by its name, other than a
-        method called (or by a string, in code that calls getattr or the like); an item by a
-        string or a global's name."""
+        ("item": a dict's key, a global's name) `name`: a name it loads other than as a method
+        to call, whatever the kind (a __getattr__ may return `self[name]`); or a string constant.
+        The code holding the string is not always the one reading by it (a helper's
+        `getattr(holder, name)`, dataclasses.asdict): any user or library code's counts. tracer's
+        own code reads an attribute by a string only beside its getattr and the like: its other
+        strings name dict items (an optimizer's `state["step"]`)."""
         if (name, kind) not in self._read:
             self._read[name, kind] = any(
-                name in _names_read(code)[kind] or (name in code.co_consts and (
-                    kind != "attr" or not _BY_STRING.isdisjoint(code.co_names)))
+                name in _names_read(code) or (name in code.co_consts and (
+                    kind != "attr" or not project_file(code.co_filename)
+                    or not _BY_STRING.isdisjoint(code.co_names)))
                 for code in self.codes if name in code.co_names or name in code.co_consts)
         return self._read[name, kind]
 
@@ -49,30 +55,25 @@ class UsedNames(set):
 # What reads an attribute named by a string.
 _BY_STRING = frozenset({"getattr", "hasattr", "attrgetter", "__getattribute__", "__dict__",
                         "vars"})
-# The instructions that read an attribute by its name (LOAD_ATTR but a method's load, below)
-# and those that read a global by its name (an item of the globals' dict).
-_ATTRIBUTE_READS = frozenset(dis.opmap[name] for name in (
-    "LOAD_ATTR", "IMPORT_FROM", "LOAD_SUPER_ATTR") if name in dis.opmap)
-_GLOBAL_READS = frozenset(dis.opmap[name] for name in (
-    "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS") if name in dis.opmap)
+# The instructions that name a name without reading its value: a method's load to call it
+# (LOAD_METHOD in Python 3.11, LOAD_ATTR with its lowest bit set from 3.12, below) and stores.
+_NOT_READS = frozenset(dis.opmap[name] for name in (
+    "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME",
+    "DELETE_NAME") if name in dis.opmap)
+_NAMING = frozenset(dis.hasname) - _NOT_READS
 _LOAD_ATTR = dis.opmap["LOAD_ATTR"]
 
 
 @functools.lru_cache(maxsize=4096)
-def _names_read(code: types.CodeType) -> dict[str, frozenset[str]]:
-    """The attribute names ("attr") and global names ("item") `code` reads: not a method it
-    loads to call (LOAD_METHOD in Python 3.11, LOAD_ATTR with its lowest bit set from 3.12), nor
+def _names_read(code: types.CodeType) -> frozenset[str]:
+    """The names `code` reads (attributes, globals, imports): not a method it loads to call, nor
     a name it only stores. Disassembled only for code that names a guarded value's last step
     (disassembling every code a GPT step runs while tracing took 137 ms)."""
-    attributes, globals_read = set(), set()
-    for instruction in dis.get_instructions(code):
-        if instruction.opcode in _GLOBAL_READS:
-            globals_read.add(instruction.argval)
-        elif instruction.opcode in _ATTRIBUTE_READS and not (
-                instruction.opcode == _LOAD_ATTR and sys.version_info >= (3, 12)
-                and instruction.arg & 1):
-            attributes.add(instruction.argval)
-    return {"attr": frozenset(attributes), "item": frozenset(globals_read)}
+    return frozenset(
+        instruction.argval for instruction in dis.get_instructions(code)
+        if instruction.opcode in _NAMING and not (
+            instruction.opcode == _LOAD_ATTR and sys.version_info >= (3, 12)
+            and instruction.arg & 1))
 
 
 # Calls recorded by the Python profile function before the native one takes over (runtime/

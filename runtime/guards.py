@@ -217,9 +217,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
-    if isinstance(value, GENERATORS):
+    if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
-        return
     # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
     # of its param_groups hold the one betas tuple), and its items are guarded at every path.
     if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import random
+import threading
 from types import CodeType
 from typing import Any, Iterable, Iterator
 
@@ -71,6 +72,9 @@ class Draws:
     def __init__(self, reached: Iterable[tuple[str, Any]]):
         self.generators = [*_global_generators(), *reached]
         self.states = [_state(generator) for _, generator in self.generators]
+        # (a thread alive now may draw and end before `drawn`; one started later was started by
+        # the traced function, whose draws its draws are)
+        self.threads = threading.active_count()
 
     @contextlib.contextmanager
     def undone(self) -> Iterator[None]:
@@ -84,12 +88,14 @@ class Draws:
 
     def drawn(self, codes: Iterable[CodeType] | None) -> str | None:
         """The first generator drawn from (or reseeded) since, all of them put back; None if
-        none was, or if no code of `codes` (the code that ran while tracing, if known) names a
-        generator's method: another thread drew meanwhile (a data loader's augmentation), which
-        stays drawn."""
+        none was, or if another thread was alive and no code of `codes` (the code that ran while
+        tracing, if known) names a generator's method: that thread drew meanwhile (a data
+        loader's augmentation), which stays drawn. With no other thread, the names are not
+        asked: a draw through an alias (`draw = np.random.rand`) or `rng.bytes` names none."""
         changed = [(generator, saved) for (_, generator), saved in zip(self.generators, self.states)
                    if not _same(_state(generator), saved)]
-        if not changed or (codes is not None and all(
+        others = max(self.threads, threading.active_count()) > 1
+        if not changed or (codes is not None and others and all(
                 METHODS.isdisjoint(code.co_names) or project_file(code.co_filename)
                 for code in codes)):
             return None

@@ -113,18 +113,24 @@ class Recorder:
         floats.substitute()
         draws = Draws(self.reached.generators.values())
         trace.draws_undone = draws.undone
+
+        def drawn() -> str | None:  # (puts back what the function drew: see Draws.drawn)
+            return draws.drawn(tuple(self.used.codes) if self.used is not None else None)
+
         try:
             result = self.function(*args, **kwargs)
         except SpecializationNeeded as error:
+            drawn()  # the function runs again, and draws again
             raise _specialization(trace, error, leaves, proxies, floats.inputs) from None
         except Exception as error:
             if not floats.inputs:
                 raise
+            drawn()
             # perhaps code that takes a float and not a tensor: trace again with the floats as
             # constants (if that fails too, its error is the user's)
             raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
                              f"tracing with them as runtime inputs raised {error!r}") from error
-        drawn = draws.drawn(tuple(self.used.codes) if self.used is not None else None)
+        drawn = drawn()
         if drawn is not None:
             raise TracingError(f"the traced function drew random numbers from {drawn} while it "
                                f"was traced: they would be compiled in, the same on every call. "

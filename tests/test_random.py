@@ -115,14 +115,21 @@ DRAWING = {
 }
 
 
+def numpy_state() -> tuple:
+    """All of numpy's global generator's state: its key array changes only every 624 words drawn,
+    the position at each."""
+    name, key, *rest = np.random.get_state()
+    return (name, key.tobytes(), *rest)
+
+
 @pytest.mark.parametrize("generator", sorted(DRAWING))
 def test_drawing_from_python_or_numpy_generators_while_tracing_is_refused(generator):
     import random
-    states = (np.random.get_state()[1].copy(), random.getstate(), RNG.bit_generator.state)
+    states = (numpy_state(), random.getstate(), RNG.bit_generator.state)
     with pytest.raises(tr.TracingError, match=f"drew random numbers from {generator}.*"
                                               "the same on every call"):
         tr.trace(DRAWING[generator])(tr.zeros(3))
-    assert np.array_equal(np.random.get_state()[1], states[0])
+    assert numpy_state() == states[0]
     assert random.getstate() == states[1]
     assert RNG.bit_generator.state == states[2]
 
@@ -176,3 +183,31 @@ def test_another_thread_drawing_meanwhile_is_not_the_traced_function():
     np.random.seed(7)
     np.random.random_sample(4)  # the loader's draw stays drawn
     np.testing.assert_array_equal(after, np.random.random_sample(2))
+
+
+DRAW = np.random.standard_normal  # an alias: the code that draws through it names no method
+
+
+def test_a_draw_through_a_name_no_method_has_is_refused_with_no_other_thread():
+    # With no other thread alive, a change is the traced function's: before, the name check let
+    # DRAW() and RNG.bytes() through, drawn once and compiled in (the same on every call).
+    states = (numpy_state(), RNG.bit_generator.state)
+    with pytest.raises(tr.TracingError, match="drew random numbers from numpy.random's global"):
+        tr.trace(lambda x: x + float(DRAW()))(tr.zeros(1))
+    with pytest.raises(tr.TracingError, match="drew random numbers from global RNG"):
+        tr.trace(lambda x: x + float(RNG.bytes(1)[0]))(tr.zeros(1))
+    assert numpy_state() == states[0]
+    assert RNG.bit_generator.state == states[1]
+
+
+def test_a_draw_is_put_back_when_the_function_is_traced_again():
+    # An int argument whose value the trace needs makes it run twice: the first run's draw was
+    # left drawn (the second run's was refused and put back).
+    def reshaped(x, rows):
+        noise = float(np.random.standard_normal())
+        return x.reshape(rows, -1) + noise
+
+    state = numpy_state()
+    with pytest.raises(tr.TracingError, match="drew random numbers from numpy.random's global"):
+        tr.trace(reshaped)(tr.zeros(4), 2)
+    assert numpy_state() == state

@@ -1,5 +1,8 @@
 """What a traced function reads besides its arguments, and arguments that share memory: the
 compiled call gives eager mode's answer, or a clear error, never a stale or mixed-up one."""
+import dataclasses
+import random
+
 import numpy as np
 import pytest
 
@@ -221,3 +224,63 @@ def test_a_profile_hook_that_cannot_be_linked_leaves_the_recording_in_python(mon
     np.testing.assert_array_equal(result.numpy(), [2.0, 4.0])
     assert scaled.__code__ in used.codes and "SCALE" in used  # recorded on, in Python
     assert isinstance(profile_hook._unavailable[0], ZeroDivisionError)
+
+
+class Options(dict):
+    """A configuration read as attributes (`options.scale`) that are its items."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Holder:
+    def __init__(self, scale: int):
+        self.scale = scale
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: int = 2
+
+
+def option(holder, name: str):
+    """Reads an attribute by a name its caller gives (as dataclasses.asdict, a config helper)."""
+    return getattr(holder, name)
+
+
+def test_an_attribute_read_by_a_name_another_code_holds_is_guarded():
+    # An item read as an attribute through __getattr__, an attribute read by getattr in a helper
+    # or in dataclasses.asdict with the name its caller holds: each was guarded (before 66ba58e),
+    # then compiled stale after a change (the old scale 2 with the new 3).
+    options, holder, settings = Options(scale=2), Holder(2), Settings()
+    traced = [tr.trace(lambda x: x * options.scale), tr.trace(lambda x: x * option(holder, "scale")),
+              tr.trace(lambda x: x * dataclasses.asdict(settings)["scale"])]
+    x = tr.tensor([1.0, 2.0])
+    for f in traced:
+        np.testing.assert_array_equal(f(x).numpy(), [2.0, 4.0])
+    options["scale"], holder.scale, settings.scale = 3, 3, 3
+    for f in traced:
+        np.testing.assert_array_equal(f(x).numpy(), [3.0, 6.0])
+        assert f.cache_info().misses == 2
+
+
+class Augment(random.Random):
+    """A user's generator that also holds a setting the step reads."""
+
+    def __init__(self):
+        super().__init__(0)
+        self.scale = 2
+
+
+def test_a_setting_held_by_a_users_generator_is_guarded():
+    # The walk keeps a generator to see its draws (runtime/random_draws.py); since 9a40c37 it did
+    # not look into it further, so a change of a subclass's own attribute was compiled stale.
+    augment = Augment()
+    f = tr.trace(lambda x: x * augment.scale)
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [2.0, 2.0])
+    augment.scale = 3
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [3.0, 3.0])
+    assert f.cache_info().misses == 2
