@@ -29,7 +29,7 @@ class CustomRule:
 
     def __init__(self, name: str, backward: Callable[[Builder, list, list[bool]], list],
                  runs_without_cotangents: bool = False, keeps_zero: bool = False,
-                 elementwise: bool = False):
+                 elementwise: bool = False, sees_zero: bool = False):
         self.label = f"{name}.{next(self._counter)}"
         self.backward = backward
         # A user's Function runs its backward wherever the backward pass reaches it, even when no
@@ -40,6 +40,8 @@ class CustomRule:
         # Whether the backward is the same elementwise computation at any shape, so that vmap
         # runs one call on the batch (ir/batching.py) rather than one per element.
         self.elementwise = elementwise
+        # Whether the backward is given a ZERO cotangent as it is, to decide what it makes of it.
+        self.sees_zero = sees_zero
         CustomRule.live[self.label] = self
 
     def __repr__(self) -> str:
@@ -98,6 +100,24 @@ def sgn(b: Builder, x: Handle) -> Handle:
     """sign(x) with the gradient of PyTorch's sgn (a symbolic zero)."""
     (result,) = b.emit("custom_vjp", [b.op("sign", x), x], {"num_outputs": 1, "rule": SGN})
     return result
+
+
+# Where one of tracer's primitives stands for several PyTorch operations whose backwards differ on
+# a ZeroTensor, the operation's function (tracer/symbolic_zeros.py) passes its result through a
+# custom_vjp of one of these identities (over the result, again as an operand, and the inputs).
+def _zeros_made(builder, cotangents, needs):
+    return [cotangents[0]]  # (ZERO made zeros by apply_vjp: keeps_zero is False)
+
+
+def _zero_kept(builder, cotangents, needs):
+    # a ZERO goes to the operation's inputs, not into its rules; any other gradient into them
+    if cotangents[0] is ZERO:
+        return [None] + [ZERO] * (len(needs) - 1)
+    return [cotangents[0]] + [None] * (len(needs) - 1)
+
+
+ZEROS_MADE = CustomRule("zeros_made", _zeros_made, elementwise=True)
+ZERO_KEPT = CustomRule("zero_kept", _zero_kept, elementwise=True, sees_zero=True)
 
 
 def _abs(b, g, z, inputs, needs, attributes):
@@ -348,10 +368,14 @@ def apply_vjp(b: Builder, primitive: str, attributes: dict[str, Any], inputs: Se
     operand's shape."""
     needs = [need and is_float(b.type_of(x).dtype) for need, x in zip(needs, inputs)]
     runs_anyway = primitive == "custom_vjp" and attributes["rule"].runs_without_cotangents
+    sees_zero = primitive == "custom_vjp" and attributes["rule"].sees_zero
     flowing = [g for g in cotangents if g is not None]
     if not any(needs) or (not flowing and not runs_anyway):
         return [None] * len(inputs)
     kept = [False] * len(inputs)
+    if sees_zero:
+        results = VJP_RULES[primitive](b, cotangents, outputs, list(inputs), needs, attributes)
+        return [gradient if need else None for need, gradient in zip(needs, results)]
     if all(g is ZERO for g in flowing) and not runs_anyway:  # zero in, zero out where PyTorch's is
         kept = [need and keep for need, keep in
                 zip(needs, _keeps_zero(b, primitive, attributes, inputs, outputs))]

@@ -56,18 +56,19 @@ def small_step(%x: f32[2,3], %y: f32[2,2], %w1: f32[3,4], %w2: f32[4,2], %lr: f6
   %8 : f32[2,2] = sub %7, %y                            # L15
   %9 : f32[] = constant {value=2.0, dtype=f32}          # L15
   %10 : f32[2,2] = pow %8, %9                           # L15
-  %11 : f32[] = reduce_sum %10 {axes=(0,1)}             # L15
-  %12 : f32[] = constant {value=1.0, dtype=f32}         # L16
-  %13, %14 : f32[3,4], f32[4,2] = gradient %11, %12, %w1, %w2  # L16
-  %15 : f32[] = cast %lr {dtype=f32}                    # L18
-  %16 : f32[3,4] = mul %15, %13                         # L18
-  %17 : f32[3,4] = sub %w1, %16                         # L18
-  %18 : f32[3,4] = stop_gradient %17                    # L18
-  %19 : f32[] = cast %lr {dtype=f32}                    # L19
-  %20 : f32[4,2] = mul %19, %14                         # L19
-  %21 : f32[4,2] = sub %w2, %20                         # L19
-  %22 : f32[4,2] = stop_gradient %21                    # L19
-  return %11, %18, %13, %22, %14
+  %11 : f32[2,2] = custom_vjp %10, %10, %8 {num_outputs=1, rule=@zero_kept.2}  # L15
+  %12 : f32[] = reduce_sum %11 {axes=(0,1)}             # L15
+  %13 : f32[] = constant {value=1.0, dtype=f32}         # L16
+  %14, %15 : f32[3,4], f32[4,2] = gradient %12, %13, %w1, %w2  # L16
+  %16 : f32[] = cast %lr {dtype=f32}                    # L18
+  %17 : f32[3,4] = mul %16, %14                         # L18
+  %18 : f32[3,4] = sub %w1, %17                         # L18
+  %19 : f32[3,4] = stop_gradient %18                    # L18
+  %20 : f32[] = cast %lr {dtype=f32}                    # L19
+  %21 : f32[4,2] = mul %20, %15                         # L19
+  %22 : f32[4,2] = sub %w2, %21                         # L19
+  %23 : f32[4,2] = stop_gradient %22                    # L19
+  return %12, %19, %14, %23, %15
 '''
 
 GOLDEN_GRAD = '''\
@@ -83,41 +84,42 @@ def small_step(%x: f32[2,3], %y: f32[2,2], %w1: f32[3,4], %w2: f32[4,2], %lr: f6
   %8 : f32[2,2] = sub %7, %y                            # L15
   %9 : f32[] = constant {value=2.0, dtype=f32}          # L15
   %10 : f32[2,2] = pow %8, %9                           # L15
-  %11 : f32[] = reduce_sum %10 {axes=(0,1)}             # L15
-  %12 : f32[] = constant {value=1.0, dtype=f32}         # L16
-  %23 : f32[1,1] = reshape %12 {shape=(1,1)}            # L15 (backward)
-  %24 : f32[2,2] = broadcast %23 {shape=(2,2)}          # L15 (backward)
-  %25 : f32[] = constant {value=0.0, dtype=f32}         # L15 (backward)
-  %26 : bool[] = eq %9, %25                             # L15 (backward)
-  %27 : f32[] = constant {value=1.0, dtype=f32}         # L15 (backward)
-  %28 : f32[] = sub %9, %27                             # L15 (backward)
-  %29 : f32[2,2] = pow %8, %28                          # L15 (backward)
-  %30 : f32[2,2] = mul %9, %29                          # L15 (backward)
-  %31 : f32[2,2] = mul %24, %30                         # L15 (backward)
-  %32 : f32[] = constant {value=0.0, dtype=f32}         # L15 (backward)
-  %33 : f32[2,2] = select %26, %32, %31                 # L15 (backward)
-  %34 : f32[2,2] = neg %33                              # L15 (backward)
-  %35 : f32[2,4] = transpose %w2 {permutation=(1,0)}    # L15 (backward)
-  %36 : f32[2,4] = matmul %33, %35                      # L15 (backward)
-  %37 : f32[4,2] = transpose %6 {permutation=(1,0)}     # L15 (backward)
-  %38 : f32[4,2] = matmul %37, %33                      # L15 (backward)
-  %39 : f32[2,4] = reshape %36 {shape=(2,4)}            # L9 (MyReLU.backward)
-  %40 : f32[] = constant {value=0.0, dtype=f32}         # L10 (MyReLU.backward)
-  %41 : bool[2,4] = lt %0, %40                          # L10 (MyReLU.backward)
-  %42 : i64[] = constant {value=0, dtype=i64}           # L10 (MyReLU.backward)
-  %43 : f32[] = cast %42 {dtype=f32}                    # L10 (MyReLU.backward)
-  %44 : f32[2,4] = select %41, %43, %39                 # L10 (MyReLU.backward)
-  %45 : f32[3,2] = transpose %x {permutation=(1,0)}     # L15 (backward)
-  %46 : f32[3,4] = matmul %45, %44                      # L15 (backward)
-  %15 : f32[] = cast %lr {dtype=f32}                    # L18
-  %16 : f32[3,4] = mul %15, %46                         # L18
-  %17 : f32[3,4] = sub %w1, %16                         # L18
-  %18 : f32[3,4] = stop_gradient %17                    # L18
-  %19 : f32[] = cast %lr {dtype=f32}                    # L19
-  %20 : f32[4,2] = mul %19, %38                         # L19
-  %21 : f32[4,2] = sub %w2, %20                         # L19
-  %22 : f32[4,2] = stop_gradient %21                    # L19
-  return %11, %18, %46, %22, %38
+  %11 : f32[2,2] = custom_vjp %10, %10, %8 {num_outputs=1, rule=@zero_kept.2}  # L15
+  %12 : f32[] = reduce_sum %11 {axes=(0,1)}             # L15
+  %13 : f32[] = constant {value=1.0, dtype=f32}         # L16
+  %24 : f32[1,1] = reshape %13 {shape=(1,1)}            # L15 (backward)
+  %25 : f32[2,2] = broadcast %24 {shape=(2,2)}          # L15 (backward)
+  %26 : f32[] = constant {value=0.0, dtype=f32}         # L15 (backward)
+  %27 : bool[] = eq %9, %26                             # L15 (backward)
+  %28 : f32[] = constant {value=1.0, dtype=f32}         # L15 (backward)
+  %29 : f32[] = sub %9, %28                             # L15 (backward)
+  %30 : f32[2,2] = pow %8, %29                          # L15 (backward)
+  %31 : f32[2,2] = mul %9, %30                          # L15 (backward)
+  %32 : f32[2,2] = mul %25, %31                         # L15 (backward)
+  %33 : f32[] = constant {value=0.0, dtype=f32}         # L15 (backward)
+  %34 : f32[2,2] = select %27, %33, %32                 # L15 (backward)
+  %35 : f32[2,2] = neg %34                              # L15 (backward)
+  %36 : f32[2,4] = transpose %w2 {permutation=(1,0)}    # L15 (backward)
+  %37 : f32[2,4] = matmul %34, %36                      # L15 (backward)
+  %38 : f32[4,2] = transpose %6 {permutation=(1,0)}     # L15 (backward)
+  %39 : f32[4,2] = matmul %38, %34                      # L15 (backward)
+  %40 : f32[2,4] = reshape %37 {shape=(2,4)}            # L9 (MyReLU.backward)
+  %41 : f32[] = constant {value=0.0, dtype=f32}         # L10 (MyReLU.backward)
+  %42 : bool[2,4] = lt %0, %41                          # L10 (MyReLU.backward)
+  %43 : i64[] = constant {value=0, dtype=i64}           # L10 (MyReLU.backward)
+  %44 : f32[] = cast %43 {dtype=f32}                    # L10 (MyReLU.backward)
+  %45 : f32[2,4] = select %42, %44, %40                 # L10 (MyReLU.backward)
+  %46 : f32[3,2] = transpose %x {permutation=(1,0)}     # L15 (backward)
+  %47 : f32[3,4] = matmul %46, %45                      # L15 (backward)
+  %16 : f32[] = cast %lr {dtype=f32}                    # L18
+  %17 : f32[3,4] = mul %16, %47                         # L18
+  %18 : f32[3,4] = sub %w1, %17                         # L18
+  %19 : f32[3,4] = stop_gradient %18                    # L18
+  %20 : f32[] = cast %lr {dtype=f32}                    # L19
+  %21 : f32[4,2] = mul %20, %39                         # L19
+  %22 : f32[4,2] = sub %w2, %21                         # L19
+  %23 : f32[4,2] = stop_gradient %22                    # L19
+  return %12, %19, %47, %23, %39
 '''
 
 

@@ -845,6 +845,19 @@ SYMBOLIC_ZERO_PROGRAMS = {
     "sgn of exp of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().exp().sgn().sum(), x),
     "sgn of log1p of sqrt (kept)": lambda m, x: m.autograd.grad(x.sqrt().log1p().sgn().sum(), x),
     "abs of relu of x * nan": lambda m, x: _second(m, lambda x: (x * float("nan")).relu().abs(), x),
+    # F33's rest: where one primitive stands for PyTorch operations that differ, the operation's
+    # function says which (tracer/symbolic_zeros.py). mean and mse_loss are sum / n (kept, where
+    # PyTorch's mean_backward makes zeros); x ** 2 is pow (a number's exponent keeps one, a
+    # tensor's makes zeros), cat is pad (F.pad's makes zeros), dot is matmul (mm's makes zeros),
+    # norm 2 is a composition with where
+    "sgn of mean of sqrt": lambda m, x: m.autograd.grad(x.sqrt().mean().sgn(), x),
+    "sgn of sqrt squared": lambda m, x: m.autograd.grad((x.sqrt() ** 2).sgn().sum(), x),
+    "sgn of cat of sqrt": lambda m, x: m.autograd.grad(m.cat([x.sqrt(), x]).sgn().sum(), x),
+    "sgn of dot of sqrt": lambda m, x: m.autograd.grad(x.sqrt().dot(m.ones(3)).sgn(), x),
+    "sgn of norm of sqrt": lambda m, x: m.autograd.grad(x.sqrt().norm().sgn(), x),
+    "abs of mean of x * nan": lambda m, x: _second(m, lambda x: (x * float("nan")).mean().abs(), x),
+    "abs of cat of x * nan": lambda m, x: _second(
+        m, lambda x: m.cat([x * float("nan"), x]).abs(), x),
 }
 
 
@@ -856,28 +869,6 @@ def test_f33_gradients_through_sgn_are_symbolic_zeros(program):
     (traced,) = tr.trace(lambda x: run(tr, x))(tr.tensor(values, requires_grad=True))
     (expected,) = run(torch, torch.tensor(values, requires_grad=True))
     np.testing.assert_allclose(traced.numpy(), expected.numpy(force=True), rtol=1e-6)
-
-
-# F33's rest (open): where tracer's primitives do not tell which PyTorch operation they stand for,
-# ir.vjp.KEEPS_ZERO cannot follow PyTorch. mean and mse_loss are sum / n (kept, PyTorch's
-# mean_backward makes zeros); x ** 2 is pow (a tensor exponent's gradient makes zeros, a number's
-# keeps one), cat is pad (F.pad's makes zeros), dot is matmul (mm's makes zeros), norm 2 and lerp
-# are compositions with where and neg.
-RESIDUAL_PROGRAMS = {
-    "sgn of mean of sqrt": lambda m, x: m.autograd.grad(x.sqrt().mean().sgn(), x),
-    "sgn of sqrt squared": lambda m, x: m.autograd.grad((x.sqrt() ** 2).sgn().sum(), x),
-    "sgn of cat of sqrt": lambda m, x: m.autograd.grad(m.cat([x.sqrt(), x]).sgn().sum(), x),
-    "sgn of dot of sqrt": lambda m, x: m.autograd.grad(x.sqrt().dot(m.ones(3)).sgn(), x),
-    "sgn of norm of sqrt": lambda m, x: m.autograd.grad(x.sqrt().norm().sgn(), x),
-}
-
-
-@pytest.mark.xfail(strict=True, reason="F33's rest: a symbolic zero kept or made zeros by a "
-                                       "primitive unlike the PyTorch operation it stands for")
-@pytest.mark.parametrize("program", sorted(RESIDUAL_PROGRAMS))
-def test_f33_symbolic_zeros_where_primitives_differ_from_pytorch(program):
-    run = RESIDUAL_PROGRAMS[program]
-    assert_same(lambda m: run(m, m.tensor([0.0, 0.7, 2.0], requires_grad=True)))
 
 
 def test_f33_a_hook_and_backward_see_a_symbolic_zero_as_zeros():

@@ -113,8 +113,9 @@ def test_layer_norm_forward_and_backward_is_one_row_kernel(dtype):
     assert passes(function, 37 * 24) == 4
     fused = function.stage_text("fused")
     # kept for the later parts, divisions they would each compute again: the normalized row
-    # (%13) and the output's gradient times the weight over the deviation (%24)
-    assert "kernel_0 rows[37] in 32 chunks keeping rows of %13, %24(" in fused
+    # (%15) and the output's gradient times the weight over the deviation (%26; numbered after
+    # the two means' zeros_made identities, forwarded away)
+    assert "kernel_0 rows[37] in 32 chunks keeping rows of %15, %26(" in fused
     assert "kernel_1 combine of 32 chunks(" in fused
     assert_close_to_torch(function(arrays), torch_results(layer_norm_step, arrays), dtype)
     # through the API: the same results (conftest compares them with the reference interpreter)

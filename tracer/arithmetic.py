@@ -11,6 +11,7 @@ from tracer.dispatch import apply, as_tensor, promote
 from tracer.dtypes import (CATEGORY, DEFAULT_OF_CATEGORY, bool, float32, float64, is_scalar,
                            result_dtype)
 from tracer.errors import ArgumentError
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor
 
 
@@ -87,7 +88,10 @@ class ArithmeticMethods:
         if (isinstance(exponent, numbers.Real) and irtypes.is_float(self.dtype)
                 and exponent in derivatives.ROOT_POWERS):
             return derivatives.scalar_power(self, exponent)  # PyTorch's sqrt and rsqrt forms
-        return binary("pow", self, exponent)
+        power = binary("pow", self, exponent)
+        # PyTorch's pow(Tensor, Scalar) backward is a product, which keeps a symbolic zero (but
+        # is zeros for the exponent 0), its pow(Tensor, Tensor) a where, which does not
+        return zero_kept(power, self) if is_scalar(exponent) and exponent != 0 else power
 
     def __rpow__(self, base):
         return binary("pow", base, self)

@@ -25,6 +25,7 @@ from tracer.dimensions import normalize_dims
 from tracer.dispatch import apply, as_tensor, promote
 from tracer.function import NativeFunction
 from tracer.layout import fresh
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor
 
 
@@ -196,6 +197,12 @@ def safe_sqrt(squares: Tensor) -> Tensor:
     return _where(zero, 0.0, _where(zero, 1.0, squares).sqrt())
 
 
+def two_norm(x: Tensor, dim, keepdim: builtins.bool) -> Tensor:
+    """The 2-norm over `dim`, with PyTorch's norm_backward's gradient at 0 and of a symbolic zero
+    (a product, which keeps one, where `where` and sqrt's rule would not)."""
+    return zero_kept(safe_sqrt((x * x).sum(dim, keepdim=keepdim)), x)
+
+
 def sgn(x: Tensor) -> Tensor:
     """sign(x): PyTorch's sgn of a real tensor, whose gradient is a symbolic zero where sign's is
     zeros (they differ where a nan or an infinity lies further back on the gradient's path)."""
@@ -276,9 +283,10 @@ class _Lerp(NativeFunction):
 def lerp(x: Tensor, end, weight) -> Tensor:
     """x + weight * (end - x), computed from the nearer end as PyTorch does (exact at weight 1)."""
     if isinstance(weight, numbers.Number) and not isinstance(weight, Tensor):
+        # (PyTorch's backward of it is products, which keep a symbolic zero; neg would not)
         if abs(weight) < 0.5:
-            return x + weight * (end - x)
-        return end - (end - x) * (1 - weight)
+            return zero_kept(x + weight * (end - x), x, end)
+        return zero_kept(end - (end - x) * (1 - weight), x, end)
     x, end, weight = promote(x, end, weight)
     return _Lerp.apply(x, end, weight)
 

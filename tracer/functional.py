@@ -6,6 +6,7 @@ from typing import Sequence
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.dimensions import normalize_dim
 from tracer.dispatch import apply, as_tensor, promote
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor
 
 _METHODS = ("abs sign exp log sqrt tanh sigmoid relu sin cos neg pow clamp mm matmul t transpose "
@@ -50,7 +51,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         result = padded if result is None else (result | padded if t.dtype.kind == "b"
                                                 else result + padded)
         offset += t.shape[axis]
-    return result
+    # (PyTorch's backward of cat, slices, keeps a symbolic zero, that of pad and neg would not)
+    return zero_kept(result, *tensors)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

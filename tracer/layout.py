@@ -11,6 +11,7 @@ from tracer.ir.primitives import ShapeError, broadcast_shapes
 from tracer.dimensions import normalize_dim, shape_arguments
 from tracer.dispatch import apply, as_tensor, tensor_operand
 from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor, mark_view
 
 
@@ -223,6 +224,8 @@ class LayoutMethods:
             result = result.squeeze(-2)
         if vector_y:
             result = result.squeeze(-1)
+        if vector_x and vector_y:  # (PyTorch's dot, whose backward is products, unlike mm's)
+            return zero_kept(fresh(result), self, other)
         return fresh(result)
 
     def mm(self, other) -> Tensor:

@@ -28,6 +28,7 @@ from tracer.errors import ArgumentError
 from tracer.function import NativeFunction
 from tracer.ops import floor, is_eager_int_zero
 from tracer.rounding import RoundingMethods
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor
 
 
@@ -154,7 +155,7 @@ def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None,
 def tan(x: Tensor) -> Tensor:
     """sin(x) / cos(x) (within 3 ulp: see the module docstring)."""
     x = to_float(x)
-    return x.sin() / x.cos()
+    return zero_kept(x.sin() / x.cos(), x)  # (PyTorch's tan_backward is a product)
 
 
 # The powers of ten a float of each dtype holds exactly, or nearly (10**-k correctly rounded).
@@ -374,10 +375,9 @@ def equal(x, other) -> builtins.bool:
 # Tensor methods, and the names that are also `tr.<name>` functions.
 METHODS = {
     "reciprocal": reciprocal, "clamp_min": clamp_min, "clamp_max": clamp_max,
-    "floor": floor_with_gradient, "ceil": ceil, "fmod": fmod,
-    "trunc": trunc, "fix": trunc, "sgn": sgn, "isnan": isnan, "isinf": isinf,
-    "isfinite": isfinite, "nan_to_num": nan_to_num, "tan": tan, "log2": log2, "log10": log10,
-    "log1p": log1p, "expm1": expm1, "sinh": sinh, "cosh": cosh,
+    "floor": floor_with_gradient, "ceil": ceil, "fmod": fmod, "trunc": trunc, "fix": trunc,
+    "sgn": sgn, "isnan": isnan, "isinf": isinf, "isfinite": isfinite, "nan_to_num": nan_to_num,
+    "tan": tan, "log2": log2, "log10": log10, "log1p": log1p, "expm1": expm1, "sinh": sinh, "cosh": cosh,
     "logical_and": logical_and, "logical_or": logical_or, "logical_not": logical_not,
     "logical_xor": logical_xor, "isclose": isclose, "allclose": allclose, "equal": equal,
 }

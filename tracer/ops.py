@@ -24,7 +24,7 @@ from tracer.arithmetic import where
 from tracer.creation import full, iota
 from tracer.dimensions import normalize_dim
 from tracer.dispatch import apply, as_tensor, promote, tensor_operand
-from tracer.derivatives import addcdiv, lerp, logsumexp, power_norm, safe_sqrt
+from tracer.derivatives import addcdiv, lerp, logsumexp, power_norm, two_norm
 from tracer.dtypes import float32
 from tracer.reductions import amax, amin
 from tracer.tensor import Tensor
@@ -120,7 +120,7 @@ def norm(x: Tensor, p="fro", dim=None, keepdim: builtins.bool = False) -> Tensor
     if not irtypes.is_float(x.dtype):
         raise ArgumentError(f"norm needs a float tensor, got {x.dtype}")
     if p in ("fro", 2, 2.0):
-        return safe_sqrt((x * x).sum(dim, keepdim=keepdim))
+        return two_norm(x, dim, keepdim)
     if not isinstance(p, numbers.Real):
         raise ArgumentError(f"norm: p must be a number or 'fro', got {p!r}")
     if p == 0:

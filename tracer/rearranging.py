@@ -17,6 +17,7 @@ from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchErro
 from tracer.functional import cat
 from tracer.gathering import index_select
 from tracer.layout import fresh
+from tracer.symbolic_zeros import zero_kept
 from tracer.tensor import Tensor, mark_view
 
 
@@ -160,7 +161,8 @@ def diag(x: Tensor, diagonal_index: int = 0) -> Tensor:
     padded = apply("pad", [x.reshape(n, 1)], low=(0, 0), high=(0, n), interior=(0, 0))
     square = padded.reshape(n * (n + 1))[:n * n].reshape(n, n)
     low = (0, shift) if diagonal_index > 0 else (shift, 0)
-    return apply("pad", [square], low=low, high=low[::-1], interior=(0, 0))
+    # (PyTorch's backward of it is the diagonal, a view: it keeps a symbolic zero; pad does not)
+    return zero_kept(apply("pad", [square], low=low, high=low[::-1], interior=(0, 0)), x)
 
 
 def repeat_interleave(x: Tensor, repeats, dim: int | None = None) -> Tensor:

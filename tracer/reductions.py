@@ -17,6 +17,7 @@ from tracer.dtypes import bool, int64
 from tracer.errors import ArgumentError
 from tracer.function import NativeFunction
 from tracer.layout import fresh
+from tracer.symbolic_zeros import zeros_made
 from tracer.tensor import Tensor
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -48,7 +49,8 @@ class ReductionMethods:
             raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() first")
         axes = normalize_dims(dim, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
-        return self.sum(dim=axes, keepdim=keepdim) / count
+        # (PyTorch's mean_backward makes zeros of a symbolic zero, a sum and a division would not)
+        return zeros_made(self.sum(dim=axes, keepdim=keepdim) / count)
 
     def max(self, dim=None, keepdim: builtins.bool = False):
         """The maximum; with `dim`, a (values, indices) pair as in PyTorch; with a tensor,

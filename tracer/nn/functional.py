@@ -21,6 +21,7 @@ from tracer.creation import iota
 from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import as_tensor
 from tracer.layout import fresh as _fresh
+from tracer.symbolic_zeros import zeros_made as _zeros_made
 from tracer.tensor import Tensor
 from tracer.nn import convolution as _convolution
 from tracer.nn import normalization as _normalization
@@ -104,7 +105,8 @@ def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
     total = losses.sum()
     if reduction == "sum":
         return total
-    return total / (losses.numel() if denominator is None else denominator)
+    # (PyTorch's mean_backward and the losses' own backwards make zeros of a symbolic zero)
+    return _zeros_made(total / (losses.numel() if denominator is None else denominator))
 
 
 def _check_reduction(reduction: str) -> None:
@@ -210,7 +212,10 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     _check_reduction(reduction)
     difference = input - target
-    return _reduce(difference * difference, reduction)
+    losses = _reduce(difference * difference, reduction)
+    # (PyTorch's mse_loss_backward makes zeros of a symbolic zero for every reduction, as the
+    # mean's division does)
+    return losses if reduction == "mean" else _zeros_made(losses)
 
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
