@@ -47,7 +47,7 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
 class GeneratedCode(NamedTuple):
     """A program's LLVM IR as separate modules: the entry module (`tracer_entry`, the fast entry,
     the profiling counters) and one module per distinct kernel, which the entry calls by its
-    symbol. A kernel module's text does not depend on the program around it (its kernel is renamed
+    symbol. A kernel module's text does not depend on the program around it (its kernel is named
     `kernel`, its loop metadata numbered from 0), and its exported symbol is named after a hash of
     that text, so identical kernels (the same layer repeated, the same step at another batch
     size) are one module, compiled once and cached on their own (runtime/kernels.py)."""
@@ -189,22 +189,23 @@ def quick_kernels(program: LoopProgram) -> set[int]:
     return chosen
 
 
-def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
-                  metadata: list[str], header: str, mark: str | None = None) -> KernelModule:
-    """The module of one rendered kernel: `header` (the declarations and math functions every
-    module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
-    function that makes `call` (the kernel on its whole range), named after the module's hash;
-    first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled).
-    The exported function of a kernel split across threads takes its range's extent (`i64
-    %extent`, which `call` passes on): the split reads it at run time anyway, and kernels alike
-    but for it (AdamW's update of parameters of several sizes) are then one module."""
-    renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
-    body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
+def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata: list[str],
+                  header: str, mark: str | None = None) -> KernelModule:
+    """The module of one kernel rendered as KERNEL_NAME (`body`: its function and those it calls,
+    its thread-pool wrapper if any): `header` (the declarations and math functions every module
+    has) cut to what `body` uses, `body`, and the exported function that makes `call` (the kernel
+    on its whole range), named after the module's hash; first, if given, the line `mark`
+    (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled). The exported function of a kernel
+    split across threads (`parallel`) takes its range's extent (`i64 %extent`, which `call`
+    passes on): the split reads it at run time anyway, and kernels alike but for it (AdamW's
+    update of parameters of several sizes) are then one module. (Rendered under KERNEL_NAME from
+    the start: renaming each kernel's text by a regular expression, one compiled per kernel name,
+    took a third of the GPT step's render.)"""
     arguments = ", ".join([*(f"ptr %b{i}" for i in range(pointers)),
                            *(["i64 %extent"] if parallel else [])])
     placeholder = "tracer_kernel_"
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
-              f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
+              f"  {call}\n  ret void\n}}")
     text = unoptimized_out_of_line(
         "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n")
     if mark is not None:
@@ -253,21 +254,20 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
     quick = quick_kernels(program)
     for position, kernel in enumerate(program.kernels):
         metadata: list[str] = []
-        text = render_kernel(kernel, blas, sites, metadata)
+        body = render_kernel(kernel, blas, sites, metadata, KERNEL_NAME)
         pointers = record_register(sites) + [location_register(b.location)
                                              for b in kernel.buffers]
         wrapper_arguments = "".join(f"ptr %b{i}, " for i in range(len(pointers)))
-        parallel = None
-        if kernel.threads > 1:
-            parallel = render("parallel.ll.j2", name=kernel.name, buffers=len(pointers),
-                              threads=kernel.threads, chunks=kernel.chunks)
-            call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 %extent)"
+        parallel = kernel.threads > 1
+        if parallel:
+            body += "\n\n" + render("parallel.ll.j2", name=KERNEL_NAME, buffers=len(pointers),
+                                     threads=kernel.threads, chunks=kernel.chunks)
+            call = f"call void @{KERNEL_NAME}.parallel({wrapper_arguments}i64 %extent)"
         else:
-            call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
+            call = f"call void @{KERNEL_NAME}({wrapper_arguments}i64 0, i64 {kernel.extent})"
         mark = (LIBRARY_CALLS_MARK if calls_libraries_only(kernel, blas)
                 else QUICK_MARK if position in quick else None)
-        module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header,
-                               mark)
+        module = kernel_module(body, len(pointers), call, parallel, metadata, header, mark)
         if module.symbol not in kernels:
             kernels[module.symbol] = module
             if on_kernel is not None:
