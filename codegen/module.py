@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from tracer.codegen.bounds import Sites
 from tracer.codegen.lowering import LLVM_TYPE, OUT_OF_LINE
@@ -15,8 +15,8 @@ from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
                                     HOST_CALLBACK_DECLARATION, record_register, render_kernel)
 from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
 from tracer.codegen.template_environment import render
-from tracer.ir.loops import (AllReduce, Gemm, HostCall, Loop, LoopKernel, LoopProgram,
-                             checks_indices)
+from tracer.ir.loops import (AllReduce, CheckIndex, Gemm, HostCall, Loop, LoopKernel,
+                             LoopProgram, nested_statements)
 from tracer.ir.memory import Location, MemoryPlan
 
 
@@ -47,7 +47,7 @@ def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, 
 class GeneratedCode(NamedTuple):
     """A program's LLVM IR as separate modules: the entry module (`tracer_entry`, the fast entry,
     the profiling counters) and one module per distinct kernel, which the entry calls by its
-    symbol. A kernel module's text does not depend on the program around it (its kernel is renamed
+    symbol. A kernel module's text does not depend on the program around it (its kernel is named
     `kernel`, its loop metadata numbered from 0), and its exported symbol is named after a hash of
     that text, so identical kernels (the same layer repeated, the same step at another batch
     size) are one module, compiled once and cached on their own (runtime/kernels.py)."""
@@ -179,7 +179,11 @@ def quick_kernels(program: LoopProgram) -> set[int]:
     while their work together is within QUICK_FRACTION of the program's. Their code runs slower
     (scalar, without LLVM's loop optimizations), in a part of the program's time too small to
     matter; a program whose kernels all do similar work has none."""
-    work = [executed_statements(kernel) for kernel in program.kernels]
+    return quick_positions([executed_statements(kernel) for kernel in program.kernels])
+
+
+def quick_positions(work: list[int]) -> set[int]:
+    """quick_kernels of the kernels doing `work` (executed_statements), in order."""
     budget, chosen = QUICK_FRACTION * sum(work), set()
     for position in sorted(range(len(work)), key=work.__getitem__):
         budget -= work[position]
@@ -189,22 +193,23 @@ def quick_kernels(program: LoopProgram) -> set[int]:
     return chosen
 
 
-def kernel_module(kernel_text: str, name: str, pointers: int, call: str, parallel: str | None,
-                  metadata: list[str], header: str, mark: str | None = None) -> KernelModule:
-    """The module of one rendered kernel: `header` (the declarations and math functions every
-    module has), the kernel renamed KERNEL_NAME, its thread-pool wrapper if any, and the exported
-    function that makes `call` (the kernel on its whole range), named after the module's hash;
-    first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled).
-    The exported function of a kernel split across threads takes its range's extent (`i64
-    %extent`, which `call` passes on): the split reads it at run time anyway, and kernels alike
-    but for it (AdamW's update of parameters of several sizes) are then one module."""
-    renamed = re.compile(rf"(?<=[@%]){re.escape(name)}\b")
-    body = renamed.sub(KERNEL_NAME, "\n\n".join(filter(None, [kernel_text, parallel])))
+def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata: list[str],
+                  header: str, mark: str | None = None) -> KernelModule:
+    """The module of one kernel rendered as KERNEL_NAME (`body`: its function and those it calls,
+    its thread-pool wrapper if any): `header` (the declarations and math functions every module
+    has) cut to what `body` uses, `body`, and the exported function that makes `call` (the kernel
+    on its whole range), named after the module's hash; first, if given, the line `mark`
+    (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled). The exported function of a kernel
+    split across threads (`parallel`) takes its range's extent (`i64 %extent`, which `call`
+    passes on): the split reads it at run time anyway, and kernels alike but for it (AdamW's
+    update of parameters of several sizes) are then one module. (Rendered under KERNEL_NAME from
+    the start: renaming each kernel's text by a regular expression, one compiled per kernel name,
+    took a third of the GPT step's render.)"""
     arguments = ", ".join([*(f"ptr %b{i}" for i in range(pointers)),
                            *(["i64 %extent"] if parallel else [])])
     placeholder = "tracer_kernel_"
     export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
-              f"  {renamed.sub(KERNEL_NAME, call)}\n  ret void\n}}")
+              f"  {call}\n  ret void\n}}")
     text = unoptimized_out_of_line(
         "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n")
     if mark is not None:
@@ -213,35 +218,141 @@ def kernel_module(kernel_text: str, name: str, pointers: int, call: str, paralle
     return KernelModule(symbol, text.replace(f"@{placeholder}(", f"@{symbol}("))
 
 
-def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
-                    layout: tuple[int, int] | None = None, profile: bool = False,
-                    checked: bool = False, error_record: bool = False,
-                    on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
-    """The LLVM IR of the whole function (the program scheduled on `plan`) and, with an
-    `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
-    reads: the code is `checked`, every access, or may check an index), the table of its checked
-    accesses.
-    With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
-    each kernel's calls and nanoseconds in the global @tracer_profile. Each distinct kernel module
-    is handed to `on_kernel` as soon as it is rendered (runtime/kernels.py compiles it meanwhile)."""
-    if checks_indices(program) and not error_record:
-        raise ValueError(f"{program.name} checks indices without an error record")
-    sites = Sites(plan, every_access=checked) if error_record else None
-    parameters = program.parameters
+class Scheduling(NamedTuple):
+    """A program's kernels as they are scheduled (runtime/pipeline.py appends each to the
+    program's list too), and what is known of them before: their kinds (the fused kernels'), and
+    whether one may run on several threads (the thread pool's function is then declared in every
+    module once one does)."""
+    kernels: Iterable[LoopKernel]
+    kinds: frozenset[str]
+    threaded: bool
+
+
+class RenderedKernel(NamedTuple):
+    """The arguments of kernel_module for one kernel, but the header and its mark, and its work."""
+    body: str
+    pointers: int
+    call: str
+    parallel: bool
+    metadata: list[str]
+    library: bool  # calls_libraries_only: marked LIBRARY_CALLS_MARK, whatever its work
+    work: int  # executed_statements
+
+
+def module_header(triple: str, blas: bool, kinds: frozenset[str], parallel: bool,
+                  record: bool) -> str:
+    """The declarations and math functions every kernel module of a program starts from."""
     declarations = []
-    if any(kernel.threads > 1 for kernel in program.kernels):
+    if parallel:
         declarations.append("declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind")
-    if any(kernel.kind == "all_reduce" for kernel in program.kernels):
+    if "all_reduce" in kinds:
         declarations.extend(ALL_REDUCE_DECLARATIONS)
-    if any(kernel.kind == "host_callback" for kernel in program.kernels):
+    if "host_callback" in kinds:
         declarations.append(HOST_CALLBACK_DECLARATION)
     if blas:
         for dtype, symbol in GEMM_SYMBOLS.items():
             t = LLVM_TYPE[dtype]
             declarations.append(f"declare void @{symbol}(i32, i32, i32, i64, i64, i64, {t}, ptr, "
                                 f"i64, ptr, i64, {t}, ptr, i64) nounwind")
-    header = render("kernel_header.ll.j2", triple=triple, declarations=declarations,
-                    record=sites is not None)
+    return render("kernel_header.ll.j2", triple=triple, declarations=declarations, record=record)
+
+
+def render_module_parts(kernel: LoopKernel, blas: bool, sites: Sites | None) -> RenderedKernel:
+    """`kernel` rendered as KERNEL_NAME, with its thread-pool wrapper if it is split."""
+    if sites is None and any(isinstance(s, CheckIndex) for s in nested_statements(kernel.body)):
+        raise ValueError(f"{kernel.name} checks indices without an error record")
+    metadata: list[str] = []
+    body = render_kernel(kernel, blas, sites, metadata, KERNEL_NAME)
+    pointers = len(record_register(sites)) + len(kernel.buffers)
+    wrapper_arguments = "".join(f"ptr %b{i}, " for i in range(pointers))
+    parallel = kernel.threads > 1
+    if parallel:
+        body += "\n\n" + render("parallel.ll.j2", name=KERNEL_NAME, buffers=pointers,
+                                 threads=kernel.threads, chunks=kernel.chunks)
+        call = f"call void @{KERNEL_NAME}.parallel({wrapper_arguments}i64 %extent)"
+    else:
+        call = f"call void @{KERNEL_NAME}({wrapper_arguments}i64 0, i64 {kernel.extent})"
+    return RenderedKernel(body, pointers, call, parallel, metadata,
+                          calls_libraries_only(kernel, blas), executed_statements(kernel))
+
+
+def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
+                    layout: tuple[int, int] | None = None, profile: bool = False,
+                    checked: bool = False, error_record: bool = False,
+                    on_kernel: Callable[[KernelModule], None] | None = None,
+                    scheduling: Scheduling | None = None) -> GeneratedCode:
+    """The LLVM IR of the whole function (the program scheduled on `plan`) and, with an
+    `error_record` (RECORD_BYTES at byte plan.arena_size of the arena, which the runtime sizes and
+    reads: the code is `checked`, every access, or may check an index), the table of its checked
+    accesses.
+    With `blas`, matmuls call the gemm the runtime registers. With `profile`, the entry counts
+    each kernel's calls and nanoseconds in the global @tracer_profile.
+
+    Each kernel is rendered in turn -- with `scheduling`, as soon as it is scheduled -- and each
+    distinct kernel module handed to `on_kernel` (runtime/kernels.py compiles it meanwhile) once
+    its text is certain: once the header is (whether it declares the thread pool: from the first
+    kernel split across threads on, or when the program ends), and the kernel's mark is. Whether
+    a kernel is quick is the whole program's decision (quick_kernels): a kernel that might be one
+    (its work within QUICK_FRACTION of the work so far, which only grows) waits for the end; one
+    handed over unmarked that ends up quick (its work outweighed the program's first kernels, but
+    not the whole program's) is handed over again with its mark (its first compile wasted)."""
+    if scheduling is None:
+        scheduling = Scheduling(program.kernels, frozenset(k.kind for k in program.kernels),
+                                any(kernel.threads > 1 for kernel in program.kernels))
+    sites = Sites(plan, every_access=checked) if error_record else None
+    header = None if scheduling.threaded else module_header(triple, blas, scheduling.kinds, False,
+                                                            sites is not None)
+    rendered: list[RenderedKernel] = []
+    waiting: list[int] = []  # the positions rendered whose module is not made yet
+    made: dict[int, KernelModule] = {}  # the others' module, unmarked or LIBRARY_CALLS_MARK
+    handed: set[str] = set()
+
+    def hand(module: KernelModule) -> None:
+        if module.symbol not in handed:
+            handed.add(module.symbol)
+            if on_kernel is not None:
+                on_kernel(module)
+
+    work = 0
+    for kernel in scheduling.kernels:
+        parts = render_module_parts(kernel, blas, sites)
+        waiting.append(len(rendered))
+        rendered.append(parts)
+        work += parts.work
+        if header is None and parts.parallel:
+            header = module_header(triple, blas, scheduling.kinds, True, sites is not None)
+        if header is not None:
+            for position in list(waiting):
+                kept = rendered[position]
+                if kept.library or kept.work > QUICK_FRACTION * work:
+                    waiting.remove(position)
+                    made[position] = kernel_module(*kept[:5], header, LIBRARY_CALLS_MARK
+                                                   if kept.library else None)
+                    hand(made[position])
+    if header is None:  # (no kernel split across threads)
+        header = module_header(triple, blas, scheduling.kinds, False, sites is not None)
+    quick = quick_positions([parts.work for parts in rendered])
+    kernels: dict[str, KernelModule] = {}
+    modules = []
+    for position, parts in enumerate(rendered):
+        mark = LIBRARY_CALLS_MARK if parts.library else QUICK_MARK if position in quick else None
+        module = made.get(position)
+        if module is None or mark == QUICK_MARK:
+            module = kernel_module(*parts[:5], header, mark)
+            hand(module)
+        kernels.setdefault(module.symbol, module)
+        modules.append(module)
+    entry = entry_module(program, plan, triple, layout, profile, checked, sites, rendered,
+                         modules)
+    return GeneratedCode(entry, list(kernels.values()), sites)
+
+
+def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
+                 layout: tuple[int, int] | None, profile: bool, checked: bool,
+                 sites: Sites | None, rendered: list[RenderedKernel],
+                 modules: list[KernelModule]) -> str:
+    """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers."""
+    parameters = program.parameters
     slots = [(f"%param.{i}", i) for i in range(len(parameters))]
     slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
     slots.append(("%arena", len(parameters) + len(program.output_slots)))
@@ -249,30 +360,10 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
                             if b.location.kind == "arena"})
     calls: list[str] = []
     signatures: dict[str, str] = {}  # each kernel symbol's argument types
-    kernels: dict[str, KernelModule] = {}
-    quick = quick_kernels(program)
-    for position, kernel in enumerate(program.kernels):
-        metadata: list[str] = []
-        text = render_kernel(kernel, blas, sites, metadata)
+    for kernel, parts, module in zip(program.kernels, rendered, modules):
         pointers = record_register(sites) + [location_register(b.location)
                                              for b in kernel.buffers]
-        wrapper_arguments = "".join(f"ptr %b{i}, " for i in range(len(pointers)))
-        parallel = None
-        if kernel.threads > 1:
-            parallel = render("parallel.ll.j2", name=kernel.name, buffers=len(pointers),
-                              threads=kernel.threads, chunks=kernel.chunks)
-            call = f"call void @{kernel.name}.parallel({wrapper_arguments}i64 %extent)"
-        else:
-            call = f"call void @{kernel.name}({wrapper_arguments}i64 0, i64 {kernel.extent})"
-        mark = (LIBRARY_CALLS_MARK if calls_libraries_only(kernel, blas)
-                else QUICK_MARK if position in quick else None)
-        module = kernel_module(text, kernel.name, len(pointers), call, parallel, metadata, header,
-                               mark)
-        if module.symbol not in kernels:
-            kernels[module.symbol] = module
-            if on_kernel is not None:
-                on_kernel(module)
-        extent = [kernel.extent] if parallel else []  # (what the split reads at run time)
+        extent = [kernel.extent] if parts.parallel else []  # (what the split reads at run time)
         arguments = [*(f"ptr {p}" for p in pointers), *(f"i64 {e}" for e in extent)]
         calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
         signatures[module.symbol] = ", ".join(["ptr"] * len(pointers) + ["i64"] * len(extent))
@@ -280,11 +371,9 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
     kernel_declarations = [f"declare void @{symbol}({types}) nounwind"
                            for symbol, types in signatures.items()]
-    entry = render(
+    return render(
         "module.ll.j2", function_name=program.name, triple=triple,
         declarations=kernel_declarations, slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
         record_offset=program.arena_size)
-    return GeneratedCode(entry, list(kernels.values()), sites)
-

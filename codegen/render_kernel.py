@@ -64,8 +64,9 @@ class KernelRenderer:
     """Writes the LLVM function of one loop IR kernel."""
 
     def __init__(self, kernel: LoopKernel, blas: bool, sites: Sites | None,
-                 metadata: list[str]):
+                 metadata: list[str], function_name: str):
         self.kernel = kernel
+        self.function_name = function_name  # in the text; the checked sites keep kernel.name
         self.blas = blas
         self.sites = sites
         self.metadata = metadata  # the module's numbered metadata (loop hints), appended to
@@ -278,11 +279,11 @@ class KernelRenderer:
 
     def gemm(self, gemm: Gemm) -> None:
         """A call of the kernel's gemm function on the kernel's range of tasks."""
-        name = f"{self.kernel.name}.gemm"
+        name = f"{self.function_name}.gemm"
         buffers = {b.name: b.value for b in self.kernel.buffers}
         values = {"a": buffers[gemm.a], "b": buffers[gemm.b], "c": gemm.result}
         # a plain matmul kernel is its gemm: its accesses are named after the kernel
-        site_name = name if gemm.accumulate else self.kernel.name
+        site_name = f"{self.kernel.name}.gemm" if gemm.accumulate else self.kernel.name
         self.functions.append(render_matmul(name, site_name, gemm, values, self.blas, self.sites))
         pointers = record_register(self.sites) + [f"%{b}" for b in (gemm.a, gemm.b, gemm.c)]
         alpha = (f"{LLVM_TYPE[gemm.dtype]} {self.operand(gemm.alpha, gemm.dtype)}, "
@@ -385,12 +386,14 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
 
 
 def render_kernel(kernel: LoopKernel, blas: bool, sites: Sites | None,
-                  metadata: list[str]) -> str:
-    """The LLVM function of `kernel` (and the gemm function it calls, if any); the metadata its
-    loops refer to is appended to `metadata`, the module's."""
-    renderer = KernelRenderer(kernel, blas, sites, metadata)
+                  metadata: list[str], function_name: str | None = None) -> str:
+    """The LLVM function of `kernel` (and the gemm function it calls, if any), named
+    `function_name` (kernel.name if not given; the checked sites name kernel.name either way);
+    the metadata its loops refer to is appended to `metadata`, the module's."""
+    function_name = function_name or kernel.name
+    renderer = KernelRenderer(kernel, blas, sites, metadata, function_name)
     renderer.render(kernel.body)
     pointers = record_register(sites) + [f"%{b.name}" for b in kernel.buffers]
-    text = str(macros("loops.ll.j2").kernel(kernel.name, pointers, renderer.w.allocas,
+    text = str(macros("loops.ll.j2").kernel(function_name, pointers, renderer.w.allocas,
                                             "\n".join(renderer.w.lines)))
     return "\n\n".join([text, *renderer.functions])

@@ -23,7 +23,10 @@ def _environment():
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-        bytecode_cache=bytecode_cache)
+        bytecode_cache=bytecode_cache,
+        # The templates are the package's, not edited while it runs: with reloading on, each of
+        # a program's ~300 renders checked its file's time on disk.
+        auto_reload=False)
     environment.filters["d"] = double_hex
     environment.globals["reduction_table"] = reduction_table  # math.ll.j2's bits of 2/pi
     return environment

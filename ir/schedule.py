@@ -17,6 +17,7 @@ ir/schedule_index.py computes the indices; ir/one_hot.py and ir/loop_fusion.py t
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 from tracer.ir.fusion import FusedFunction, Kernel
 from tracer.ir.graph import Instruction, Value, deep_recursion
@@ -349,10 +350,25 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
 
 def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:
     """The loop IR of a fused function placed in memory by `plan`: the `loops` stage."""
-    with deep_recursion(8 * len(fused.function.instructions)):  # (~5 frames an operand deep)
-        kernels = [schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
-                   for number, kernel in enumerate(fused.kernels)]
-    program = LoopProgram(fused.function.name, list(fused.function.parameters), list(
-        plan.output_slots), [plan.write(v) for v in fused.function.outputs], plan.arena_size, kernels)
-    return loop_fusion.fuse_sibling_loops(one_hot.move_one_hot_terms(
-        one_hot.shortcut_one_hot_reductions(program)))
+    program = unscheduled_program(fused, plan)
+    program.kernels.extend(schedule_kernels(fused, plan, threads))
+    return program
+
+
+def unscheduled_program(fused: FusedFunction, plan: MemoryPlan) -> LoopProgram:
+    """The loop program of `fused` on `plan` without its kernels yet."""
+    return LoopProgram(fused.function.name, list(fused.function.parameters), list(
+        plan.output_slots), [plan.write(v) for v in fused.function.outputs], plan.arena_size, [])
+
+
+def schedule_kernels(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> Iterator[LoopKernel]:
+    """The kernels of `fused` scheduled one at a time, in order, each as the `loops` stage has it
+    (the passes over its loops done): the back end renders and compiles each while it schedules
+    the next (runtime/pipeline.py)."""
+    for number, kernel in enumerate(fused.kernels):
+        with deep_recursion(8 * len(fused.function.instructions)):  # (~5 frames an operand deep)
+            scheduled = schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
+        # (the passes take a program: a kernel's own, each kernel's loops rewritten on their own)
+        alone = LoopProgram(fused.function.name, [], [], [], plan.arena_size, [scheduled])
+        yield from loop_fusion.fuse_sibling_loops(one_hot.move_one_hot_terms(
+            one_hot.shortcut_one_hot_reductions(alone))).kernels

@@ -12,9 +12,15 @@ def verify_loops(program: LoopProgram) -> None:
     block (a loop's counter inside it), every buffer named is one of the kernel's, every index
     operation is one of INDEX_OPS, every loop bound an int, the kernel's begin or end or a
     register defined before the loop, and every checked index's dimension size an int >= 0."""
-    for kernel in program.kernels:  # the kernel's range, begin and end, is defined throughout
-        _verify_block(kernel, kernel.body, [{"begin", "end"}], {"begin", "end"},
-                      {b.name for b in kernel.buffers})
+    for kernel in program.kernels:
+        verify_kernel(kernel)
+
+
+def verify_kernel(kernel: LoopKernel) -> None:
+    """verify_loops for one kernel (the back end verifies each as it is scheduled)."""
+    # the kernel's range, begin and end, is defined throughout
+    _verify_block(kernel, kernel.body, [{"begin", "end"}], {"begin", "end"},
+                  {b.name for b in kernel.buffers})
 
 
 def _verify_block(kernel: LoopKernel, statements: list, scopes: list[set[str]],

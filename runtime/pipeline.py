@@ -5,8 +5,9 @@ the compile report).
     compile_signature   trace → grad → optimize (→ check_grads) → back end → the signature's Entry
     compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
 
-(A kernel module's LLVM compile starts, in the compile worker, as soon as it is rendered: the
-`llvm` step times what is left of it once every module is rendered.)
+(Schedule and render go kernel by kernel, and a kernel module's LLVM compile starts, in the
+compile worker, as soon as its text is certain: the `llvm` step times what is left of it once
+every module is rendered.)
 
 The other modules each do one of these steps and return here: runtime/recording.py records,
 ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
@@ -48,7 +49,7 @@ from tracer.runtime.recording import Recorder, Recording
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
     from tracer.codegen.module import GeneratedCode, KernelModule
-    from tracer.ir.loops import LoopProgram
+    from tracer.ir.loops import LoopKernel, LoopProgram
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
@@ -281,12 +282,28 @@ class BackEnd:
     @functools.cached_property
     def loops(self) -> LoopProgram:
         """The `loops` stage: the fused kernels scheduled on the plan, verified."""
-        from tracer.ir.schedule import schedule
-        from tracer.ir.verify_loops import verify_loops
-        with self.step("schedule"):
-            loops = schedule(self.fused, self.plan, self.settings.threads)
-            verify_loops(loops)
-        return loops
+        from tracer.ir.schedule import unscheduled_program
+        program = unscheduled_program(self.fused, self.plan)
+        for _ in self._scheduled(program):
+            pass  # (each kernel appended to `program`)
+        return program
+
+    def _scheduled(self, program: LoopProgram) -> Iterator[LoopKernel]:
+        """Each kernel scheduled and verified in turn (the `schedule` step), appended to
+        `program`, then `loops` once they all are."""
+        from tracer.ir.schedule import schedule_kernels
+        from tracer.ir.verify_loops import verify_kernel
+        kernels = schedule_kernels(self.fused, self.plan, self.settings.threads)
+        while True:
+            with self.step("schedule"):
+                kernel = next(kernels, None)
+                if kernel is not None:
+                    verify_kernel(kernel)
+            if kernel is None:
+                self.__dict__["loops"] = program  # (the cached property's value)
+                return
+            program.kernels.append(kernel)
+            yield kernel
 
     @functools.cached_property
     def code(self) -> GeneratedCode:
@@ -294,17 +311,30 @@ class BackEnd:
         return self.render()
 
     def render(self, on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
-        """`code`, rendered now, each new kernel module handed to `on_kernel` as soon as it is
-        rendered (and before the next is)."""
-        from tracer.codegen.module import generate_module
+        """`code`, rendered now, each new kernel module handed to `on_kernel` as soon as its text
+        is certain (codegen.module.generate_module). Unless `loops` was made before (printed), each
+        kernel is rendered as soon as it is scheduled: the compile worker starts on the first
+        modules while the scheduler goes on (the GPT step's schedule took 100-130 ms, during which
+        the worker waited)."""
+        from tracer.codegen.module import Scheduling, generate_module
         from tracer.runtime import template_cache
         template_cache.install()
-        loops = self.loops
+        if "loops" in self.__dict__:
+            program, scheduling = self.loops, None
+        else:
+            from tracer.ir.schedule import unscheduled_program
+            program = unscheduled_program(self.fused, self.plan)
+            scheduling = Scheduling(self._scheduled(program),
+                                    frozenset(kernel.kind for kernel in self.fused.kernels),
+                                    self.settings.threads > 1)
+        scheduled = self.timings.get("schedule", 0.0)
         with self.step("render"):
             settings = self.settings
-            self.code = generate_module(loops, self.plan, self.host.triple, settings.blas,
+            self.code = generate_module(program, self.plan, self.host.triple, settings.blas,
                                         settings.layout, settings.profile, settings.checked,
-                                        self.error_record, on_kernel)
+                                        self.error_record, on_kernel, scheduling)
+        # the render step's time without the scheduling it waited for
+        self.timings["render"] -= self.timings.get("schedule", 0.0) - scheduled
         return self.code
 
     @property

@@ -11,6 +11,7 @@ import pytest
 import tracer as tr
 from tracer.ir.memory import ALIGNMENT
 from tracer.codegen import module as codegen_module
+from tracer.codegen.symbols import QUICK_MARK
 from tracer.runtime import compile_worker, jit, kernels, native, object_code, pipeline
 
 
@@ -273,3 +274,70 @@ def test_a_program_of_kernels_of_similar_work_has_no_quick_kernel():
     assert codegen_module.quick_kernels(entry.executable.back_end.loops) == set()
     assert not any(kernels.kernel_options(module.text).get("quick")
                    for module in entry.executable.back_end.code.kernels)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernels_rendered_as_they_are_scheduled_make_the_modules_of_the_whole_program(
+        monkeypatch, threads):
+    """The back end renders each kernel as soon as it is scheduled and hands its module to the
+    compilation once its text is certain. The two small kernels (the bias's, its sum) come first
+    and are quick only by the whole program's work: on one thread each is handed over unmarked
+    as it comes (its work outweighed the work so far), then marked at the end; on two, every
+    module waits for the one kernel split across threads, the last (which tells that the
+    header declares the thread pool). The modules and the entry are those rendered from the
+    whole program at once, and the results numpy's."""
+    from tracer.ir import schedule
+    monkeypatch.setenv("TRACER_NUM_THREADS", str(threads))
+    scheduled, handed = [], []
+    original_kernels = schedule.schedule_kernels
+
+    def counting(*arguments):
+        for kernel in original_kernels(*arguments):
+            scheduled.append(kernel.name)
+            yield kernel
+    monkeypatch.setattr(schedule, "schedule_kernels", counting)
+    original_add = kernels.ProgramCompilation.add
+
+    def recording(compilation, module):
+        handed.append((module, len(scheduled)))  # (how many kernels were scheduled by then)
+        original_add(compilation, module)
+    monkeypatch.setattr(kernels.ProgramCompilation, "add", recording)
+
+    @tr.trace
+    def step(bias, x):
+        small = bias.exp() * 2.0
+        return small, (x * 1.5).tanh() + small.sum(), (x * 0.5).sin()
+
+    rng = np.random.default_rng(9)
+    bias, x = rng.normal(size=8).astype(np.float32), rng.normal(size=200_000).astype(np.float32)
+    small, big, other = step(bias, x)
+    np.testing.assert_allclose(small.numpy(), np.exp(bias) * 2, rtol=2e-6, atol=0)
+    np.testing.assert_allclose(big.numpy(), np.tanh(x * np.float32(1.5)) + (np.exp(bias) * 2).sum(),
+                               rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(other.numpy(), np.sin(x * np.float32(0.5)), rtol=2e-6, atol=1e-7)
+    (entry,) = step._signatures.entries.values()
+    back_end = entry.executable.back_end
+    loops, code = back_end.loops, back_end.code
+    assert len(scheduled) == len(loops.kernels) == 3
+    settings = back_end.settings
+    whole = codegen_module.generate_module(loops, back_end.plan, back_end.host.triple,
+                                           settings.blas, settings.layout, settings.profile,
+                                           settings.checked, back_end.error_record)
+    assert whole.entry == code.entry
+    assert [module.text for module in whole.kernels] == [module.text for module in code.kernels]
+    first_handed = {}  # each module's symbol: how many kernels were scheduled when first handed
+    for module, count in handed:
+        first_handed.setdefault(module.symbol, count)
+    final = {module.symbol for module in code.kernels}
+    assert final <= set(first_handed)
+    assert [kernel.threads for kernel in loops.kernels] == [1, 1, threads]
+    assert codegen_module.quick_kernels(loops) == {0, 1}
+    extra = set(first_handed) - final
+    if threads == 1:
+        assert sorted(first_handed.values())[:2] == [1, 2]
+        marked = {module.text.removeprefix(QUICK_MARK + "\n").replace(module.symbol, "symbol")
+                  for module in code.kernels if module.text.startswith(QUICK_MARK)}
+        assert {module.text.replace(module.symbol, "symbol") for module, _ in handed
+                if module.symbol in extra} == marked and len(marked) == 2
+    else:
+        assert not extra and set(first_handed.values()) == {len(scheduled)}
