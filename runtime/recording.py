@@ -115,7 +115,9 @@ class Recorder:
         trace.draws_undone = draws.undone
 
         def drawn() -> str | None:  # (puts back what the function drew: see Draws.drawn)
-            return draws.drawn(tuple(self.used.codes) if self.used is not None else None)
+            # (a copy in one step: the code that runs meanwhile -- a finalizer the garbage
+            # collector calls -- is recorded too, and iterating the set would then fail)
+            return draws.drawn(self.used.codes.copy() if self.used is not None else None)
 
         try:
             result = self.function(*args, **kwargs)
