@@ -59,6 +59,14 @@ def _library_file(filename: str) -> bool:
     return filename.startswith(_libraries()) and not project_file(filename)
 
 
+def _user_module(module: types.ModuleType) -> bool:
+    """A module of the user's own files (walked as an object: its settings are read as
+    `config.scale`), not of a library or of this project."""
+    filename = getattr(module, "__file__", None)
+    return (isinstance(filename, str) and not filename.startswith(_libraries())
+            and not project_file(filename))
+
+
 def _library_class(cls: type) -> bool:
     filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
     if filename is None:  # a builtin, or the code typed into an interactive interpreter
@@ -223,7 +231,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     # of its param_groups hold the one betas tuple), and its items are guarded at every path.
     if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)
             or len(reached._seen) >= MAX_OBJECTS
-            or isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType))):
+            or isinstance(value, (type, types.BuiltinFunctionType))
+            or (isinstance(value, types.ModuleType) and not _user_module(value))):
         return
     if isinstance(value, (types.FunctionType, types.MethodType)):
         _walk_callable(value, reached, depth, path[0])
@@ -238,6 +247,10 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             for key, item in list(value.items()):
                 if isinstance(key, (str, int, Tensor)):
                     _walk(item, _child(path, "item", key), reached, depth + 1)
+    elif isinstance(value, types.ModuleType):  # a user's module: `import config; config.scale`
+        for key, item in list(vars(value).items()):
+            if not key.startswith("__"):
+                _walk(item, _child(path, "attr", key), reached, depth + 1)
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif hasattr(value, "__dict__") and not _library_class(type(value)):

@@ -2,6 +2,7 @@
 compiled call gives eager mode's answer, or a clear error, never a stale or mixed-up one."""
 import dataclasses
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -284,3 +285,20 @@ def test_a_setting_held_by_a_users_generator_is_guarded():
     augment.scale = 3
     np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [3.0, 3.0])
     assert f.cache_info().misses == 2
+
+
+def test_a_setting_in_a_users_module_is_guarded_or_a_runtime_input(tmp_path, monkeypatch):
+    (tmp_path / "user_settings.py").write_text("scale = 2\nfactor = 0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_settings
+    try:
+        f = tr.trace(lambda x: x * user_settings.scale * user_settings.factor)
+        np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [1.0, 1.0])
+        user_settings.factor = 0.25  # a float: a runtime input, no new trace
+        np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [0.5, 0.5])
+        assert f.cache_info().misses == 1
+        user_settings.scale = 3  # an int: compiled in, traced again (before: 2, stale)
+        np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [0.75, 0.75])
+        assert f.cache_info().misses == 2
+    finally:
+        sys.modules.pop("user_settings", None)
