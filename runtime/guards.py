@@ -13,6 +13,7 @@ say) is guarded by identity only: rebinding it is not seen.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import numbers
 import os
@@ -57,6 +58,11 @@ def _libraries() -> tuple[str, ...]:
 
 def _library_file(filename: str) -> bool:
     return filename.startswith(_libraries()) and not project_file(filename)
+
+
+# The standard library's bags of settings, walked as a user's objects are: `args.lr` of
+# argparse's parse_args(), a SimpleNamespace config.
+_SETTINGS = (types.SimpleNamespace, argparse.Namespace)
 
 
 def _user_module(module: types.ModuleType) -> bool:
@@ -253,7 +259,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
-    elif hasattr(value, "__dict__") and not _library_class(type(value)):
+    elif hasattr(value, "__dict__") and (not _library_class(type(value))
+                                         or isinstance(value, _SETTINGS)):
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)

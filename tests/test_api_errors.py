@@ -397,12 +397,22 @@ def test_traced_tensor_escaping():
     @tr.trace
     def g(x):
         z = x * 3
-        kept.append(types.SimpleNamespace(z=z))  # a library object, not walked: found when used
+        kept.append(types.SimpleNamespace(z=z))  # a bag of settings, walked: found when traced
         return z
 
-    g(tr.tensor([1.0]))
     with pytest.raises(tr.TracingError) as error:
-        kept[1].z + 1
+        g(tr.tensor([1.0]))
+    check_message(error, def_line(g.__wrapped__) + 2, "kept[1].z", "return the tensors")
+
+    @tr.trace
+    def h(x):
+        w = x * 4
+        kept.append(types.MappingProxyType({"w": w}))  # a library object, not walked: when used
+        return w
+
+    h(tr.tensor([1.0]))
+    with pytest.raises(tr.TracingError) as error:
+        kept[2]["w"] + 1
     check_message(error, here() - 1, "return it")
 
 

@@ -302,3 +302,19 @@ def test_a_setting_in_a_users_module_is_guarded_or_a_runtime_input(tmp_path, mon
         assert f.cache_info().misses == 2
     finally:
         sys.modules.pop("user_settings", None)
+
+
+@pytest.mark.parametrize("settings", ["SimpleNamespace", "argparse.Namespace"])
+def test_a_setting_in_a_namespace_is_guarded_or_a_runtime_input(settings):
+    import argparse
+    import types
+    kind = types.SimpleNamespace if settings == "SimpleNamespace" else argparse.Namespace
+    options = kind(scale=2, lr=0.5)
+    f = tr.trace(lambda x: x * options.scale * options.lr)
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [1.0, 1.0])
+    options.lr = 0.25  # a float: a runtime input, no new trace (before: compiled in, stale)
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [0.5, 0.5])
+    assert f.cache_info().misses == 1
+    options.scale = 3  # an int: traced again (before: 2, stale)
+    np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [0.75, 0.75])
+    assert f.cache_info().misses == 2
