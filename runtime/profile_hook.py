@@ -6,9 +6,10 @@ thread pool is. Recorded by a Python profile function, the calls of the GPT step
 a Python function).
 
 `install(codes)` sets it for the calling thread when it is at hand: compiled in this process, or
-in the disk cache (linked without LLVM); otherwise the caller records in Python (code_names.py
-records the first calls of every trace in Python and installs it from its Python profile
-function once a trace is long, where linking it pays). `prepare()`
+in the disk cache (linked without LLVM), or compiled then (a long trace of a cold process: ~10 ms
+and LLVM's import, which its compile needs anyway); otherwise the caller records in Python
+(code_names.py records the first calls of every trace in Python and installs it from its Python
+profile function once a trace is long, where linking it pays). `prepare()`
 compiles it where a program was just compiled (LLVM loaded anyway): once per machine, ~10 ms.
 `sys.setprofile(None)` removes it."""
 from __future__ import annotations
@@ -31,12 +32,13 @@ _unavailable: list[Exception] = []  # why linking or compiling it failed, if it 
 LOG = logging.getLogger("tracer.cache")
 
 
-def install(codes: set) -> bool:
+def install(codes: set, compile_if_missing: bool = True) -> bool:
     """Make the hook the calling thread's profile function, adding to `codes`; whether it was at
-    hand (if not, nothing was done). Never raises: it runs inside a Python profile function,
-    where an exception would end the recording and surface in the traced code."""
+    hand, compiled now if need be and asked (if not, nothing was done). Never raises: it runs
+    inside a Python profile function, where an exception would end the recording and surface in
+    the traced code."""
     try:
-        address = _address()
+        address = _address(compile_if_missing)
     except Exception as error:  # noqa: BLE001 - recording in Python is always possible
         _unavailable.append(error)
         LOG.debug("the native profile hook is not available: %r", error)
