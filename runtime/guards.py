@@ -69,8 +69,7 @@ def _user_module(module: types.ModuleType) -> bool:
     """A module of the user's own files (walked as an object: its settings are read as
     `config.scale`), not of a library or of this project."""
     filename = getattr(module, "__file__", None)
-    return (isinstance(filename, str) and not filename.startswith(_libraries())
-            and not project_file(filename))
+    return isinstance(filename, str) and not _library_file(filename) and not project_file(filename)
 
 
 def _library_class(cls: type) -> bool:

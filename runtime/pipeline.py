@@ -37,7 +37,7 @@ from tracer.ir.index_checks import can_fail
 from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
 from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
-from tracer.runtime import native, profile_hook
+from tracer.runtime import native
 from tracer.runtime.arena import AHEAD_BYTES, ArenaAhead
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
@@ -217,7 +217,6 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
             code = back_end.render(compilation.add)
             with step("llvm"):
                 objects = compilation.finish(code, cache)
-            profile_hook.prepare()  # (LLVM loaded: for the next traces, see code_names.py)
         with step("load"):
             compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
     back_end.compile_steps = tuple(back_end.timings)

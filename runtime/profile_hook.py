@@ -5,13 +5,11 @@ thread pool is. Recorded by a Python profile function, the calls of the GPT step
 360 ms of CPU instead of 150-210 ms without recording (every call, return and builtin call ran
 a Python function).
 
-`install(codes)` sets it for the calling thread when it is at hand: compiled in this process, or
-in the disk cache (linked without LLVM), or compiled then (a long trace of a cold process: ~10 ms
-and LLVM's import, which its compile needs anyway); otherwise the caller records in Python
-(code_names.py records the first calls of every trace in Python and installs it from its Python
-profile function once a trace is long, where linking it pays). `prepare()`
-compiles it where a program was just compiled (LLVM loaded anyway): once per machine, ~10 ms.
-`sys.setprofile(None)` removes it."""
+`install(codes)` sets it for the calling thread: linked from the disk cache (without LLVM), or
+compiled first (~10 ms, and LLVM's import, which a cold process's compile needs anyway);
+code_names.py records the first calls of every trace in Python and installs it from its Python
+profile function once a trace is long, where linking it pays; if it cannot be had, the recording
+stays in Python. `sys.setprofile(None)` removes it."""
 from __future__ import annotations
 
 import ctypes
@@ -32,13 +30,12 @@ _unavailable: list[Exception] = []  # why linking or compiling it failed, if it 
 LOG = logging.getLogger("tracer.cache")
 
 
-def install(codes: set, compile_if_missing: bool = True) -> bool:
-    """Make the hook the calling thread's profile function, adding to `codes`; whether it was at
-    hand, compiled now if need be and asked (if not, nothing was done). Never raises: it runs
-    inside a Python profile function, where an exception would end the recording and surface in
-    the traced code."""
+def install(codes: set) -> bool:
+    """Make the hook the calling thread's profile function, adding to `codes`; whether it could be
+    had (if not, nothing was done). Never raises: it runs inside a Python profile function,
+    where an exception would end the recording and surface in the traced code."""
     try:
-        address = _address(compile_if_missing)
+        address = _address()
     except Exception as error:  # noqa: BLE001 - recording in Python is always possible
         _unavailable.append(error)
         LOG.debug("the native profile hook is not available: %r", error)
@@ -53,47 +50,32 @@ _set_profile = ctypes.pythonapi.PyEval_SetProfile
 _set_profile.restype, _set_profile.argtypes = None, [ctypes.c_void_p, ctypes.py_object]
 
 
-def prepare() -> None:
-    """Have the hook at hand from now on, compiling it if need be (LLVM is loaded)."""
-    try:
-        _address(compile_if_missing=True)
-    except Exception as error:  # noqa: BLE001 - recording in Python is always possible
-        _unavailable.append(error)
-        LOG.debug("the native profile hook is not available: %r", error)
-
-
-def _address(compile_if_missing: bool = False) -> int | None:
+def _address() -> int | None:
     with _lock:
-        if _unavailable:
+        if _unavailable or platform.python_implementation() != "CPython":
             return None
         if not _hook:
-            module = _linked(compile_if_missing)
-            if module is None:
-                return None
+            module = _linked()
             _hook.append((module, module.address(SYMBOL)))
         return _hook[0][1]
 
 
-def _linked(compile_if_missing: bool) -> native.JitModule | None:
-    """The hook linked into this process: from the disk cache, or compiled now if asked; None if
-    neither (not counted among the programs compiled or loaded: it is the runtime's)."""
-    if platform.python_implementation() != "CPython":
-        return None
+def _linked() -> native.JitModule:
+    """The hook linked into this process, from the disk cache or compiled now (not counted among
+    the programs compiled or loaded: it is the runtime's)."""
     for name in _C_API:
         loader.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     cache = _cache()
-    cached = cache.load() if cache is not None else None
-    if cached is None:
-        if not compile_if_missing:
-            return None
+    code = cache.load() if cache is not None else None
+    if code is None:
         from tracer.codegen.template_environment import render
         from tracer.runtime import object_code, template_cache
         template_cache.install()
-        cached = object_code.compile_object(render("profile_hook.ll.j2",
-                                                   triple=native.host().triple))
+        code = object_code.compile_object(render("profile_hook.ll.j2",
+                                                 triple=native.host().triple))
         if cache is not None:
-            cache.store(cached)
-    return native.JitModule.link([cached])
+            cache.store(code)
+    return native.JitModule.link([code])
 
 
 def _cache() -> ObjectCache | None:

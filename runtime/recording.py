@@ -132,9 +132,9 @@ class Recorder:
             # constants (if that fails too, its error is the user's)
             raise Specialize(frozenset(), frozenset(i.name for i in floats.inputs),
                              f"tracing with them as runtime inputs raised {error!r}") from error
-        drawn = drawn()
-        if drawn is not None:
-            raise TracingError(f"the traced function drew random numbers from {drawn} while it "
+        generator = drawn()
+        if generator is not None:
+            raise TracingError(f"the traced function drew random numbers from {generator} while it "
                                f"was traced: they would be compiled in, the same on every call. "
                                f"Draw them outside and pass them as an argument, or draw them "
                                f"inside with tracer's generator, which draws new ones on every "
