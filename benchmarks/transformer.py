@@ -25,7 +25,9 @@ from benchmarks.peers import installed, jax_programs, torch_programs
 SIZES = {"16×32 tokens, 2 layers × 64": (16, 32, 2, 4, 64),
          "16×128 tokens, 4 layers × 192 (6 heads of 32)": (16, 128, 4, 6, 192),
          "32×64 tokens, 4 layers × 256 (4 heads of 64)": (32, 64, 4, 4, 256),
-         "8×256 tokens, 4 layers × 128 (2 heads of 64)": (8, 256, 4, 2, 128)}
+         "8×256 tokens, 4 layers × 128 (2 heads of 64)": (8, 256, 4, 2, 128),
+         # nanoGPT's attention where PyTorch has it: F.scaled_dot_product_attention(is_causal=True)
+         "16×128 tokens, 4 layers × 192, scaled_dot_product_attention": (16, 128, 4, 6, 192, True)}
 QUICK_SIZES = ("16×32 tokens, 2 layers × 64",)
 LEARNING_RATE = 3e-3
 # The loss of the second step, which every gradient of the first feeds through its update: sums
@@ -52,10 +54,10 @@ def characters():
 
 
 def config(size):
-    batch, block_size, layers, heads, width = size
+    batch, block_size, layers, heads, width, *flash = size
     vocabulary = len(characters().alphabet)
     return example().Config(vocabulary, block_size=block_size, n_layer=layers, n_head=heads,
-                            n_embd=width)
+                            n_embd=width, flash=bool(flash and flash[0]))
 
 
 def make_inputs(size, seed: int = 0):
@@ -114,7 +116,7 @@ def torch_gpt():
             super().__init__()
             self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
             self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-            self.n_head, self.n_embd = config.n_head, config.n_embd
+            self.n_head, self.n_embd, self.flash = config.n_head, config.n_embd, config.flash
             size = config.block_size
             self.register_buffer("bias", torch.tril(torch.ones(size, size)).view(1, 1, size, size))
 
@@ -124,9 +126,12 @@ def torch_gpt():
             k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-            y = torch.softmax(att, dim=-1) @ v
+            if self.flash:
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                y = torch.softmax(att, dim=-1) @ v
             return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
     class MLP(nn.Module):

@@ -33,6 +33,9 @@ class Config:
     n_head: int = 4
     n_embd: int = 64
     dropout: float = 0.0
+    # Attention by F.scaled_dot_product_attention(is_causal=True), as nanoGPT writes it where
+    # PyTorch has it ("flash"), instead of the mask of ones and masked_fill written out below.
+    flash: bool = False
     # Biases in the linear layers and layer norms, as GPT-2 has. Off by default (nanoGPT's
     # advice: a bit better and faster), and for a reason of numbers: the key projection's bias
     # adds the same q . b to a whole row of attention scores, which softmax ignores, so its
@@ -50,7 +53,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.n_head, self.n_embd = config.n_head, config.n_embd
+        self.n_head, self.n_embd, self.flash = config.n_head, config.n_embd, config.flash
         # 1 where a position may attend (itself and earlier positions), 0 above the diagonal
         size = config.block_size
         self.register_buffer("bias", tr.tril(tr.ones(size, size)).view(1, 1, size, size))
@@ -61,11 +64,15 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        att = self.attn_dropout(att)
-        y = att @ v  # (B, nh, T, hs)
+        if self.flash:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_dropout.p if self.training else 0.0, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # the heads side by side again
         return self.resid_dropout(self.c_proj(y))
 

@@ -15,7 +15,6 @@ from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchErro
 from tracer import derivatives
 from tracer.variance import row_mean
 from tracer.ops import logsumexp as _logsumexp
-from tracer.random import default_generator
 from tracer.arithmetic import where
 from tracer.creation import iota
 from tracer.dimensions import normalize_dim as _normalize_dim
@@ -23,7 +22,9 @@ from tracer.dispatch import as_tensor
 from tracer.layout import fresh as _fresh
 from tracer.symbolic_zeros import zeros_made as _zeros_made
 from tracer.tensor import Tensor
+from tracer.nn import attention as _attention
 from tracer.nn import convolution as _convolution
+from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 
@@ -279,23 +280,6 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     return _fresh(rows.reshape(*input.shape, *weight.shape[1:]))
 
 
-def dropout(input: Tensor, p: float = 0.5, training: builtins.bool = True,
-            inplace: builtins.bool = False) -> Tensor:
-    """Zero each element with probability p and scale the rest by 1 / (1 - p), in training. The
-    mask comes from `tr.default_generator` (seeded by tr.manual_seed), whose state advances on
-    every draw, traced too (see tracer/random.py)."""
-    if not 0.0 <= p <= 1.0:
-        raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
-    if not training or p == 0.0:
-        return input
-    uniform = default_generator.uniform(input.shape, "dropout in training mode")
-    noise = (uniform < 1.0 - p).to(input.dtype)
-    if p < 1.0:
-        noise = noise / (1.0 - p)  # as PyTorch: the 0/1 mask divided in the input's dtype
-    result = input * noise
-    return input.copy_(result) if inplace else result
-
-
 def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     """The dimensions start_dim..end_dim (inclusive) merged into one."""
     if input.ndim == 0:
@@ -311,4 +295,4 @@ conv1d, conv2d = _convolution.conv1d, _convolution.conv2d
 conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
-
+dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
