@@ -1761,9 +1761,12 @@ class Generator:
         # einsum("->") of a 0-d tensor sums nothing: PyTorch returns the operand itself, a view
         # (not to be changed in place, see VIEW_REFUSAL); found by the long run of this tester
         view = how == "einsum" and args == ("->",)
+        # round and sort keep their operand's layout in PyTorch (a Fortran-ordered x gives a
+        # Fortran-ordered round(x), whose view(-1) PyTorch refuses; found by the long run)
         self.emit(("call", how, i, args, kwargs),
                   Value(tuple(out), self.result_type(*operands),
-                        any(u.requires_grad for u in operands), not view, True))
+                        any(u.requires_grad for u in operands), not view,
+                        v.contiguous if how in ("round", "sort") else True))
 
     def op_scan(self):
         """cumsum, cumprod (dtype= sometimes), prod (all, or along a dimension, keepdim), and
