@@ -8,9 +8,9 @@ Besides the core Tensor API the programs index with int64 tensors (`x[idx]`, `x[
 `x[idx1, idx2]` broadcast, with negative and repeated indices) and assign through them, call
 index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, logsumexp, norm,
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
-layer_norm, cross_entropy and mse_loss, conv1d, conv2d, conv_transpose2d, max_pool2d,
-avg_pool2d, adaptive_avg_pool2d, pad and batch_norm, asin, acos, atan, atan2, cumsum, cumprod,
-prod, median and nanmedian.
+layer_norm, cross_entropy, mse_loss, scaled_dot_product_attention, conv1d, conv2d,
+conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, pad and batch_norm, asin, acos,
+atan, atan2, cumsum, cumprod, prod, median and nanmedian.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
 
@@ -394,7 +394,7 @@ BINARY = {
 # ("value", j) stands for value j and ("input", k) for the k-th input (the int64 index tensors and
 # class labels, which are inputs of the program but never values: no other operation reads them).
 FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_entropy",
-              "mse_loss"]
+              "mse_loss", "scaled_dot_product_attention"]
 # tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
 LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
           "adaptive_avg_pool2d", "pad", "batch_norm"]
@@ -927,6 +927,7 @@ def check_program(program: Program):
 
 inf = float("inf")  # (a Program's repr writes norm's p=inf so; pasted here, it evaluates back)
 DIMS = [1, 2, 3, 4, 1, 2, 3, 0]
+NONZERO_DIMS = [size for size in DIMS if size]
 # the calls whose results PyTorch makes views of their operand (copies here: see op_layout)
 VIEW_CALLS = frozenset({"narrow", "select", "movedim", "swapaxes", "diagonal"})
 # Keys with index tensors ("t"), full slices (":"), ints ("i") and slices ("s"), one per dimension.
@@ -1100,9 +1101,10 @@ class Generator:
                          Value(tuple(shape), dtype, requires_grad, inplace, layout == "C",
                                len(self.inputs) - 1))
 
-    def shape(self, rank=None):
+    def shape(self, rank=None, empty=True):
+        """A shape of `rank` dimensions (0 to 3 if None), some of size 0 unless not `empty`."""
         rank = self.integer(0, 3) if rank is None else rank
-        return tuple(self.choice(DIMS) for _ in range(rank))
+        return tuple(self.choice(DIMS if empty else NONZERO_DIMS) for _ in range(rank))
 
     def pick(self, predicate=lambda v: True, fresh_shape=None, dtype=None):
         """An existing value satisfying `predicate`, or a new input of `fresh_shape`."""
@@ -1679,10 +1681,15 @@ class Generator:
 
     def op_functional(self):
         """tr.nn.functional (torch.nn.functional): softmax, log_softmax, gelu (both forms), silu,
-        layer_norm, cross_entropy (int64 labels in range), mse_loss."""
+        layer_norm, cross_entropy (int64 labels in range), mse_loss,
+        scaled_dot_product_attention."""
         how = self.choice(FUNCTIONAL)
-        i = self.pick(lambda v: len(v.shape) >= 1, fresh_shape=self.shape(self.integer(1, 3))) \
-            if how in ("layer_norm", "cross_entropy") else self.pick()
+        least = {"layer_norm": 1, "cross_entropy": 1, "scaled_dot_product_attention": 2}.get(how)
+        # (attention of zero-size operands: which of them get a .grad differs, docs/differences.md)
+        sized = how != "scaled_dot_product_attention"
+        i = self.pick(lambda v: len(v.shape) >= least and (sized or 0 not in v.shape),
+                      fresh_shape=self.shape(self.integer(least, 3), sized)) \
+            if least else self.pick()
         v = self.values[i]
         rank = len(v.shape)
         args, kwargs, out, dtype = (), {}, v.shape, v.dtype
@@ -1719,6 +1726,25 @@ class Generator:
             args, kwargs = (("value", j),), {"reduction": reduction}
             out = v.shape if reduction == "none" else ()
             dtype = self.result_type(v, self.values[j])
+        elif how == "scaled_dot_product_attention":
+            # v the query (..., L, E); keys (..., S, E) and values (..., S, Ev) of its batch and
+            # dtype; causal, a float mask (L, S) or none; sometimes a scale
+            batch, (length, features) = v.shape[:-2], v.shape[-2:]
+            keys, width = self.choice(NONZERO_DIMS), self.choice(NONZERO_DIMS)
+            args = tuple(("value", self.pick(
+                lambda u, shape=shape: u.shape == shape and u.dtype == v.dtype,
+                fresh_shape=shape, dtype=v.dtype))
+                for shape in (batch + (keys, features), batch + (keys, width)))
+            mask = self.integer(0, 2)
+            if mask == 1:
+                kwargs["is_causal"] = True
+            elif mask == 2:
+                kwargs["attn_mask"] = ("value", self.pick(
+                    lambda u: u.shape == (length, keys) and u.dtype == v.dtype,
+                    fresh_shape=(length, keys), dtype=v.dtype))
+            if self.integer(0, 2) == 0:
+                kwargs["scale"] = 0.75
+            out = batch + (length, width)
         operands = [i] + [p[1] for p in (*args, *kwargs.values())
                           if isinstance(p, tuple) and p and p[0] == "value"]
         self.emit(("call", how, i, args, kwargs),

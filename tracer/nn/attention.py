@@ -46,7 +46,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if enable_gqa:
         key, value = _shared_heads(query, key), _shared_heads(query, value)
     length = query.shape[-2]
-    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    features = query.shape[-1]  # (none: every score is 0 whatever the scale, as in PyTorch)
+    factor = scale if scale is not None else 1.0 / math.sqrt(features) if features else 1.0
     if is_causal and length >= 2 * CAUSAL_BLOCK_ROWS:
         return _causal_blocks(query, key, value, dropout_p, factor)
     if is_causal:
@@ -71,13 +72,18 @@ def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, d
             scores = scores.masked_fill(mask.logical_not(), float("-inf"))
         else:
             scores = scores + mask
-        # A row with no key to attend to: its softmax taken of zeros (finite, so that its
-        # backward gives 0 and not nan) and its weights set to 0, as PyTorch's kernels do.
-        empty = scores.amax(dim=-1, keepdim=True) == float("-inf")
-        weights = where(empty, 0.0, where(empty, 0.0, scores).softmax(-1))
+        weights = scores.softmax(-1) if scores.shape[-1] == 0 else _safe_softmax(scores)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return weights @ value
+
+
+def _safe_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last dimension, but a row with no key to attend to (all -inf) gives
+    zeros, as PyTorch's kernels do: its softmax taken of zeros (finite, so that its backward
+    gives 0 and not nan), then set to 0."""
+    empty = scores.amax(dim=-1, keepdim=True) == float("-inf")
+    return where(empty, 0.0, where(empty, 0.0, scores).softmax(-1))
 
 
 def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, dropout_p: float,
