@@ -45,6 +45,8 @@ CASES = {
     "avg_pool2d": lambda F, t: F.avg_pool2d(t(IMAGE), 2),
     "adaptive_avg_pool2d": lambda F, t: F.adaptive_avg_pool2d(t(IMAGE), 1),
     "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
+    "scaled_dot_product_attention": lambda F, t: F.scaled_dot_product_attention(
+        t(IMAGE), t(IMAGE[:, :, :4].copy()), t(IMAGE[:, :, :4].copy()), is_causal=True),
 }
 # imported helpers; a view in PyTorch too; logsumexp's result refuses an in-place change (F19)
 NOT_LAYERS = {"row_mean", "where", "iota", "as_tensor", "flatten", "logsumexp"}
