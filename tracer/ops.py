@@ -205,24 +205,18 @@ def addcmul(x: Tensor, tensor1, tensor2, value=1) -> Tensor:
     return x + (as_tensor(tensor1) * value) * tensor2
 
 
-# erfc(z) for z >= 0 is t * exp(-z*z) * Q(t) with t = 2 / (2 + z) (Numerical Recipes' form, which
-# has exp(-z*z + log Q)), Q a Chebyshev series in 2t - 1, interpolating erfcx(z) / t (between
-# 1/(2 sqrt pi) and 1) at 25 Chebyshev points (computed in 40-digit mpmath). exp(-z*z) does not
-# wait for the series, so a vector loop overlaps the two (its longest chain of dependent
-# instructions is the division and the series, or exp, instead of all three): GELU (erf form) over
-# 2048x768 float32 on one thread, 3.2 -> 2.5 ms (log Q inside exp had the same error, and made
-# every element wait for the series before starting exp). Relative error of erfc below 2e-14 for
-# z <= 6, growing with the rounding of z*z (about 1e-16 * z*z) beyond: below 2e-13 up to 26.5,
-# where erfc leaves the normal floats. tests/test_api_ops.py checks these bounds against
-# math.erfc, and erf and erfc against PyTorch.
+# erfc(z) for z >= 0 is t * exp(-z*z) * Q(t), t = 2 / (2 + z), Q a Chebyshev series in 2t - 1
+# interpolating erfcx(z) / t at 25 Chebyshev points (40-digit mpmath). Numerical Recipes' exp(-z*z +
+# log Q) made exp wait for the series; apart, a vector loop overlaps them (erf GELU, 2048x768 f32,
+# one thread: 3.2 -> 2.5 ms). Relative error of erfc below 2e-14 for z <= 6, then growing with the
+# rounding of z*z: below 2e-13 up to 26.5 (tests/test_api_ops.py, against math.erfc and PyTorch).
 _ERFC_CHEBYSHEV = (
     0.5770337386164697, 0.3554369212704985, 0.06509515882878653, 0.003671142395836639,
     -0.0011128447433526325, -0.0001607582991537808, 3.278031574173137e-05, 5.442441645505016e-06,
     -1.5154665553171482e-06, -1.4297608181169865e-07, 8.234608827419493e-08,
-    -1.2962846852306505e-09, -4.154721631015216e-09, 6.347058278362869e-10,
-    1.4320822712272344e-10, -6.160390105269404e-11, 2.0612138561262002e-12,
-    3.571493153416955e-12, -8.586423079142867e-13, -6.145596767398207e-14,
-    7.418739779604002e-14, -1.2895933089561225e-14, -2.357193931599317e-15,
+    -1.2962846852306505e-09, -4.154721631015216e-09, 6.347058278362869e-10, 1.4320822712272344e-10,
+    -6.160390105269404e-11, 2.0612138561262002e-12, 3.571493153416955e-12, -8.586423079142867e-13,
+    -6.145596767398207e-14, 7.418739779604002e-14, -1.2895933089561225e-14, -2.357193931599317e-15,
     1.577984747318439e-15, -2.6374642592727957e-16)
 _TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
 
