@@ -25,7 +25,7 @@ from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import call_state_of, results, tensor_buffers, write_back
+from tracer.buffers import call_state_of, grad_of, results, tensor_buffers, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -255,7 +255,7 @@ class TracedFunction:
                               {position for position, _, _ in entry.aliases})
             for position, index, kind in entry.aliases:
                 tensor = values[index]
-                tensors[position] = tensor if kind == "data" else tensor.grad
+                tensors[position] = tensor if kind == "data" else grad_of(tensor)
         else:
             tensors = results(outputs[:entry.result_count], inputs)
         if entry.differentiable and state.grad_enabled:

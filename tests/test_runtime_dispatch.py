@@ -94,3 +94,57 @@ def test_a_numpy_argument_returned_is_a_tensor_of_its_values():
         assert isinstance(first, tr.Tensor)
         np.testing.assert_array_equal(first.numpy(), [0, 1, 2])
         np.testing.assert_array_equal(second.numpy(), [2, 2, 2])
+
+
+def _entries(traced):
+    return list(traced._signatures.entries.values())
+
+
+def test_a_pure_function_skips_its_empty_check_and_still_sees_every_change_of_its_argument():
+    step = tr.trace(lambda x: (x * 2 + 1).sum())
+    x = tr.tensor(np.arange(4, dtype=np.float32))
+    assert float(step(x)) == 16.0
+    (entry,) = _entries(step)
+    assert entry.guarded is False  # nothing outside the arguments: the call does not call check
+    x.numpy()[:] = 1  # changed in place: read on the next call
+    assert float(step(x)) == 12.0
+    assert float(step(tr.tensor(np.ones(5, np.float32)))) == 15.0  # a new shape: a new signature
+    assert float(step(tr.tensor(np.ones(4, np.float64)))) == 12.0  # a new dtype: another
+    y = tr.tensor(np.ones(4, np.float32), requires_grad=True)
+    result = step(y)  # requires_grad: another, whose result is differentiable
+    result.backward()
+    np.testing.assert_array_equal(y.grad.numpy(), np.full(4, 2, np.float32))
+    assert step.cache_info()[1:] == (4, 4)
+
+
+def test_a_function_that_reads_outside_its_arguments_is_checked_on_every_quick_call():
+    namespace = {"scale": 2.0, "offset": tr.tensor(np.ones(4, np.float32)), "power": 1}
+    exec("def floats(x):\n    return (x * scale).sum()\n"
+         "def captured(x):\n    return (x + offset).sum()\n"
+         "def ints(x):\n    return (x ** power).sum()\n", namespace)
+    floats, captured, ints = (tr.trace(namespace[name]) for name in ("floats", "captured", "ints"))
+    x = tr.tensor(np.arange(4, dtype=np.float32))
+    for _ in range(3):
+        assert (float(floats(x)), float(captured(x)), float(ints(x))) == (12.0, 10.0, 6.0)
+    assert all(entry.guarded for f in (floats, captured, ints) for entry in _entries(f))
+    namespace["scale"] = 3.0  # a float read: a runtime input, the same code
+    namespace["offset"].numpy()[:] = 2  # a captured tensor changed in place
+    namespace["power"] = 2  # an int compiled in: traced again
+    assert (float(floats(x)), float(captured(x)), float(ints(x))) == (18.0, 14.0, 14.0)
+    namespace["offset"] = tr.tensor(np.ones(5, np.float32))  # rebound to another shape
+    assert float(captured(tr.tensor(np.zeros(5, np.float32)))) == 5.0
+    namespace["offset"].requires_grad_()  # its requires_grad changed: the result follows
+    assert captured(tr.tensor(np.zeros(5, np.float32))).requires_grad
+    assert [f.cache_info().misses for f in (floats, captured, ints)] == [1, 3, 2]
+
+
+def test_a_returned_grad_is_the_tensor_s_own_grad_object_made_by_this_call():
+    step = tr.trace(_gradient_of_affine_sum)
+    x = tr.tensor(np.ones(3, np.float32), requires_grad=True)
+    before = step(x)
+    assert before is x.grad
+    x.grad = None
+    after = step(x)
+    assert after is x.grad and after is not before
+    np.testing.assert_array_equal(after.numpy(), [2, 2, 2])
+    np.testing.assert_array_equal(before.numpy(), [2, 2, 2])  # the last call's is its own

@@ -38,6 +38,12 @@ def grad_buffer_of(tensor: Tensor) -> np.ndarray | None:
     return None if grad is None else grad._handle
 
 
+def grad_of(tensor: Tensor) -> Tensor | None:
+    """An eager tensor's `.grad`, read outside any trace (the property looks for the thread's
+    trace first, a thread-local read that costs as much as the rest of a call's alias handling)."""
+    return tensor._grad
+
+
 def state_of(tensor: Tensor) -> tuple:
     """What a compiled signature assumes of a tensor: (shape, dtype, requires_grad, and (shape,
     dtype) of its .grad or None)."""
