@@ -1,5 +1,7 @@
 """tr.optim against torch.optim step by step (float64, the same initial weights and data), the
 zero_grad modes, parameter groups, errors, and optimizer steps inside @tr.trace."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +23,7 @@ CONFIGURATIONS = [
     ("Adam", dict()),
     ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
     ("Adam", dict(lr=0.02, amsgrad=True, maximize=True)),
+    ("Adam", dict(lr=0.01, weight_decay=0.2, decoupled_weight_decay=True)),
     ("AdamW", dict(lr=0.01)),
     ("AdamW", dict(lr=0.02, weight_decay=0.3, amsgrad=True)),
     ("RMSprop", dict()),
@@ -103,6 +106,18 @@ def test_float32_parameters_follow_torch(name, options):
         assert mine.dtype == tr.float32
         np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
+def test_arguments_are_pytorchs_in_its_order_with_its_defaults(name):
+    """All but PyTorch's implementation choices (foreach, fused, capturable, differentiable)."""
+    ours = inspect.signature(getattr(tr.optim, name)).parameters
+    theirs = {argument: parameter
+              for argument, parameter in inspect.signature(getattr(torch.optim, name)).parameters.items()
+              if argument not in ("foreach", "fused", "capturable", "differentiable")}
+    assert list(ours) == list(theirs)
+    for argument, parameter in ours.items():
+        assert parameter.default == theirs[argument].default, argument
 
 
 def test_zero_grad_modes_and_parameters_without_gradients():
@@ -380,3 +395,13 @@ def test_state_dicts_have_torchs_layout_and_load_both_ways(name, options):
         for index, (a, b) in enumerate(zip(first, second)):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12,
                                        atol=1e-14, err_msg=f"parameter {index}")
+
+
+def test_adamw_stays_decoupled_when_it_loads_adams_state_dict_as_pytorchs_does():
+    ours, theirs = tr.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    adamw, torch_adamw = tr.optim.AdamW([ours]), torch.optim.AdamW([theirs])
+    adamw.load_state_dict(tr.optim.Adam([tr.ones(2, requires_grad=True)]).state_dict())
+    torch_adamw.load_state_dict(torch.optim.Adam([torch.ones(2, requires_grad=True)]).state_dict())
+    assert adamw.param_groups[0]["decoupled_weight_decay"] is True
+    assert torch_adamw.param_groups[0]["decoupled_weight_decay"] is True
+    assert adamw.param_groups[0]["weight_decay"] == torch_adamw.param_groups[0]["weight_decay"] == 0

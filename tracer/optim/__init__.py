@@ -180,19 +180,20 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (with `weight_decay` as an L2 term in the gradient); AdamW decouples it."""
-
-    decoupled_weight_decay = False
+    """Adam (with `weight_decay` as an L2 term in the gradient, unless `decoupled_weight_decay`:
+    AdamW)."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: builtins.bool = False,
-                 maximize: builtins.bool = False) -> None:
+                 maximize: builtins.bool = False, *,
+                 decoupled_weight_decay: builtins.bool = False) -> None:
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ArgumentError(f"betas must be in [0, 1), got {betas}")
         _require_not_negative(eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         state = {"step": _step_count(), "exp_avg": zeros_like(parameter),
@@ -203,9 +204,10 @@ class Adam(Optimizer):
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
-        grad = _gradient(parameter, grad, group, l2=not self.decoupled_weight_decay)
+        decoupled = group["decoupled_weight_decay"]
+        grad = _gradient(parameter, grad, group, l2=not decoupled)
         step = state["step"].add_(1)
-        if self.decoupled_weight_decay and weight_decay != 0:
+        if decoupled and weight_decay != 0:
             parameter.mul_(1 - lr * weight_decay)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         exp_avg.lerp_(grad, 1 - beta1)
@@ -223,12 +225,16 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay: the parameter shrinks by lr * weight_decay first."""
 
-    decoupled_weight_decay = True
-
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: builtins.bool = False,
                  maximize: builtins.bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize,
+                         decoupled_weight_decay=True)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # also from Adam's, as PyTorch's AdamW
+            group["decoupled_weight_decay"] = True
 
 
 class RMSprop(Optimizer):
@@ -237,7 +243,9 @@ class RMSprop(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: builtins.bool = False,
-                 maximize: builtins.bool = False) -> None:
+                 *, maximize: builtins.bool = False) -> None:
+        # (maximize is keyword-only: PyTorch's comes after capturable and foreach, which are not
+        # taken here, so a positional one would not mean what it means to PyTorch)
         _require_not_negative(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                               momentum=momentum)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
