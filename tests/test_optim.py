@@ -1,5 +1,7 @@
 """tr.optim against torch.optim step by step (float64, the same initial weights and data), the
 zero_grad modes, parameter groups, errors, and optimizer steps inside @tr.trace."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -21,8 +23,17 @@ CONFIGURATIONS = [
     ("Adam", dict()),
     ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
     ("Adam", dict(lr=0.02, amsgrad=True, maximize=True)),
+    ("Adam", dict(lr=0.01, weight_decay=0.2, decoupled_weight_decay=True)),
     ("AdamW", dict(lr=0.01)),
     ("AdamW", dict(lr=0.02, weight_decay=0.3, amsgrad=True)),
+    ("RMSprop", dict()),
+    ("RMSprop", dict(lr=0.005, alpha=0.9, eps=1e-4, weight_decay=0.05)),
+    ("RMSprop", dict(lr=0.005, momentum=0.9)),
+    ("RMSprop", dict(lr=0.005, centered=True, maximize=True)),
+    ("RMSprop", dict(lr=0.002, alpha=0.95, momentum=0.5, centered=True, weight_decay=0.1)),
+    ("Adagrad", dict()),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.1)),
+    ("Adagrad", dict(lr=0.05, initial_accumulator_value=0.5, eps=1e-3, maximize=True)),
 ]
 
 
@@ -54,19 +65,36 @@ def test_five_steps_equal_torch_optim(name, options):
             np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
                                        rtol=1e-12, atol=1e-14,
                                        err_msg=f"parameter {index} after step {step + 1}")
-    if name != "SGD":
-        state = ours_optimizer.state[ours[0]]
-        expected = theirs_optimizer.state[theirs[0]]
-        assert state["step"].item() == expected["step"].item() == 5
-        np.testing.assert_allclose(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"].numpy(),
-                                   rtol=1e-12, atol=1e-16)
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
 
 
-def test_float32_adam_follows_torch():
+def _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps):
+    """The same state names (SGD with dampening also counts steps) and values, parameter by
+    parameter, as PyTorch's optimizer after `steps` steps."""
+    for state, expected in zip(ours_optimizer.state.values(), theirs_optimizer.state.values()):
+        if type(ours_optimizer).__name__ != "SGD":
+            assert sorted(state) == sorted(expected)
+        for name in expected:
+            if name == "step":
+                assert state["step"].item() == expected["step"].item() == steps
+            np.testing.assert_allclose(state[name].numpy(), expected[name].numpy(), rtol=1e-12,
+                                       atol=1e-16, err_msg=name)
+
+
+FLOAT32_CONFIGURATIONS = [
+    ("Adam", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.005, momentum=0.9, centered=True, weight_decay=0.01)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
+]
+
+
+@pytest.mark.parametrize("name, options", FLOAT32_CONFIGURATIONS,
+                         ids=[name for name, _ in FLOAT32_CONFIGURATIONS])
+def test_float32_parameters_follow_torch(name, options):
     ours = [tr.tensor(w.astype(np.float32), requires_grad=True) for w in WEIGHTS]
     theirs = [torch.tensor(w.astype(np.float32), requires_grad=True) for w in WEIGHTS]
-    ours_optimizer, theirs_optimizer = tr.optim.Adam(ours, lr=0.01), torch.optim.Adam(theirs,
-                                                                                      lr=0.01)
+    ours_optimizer = getattr(tr.optim, name)(ours, **options)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, **options)
     for _ in range(5):
         for library, parameters, optimizer in ((tr, ours, ours_optimizer),
                                                (torch, theirs, theirs_optimizer)):
@@ -78,6 +106,18 @@ def test_float32_adam_follows_torch():
         assert mine.dtype == tr.float32
         np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
+def test_arguments_are_pytorchs_in_its_order_with_its_defaults(name):
+    """All but PyTorch's implementation choices (foreach, fused, capturable, differentiable)."""
+    ours = inspect.signature(getattr(tr.optim, name)).parameters
+    theirs = {argument: parameter
+              for argument, parameter in inspect.signature(getattr(torch.optim, name)).parameters.items()
+              if argument not in ("foreach", "fused", "capturable", "differentiable")}
+    assert list(ours) == list(theirs)
+    for argument, parameter in ours.items():
+        assert parameter.default == theirs[argument].default, argument
 
 
 def test_zero_grad_modes_and_parameters_without_gradients():
@@ -114,6 +154,10 @@ def test_step_with_a_closure_returns_its_loss():
     (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, nesterov=True),
      "Nesterov"),
     (lambda: tr.optim.Adam([tr.ones(1, requires_grad=True)], betas=(0.9, 1.0)), "betas"),
+    (lambda: tr.optim.RMSprop([tr.ones(1, requires_grad=True)], alpha=-0.5),
+     "alpha must not be negative"),
+    (lambda: tr.optim.Adagrad([tr.ones(1, requires_grad=True)], lr_decay=-0.1),
+     "lr_decay must not be negative"),
 ])
 def test_bad_optimizer_arguments_are_clear_errors(make, message):
     with pytest.raises(tr.ArgumentError, match=f"test_optim.py:.*{message}"):
@@ -243,3 +287,121 @@ def test_state_dict_round_trip_resumes_training_exactly():
         np.testing.assert_array_equal(mine.detach().numpy(), reference.detach().numpy())
     with pytest.raises(tr.ArgumentError, match="state"):
         tr.optim.SGD(resumed, lr=0.1, momentum=0.9).load_state_dict(checkpoint)
+
+
+TRACED_CONFIGURATIONS = [
+    ("RMSprop", dict(lr=0.005, alpha=0.95, momentum=0.5, centered=True, weight_decay=0.1)),
+    ("RMSprop", dict(lr=0.005, centered=True, maximize=True)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.2)),
+    ("Adagrad", dict(lr=0.05, eps=1e-3, maximize=True)),
+]
+
+
+@pytest.mark.parametrize("name, options", TRACED_CONFIGURATIONS,
+                         ids=[f"{n}-{'-'.join(o)}" for n, o in TRACED_CONFIGURATIONS])
+def test_traced_steps_with_a_new_learning_rate_each_call_equal_torch_and_compile_once(name,
+                                                                                      options):
+    """The learning rate is written into param_groups between calls, as a user or a scheduler
+    writes it: each compiled call takes the new one, PyTorch's optimizer the same."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = getattr(tr.optim, name)(ours, **options)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, **options)
+
+    @tr.trace
+    def step():
+        ours_optimizer.zero_grad()
+        loss = _loss(tr, ours)
+        loss.backward()
+        ours_optimizer.step()
+        return loss
+
+    for number in range(5):
+        lr = options["lr"] * (1 + number % 3)
+        ours_optimizer.param_groups[0]["lr"] = theirs_optimizer.param_groups[0]["lr"] = lr
+        loss = step()
+        theirs_optimizer.zero_grad()
+        expected = _loss(torch, theirs)
+        expected.backward()
+        theirs_optimizer.step()
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
+        for index, (mine, reference) in enumerate(zip(ours, theirs)):
+            np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                       rtol=1e-12, atol=1e-14,
+                                       err_msg=f"parameter {index} after step {number + 1}")
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
+    assert step.cache_info().misses == 1
+
+
+def test_rmsprop_momentum_and_centering_set_after_it_was_made_start_from_zero_buffers():
+    """As OneCycleLR sets a momentum before the first step: PyTorch makes the state then."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer, theirs_optimizer = tr.optim.RMSprop(ours), torch.optim.RMSprop(theirs)
+    for group in ours_optimizer.param_groups + theirs_optimizer.param_groups:
+        group.update(momentum=0.9, centered=True)
+    for _ in range(3):
+        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
+                                               (torch, theirs, theirs_optimizer)):
+            optimizer.zero_grad()
+            _loss(library, parameters).backward()
+            optimizer.step()
+    for index, (mine, reference) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                   rtol=1e-12, atol=1e-14, err_msg=f"parameter {index}")
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=3)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("RMSprop", dict(lr=0.005, momentum=0.5, centered=True)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05, initial_accumulator_value=0.2)),
+], ids=["RMSprop", "Adagrad"])
+def test_state_dicts_have_torchs_layout_and_load_both_ways(name, options):
+    """After two steps PyTorch's state_dict loads into ours and ours into PyTorch's: either
+    optimizer then takes the step the other takes."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = getattr(tr.optim, name)(ours, **options)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, **options)
+    for _ in range(2):
+        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
+                                               (torch, theirs, theirs_optimizer)):
+            optimizer.zero_grad()
+            _loss(library, parameters).backward()
+            optimizer.step()
+    mine, reference = ours_optimizer.state_dict(), theirs_optimizer.state_dict()
+    assert mine["state"].keys() == reference["state"].keys() == {0, 1, 2, 3}
+    for index, entry in reference["state"].items():
+        assert sorted(mine["state"][index]) == sorted(entry)
+    assert mine["param_groups"][0]["params"] == reference["param_groups"][0]["params"]
+    assert set(mine["param_groups"][0]) <= set(reference["param_groups"][0])
+    loaded = [tr.tensor(w.detach().numpy(), requires_grad=True) for w in theirs]
+    loaded_optimizer = getattr(tr.optim, name)(loaded, lr=0.5)
+    loaded_optimizer.load_state_dict(reference)
+    torch_loaded = [torch.tensor(w.detach().numpy(), requires_grad=True) for w in ours]
+    torch_loaded_optimizer = getattr(torch.optim, name)(torch_loaded, lr=0.5)
+    torch_loaded_optimizer.load_state_dict(
+        {"state": {index: {key: torch.tensor(value.numpy()) for key, value in entry.items()}
+                   for index, entry in mine["state"].items()},
+         "param_groups": mine["param_groups"]})
+    for library, parameters, optimizer in ((tr, loaded, loaded_optimizer),
+                                           (torch, theirs, theirs_optimizer),
+                                           (tr, ours, ours_optimizer),
+                                           (torch, torch_loaded, torch_loaded_optimizer)):
+        optimizer.zero_grad()
+        _loss(library, parameters).backward()
+        optimizer.step()
+    for first, second in ((loaded, theirs), (torch_loaded, ours)):
+        for index, (a, b) in enumerate(zip(first, second)):
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12,
+                                       atol=1e-14, err_msg=f"parameter {index}")
+
+
+def test_adamw_stays_decoupled_when_it_loads_adams_state_dict_as_pytorchs_does():
+    ours, theirs = tr.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    adamw, torch_adamw = tr.optim.AdamW([ours]), torch.optim.AdamW([theirs])
+    adamw.load_state_dict(tr.optim.Adam([tr.ones(2, requires_grad=True)]).state_dict())
+    torch_adamw.load_state_dict(torch.optim.Adam([torch.ones(2, requires_grad=True)]).state_dict())
+    assert adamw.param_groups[0]["decoupled_weight_decay"] is True
+    assert torch_adamw.param_groups[0]["decoupled_weight_decay"] is True
+    assert adamw.param_groups[0]["weight_decay"] == torch_adamw.param_groups[0]["weight_decay"] == 0

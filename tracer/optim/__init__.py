@@ -1,5 +1,5 @@
-"""`tr.optim`: SGD, Adam and AdamW with PyTorch's update rules, in PyTorch's order of operations
-(and `tr.optim.lr_scheduler`).
+"""`tr.optim`: SGD, Adam, AdamW, RMSprop and Adagrad with PyTorch's update rules, in PyTorch's
+order of operations (and `tr.optim.lr_scheduler`).
 
 The state (momentum buffers, moment estimates, the step count) is made of tensors when the
 optimizer is made and updated in place under no_grad, so that `opt.step()` inside a traced step
@@ -18,13 +18,13 @@ from tracer.errors import ArgumentError
 from tracer.ir.types import float64, is_float
 from tracer.arithmetic import where
 from tracer.backward import clear_grads
-from tracer.creation import zeros, zeros_like
+from tracer.creation import full_like, zeros, zeros_like
 from tracer.interop import loaded_tensor
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
 
 class Optimizer:
@@ -120,9 +120,25 @@ class Optimizer:
 
 
 def _step_count() -> Tensor:
-    # float64, so that the bias corrections beta ** step are computed as PyTorch computes them
-    # (in Python floats) for float32 parameters too.
+    # float64, so that the bias corrections beta ** step (and Adagrad's decayed learning rate) are
+    # computed as PyTorch computes them (in Python floats) for float32 parameters too.
     return zeros((), dtype=float64)
+
+
+def _require_not_negative(**hyperparameters: float) -> None:
+    for name, value in hyperparameters.items():
+        if value < 0:
+            raise ArgumentError(f"{name} must not be negative, got {value}")
+
+
+def _gradient(parameter: Tensor, grad: Tensor, group: dict, l2: builtins.bool = True) -> Tensor:
+    """The gradient an update follows: negated to maximize, plus weight_decay * parameter (an L2
+    term) unless `l2` is False (AdamW decays the parameter itself)."""
+    if group["maximize"]:
+        grad = -grad
+    if l2 and group["weight_decay"] != 0:
+        grad = grad.add(parameter, alpha=group["weight_decay"])
+    return grad
 
 
 class SGD(Optimizer):
@@ -146,10 +162,7 @@ class SGD(Optimizer):
         return state
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
-        if group["maximize"]:
-            grad = -grad
-        if group["weight_decay"] != 0:
-            grad = grad.add(parameter, alpha=group["weight_decay"])
+        grad = _gradient(parameter, grad, group)
         momentum = group["momentum"]
         if momentum != 0:
             if "momentum_buffer" not in state:  # momentum set after the optimizer was made
@@ -167,20 +180,20 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (with `weight_decay` as an L2 term in the gradient); AdamW decouples it."""
-
-    decoupled_weight_decay = False
+    """Adam (with `weight_decay` as an L2 term in the gradient, unless `decoupled_weight_decay`:
+    AdamW)."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: builtins.bool = False,
-                 maximize: builtins.bool = False) -> None:
+                 maximize: builtins.bool = False, *,
+                 decoupled_weight_decay: builtins.bool = False) -> None:
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ArgumentError(f"betas must be in [0, 1), got {betas}")
-        if eps < 0 or weight_decay < 0:
-            raise ArgumentError("eps and weight_decay must not be negative")
+        _require_not_negative(eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         state = {"step": _step_count(), "exp_avg": zeros_like(parameter),
@@ -191,14 +204,11 @@ class Adam(Optimizer):
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
-        if group["maximize"]:
-            grad = -grad
+        decoupled = group["decoupled_weight_decay"]
+        grad = _gradient(parameter, grad, group, l2=not decoupled)
         step = state["step"].add_(1)
-        if weight_decay != 0:
-            if self.decoupled_weight_decay:
-                parameter.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(parameter, alpha=weight_decay)
+        if decoupled and weight_decay != 0:
+            parameter.mul_(1 - lr * weight_decay)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -215,9 +225,82 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay: the parameter shrinks by lr * weight_decay first."""
 
-    decoupled_weight_decay = True
-
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: builtins.bool = False,
                  maximize: builtins.bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize,
+                         decoupled_weight_decay=True)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # also from Adam's, as PyTorch's AdamW
+            group["decoupled_weight_decay"] = True
+
+
+class RMSprop(Optimizer):
+    """RMSprop: the gradient divided by the root of a running mean of its square (`alpha` the
+    mean's decay), less the squared running mean of the gradient if `centered`, with momentum."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: builtins.bool = False,
+                 *, maximize: builtins.bool = False) -> None:
+        # (maximize is keyword-only: PyTorch's comes after capturable and foreach, which are not
+        # taken here, so a positional one would not mean what it means to PyTorch)
+        _require_not_negative(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                              momentum=momentum)
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered, maximize=maximize))
+
+    def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
+        state = {"step": _step_count(), "square_avg": zeros_like(parameter)}
+        if group["momentum"] > 0:
+            state["momentum_buffer"] = zeros_like(parameter)
+        if group["centered"]:
+            state["grad_avg"] = zeros_like(parameter)
+        return state
+
+    def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
+        alpha, momentum = group["alpha"], group["momentum"]
+        grad = _gradient(parameter, grad, group)
+        # momentum or centered set after the optimizer was made: their buffers start at zero
+        for name, needed in (("momentum_buffer", momentum > 0), ("grad_avg", group["centered"])):
+            if needed and name not in state:
+                state[name] = zeros_like(parameter)
+        state["step"].add_(1)
+        square_avg = state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"].lerp_(grad, 1 - alpha)
+            average = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt()
+        else:
+            average = square_avg.sqrt()
+        average = average + group["eps"]
+        if momentum > 0:
+            buffer = state["momentum_buffer"].mul_(momentum).addcdiv_(grad, average)
+            parameter.add_(buffer, alpha=-group["lr"])
+        else:
+            parameter.addcdiv_(grad, average, value=-group["lr"])
+
+
+class Adagrad(Optimizer):
+    """Adagrad: the gradient divided by the root of the sum of its squares so far (which starts
+    at `initial_accumulator_value`), the learning rate decayed as lr / (1 + (step - 1) * lr_decay)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10, *, maximize: builtins.bool = False) -> None:
+        _require_not_negative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                              initial_accumulator_value=initial_accumulator_value, eps=eps)
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      maximize=maximize))
+
+    def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
+        return {"step": _step_count(),
+                "sum": full_like(parameter, group["initial_accumulator_value"])}
+
+    def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
+        step = state["step"].add_(1)
+        grad = _gradient(parameter, grad, group)
+        decayed_lr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
+        standard_deviation = state["sum"].addcmul_(grad, grad, value=1).sqrt() + group["eps"]
+        parameter.addcdiv_(grad, standard_deviation, value=-decayed_lr)
