@@ -109,3 +109,29 @@ def test_bad_input_is_a_clear_error_naming_the_line(call, message):
     q, k, v = (tr.tensor(a) for a in arrays((2, 3), 5, 7))
     with pytest.raises(tr.TracerError, match=f"test_nn_attention.py:.*{message}"):
         call(q, k, v)
+
+
+@pytest.mark.parametrize("mask, message", [
+    (np.ones((5, 7), dtype=np.int64), "bool or float"),  # PyTorch refuses an int64 mask too
+    (np.zeros((5, 7)), "bool or float"),  # float64 on a float32 query: PyTorch refuses it
+    (np.zeros((3, 2, 5, 7), dtype=np.float32), "does not broadcast"),  # would widen the output
+    (np.ones((3, 2, 5, 7), dtype=bool), "does not broadcast"),
+])
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_mask_pytorch_refuses_is_a_clear_error(mask, message, traced):
+    q, k, v = (tr.tensor(a.astype(np.float32)) for a in arrays((2,), 5, 7))
+
+    def call(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, m)
+
+    with pytest.raises(tr.TracerError, match=f"attn_mask.*{message}"):
+        (tr.trace(call) if traced else call)(q, k, v, tr.tensor(mask))
+    with pytest.raises(RuntimeError):  # (the oracle: PyTorch refuses each of them)
+        TF.scaled_dot_product_attention(*(torch.tensor(t.numpy()) for t in (q, k, v)),
+                                        torch.tensor(mask))
+
+
+def test_a_float32_mask_on_a_float64_query_is_promoted_as_in_pytorch():
+    compare_with_torch(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+                       lambda q, k, v, m: TF.scaled_dot_product_attention(q, k, v, m),
+                       [*arrays((2, 3), 5, 7), FLOAT_MASK.astype(np.float32)])
