@@ -2152,9 +2152,11 @@ def programs_with_layouts(draw):
 # The generator's layout model against PyTorch itself: a value it takes as contiguous must be, or
 # it draws a `.view` PyTorch refuses and the long run reports a generator error as a difference
 # (as round and sort did, and flip and einsum's product over a dimension of size 1 did after them).
-# Runs PyTorch alone: 1,000 programs in about 10 s.
+# With `make test-slow`, whose long run such errors spoil: 3,000 programs, PyTorch alone, 94 s (1,000
+# found flip's in 62 s on the loaded 2-core machine; 300 did not).
+@pytest.mark.slow
 @pytest.mark.skipif(torch is None, reason="PyTorch is the oracle")
-@settings(max_examples=1_000, derandomize=True, **SETTINGS)
+@settings(max_examples=3_000, derandomize=True, **SETTINGS)
 @given(programs_with_layouts())
 def test_values_taken_as_contiguous_are_contiguous_in_pytorch(program_and_layouts):
     program, contiguous = program_and_layouts
