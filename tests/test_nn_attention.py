@@ -35,13 +35,20 @@ CASES = [
     ("causal, square", {"is_causal": True}, arrays((2, 3), 6, 6)),
     ("causal, more keys", {"is_causal": True}, arrays((2, 3), 5, 9)),
     ("causal, more queries", {"is_causal": True}, arrays((2, 3), 9, 5)),
-    # over 2 * CAUSAL_BLOCK_ROWS queries: cut into blocks of rows, the last one shorter
+    # 2 * CAUSAL_BLOCK_ROWS queries or more: cut into blocks of rows, the last one shorter
     ("causal in blocks", {"is_causal": True}, arrays((2, 2), 100, 100, 4, 3)),
     ("causal in blocks, more queries", {"is_causal": True}, arrays((1, 2), 130, 70, 4, 3)),
     ("causal in blocks, more keys", {"is_causal": True}, arrays((1, 2), 70, 130, 4, 3)),
     ("scale", {"scale": 0.3}, arrays((2, 3), 5, 7)),
     ("grouped query heads", {"enable_gqa": True}, arrays((2, 4), 5, 7, key_heads=2)),
+    # no features: every score 0 whatever the scale (the default 1 / sqrt(0) divided by zero)
+    ("no features", {}, arrays((2, 3), 5, 7, 0)),
 ]
+# no keys (S = 0): zeros; the masked path took a max over the empty dimension. (Values only: which
+# zero-size operands get a .grad differs from PyTorch's, docs/differences.md.)
+NO_KEYS = [("no keys", {}, None), ("no keys, causal", {"is_causal": True}, None),
+           ("no keys, bool mask", {}, np.ones((5, 0), dtype=bool)),
+           ("no keys, float mask", {}, np.zeros((5, 0)))]
 MASKED = [("bool mask", BOOL_MASK), ("float mask", FLOAT_MASK),
           ("bool mask broadcast over heads", BOOL_MASK[None, None])]
 
@@ -69,8 +76,17 @@ def test_causal_matches_torch_in_float32(name, options, inputs):
                        [a.astype(np.float32) for a in inputs], traced=True)
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("name, options, mask", NO_KEYS, ids=[case[0] for case in NO_KEYS])
+def test_no_keys_gives_zeros_as_torch(name, options, mask, traced):
+    inputs = arrays((2,), 5, 0) + ([] if mask is None else [mask])
+    compare_with_torch(lambda *t: F.scaled_dot_product_attention(*t, **options),
+                       lambda *t: TF.scaled_dot_product_attention(*t, **options),
+                       inputs, traced=traced, gradients=False)
+
+
 def test_causal_blocks_are_cut_where_documented():
-    """The blocked path runs above 2 * CAUSAL_BLOCK_ROWS queries: its products are smaller than
+    """The blocked path runs from 2 * CAUSAL_BLOCK_ROWS queries: its products are smaller than
     the whole square (10 of 16 blocks at 4 blocks), seen in the traced program's text."""
     length = 4 * attention.CAUSAL_BLOCK_ROWS
     q, k, v = (tr.tensor(a.astype(np.float32)) for a in arrays((1, 1), length, length, 4, 4))
@@ -109,3 +125,29 @@ def test_bad_input_is_a_clear_error_naming_the_line(call, message):
     q, k, v = (tr.tensor(a) for a in arrays((2, 3), 5, 7))
     with pytest.raises(tr.TracerError, match=f"test_nn_attention.py:.*{message}"):
         call(q, k, v)
+
+
+@pytest.mark.parametrize("mask, message", [
+    (np.ones((5, 7), dtype=np.int64), "bool or float"),  # PyTorch refuses an int64 mask too
+    (np.zeros((5, 7)), "bool or float"),  # float64 on a float32 query: PyTorch refuses it
+    (np.zeros((3, 2, 5, 7), dtype=np.float32), "does not broadcast"),  # would widen the output
+    (np.ones((3, 2, 5, 7), dtype=bool), "does not broadcast"),
+])
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_mask_pytorch_refuses_is_a_clear_error(mask, message, traced):
+    q, k, v = (tr.tensor(a.astype(np.float32)) for a in arrays((2,), 5, 7))
+
+    def call(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, m)
+
+    with pytest.raises(tr.TracerError, match=f"attn_mask.*{message}"):
+        (tr.trace(call) if traced else call)(q, k, v, tr.tensor(mask))
+    with pytest.raises(RuntimeError):  # (the oracle: PyTorch refuses each of them)
+        TF.scaled_dot_product_attention(*(torch.tensor(t.numpy()) for t in (q, k, v)),
+                                        torch.tensor(mask))
+
+
+def test_a_float32_mask_on_a_float64_query_is_promoted_as_in_pytorch():
+    compare_with_torch(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+                       lambda q, k, v, m: TF.scaled_dot_product_attention(q, k, v, m),
+                       [*arrays((2, 3), 5, 7), FLOAT_MASK.astype(np.float32)])

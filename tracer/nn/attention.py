@@ -16,6 +16,7 @@ from tracer.creation import iota
 from tracer.functional import cat
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.ir import types as irtypes
+from tracer.layout import broadcast_shapes_or_none, shapes_broadcast
 from tracer.nn.dropout import dropout
 from tracer.tensor import Tensor
 
@@ -45,6 +46,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         raise ArgumentError(f"dropout probability must be between 0 and 1, got {dropout_p}")
     if enable_gqa:
         key, value = _shared_heads(query, key), _shared_heads(query, value)
+    if attn_mask is not None:
+        _check_mask(attn_mask, query, key)
     length = query.shape[-2]
     features = query.shape[-1]  # (none: every score is 0 whatever the scale, as in PyTorch)
     factor = scale if scale is not None else 1.0 / math.sqrt(features) if features else 1.0
@@ -104,6 +107,19 @@ def _causal_blocks(query: Tensor, key: Tensor, value: Tensor, dropout_p: float,
         parts.append(_attention(query[..., first:last, :], key[..., :keys, :],
                                 value[..., :keys, :], None, dropout_p, factor, causal_from=first))
     return cat(parts, dim=-2)
+
+
+def _check_mask(mask: Tensor, query: Tensor, key: Tensor) -> None:
+    """PyTorch's refusals: a mask of another dtype (an int64 one would be added to the scores, a
+    float64 one would turn a float32 result into float64) or one that would widen the output."""
+    if mask.dtype not in (irtypes.bool_, irtypes.float32, query.dtype):
+        raise ArgumentError(f"scaled_dot_product_attention: attn_mask must be bool or float "
+                            f"({query.dtype}, the query's; float32 also does), got {mask.dtype}")
+    scores = (*shapes_broadcast(query.shape[:-2], key.shape[:-2]), query.shape[-2], key.shape[-2])
+    if broadcast_shapes_or_none(mask.shape, scores) != scores:
+        raise ShapeMismatchError(f"scaled_dot_product_attention: attn_mask of shape "
+                                 f"{list(mask.shape)} does not broadcast to the scores' shape "
+                                 f"{list(scores)} (batch..., queries, keys)")
 
 
 def _shared_heads(query: Tensor, other: Tensor) -> Tensor:
