@@ -82,9 +82,10 @@ KNOWN_RESTRICTIONS = {
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
-    "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, amin, "
-           "layer_norm and mse_loss, nor of the results of logsumexp, norm, amin, "
-           "log_softmax, amax (tracer's amax of a 0-d tensor is a copy) and std",
+    "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, amin, amax, "
+           "layer_norm, mse_loss and scaled_dot_product_attention, nor of the results of "
+           "logsumexp, norm, amin, log_softmax, amax (tracer's amax of a 0-d tensor is a copy), "
+           "std and scaled_dot_product_attention",
 }
 # Fixed on main, their restrictions removed: F1, F2, F6, F7, F10, F11, F12, F13, F14, F15, F18, F22, F26, F33. F3 is a documented
 # difference (docs/differences.md), accepted by `compare`: see
@@ -790,6 +791,10 @@ def assert_close(actual, reference, exact, what, precision=None, other=None):
         distance = np.abs(r - exact)
         if other is not None:
             distance = np.fmax(distance, np.abs(other.astype(np.float64) - exact))
+        # where the reference is nan and float64 is not (PyTorch's float32 gelu backward far in
+        # its tail, divided by gelu's tiny value: found by the long run), tracer is held to
+        # float64 at the tolerance alone
+        distance = np.where(np.isnan(r) & finite, 0.0, distance)
         allowed = 8 * distance + RTOL[precision or str(actual.dtype)] * scale
         # (the float64 result itself is right whatever the reference gives: a float32 matmul's
         # fused multiply-adds can give the exact inf where PyTorch's unfused ones give inf - inf)
@@ -958,6 +963,8 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "reduce:max:dim", "reduce:min:dim",
                          "call:logsumexp", "call:norm", "call:amin", "call:log_softmax",
                          "call:amax", "call:std",
+                         # (PyTorch's attention saves its result and inputs for its backward)
+                         "call:scaled_dot_product_attention",
                          # issue 18's: PyTorch's expm1, tan, reciprocal and sgn save their results
                          "unary:expm1", "unary:tan", "unary:reciprocal", "unary:sgn",
                          # NumpyTanh returns x.new(ctx.result): PyTorch's legacy Tensor.new
@@ -967,7 +974,8 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
-                         "call:amin", "call:layer_norm", "call:batch_norm", "call:mse_loss",
+                         "call:amin", "call:amax", "call:layer_norm", "call:batch_norm",
+                         "call:mse_loss", "call:scaled_dot_product_attention",
                          "call:pad:reflect", "call:pad:replicate", "call:conv1d", "call:conv2d",
                          "call:conv_transpose2d", "call:max_pool2d", "call:avg_pool2d",
                          "call:adaptive_avg_pool2d",
