@@ -772,6 +772,9 @@ def _second_order_function(B, program, scalar):
 RTOL = {"float64": 1e-10, "float32": 1e-5}
 
 
+NAN_REFERENCE_RELATIVE = 1e-3 / 8  # (times 8 below: 1e-3 of float64's value)
+
+
 def assert_close(actual, reference, exact, what, precision=None, other=None):
     """`actual` within 8 times the reference's distance from the float64 `exact` (or `other`'s, a
     second implementation's result, if larger: see compare's `also`), plus RTOL of the scale."""
@@ -792,9 +795,10 @@ def assert_close(actual, reference, exact, what, precision=None, other=None):
         if other is not None:
             distance = np.fmax(distance, np.abs(other.astype(np.float64) - exact))
         # where the reference is nan and float64 is not (PyTorch's float32 gelu backward far in
-        # its tail, divided by gelu's tiny value: found by the long run), tracer is held to
-        # float64 at the tolerance alone
-        distance = np.where(np.isnan(r) & finite, 0.0, distance)
+        # its tail, divided by gelu's tiny value, three steps: found by the long run), the
+        # reference gives no measure of the problem's conditioning: tracer is held to three
+        # digits of float64 (it kept four there, 4e-5)
+        distance = np.where(np.isnan(r) & finite, NAN_REFERENCE_RELATIVE * np.abs(exact), distance)
         allowed = 8 * distance + RTOL[precision or str(actual.dtype)] * scale
         # (the float64 result itself is right whatever the reference gives: a float32 matmul's
         # fused multiply-adds can give the exact inf where PyTorch's unfused ones give inf - inf)
