@@ -45,6 +45,23 @@ def _loss(library, parameters):
     return functional.cross_entropy(functional.linear(hidden, w2, b2), make(LABELS))
 
 
+def _steps(runs, count=1, widen=False):
+    """`count` steps of each (library, parameters, optimizer) of `runs`: zero_grad, the loss's
+    backward (of the parameters in float64 where `widen`), step."""
+    for _ in range(count):
+        for library, parameters, optimizer in runs:
+            optimizer.zero_grad()
+            _loss(library, [p.double() for p in parameters] if widen else parameters).backward()
+            optimizer.step()
+
+
+def _assert_parameters_equal(ours, theirs, when=""):
+    """Each of our parameters equal to PyTorch's to float64's rounding of a few steps."""
+    for index, (mine, reference) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
+                                   rtol=1e-12, atol=1e-14, err_msg=f"parameter {index}{when}")
+
+
 @pytest.mark.parametrize("name, options", CONFIGURATIONS,
                          ids=[f"{n}-{'-'.join(o) or 'default'}" for n, o in CONFIGURATIONS])
 def test_five_steps_equal_torch_optim(name, options):
@@ -56,15 +73,8 @@ def test_five_steps_equal_torch_optim(name, options):
     theirs_optimizer = getattr(torch.optim, name)(
         [{"params": theirs[:2]}, {"params": theirs[2:], "lr": 0.03}], **options)
     for step in range(5):
-        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
-                                               (torch, theirs, theirs_optimizer)):
-            optimizer.zero_grad()
-            _loss(library, parameters).backward()
-            optimizer.step()
-        for index, (mine, reference) in enumerate(zip(ours, theirs)):
-            np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
-                                       rtol=1e-12, atol=1e-14,
-                                       err_msg=f"parameter {index} after step {step + 1}")
+        _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
     _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
 
 
@@ -95,13 +105,7 @@ def test_float32_parameters_follow_torch(name, options):
     theirs = [torch.tensor(w.astype(np.float32), requires_grad=True) for w in WEIGHTS]
     ours_optimizer = getattr(tr.optim, name)(ours, **options)
     theirs_optimizer = getattr(torch.optim, name)(theirs, **options)
-    for _ in range(5):
-        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
-                                               (torch, theirs, theirs_optimizer)):
-            optimizer.zero_grad()
-            _loss(library, [p.double() if library is tr else p.double() for p in parameters]
-                  ).backward()
-            optimizer.step()
+    _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)], 5, widen=True)
     for mine, reference in zip(ours, theirs):
         assert mine.dtype == tr.float32
         np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(), rtol=1e-5,
@@ -325,10 +329,7 @@ def test_traced_steps_with_a_new_learning_rate_each_call_equal_torch_and_compile
         expected.backward()
         theirs_optimizer.step()
         np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-12)
-        for index, (mine, reference) in enumerate(zip(ours, theirs)):
-            np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
-                                       rtol=1e-12, atol=1e-14,
-                                       err_msg=f"parameter {index} after step {number + 1}")
+        _assert_parameters_equal(ours, theirs, f" after step {number + 1}")
     _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
     assert step.cache_info().misses == 1
 
@@ -340,15 +341,8 @@ def test_rmsprop_momentum_and_centering_set_after_it_was_made_start_from_zero_bu
     ours_optimizer, theirs_optimizer = tr.optim.RMSprop(ours), torch.optim.RMSprop(theirs)
     for group in ours_optimizer.param_groups + theirs_optimizer.param_groups:
         group.update(momentum=0.9, centered=True)
-    for _ in range(3):
-        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
-                                               (torch, theirs, theirs_optimizer)):
-            optimizer.zero_grad()
-            _loss(library, parameters).backward()
-            optimizer.step()
-    for index, (mine, reference) in enumerate(zip(ours, theirs)):
-        np.testing.assert_allclose(mine.detach().numpy(), reference.detach().numpy(),
-                                   rtol=1e-12, atol=1e-14, err_msg=f"parameter {index}")
+    _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)], 3)
+    _assert_parameters_equal(ours, theirs)
     _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=3)
 
 
@@ -363,12 +357,7 @@ def test_state_dicts_have_torchs_layout_and_load_both_ways(name, options):
     theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
     ours_optimizer = getattr(tr.optim, name)(ours, **options)
     theirs_optimizer = getattr(torch.optim, name)(theirs, **options)
-    for _ in range(2):
-        for library, parameters, optimizer in ((tr, ours, ours_optimizer),
-                                               (torch, theirs, theirs_optimizer)):
-            optimizer.zero_grad()
-            _loss(library, parameters).backward()
-            optimizer.step()
+    _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)], 2)
     mine, reference = ours_optimizer.state_dict(), theirs_optimizer.state_dict()
     assert mine["state"].keys() == reference["state"].keys() == {0, 1, 2, 3}
     for index, entry in reference["state"].items():
@@ -384,17 +373,10 @@ def test_state_dicts_have_torchs_layout_and_load_both_ways(name, options):
         {"state": {index: {key: torch.tensor(value.numpy()) for key, value in entry.items()}
                    for index, entry in mine["state"].items()},
          "param_groups": mine["param_groups"]})
-    for library, parameters, optimizer in ((tr, loaded, loaded_optimizer),
-                                           (torch, theirs, theirs_optimizer),
-                                           (tr, ours, ours_optimizer),
-                                           (torch, torch_loaded, torch_loaded_optimizer)):
-        optimizer.zero_grad()
-        _loss(library, parameters).backward()
-        optimizer.step()
-    for first, second in ((loaded, theirs), (torch_loaded, ours)):
-        for index, (a, b) in enumerate(zip(first, second)):
-            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12,
-                                       atol=1e-14, err_msg=f"parameter {index}")
+    _steps([(tr, loaded, loaded_optimizer), (torch, theirs, theirs_optimizer),
+            (tr, ours, ours_optimizer), (torch, torch_loaded, torch_loaded_optimizer)])
+    _assert_parameters_equal(loaded, theirs)
+    _assert_parameters_equal(torch_loaded, ours)
 
 
 def test_adamw_stays_decoupled_when_it_loads_adams_state_dict_as_pytorchs_does():
