@@ -67,15 +67,13 @@ def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, d
     if causal_from is not None:
         shape = scores.shape[-2:]
         scores = scores.masked_fill(iota(shape, 1) > iota(shape, 0) + causal_from, float("-inf"))
-        weights = scores.softmax(-1)  # (every query attends to the first key at least)
-    elif mask is None:
-        weights = scores.softmax(-1)
-    else:
-        if mask.dtype == irtypes.bool_:
-            scores = scores.masked_fill(mask.logical_not(), float("-inf"))
-        else:
-            scores = scores + mask
-        weights = scores.softmax(-1) if scores.shape[-1] == 0 else _safe_softmax(scores)
+    elif mask is not None and mask.dtype == irtypes.bool_:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    # Only the user's mask can leave a query no key (a causal one keeps the first key at least).
+    may_be_empty = mask is not None and scores.shape[-1] > 0
+    weights = _safe_softmax(scores) if may_be_empty else scores.softmax(-1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return weights @ value
