@@ -772,7 +772,7 @@ def _second_order_function(B, program, scalar):
 RTOL = {"float64": 1e-10, "float32": 1e-5}
 
 
-NAN_REFERENCE_RELATIVE = 1e-3 / 8  # (times 8 below: 1e-3 of float64's value)
+NAN_REFERENCE_RELATIVE = 1e-3  # of float64's value: see assert_close
 
 
 def assert_close(actual, reference, exact, what, precision=None, other=None):
@@ -798,8 +798,9 @@ def assert_close(actual, reference, exact, what, precision=None, other=None):
         # its tail, divided by gelu's tiny value, three steps: found by the long run), the
         # reference gives no measure of the problem's conditioning: tracer is held to three
         # digits of float64 (it kept four there, 4e-5)
-        distance = np.where(np.isnan(r) & finite, NAN_REFERENCE_RELATIVE * np.abs(exact), distance)
-        allowed = 8 * distance + RTOL[precision or str(actual.dtype)] * scale
+        from_reference = np.where(np.isnan(r) & finite, NAN_REFERENCE_RELATIVE * np.abs(exact),
+                                  8 * distance)
+        allowed = from_reference + RTOL[precision or str(actual.dtype)] * scale
         # (the float64 result itself is right whatever the reference gives: a float32 matmul's
         # fused multiply-adds can give the exact inf where PyTorch's unfused ones give inf - inf)
         ok = same | (a == exact) | (error <= allowed)
