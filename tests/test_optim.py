@@ -162,6 +162,14 @@ def test_step_with_a_closure_returns_its_loss():
      "alpha must not be negative"),
     (lambda: tr.optim.Adagrad([tr.ones(1, requires_grad=True)], lr_decay=-0.1),
      "lr_decay must not be negative"),
+    # PyTorch's SGD and Adam raise on these too ("Invalid learning rate", ...)
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=-0.1), "lr must not be negative"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, momentum=-0.9),
+     "momentum must not be negative"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, weight_decay=-1e-4),
+     "weight_decay must not be negative"),
+    (lambda: tr.optim.AdamW([tr.ones(1, requires_grad=True)], lr=-1e-3),
+     "lr must not be negative"),
 ])
 def test_bad_optimizer_arguments_are_clear_errors(make, message):
     with pytest.raises(tr.ArgumentError, match=f"test_optim.py:.*{message}"):

@@ -147,6 +147,7 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0,
                  nesterov: builtins.bool = False, maximize: builtins.bool = False) -> None:
+        _require_not_negative(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ArgumentError("Nesterov momentum needs a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
@@ -189,7 +190,7 @@ class Adam(Optimizer):
                  decoupled_weight_decay: builtins.bool = False) -> None:
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ArgumentError(f"betas must be in [0, 1), got {betas}")
-        _require_not_negative(eps=eps, weight_decay=weight_decay)
+        _require_not_negative(lr=lr, eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize,
