@@ -361,7 +361,7 @@ NOT_DIFFERENTIABLE = {
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "
-                    "tr.is_grad_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
+                    "tr.is_grad_enabled tr.inference_mode tr.is_inference_mode_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
                     "tr.gradgradcheck".split(), "a transform or a mode, not a function"),
     "tr.pure_callback": "calls the user's NumPy code, which the tests of tr.pure_callback check",
 }
