@@ -114,14 +114,62 @@ def test_float32_parameters_follow_torch(name, options):
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
 def test_arguments_are_pytorchs_in_its_order_with_its_defaults(name):
-    """All but PyTorch's implementation choices (foreach, fused, capturable, differentiable)."""
+    """PyTorch's arguments (its implementation choices foreach, fused, capturable and
+    differentiable too), its positional ones in its order, the same defaults; and the same
+    hyperparameters in each parameter group."""
     ours = inspect.signature(getattr(tr.optim, name)).parameters
-    theirs = {argument: parameter
-              for argument, parameter in inspect.signature(getattr(torch.optim, name)).parameters.items()
-              if argument not in ("foreach", "fused", "capturable", "differentiable")}
-    assert list(ours) == list(theirs)
+    theirs = inspect.signature(getattr(torch.optim, name)).parameters
+    assert set(ours) == set(theirs)
+    positional = [a for a, p in theirs.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert list(ours)[:len(positional)] == positional
     for argument, parameter in ours.items():
         assert parameter.default == theirs[argument].default, argument
+    ours_group = getattr(tr.optim, name)([tr.zeros(1, requires_grad=True)]).param_groups[0]
+    theirs_group = getattr(torch.optim, name)([torch.zeros(1, requires_grad=True)]).param_groups[0]
+    assert set(ours_group) == set(theirs_group)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("Adam", dict(lr=0.02, amsgrad=True, weight_decay=0.05)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.3)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05)),
+])
+def test_a_fused_eager_step_is_one_compiled_call_equal_to_torchs_fused(name, options):
+    """fused=True: an eager step() (the model alone traced, or nothing) runs the update traced
+    once, its learning rate a runtime input: a schedule changing it compiles nothing more."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = getattr(tr.optim, name)(ours, fused=True, **options)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, fused=True, **options)
+    for step in range(5):
+        for optimizer in (ours_optimizer, theirs_optimizer):
+            optimizer.param_groups[0]["lr"] = options["lr"] / (1 + step)
+        _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
+    assert ours_optimizer._fused_update.cache_info().misses == 1
+
+
+def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = tr.optim.AdamW(ours, lr=0.01, fused=True)
+    theirs_optimizer = torch.optim.AdamW(theirs, lr=0.01, fused=True)
+
+    @tr.trace
+    def step():
+        ours_optimizer.zero_grad()
+        loss = _loss(tr, ours)
+        loss.backward()
+        ours_optimizer.step()
+        return loss
+
+    for number in range(3):
+        step()
+        _steps([(torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {number + 1}")
+    assert step.cache_info().misses == 1 and ours_optimizer._fused_update is None
 
 
 def test_zero_grad_modes_and_parameters_without_gradients():
@@ -170,6 +218,10 @@ def test_step_with_a_closure_returns_its_loss():
      "weight_decay must not be negative"),
     (lambda: tr.optim.AdamW([tr.ones(1, requires_grad=True)], lr=-1e-3),
      "lr must not be negative"),
+    (lambda: tr.optim.Adam([tr.ones(1, requires_grad=True)], fused=True, foreach=True),
+     "cannot be `True` together"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, differentiable=True),
+     "differentiable=True is not supported"),
 ])
 def test_bad_optimizer_arguments_are_clear_errors(make, message):
     with pytest.raises(tr.ArgumentError, match=f"test_optim.py:.*{message}"):
