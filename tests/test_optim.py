@@ -1,6 +1,7 @@
 """tr.optim against torch.optim step by step (float64, the same initial weights and data), the
 zero_grad modes, parameter groups, errors, and optimizer steps inside @tr.trace."""
 import inspect
+import pickle
 
 import numpy as np
 import pytest
@@ -149,6 +150,8 @@ def test_a_fused_eager_step_is_one_compiled_call_equal_to_torchs_fused(name, opt
         _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
     _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
     assert ours_optimizer._fused_update.cache_info().misses == 1
+    restored = pickle.loads(pickle.dumps(ours_optimizer))  # without its compiled update
+    assert restored._fused_update is None and restored.param_groups[0]["fused"] is True
 
 
 def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():

@@ -48,6 +48,10 @@ class Optimizer:
         for group in groups if isinstance(groups[0], dict) else [{"params": groups}]:
             self.add_param_group(group)
 
+    def __getstate__(self) -> dict:
+        # (pickled without its compiled update, made again by the first step after unpickling)
+        return dict(self.__dict__, _fused_update=None)
+
     def add_param_group(self, group: dict) -> None:
         group = dict(group)
         params = group["params"]
