@@ -231,6 +231,25 @@ def test_bad_optimizer_arguments_are_clear_errors(make, message):
         make()
 
 
+def test_named_parameters_are_taken_as_pytorch_takes_them():
+    """PyTorch 2.13 takes (name, parameter) pairs (model.named_parameters()) and keeps the names
+    in each group's "param_names"."""
+    ours_model, theirs_model = nn.Linear(4, 3).double(), torch.nn.Linear(4, 3).double()
+    ours_model.load_state_dict({k: tr.tensor(v.detach().numpy())
+                                for k, v in theirs_model.state_dict().items()})
+    ours = tr.optim.SGD(ours_model.named_parameters(), lr=0.1, momentum=0.9)
+    theirs = torch.optim.SGD(theirs_model.named_parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        for library, model, optimizer in ((tr, ours_model, ours), (torch, theirs_model, theirs)):
+            optimizer.zero_grad()
+            model(library.tensor(X[:, :4])).square().sum().backward()
+            optimizer.step()
+    _assert_parameters_equal(list(ours_model.parameters()), list(theirs_model.parameters()))
+    assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
+    with pytest.raises(tr.ArgumentError, match="some param names are missing"):
+        tr.optim.SGD([("weight", ours_model.weight), ours_model.bias], lr=0.1)
+
+
 def test_a_parameter_in_two_groups_is_refused():
     w = tr.ones(1, requires_grad=True)
     with pytest.raises(tr.ArgumentError, match="more than one parameter group"):

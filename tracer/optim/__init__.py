@@ -56,6 +56,13 @@ class Optimizer:
         group = dict(group)
         params = group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)
+        named = [isinstance(p, tuple) for p in params]
+        if any(named):  # (name, parameter) pairs, as model.named_parameters() gives (PyTorch 2.13)
+            if not all(named):
+                raise ArgumentError("all optimizer params should be with/without names; some "
+                                    "param names are missing")
+            group["param_names"] = [name for name, _ in params]
+            params = [p for _, p in params]
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
             if not isinstance(p, Tensor) or not is_float(p.dtype) or not p.is_leaf:
