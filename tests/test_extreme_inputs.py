@@ -126,6 +126,44 @@ def scaled(dtype):
     return [np.concatenate([x, np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4]], dtype)])]
 
 
+RECURRENT = ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")
+
+
+def _recurrent_modules(lib, dtype) -> list:
+    """Each recurrent module of `lib` (1 input, 2 hidden) with the same weights, powers of two
+    (so that the input's products are exact and its sum with the bias rounds once, the same in
+    both libraries, where a sum of products of the extreme values would cancel and round
+    differently), made before any trace (a module's parameters are made outside traced
+    functions)."""
+    modules = []
+    for seed, kind in enumerate(RECURRENT):
+        module = getattr(lib.nn, kind)(1, 2, dtype=getattr(lib, np.dtype(dtype).name))
+        module.load_state_dict({name: lib.tensor(np.sign(weights) * 2.0 ** np.round(np.log2(
+            np.abs(weights)))) for name, p in module.named_parameters()
+            for weights in [moderate(dtype, tuple(p.shape), seed)]})
+        modules.append(module)
+    return modules
+
+
+RECURRENT_MODULES = {(lib, dtype): _recurrent_modules(lib, dtype) for lib in (tr, torch)
+                     for dtype in DTYPES}
+
+
+def recurrent(lib, x):
+    """Each extreme value, then the one as far from the end, as a sequence of two steps (one
+    sequence per value) for the modules; each value one step for the cells."""
+    x, results = x.reshape(-1, 1), []
+    dtype = np.dtype(str(x.dtype).removeprefix("torch.")).type
+    for kind, module in zip(RECURRENT, RECURRENT_MODULES[lib, dtype]):
+        if kind.endswith("Cell"):
+            state = module(x)
+            results += list(state) if isinstance(state, tuple) else [state]
+        else:
+            output, state = module(lib.stack([x, x.flip(0)]))
+            results += [output[-1], *(state if isinstance(state, tuple) else (state,))]
+    return tuple(result[-1] if result.ndim == 3 else result for result in results)
+
+
 # The cases: names as in PyTorch, "Tensor.x" for methods, "F.x" for tr.nn.functional.
 CASES: dict[str, Case] = {
     # elementwise
@@ -274,6 +312,9 @@ CASES: dict[str, Case] = {
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
         lambda dtype: [rows(dtype), moderate(dtype, 3), moderate(dtype, 3, 1)]),
+    # the recurrent modules and cells: products, sigmoid and tanh in their gates' order
+    # (not in the slow sweep over the whole range, which is for elementwise functions)
+    "recurrent": Case(recurrent, lambda dtype: [extreme_values(dtype)]),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -316,6 +357,7 @@ ALIASES = {
     "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
     "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
     "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
+    **{f"nn.{kind}": "recurrent" for kind in RECURRENT},
     "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
     "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",
     "Tensor.nanmedian": "Tensor.median", "Tensor.sgn": "Tensor.sign",

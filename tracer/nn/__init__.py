@@ -6,6 +6,7 @@ from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNo
                               Conv2d, ConvTranspose2d, MaxPool2d)
 from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
+from tracer.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
@@ -13,4 +14,5 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "GELU", "SiLU", "Tanh", "Softplus", "Hardtanh", "ReLU6", "Flatten", "Unflatten",
            "Identity", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
-           "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
+           "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "RNN", "LSTM", "GRU",
+           "RNNCell", "LSTMCell", "GRUCell"]
