@@ -278,6 +278,10 @@ CASES: dict[str, Case] = {
                      lambda dtype: [rows(dtype), moderate(dtype, (2, 3)), moderate(dtype, 2, 1)]),
     "F.embedding": Case(lambda lib, w: lib.nn.functional.embedding(
         lib.tensor(np.arange(w.shape[0] - 1, -1, -1)), w), lambda dtype: [rows(dtype)]),
+    # bags of 1, 2 and 4 rows in reverse order (and one empty bag), each mode
+    "F.embedding_bag": Case(lambda lib, w: tuple(lib.nn.functional.embedding_bag(
+        lib.tensor(np.arange(w.shape[0] - 1, -1, -1)), w, lib.tensor([0, 1, 3, 3, 7]), mode=mode)
+        for mode in ("sum", "mean", "max")), lambda dtype: [rows(dtype)]),
     "F.dropout": unary(lambda lib, x: lib.nn.functional.dropout(x, 0.5, training=False)),
     "Tensor.matmul": Case(lambda lib, x, w: (x @ w, x.mm(w), lib.bmm(x[None], w[None])),
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
@@ -348,7 +352,7 @@ ALIASES = {
     "Tensor.__matmul__": "Tensor.matmul", "Tensor.mm": "Tensor.matmul", "Tensor.bmm": "Tensor.matmul",
     "Tensor.__setitem__": "Tensor.masked_fill",  # a select of the assigned values, as where
     "Tensor.copy_": "layout",
-    "nn.Linear": "F.linear", "nn.Embedding": "F.embedding", "nn.LayerNorm": "F.layer_norm",
+    "nn.Linear": "F.linear", "nn.Embedding": "F.embedding", "nn.EmbeddingBag": "F.embedding_bag", "nn.LayerNorm": "F.layer_norm",
     "nn.Dropout": "F.dropout", "nn.ReLU": "F.relu", "nn.GELU": "F.gelu", "nn.SiLU": "F.silu",
     "nn.Tanh": "F.tanh", "Tensor.repeat": "layout", "Tensor.unflatten": "layout",
     "F.flatten": "layout", "nn.Flatten": "layout", "nn.Unflatten": "layout", "nn.Identity": "layout",
