@@ -134,14 +134,15 @@ def _recurrent_modules(lib, dtype) -> list:
     (so that the input's products are exact and its sum with the bias rounds once, the same in
     both libraries, where a sum of products of the extreme values would cancel and round
     differently), made before any trace (a module's parameters are made outside traced
-    functions)."""
-    modules = []
+    functions), leaving the library's random generator as it was for the other tests."""
+    modules, generator_state = [], lib.get_rng_state()
     for seed, kind in enumerate(RECURRENT):
         module = getattr(lib.nn, kind)(1, 2, dtype=getattr(lib, np.dtype(dtype).name))
         module.load_state_dict({name: lib.tensor(np.sign(weights) * 2.0 ** np.round(np.log2(
             np.abs(weights)))) for name, p in module.named_parameters()
             for weights in [moderate(dtype, tuple(p.shape), seed)]})
         modules.append(module)
+    lib.set_rng_state(generator_state)
     return modules
 
 

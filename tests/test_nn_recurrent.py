@@ -245,27 +245,34 @@ def test_cells_match_torch(name, with_state, batched, traced):
                                    atol=1e-12)
 
 
-LSTM = tr.nn.LSTM(INPUT, HIDDEN, num_layers=2)
-GRU = tr.nn.GRU(INPUT, HIDDEN, batch_first=True)
-LSTM_CELL = tr.nn.LSTMCell(INPUT, HIDDEN)
+def lstm(*arguments):  # (modules made when a test runs, from the random state it finds)
+    return tr.nn.LSTM(INPUT, HIDDEN, num_layers=2)(*arguments)
+
+
+def gru(*arguments):
+    return tr.nn.GRU(INPUT, HIDDEN, batch_first=True)(*arguments)
+
+
+def lstm_cell(*arguments):
+    return tr.nn.LSTMCell(INPUT, HIDDEN)(*arguments)
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: LSTM(tr.zeros(2, 3, 4, INPUT)), "2-D .unbatched. or 3-D"),
-    (lambda: LSTM(tr.zeros(LENGTH, BATCH, INPUT + 1)), "Expected 4, got 5"),
-    (lambda: LSTM(tr.zeros(LENGTH, BATCH, INPUT, dtype=tr.float64)), "dtype"),
-    (lambda: LSTM(tr.zeros(0, BATCH, INPUT)), "at least one time step"),
-    (lambda: LSTM(tr.zeros(LENGTH, BATCH, INPUT), tr.zeros(2, BATCH, HIDDEN)), "pair"),
-    (lambda: LSTM(tr.zeros(LENGTH, BATCH, INPUT), (tr.zeros(2, BATCH, HIDDEN),
+    (lambda: lstm(tr.zeros(2, 3, 4, INPUT)), "2-D .unbatched. or 3-D"),
+    (lambda: lstm(tr.zeros(LENGTH, BATCH, INPUT + 1)), "Expected 4, got 5"),
+    (lambda: lstm(tr.zeros(LENGTH, BATCH, INPUT, dtype=tr.float64)), "dtype"),
+    (lambda: lstm(tr.zeros(0, BATCH, INPUT)), "at least one time step"),
+    (lambda: lstm(tr.zeros(LENGTH, BATCH, INPUT), tr.zeros(2, BATCH, HIDDEN)), "pair"),
+    (lambda: lstm(tr.zeros(LENGTH, BATCH, INPUT), (tr.zeros(2, BATCH, HIDDEN),
                                                    tr.zeros(1, BATCH, HIDDEN))),
      r"expected hidden size \(2, 3, 6\), got \[1, 3, 6\]"),
-    (lambda: LSTM(tr.zeros(LENGTH, INPUT), (tr.zeros(2, 1, HIDDEN), tr.zeros(2, 1, HIDDEN))),
+    (lambda: lstm(tr.zeros(LENGTH, INPUT), (tr.zeros(2, 1, HIDDEN), tr.zeros(2, 1, HIDDEN))),
      "unbatched 2-D input"),
-    (lambda: GRU(tr.zeros(BATCH, LENGTH, INPUT), tr.zeros(1, HIDDEN)), "batched 3-D input"),
-    (lambda: GRU(tr.zeros(BATCH, LENGTH, INPUT), tr.zeros(1, LENGTH, HIDDEN)),
+    (lambda: gru(tr.zeros(BATCH, LENGTH, INPUT), tr.zeros(1, HIDDEN)), "batched 3-D input"),
+    (lambda: gru(tr.zeros(BATCH, LENGTH, INPUT), tr.zeros(1, LENGTH, HIDDEN)),
      r"expected hidden size \(1, 3, 6\)"),
-    (lambda: LSTM_CELL(tr.zeros(BATCH, INPUT + 1)), "expected input of shape"),
-    (lambda: LSTM_CELL(tr.zeros(BATCH, INPUT), (tr.zeros(BATCH, HIDDEN), tr.zeros(HIDDEN))),
+    (lambda: lstm_cell(tr.zeros(BATCH, INPUT + 1)), "expected input of shape"),
+    (lambda: lstm_cell(tr.zeros(BATCH, INPUT), (tr.zeros(BATCH, HIDDEN), tr.zeros(HIDDEN))),
      "expected hidden states of shape"),
     (lambda: tr.nn.RNN(INPUT, HIDDEN, nonlinearity="sigmoid"), "'tanh' or 'relu'"),
     (lambda: tr.nn.LSTM(INPUT, 0), "hidden_size must be greater than zero"),
@@ -283,7 +290,8 @@ def test_bad_arguments_are_clear_errors(call, message):
 
 def test_traced_bad_shape_is_an_error_at_trace_time():
     with pytest.raises(tr.TracerError, match="input_size"):
-        tr.trace(lambda x: GRU(x)[0])(np.zeros((BATCH, LENGTH, INPUT + 2), np.float32))
+        module = tr.nn.GRU(INPUT, HIDDEN, batch_first=True)
+        tr.trace(lambda x: module(x)[0])(np.zeros((BATCH, LENGTH, INPUT + 2), np.float32))
 
 
 def test_proj_size_is_not_an_argument_of_rnn_or_gru():
