@@ -25,6 +25,7 @@ from tracer.tensor import Tensor
 from tracer.nn import attention as _attention
 from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
+from tracer.nn import embedding_bag as _embedding_bag
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 
@@ -296,3 +297,4 @@ conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
+embedding_bag = _embedding_bag.embedding_bag
