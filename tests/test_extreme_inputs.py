@@ -274,6 +274,19 @@ CASES: dict[str, Case] = {
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
         lambda dtype: [rows(dtype), moderate(dtype, 3), moderate(dtype, 3, 1)]),
+    # Each row three channels of one group, or one channel of three positions. PyTorch's kernels
+    # round where tracer's exact means give the exact result (tests/test_nn_norms.py): at a
+    # constant row (88.7, 88.7, 88.7), whose normalized values are 0, group norm's scale-and-shift
+    # x * weight / sqrt(var + eps) + (bias - mean * weight / sqrt(var + eps)) gives 1e-12 in
+    # float64, instance norm's rounded mean 3e-4 in float32: only the rows that mix values.
+    "F.group_norm": Case(lambda lib, x, w, b: lib.nn.functional.group_norm(
+        x[:, :, None], 1, w, b), lambda dtype: [
+            rows(dtype)[:pairs(dtype)[0].size], moderate(dtype, 3), moderate(dtype, 3, 1)]),
+    "F.instance_norm": Case(lambda lib, x, w, b: lib.nn.functional.instance_norm(
+        x[:, None, :], weight=w, bias=b), lambda dtype: [
+            rows(dtype)[:pairs(dtype)[0].size], moderate(dtype, 1), moderate(dtype, 1, 1)]),
+    "F.rms_norm": Case(lambda lib, x, w: lib.nn.functional.rms_norm(x, (3,), w),
+                       lambda dtype: [rows(dtype), moderate(dtype, 3)]),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -329,6 +342,8 @@ ALIASES = {
     **{f"tr.{name}": "layout" for name in "concat concatenate hstack vstack meshgrid".split()},
     "Tensor.outer": "products", "Tensor.ger": "products", "Tensor.dot": "products",
     "Tensor.addmm": "products",
+    "nn.GroupNorm": "F.group_norm", "nn.InstanceNorm1d": "F.instance_norm",
+    "nn.InstanceNorm2d": "F.instance_norm", "nn.RMSNorm": "F.rms_norm",
 }
 # Public names with no gradient to check, and why.
 NOT_DIFFERENTIABLE = {

@@ -6,6 +6,8 @@ from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNo
                               Conv2d, ConvTranspose2d, MaxPool2d)
 from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
+from tracer.nn.multihead import MultiheadAttention
+from tracer.nn.norm_layers import GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
@@ -14,3 +16,5 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "Identity", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
+__all__ += ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm"]
+__all__ += ["MultiheadAttention"]
