@@ -126,6 +126,41 @@ def scaled(dtype):
     return [np.concatenate([x, np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4]], dtype)])]
 
 
+def paired_modules(name: str, *args, **kwargs) -> Callable:
+    """`module(lib, x)`: torch's module `name` in eval mode, or tracer's with torch's parameters,
+    of x's dtype; made here, as a traced function cannot make a Parameter."""
+    made = {}
+    for dtype in map(np.dtype, DTYPES):
+        torch.manual_seed(0)
+        theirs = getattr(torch.nn, name)(*args, **kwargs).to(getattr(torch, dtype.name)).eval()
+        ours = getattr(tr.nn, name)(*args, **kwargs).to(dtype.name).eval()
+        ours.load_state_dict({key: tr.tensor(value.detach().numpy())
+                              for key, value in theirs.state_dict().items()})
+        made["torch", dtype.name], made["tracer", dtype.name] = theirs, ours
+    return lambda lib, x: made[lib.__name__, str(x.dtype).removeprefix("torch.")]
+
+
+def sequence_rows(dtype) -> list[np.ndarray]:
+    """The rows of three by threes, each a sequence of three tokens of three features (the last
+    rows left out if their count is no multiple of 3): the gradient of a token cancels terms of
+    its sequence's magnitude, which the comparison's rows then are."""
+    x = rows(dtype)
+    return [x[:x.shape[0] // 3 * 3].reshape(-1, 9)]
+
+
+def sequences(x):
+    """sequence_rows' sequences as (L, N, E)."""
+    return x.reshape(-1, 3, 3).transpose(0, 1)
+
+
+def moderate_keys(lib, x):
+    """Keys of moderate values for the sequences of x."""
+    shape = tuple(sequences(x).shape)
+    return lib.tensor(moderate(str(x.dtype).removeprefix("torch."), shape, seed=2))
+
+
+ATTENTION = paired_modules("MultiheadAttention", 3, 1)
+
 # The cases: names as in PyTorch, "Tensor.x" for methods, "F.x" for tr.nn.functional.
 CASES: dict[str, Case] = {
     # elementwise
@@ -287,6 +322,16 @@ CASES: dict[str, Case] = {
             rows(dtype)[:pairs(dtype)[0].size], moderate(dtype, 1), moderate(dtype, 1, 1)]),
     "F.rms_norm": Case(lambda lib, x, w: lib.nn.functional.rms_norm(x, (3,), w),
                        lambda dtype: [rows(dtype), moderate(dtype, 3)]),
+    # The weights and the output of attention (projections, softmax, products), then the output
+    # without the weights (scaled_dot_product_attention) with a causal mask: the extreme values
+    # are the queries and the values; keys of moderate values keep the scores linear in them (the
+    # gradients of scores of two extreme values, 709.7 ** 2, are differences rounded at their
+    # magnitude, which the products' summation order decides).
+    "nn.MultiheadAttention": Case(lambda lib, x: (
+        *ATTENTION(lib, x)(sequences(x), moderate_keys(lib, x), sequences(x)),
+        ATTENTION(lib, x)(sequences(x), moderate_keys(lib, x), sequences(x), need_weights=False,
+                          attn_mask=lib.ones(3, 3, dtype=lib.bool).triu(1), is_causal=True)[0]),
+        sequence_rows),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),

@@ -195,7 +195,7 @@ class MultiheadAttention(Module):
                     else (output.squeeze(1), weights.squeeze(0)))
         if attn_mask is not None:
             attn_mask = (attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1
-                         else attn_mask.reshape(batch, heads, length, sources))
+                         else attn_mask.reshape(batch, heads, attn_mask.shape[1], sources))
         q, k, v = (x.reshape(batch, heads, x.shape[1], head_dim) for x in (q, k, v))
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
         output = self._output(attended.reshape(batch * heads, length, head_dim), length, batch)
