@@ -160,6 +160,10 @@ def moderate_keys(lib, x):
 
 
 ATTENTION = paired_modules("MultiheadAttention", 3, 1)
+# (norm_first: the attention reads normalized values, whose scores stay moderate)
+ENCODER_LAYER = paired_modules("TransformerEncoderLayer", 3, 1, 4, norm_first=True)
+DECODER_LAYER = paired_modules("TransformerDecoderLayer", 3, 1, 4, norm_first=True,
+                               activation="gelu")
 
 # The cases: names as in PyTorch, "Tensor.x" for methods, "F.x" for tr.nn.functional.
 CASES: dict[str, Case] = {
@@ -332,6 +336,10 @@ CASES: dict[str, Case] = {
         ATTENTION(lib, x)(sequences(x), moderate_keys(lib, x), sequences(x), need_weights=False,
                           attn_mask=lib.ones(3, 3, dtype=lib.bool).triu(1), is_causal=True)[0]),
         sequence_rows),
+    "nn.TransformerEncoderLayer": Case(lambda lib, x: ENCODER_LAYER(lib, x)(sequences(x)),
+                                       sequence_rows),
+    "nn.TransformerDecoderLayer": Case(lambda lib, x: DECODER_LAYER(lib, x)(
+        sequences(x), moderate_keys(lib, x)), sequence_rows),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -389,6 +397,9 @@ ALIASES = {
     "Tensor.addmm": "products",
     "nn.GroupNorm": "F.group_norm", "nn.InstanceNorm1d": "F.instance_norm",
     "nn.InstanceNorm2d": "F.instance_norm", "nn.RMSNorm": "F.rms_norm",
+    "nn.TransformerEncoder": "nn.TransformerEncoderLayer",
+    "nn.TransformerDecoder": "nn.TransformerDecoderLayer",
+    "nn.Transformer": "nn.TransformerDecoderLayer",
 }
 # Public names with no gradient to check, and why.
 NOT_DIFFERENTIABLE = {

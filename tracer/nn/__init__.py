@@ -8,6 +8,8 @@ from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Li
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
 from tracer.nn.multihead import MultiheadAttention
 from tracer.nn.norm_layers import GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm
+from tracer.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                                    TransformerEncoder, TransformerEncoderLayer)
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
@@ -18,3 +20,5 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
 __all__ += ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm"]
 __all__ += ["MultiheadAttention"]
+__all__ += ["TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+            "TransformerDecoder", "Transformer"]
