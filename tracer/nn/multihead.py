@@ -109,9 +109,9 @@ class MultiheadAttention(Module):
         if self.batch_first and batched:
             # (transposed keeping which of them are the same tensor: self-attention's projection
             # is one product)
-            transposed = {}
-            query, key, value = (transposed.setdefault(id(x), x.transpose(1, 0))
-                                 for x in (query, key, value))
+            transposed = {id(x): x.transpose(1, 0) for x in {id(x): x for x in
+                                                              (query, key, value)}.values()}
+            query, key, value = (transposed[id(x)] for x in (query, key, value))
         output, weights = self._attention(query, key, value, key_padding_mask, need_weights,
                                           attn_mask, average_attn_weights, is_causal, batched)
         if self.batch_first and batched:
