@@ -8,8 +8,9 @@ Besides the core Tensor API the programs index with int64 tensors (`x[idx]`, `x[
 `x[idx1, idx2]` broadcast, with negative and repeated indices) and assign through them, call
 index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, logsumexp, norm,
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
-layer_norm, cross_entropy, mse_loss, scaled_dot_product_attention, conv1d, conv2d,
-conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, pad and batch_norm, asin, acos,
+layer_norm, rms_norm, cross_entropy, mse_loss, scaled_dot_product_attention, conv1d, conv2d,
+conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, pad, batch_norm, group_norm and
+instance_norm, asin, acos,
 atan, atan2, cumsum, cumprod, prod, median and nanmedian.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
@@ -399,22 +400,25 @@ BINARY = {
 # ("value", j) stands for value j and ("input", k) for the k-th input (the int64 index tensors and
 # class labels, which are inputs of the program but never values: no other operation reads them).
 FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_entropy",
-              "mse_loss", "scaled_dot_product_attention"]
+              "mse_loss", "scaled_dot_product_attention", "rms_norm"]
 # tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
 LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
-          "adaptive_avg_pool2d", "pad", "batch_norm"]
+          "adaptive_avg_pool2d", "pad", "batch_norm", "group_norm", "instance_norm"]
 CALLS = {
     "getitem": lambda B, x, *key: x[_index(key)],
     # the mask of masked_fill: where another value (broadcast to x's shape) is positive
     "masked_fill": lambda B, x, other, value: x.masked_fill(other > 0, value),
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
     **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS if name not in ("batch_norm", "gelu")},
+        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS
+        if name not in ("batch_norm", "instance_norm", "gelu")},
     # F30: PyTorch 2.13's batch_norm gradient of a non-contiguous input (a view of a
     # Fortran-ordered tensor) is wrong (float64 central differences agree with tracer's), so
-    # PyTorch gets the same values contiguous, which changes no value or gradient
-    "batch_norm": lambda B, x, *args, **kwargs: B.m.nn.functional.batch_norm(
-        x.contiguous() if B.is_torch else x, *args, **kwargs),
+    # PyTorch gets the same values contiguous, which changes no value or gradient (its
+    # instance_norm is batch_norm's kernel over N * C channels)
+    **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
+        x.contiguous() if B.is_torch else x, *args, **kwargs)
+       for name in ("batch_norm", "instance_norm")},
     # the oracle's gelu is x/2 * erfc(-x/sqrt 2), exact where PyTorch's float64 1 + erf(x/sqrt 2)
     # rounds to 0 (below x = -8.3: a documented difference, docs/differences.md); divided by that,
     # PyTorch gives inf where tracer gives the true value (found by the long run); its gradient
@@ -991,6 +995,7 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
                          "call:amin", "call:amax", "call:layer_norm", "call:batch_norm",
+                         "call:group_norm", "call:instance_norm", "call:rms_norm",
                          "call:mse_loss", "call:scaled_dot_product_attention",
                          "call:pad:reflect", "call:pad:replicate", "call:conv1d", "call:conv2d",
                          "call:conv_transpose2d", "call:max_pool2d", "call:avg_pool2d",
@@ -1710,7 +1715,8 @@ class Generator:
         layer_norm, cross_entropy (int64 labels in range), mse_loss,
         scaled_dot_product_attention."""
         how = self.choice(FUNCTIONAL)
-        least = {"layer_norm": 1, "cross_entropy": 1, "scaled_dot_product_attention": 2}.get(how)
+        least = {"layer_norm": 1, "cross_entropy": 1, "scaled_dot_product_attention": 2,
+                 "rms_norm": 1}.get(how)
         # (attention of zero-size operands: which of them get a .grad differs, docs/differences.md)
         sized = how != "scaled_dot_product_attention"
         i = self.pick(lambda v: len(v.shape) >= least and (sized or 0 not in v.shape),
@@ -1737,6 +1743,14 @@ class Generator:
                     kwargs[name] = ("value", self.pick(
                         lambda u: u.shape == normalized and u.dtype == v.dtype and u is not v,
                         fresh_shape=normalized, dtype=v.dtype))
+        elif how == "rms_norm":
+            normalized = v.shape[rank - self.integer(1, rank):]
+            args = (normalized,)
+            if self.integer(0, 1):
+                kwargs["weight"] = ("value", self.pick(
+                    lambda u: u.shape == normalized and u.dtype == v.dtype and u is not v,
+                    fresh_shape=normalized, dtype=v.dtype))
+            kwargs["eps"] = self.choice([None, 0.1])
         elif how == "cross_entropy":
             axis = 1 if rank >= 2 else 0
             if v.shape[axis] == 0:  # no label is in range for no classes
@@ -1932,14 +1946,25 @@ class Generator:
                 kwargs["value"] = 0.5
             out = (n, channels, spatial[0] + amounts[2] + amounts[3],
                    spatial[1] + amounts[0] + amounts[1])
-        else:  # batch_norm
-            args = (None, None)
+        else:  # batch_norm, group_norm, instance_norm
+            if how == "group_norm":
+                groups = self.choice([g for g in (1, 2, 3) if channels % g == 0])
+                if n * channels // groups * spatial[0] * spatial[1] == 1:
+                    return self.op_unary()  # (one value per group: refused, as by PyTorch)
+                args = (groups,)
+            elif how == "instance_norm":
+                if spatial[0] * spatial[1] == 1:
+                    return self.op_unary()  # (one value per instance: refused, as by PyTorch)
+            else:
+                args = (None, None)
             for name in ("weight", "bias"):
                 if self.integer(0, 1):
                     kwargs[name] = ("value", self.pick(
                         lambda u: u.shape == (channels,) and u.dtype == v.dtype,
                         fresh_shape=(channels,), dtype=v.dtype))
-            kwargs.update(training=True, eps=self.choice([1e-5, 0.1]))
+            kwargs["eps"] = self.choice([1e-5, 0.1])
+            if how == "batch_norm":
+                kwargs["training"] = True
             out = v.shape
         operands = [i] + [p[1] for p in (*args, *kwargs.values())
                           if isinstance(p, tuple) and p and p[0] == "value"]

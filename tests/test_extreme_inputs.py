@@ -165,6 +165,45 @@ def recurrent(lib, x):
     return tuple(result[-1] if result.ndim == 3 else result for result in results)
 
 
+def paired_modules(name: str, *args, **kwargs) -> Callable:
+    """`module(lib, x)`: torch's module `name` in eval mode, or tracer's with torch's parameters,
+    of x's dtype; made here, as a traced function cannot make a Parameter."""
+    made = {}
+    for dtype in map(np.dtype, DTYPES):
+        torch.manual_seed(0)
+        theirs = getattr(torch.nn, name)(*args, **kwargs).to(getattr(torch, dtype.name)).eval()
+        ours = getattr(tr.nn, name)(*args, **kwargs).to(dtype.name).eval()
+        ours.load_state_dict({key: tr.tensor(value.detach().numpy())
+                              for key, value in theirs.state_dict().items()})
+        made["torch", dtype.name], made["tracer", dtype.name] = theirs, ours
+    return lambda lib, x: made[lib.__name__, str(x.dtype).removeprefix("torch.")]
+
+
+def sequence_rows(dtype) -> list[np.ndarray]:
+    """The rows of three by threes, each a sequence of three tokens of three features (the last
+    rows left out if their count is no multiple of 3): the gradient of a token cancels terms of
+    its sequence's magnitude, which the comparison's rows then are."""
+    x = rows(dtype)
+    return [x[:x.shape[0] // 3 * 3].reshape(-1, 9)]
+
+
+def sequences(x):
+    """sequence_rows' sequences as (L, N, E)."""
+    return x.reshape(-1, 3, 3).transpose(0, 1)
+
+
+def moderate_keys(lib, x):
+    """Keys of moderate values for the sequences of x."""
+    shape = tuple(sequences(x).shape)
+    return lib.tensor(moderate(str(x.dtype).removeprefix("torch."), shape, seed=2))
+
+
+ATTENTION = paired_modules("MultiheadAttention", 3, 1)
+# (norm_first: the attention reads normalized values, whose scores stay moderate)
+ENCODER_LAYER = paired_modules("TransformerEncoderLayer", 3, 1, 4, norm_first=True)
+DECODER_LAYER = paired_modules("TransformerDecoderLayer", 3, 1, 4, norm_first=True,
+                               activation="gelu")
+
 # The cases: names as in PyTorch, "Tensor.x" for methods, "F.x" for tr.nn.functional.
 CASES: dict[str, Case] = {
     # elementwise
@@ -320,6 +359,33 @@ CASES: dict[str, Case] = {
     # the recurrent modules and cells: products, sigmoid and tanh in their gates' order
     # (not in the slow sweep over the whole range, which is for elementwise functions)
     "recurrent": Case(recurrent, lambda dtype: [extreme_values(dtype)]),
+    # Each row three channels of one group, or one channel of three positions. PyTorch's kernels
+    # round where tracer's exact means give the exact result (tests/test_nn_norms.py): at a
+    # constant row (88.7, 88.7, 88.7), whose normalized values are 0, group norm's scale-and-shift
+    # x * weight / sqrt(var + eps) + (bias - mean * weight / sqrt(var + eps)) gives 1e-12 in
+    # float64, instance norm's rounded mean 3e-4 in float32: only the rows that mix values.
+    "F.group_norm": Case(lambda lib, x, w, b: lib.nn.functional.group_norm(
+        x[:, :, None], 1, w, b), lambda dtype: [
+            rows(dtype)[:pairs(dtype)[0].size], moderate(dtype, 3), moderate(dtype, 3, 1)]),
+    "F.instance_norm": Case(lambda lib, x, w, b: lib.nn.functional.instance_norm(
+        x[:, None, :], weight=w, bias=b), lambda dtype: [
+            rows(dtype)[:pairs(dtype)[0].size], moderate(dtype, 1), moderate(dtype, 1, 1)]),
+    "F.rms_norm": Case(lambda lib, x, w: lib.nn.functional.rms_norm(x, (3,), w),
+                       lambda dtype: [rows(dtype), moderate(dtype, 3)]),
+    # The weights and the output of attention (projections, softmax, products), then the output
+    # without the weights (scaled_dot_product_attention) with a causal mask: the extreme values
+    # are the queries and the values; keys of moderate values keep the scores linear in them (the
+    # gradients of scores of two extreme values, 709.7 ** 2, are differences rounded at their
+    # magnitude, which the products' summation order decides).
+    "nn.MultiheadAttention": Case(lambda lib, x: (
+        *ATTENTION(lib, x)(sequences(x), moderate_keys(lib, x), sequences(x)),
+        ATTENTION(lib, x)(sequences(x), moderate_keys(lib, x), sequences(x), need_weights=False,
+                          attn_mask=lib.ones(3, 3, dtype=lib.bool).triu(1), is_causal=True)[0]),
+        sequence_rows),
+    "nn.TransformerEncoderLayer": Case(lambda lib, x: ENCODER_LAYER(lib, x)(sequences(x)),
+                                       sequence_rows),
+    "nn.TransformerDecoderLayer": Case(lambda lib, x: DECODER_LAYER(lib, x)(
+        sequences(x), moderate_keys(lib, x)), sequence_rows),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -376,6 +442,11 @@ ALIASES = {
     **{f"tr.{name}": "layout" for name in "concat concatenate hstack vstack meshgrid".split()},
     "Tensor.outer": "products", "Tensor.ger": "products", "Tensor.dot": "products",
     "Tensor.addmm": "products",
+    "nn.GroupNorm": "F.group_norm", "nn.InstanceNorm1d": "F.instance_norm",
+    "nn.InstanceNorm2d": "F.instance_norm", "nn.RMSNorm": "F.rms_norm",
+    "nn.TransformerEncoder": "nn.TransformerEncoderLayer",
+    "nn.TransformerDecoder": "nn.TransformerDecoderLayer",
+    "nn.Transformer": "nn.TransformerDecoderLayer",
 }
 # Public names with no gradient to check, and why.
 NOT_DIFFERENTIABLE = {

@@ -49,6 +49,9 @@ CASES = {
     "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
     "scaled_dot_product_attention": lambda F, t: F.scaled_dot_product_attention(
         t(IMAGE), t(IMAGE[:, :, :4].copy()), t(IMAGE[:, :, :4].copy()), is_causal=True),
+    "group_norm": lambda F, t: F.group_norm(t(IMAGE), 3),
+    "instance_norm": lambda F, t: F.instance_norm(t(IMAGE)),
+    "rms_norm": lambda F, t: F.rms_norm(t(ROWS), (5,)),
 }
 # imported helpers; a view in PyTorch too; logsumexp's result refuses an in-place change (F19)
 NOT_LAYERS = {"row_mean", "where", "iota", "as_tensor", "flatten", "logsumexp"}

@@ -7,6 +7,10 @@ from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNo
 from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
 from tracer.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from tracer.nn.multihead import MultiheadAttention
+from tracer.nn.norm_layers import GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm
+from tracer.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                                    TransformerEncoder, TransformerEncoderLayer)
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
@@ -16,3 +20,7 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "RNN", "LSTM", "GRU",
            "RNNCell", "LSTMCell", "GRUCell", "EmbeddingBag"]
+__all__ += ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm"]
+__all__ += ["MultiheadAttention"]
+__all__ += ["TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+            "TransformerDecoder", "Transformer"]

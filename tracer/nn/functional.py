@@ -27,6 +27,7 @@ from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
 from tracer.nn import embedding_bag as _embedding_bag
 from tracer.nn import normalization as _normalization
+from tracer.nn import norms as _norms
 from tracer.nn import pooling as _pooling
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -298,3 +299,4 @@ max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
 embedding_bag = _embedding_bag.embedding_bag
+group_norm, instance_norm, rms_norm = _norms.group_norm, _norms.instance_norm, _norms.rms_norm
