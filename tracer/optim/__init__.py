@@ -20,6 +20,8 @@ from __future__ import annotations
 import builtins
 from typing import Callable, Iterable
 
+import tracer
+
 from tracer.context import enable_grad, no_grad, state as mode
 from tracer.errors import ArgumentError
 from tracer.ir.types import float64, is_float
@@ -127,9 +129,8 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         if mode.trace is None and all(group.get("fused") for group in self.param_groups):
-            if self._fused_update is None:
-                from tracer.runtime.traced_function import trace
-                self._fused_update = trace(self._update_all)
+            if self._fused_update is None:  # (tr.trace, which the package imports on first use)
+                self._fused_update = tracer.trace(self._update_all)
             self._fused_update()
         else:
             self._update_all()
