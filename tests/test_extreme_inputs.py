@@ -270,6 +270,15 @@ CASES: dict[str, Case] = {
                                                                     stride=1)),
     "F.adaptive_avg_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
         x[:, None, :, None], (2, 1))),
+    # 1-d pooling on each row as a (batch, channel, 3) signal
+    "F.max_pool1d": row(lambda lib, x: lib.nn.functional.max_pool1d(x[:, None, :], 2, 1, 1)),
+    "F.avg_pool1d": row(lambda lib, x: lib.nn.functional.avg_pool1d(x[:, None, :], 2, 1, 1)),
+    "F.adaptive_avg_pool1d": row(lambda lib, x: lib.nn.functional.adaptive_avg_pool1d(
+        x[:, None, :], 2)),
+    "F.adaptive_max_pool1d": row(lambda lib, x: lib.nn.functional.adaptive_max_pool1d(
+        x[:, None, :], 2)),
+    "F.adaptive_max_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_max_pool2d(
+        x[:, None, :, None], (2, 1))),
     "F.batch_norm": Case(lambda lib, x, w, b: lib.nn.functional.batch_norm(
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
@@ -316,6 +325,9 @@ ALIASES = {
     "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
     "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
     "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
+    "nn.MaxPool1d": "F.max_pool1d", "nn.AvgPool1d": "F.avg_pool1d",
+    "nn.AdaptiveAvgPool1d": "F.adaptive_avg_pool1d", "nn.AdaptiveMaxPool1d": "F.adaptive_max_pool1d",
+    "nn.AdaptiveMaxPool2d": "F.adaptive_max_pool2d",
     "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
     "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",
     "Tensor.nanmedian": "Tensor.median", "Tensor.sgn": "Tensor.sign",

@@ -44,6 +44,11 @@ CASES = {
     "max_pool2d": lambda F, t: F.max_pool2d(t(IMAGE), 2),
     "avg_pool2d": lambda F, t: F.avg_pool2d(t(IMAGE), 2),
     "adaptive_avg_pool2d": lambda F, t: F.adaptive_avg_pool2d(t(IMAGE), 1),
+    "max_pool1d": lambda F, t: F.max_pool1d(t(ROWS[None]), 2),
+    "avg_pool1d": lambda F, t: F.avg_pool1d(t(ROWS[None]), 2),
+    "adaptive_avg_pool1d": lambda F, t: F.adaptive_avg_pool1d(t(ROWS[None]), 2),
+    "adaptive_max_pool1d": lambda F, t: F.adaptive_max_pool1d(t(ROWS[None]), 2),
+    "adaptive_max_pool2d": lambda F, t: F.adaptive_max_pool2d(t(IMAGE), 2),
     "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
     "scaled_dot_product_attention": lambda F, t: F.scaled_dot_product_attention(
         t(IMAGE), t(IMAGE[:, :, :4].copy()), t(IMAGE[:, :, :4].copy()), is_causal=True),

@@ -7,6 +7,8 @@ from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNo
 from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
 from tracer.nn.shaping import Flatten, Identity, Unflatten
+from tracer.nn.pooling_modules import (AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                                     AvgPool1d, MaxPool1d)
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
            "Embedding", "LayerNorm", "Dropout", "Sequential", "ModuleList", "ModuleDict", "ReLU",
@@ -14,3 +16,5 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "Identity", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
+__all__ += ["MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d",
+            "AdaptiveMaxPool2d"]

@@ -27,6 +27,7 @@ from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
+from tracer.nn import pooling1d as _pooling1d
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -296,3 +297,7 @@ conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
+max_pool1d, avg_pool1d = _pooling1d.max_pool1d, _pooling1d.avg_pool1d
+adaptive_avg_pool1d = _pooling1d.adaptive_avg_pool1d
+adaptive_max_pool1d, adaptive_max_pool2d = (_pooling1d.adaptive_max_pool1d,
+                                            _pooling1d.adaptive_max_pool2d)
