@@ -279,6 +279,14 @@ CASES: dict[str, Case] = {
         x[:, None, :], 2)),
     "F.adaptive_max_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_max_pool2d(
         x[:, None, :, None], (2, 1))),
+    # each row as a (batch, channel, 3) signal and a (batch, channel, 3, 1) image, resampled
+    "F.interpolate": row(lambda lib, x: tuple(
+        lib.nn.functional.interpolate(x[:, None, :], 5, mode=mode) for mode in (
+            "nearest", "nearest-exact", "linear", "area")) + tuple(
+        lib.nn.functional.interpolate(x[:, None, :, None], (4, 2), mode=mode, align_corners=c)
+        for mode, c in (("bilinear", False), ("bilinear", True), ("bicubic", False),
+                        ("bicubic", True))) + (
+        lib.nn.functional.interpolate(x[:, None, :], 3, mode="linear"),)),
     "F.batch_norm": Case(lambda lib, x, w, b: lib.nn.functional.batch_norm(
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
@@ -328,6 +336,8 @@ ALIASES = {
     "nn.MaxPool1d": "F.max_pool1d", "nn.AvgPool1d": "F.avg_pool1d",
     "nn.AdaptiveAvgPool1d": "F.adaptive_avg_pool1d", "nn.AdaptiveMaxPool1d": "F.adaptive_max_pool1d",
     "nn.AdaptiveMaxPool2d": "F.adaptive_max_pool2d",
+    "nn.Upsample": "F.interpolate", "nn.UpsamplingNearest2d": "F.interpolate",
+    "nn.UpsamplingBilinear2d": "F.interpolate",
     "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
     "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",
     "Tensor.nanmedian": "Tensor.median", "Tensor.sgn": "Tensor.sign",

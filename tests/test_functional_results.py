@@ -49,6 +49,7 @@ CASES = {
     "adaptive_avg_pool1d": lambda F, t: F.adaptive_avg_pool1d(t(ROWS[None]), 2),
     "adaptive_max_pool1d": lambda F, t: F.adaptive_max_pool1d(t(ROWS[None]), 2),
     "adaptive_max_pool2d": lambda F, t: F.adaptive_max_pool2d(t(IMAGE), 2),
+    "interpolate": lambda F, t: F.interpolate(t(IMAGE), scale_factor=1.5, mode="bilinear"),
     "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
     "scaled_dot_product_attention": lambda F, t: F.scaled_dot_product_attention(
         t(IMAGE), t(IMAGE[:, :, :4].copy()), t(IMAGE[:, :, :4].copy()), is_causal=True),

@@ -9,6 +9,7 @@ from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Li
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 from tracer.nn.pooling_modules import (AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                                      AvgPool1d, MaxPool1d)
+from tracer.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
            "Embedding", "LayerNorm", "Dropout", "Sequential", "ModuleList", "ModuleDict", "ReLU",
@@ -18,3 +19,4 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
 __all__ += ["MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d",
             "AdaptiveMaxPool2d"]
+__all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]

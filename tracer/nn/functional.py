@@ -28,6 +28,7 @@ from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import pooling1d as _pooling1d
+from tracer.nn import interpolation as _interpolation
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -301,3 +302,4 @@ max_pool1d, avg_pool1d = _pooling1d.max_pool1d, _pooling1d.avg_pool1d
 adaptive_avg_pool1d = _pooling1d.adaptive_avg_pool1d
 adaptive_max_pool1d, adaptive_max_pool2d = (_pooling1d.adaptive_max_pool1d,
                                             _pooling1d.adaptive_max_pool2d)
+interpolate = _interpolation.interpolate
