@@ -50,6 +50,13 @@ CASES = {
     "adaptive_max_pool1d": lambda F, t: F.adaptive_max_pool1d(t(ROWS[None]), 2),
     "adaptive_max_pool2d": lambda F, t: F.adaptive_max_pool2d(t(IMAGE), 2),
     "interpolate": lambda F, t: F.interpolate(t(IMAGE), scale_factor=1.5, mode="bilinear"),
+    "pixel_shuffle": lambda F, t: F.pixel_shuffle(t(IMAGE[:, :, :4].copy()), 1),
+    "pixel_unshuffle": lambda F, t: F.pixel_unshuffle(t(IMAGE), 2),
+    "channel_shuffle": lambda F, t: F.channel_shuffle(t(IMAGE), 3),
+    "unfold": lambda F, t: F.unfold(t(IMAGE), 2),
+    "fold": lambda F, t: F.fold(t(IMAGE[0]), (4, 4), (3, 2)),
+    "dropout1d": lambda F, t: F.dropout1d(t(ROWS), 0.5, training=False) * 1,
+    "dropout2d": lambda F, t: F.dropout2d(t(IMAGE), 0.5, training=False) * 1,
     "batch_norm": lambda F, t: F.batch_norm(t(IMAGE), None, None, training=True),
     "scaled_dot_product_attention": lambda F, t: F.scaled_dot_product_attention(
         t(IMAGE), t(IMAGE[:, :, :4].copy()), t(IMAGE[:, :, :4].copy()), is_causal=True),

@@ -29,6 +29,8 @@ from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import pooling1d as _pooling1d
 from tracer.nn import interpolation as _interpolation
+from tracer.nn import rearrangement as _rearrangement
+from tracer.nn import channel_dropout as _channel_dropout
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -303,3 +305,7 @@ adaptive_avg_pool1d = _pooling1d.adaptive_avg_pool1d
 adaptive_max_pool1d, adaptive_max_pool2d = (_pooling1d.adaptive_max_pool1d,
                                             _pooling1d.adaptive_max_pool2d)
 interpolate = _interpolation.interpolate
+pixel_shuffle, pixel_unshuffle = _rearrangement.pixel_shuffle, _rearrangement.pixel_unshuffle
+channel_shuffle = _rearrangement.channel_shuffle
+unfold, fold = _rearrangement.unfold, _rearrangement.fold
+dropout1d, dropout2d = _channel_dropout.dropout1d, _channel_dropout.dropout2d
