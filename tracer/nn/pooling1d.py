@@ -125,8 +125,9 @@ def _adaptive_max(x: Tensor, out: tuple[int, int], return_indices: bool):
     cells = x[:, :, tensor(rows)][..., tensor(columns)]  # (N, C, OH, LH, OW, LW)
     cells = cells.permute(0, 1, 2, 4, 3, 5)
     inside = rows_inside[:, None, :, None] & columns_inside[None, :, None, :]
-    # (outside a window: -inf, never taken -- a window of -inf takes its first element, inside)
-    cells = where(tensor(inside), cells, float("-inf"))
+    if not inside.all():  # windows of unequal lengths
+        # (outside a window: -inf, never taken -- a window of -inf takes its first element)
+        cells = where(tensor(inside), cells, float("-inf"))
     flat = cells.reshape(*cells.shape[:4], -1)
     values, offsets = _WindowMaximum.apply(flat, None)
     if not return_indices:
