@@ -39,11 +39,9 @@ class Entry:
     # when traced: a tensor, array or number there that changes means tracing again (see
     # runtime/guards.py).
     guards: list[tuple] = field(default_factory=list)
-    # True while the guards hold and the captured tensors are as traced (runs on every call)
-    check: Callable[[], bool] = lambda: True
-    # False when `check` has nothing to check (no guards, captured tensors or floats): a call
-    # then does not call it
-    guarded: bool = True
+    # True while the guards hold and the captured tensors are as traced (runs on every call);
+    # None when there is nothing to check (no guards, captured tensors or floats)
+    check: Callable[[], bool] | None = None
     captured_names: list[str] = field(default_factory=list)  # what messages call them
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
     # Results through which eager autograd can differentiate the call (a pure function of
@@ -83,7 +81,6 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.guards = guards_for(recording.reached, captured, recording.used,
                               [i.name for i in recording.floats])
     entry.check = compile_check(entry.guards, captured, entry.unread_captured, recording.floats)
-    entry.guarded = bool(entry.guards or captured or recording.floats)
     entry.captured_names = captured_names(recording.reached, captured)
     entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
     entry.leaf_names.update({len(leaves) + k: name

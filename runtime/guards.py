@@ -140,12 +140,13 @@ def captured_names(reached: Reached, captured: Sequence[Tensor]) -> list[str]:
 
 
 def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: Sequence[bool],
-                  floats: Sequence = ()) -> Callable[[], bool]:
+                  floats: Sequence = ()) -> Callable[[], bool] | None:
     """One function, True while every guard holds, every captured tensor has the state it had
     when traced (see `state_matches`; `unread[k]`: the trace did not read the .grad of captured
     tensor k) and every float input is still a float that decides as traced (floats.read_source).
     Generated Python source, as torch.compile's guards are: a call to it costs a fraction of
-    walking the guards one by one, and it runs on every call."""
+    walking the guards one by one, and it runs on every call. None where there is nothing to
+    check: a call then calls nothing."""
     namespace: dict[str, Any] = {"Tensor": Tensor, "state_of": state_of}
     lines = []
     for number, (_, root, steps, traced) in enumerate(guards):
@@ -179,6 +180,8 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
                          f"not None and now[3] != grad{number}): return False")
     float_lines, _ = floats_source(floats, namespace)
     lines += float_lines
+    if not lines:
+        return None
     body = "".join(f"        {line}\n" for line in lines)
     source = (f"def check():\n    try:\n{body}        return True\n"
               f"    except Exception:\n        return False\n")
@@ -331,7 +334,7 @@ def captured_variant(entry: Entry) -> tuple | None:
 def captured_change(entry: Entry) -> str:
     """What the entry was traced with outside its arguments and has changed since (a recompile
     reason, as `signatures.recompile_reason` gives), or "" if nothing has."""
-    if entry.check():
+    if entry.check is None or entry.check():
         return ""
     for name, traced, now, unread in zip(entry.captured_names, entry.captured_state,
                                          captured_state(entry.captured), entry.unread_captured):

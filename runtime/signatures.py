@@ -156,7 +156,7 @@ class SignatureCache:
                     return None
                 self._last_quick = (quick_key, found)
             key, entry = found
-            if entry.guarded and not entry.check():
+            if entry.check is not None and not entry.check():
                 return None
             if key is not self._latest:  # calls of one signature in a row leave the order as is
                 self.entries.move_to_end(key)

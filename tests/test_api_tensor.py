@@ -563,6 +563,78 @@ def test_no_grad_and_enable_grad():
     assert not decorated(x).requires_grad
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_set_grad_enabled_as_a_function_a_block_and_a_decorator(library):
+    """As PyTorch's: called alone it sets the mode from then on (tracer's once did nothing so);
+    a block restores the mode before it; a decorator's mode holds inside the function only."""
+    lib = tr if library == "tracer" else pytest.importorskip("torch")
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    try:
+        lib.set_grad_enabled(False)
+        assert not (x * 2).requires_grad and not lib.is_grad_enabled()
+        lib.set_grad_enabled(True)
+        assert (x * 2).requires_grad
+        with lib.set_grad_enabled(False):
+            assert not (x * 2).requires_grad
+        assert (x * 2).requires_grad
+        with lib.no_grad():
+            with lib.set_grad_enabled(True):
+                assert (x * 2).requires_grad
+            assert not (x * 2).requires_grad
+
+        @lib.set_grad_enabled(False)
+        def decorated(t):
+            return t * 2
+
+        assert lib.is_grad_enabled() and not decorated(x).requires_grad and lib.is_grad_enabled()
+    finally:
+        lib.set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_inference_mode_as_a_block_and_a_decorator(library):
+    lib = tr if library == "tracer" else pytest.importorskip("torch")
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    with lib.inference_mode():
+        assert not (x * 2).requires_grad and lib.is_inference_mode_enabled()
+    assert (x * 2).requires_grad and not lib.is_inference_mode_enabled()
+    with lib.no_grad():
+        with lib.inference_mode(False):  # PyTorch's turns grad mode on
+            assert (x * 2).requires_grad and not lib.is_inference_mode_enabled()
+        assert not (x * 2).requires_grad
+
+    @lib.inference_mode
+    def bare(t):
+        return t * 2
+
+    @lib.inference_mode()
+    def called(t):
+        return t * 3
+
+    assert not bare(x).requires_grad and not called(x).requires_grad
+    assert (x * 2).requires_grad
+
+
+def test_inference_mode_inside_a_traced_step_records_no_gradient():
+    w = tr.tensor([1.0, 2.0], requires_grad=True)
+
+    @tr.trace
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()
+        with tr.inference_mode():
+            evaluated = w * x * 2
+        return loss, evaluated
+
+    for k in range(3):
+        w.grad = None
+        loss, evaluated = step(tr.tensor([3.0, 4.0 + k]))
+        assert not evaluated.requires_grad
+        np.testing.assert_array_equal(evaluated.numpy(), [6.0, 4.0 * (4.0 + k)])
+        np.testing.assert_array_equal(w.grad.numpy(), [3.0, 4.0 + k])
+    assert step.cache_info().misses == 1
+
+
 def test_detach_clone_requires_grad_():
     x = tr.tensor([1.0, 2.0], requires_grad=True)
     assert x.is_leaf and x.requires_grad and x.grad is None

@@ -126,6 +126,45 @@ def scaled(dtype):
     return [np.concatenate([x, np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4]], dtype)])]
 
 
+RECURRENT = ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")
+
+
+def _recurrent_modules(lib, dtype) -> list:
+    """Each recurrent module of `lib` (1 input, 2 hidden) with the same weights, powers of two
+    (so that the input's products are exact and its sum with the bias rounds once, the same in
+    both libraries, where a sum of products of the extreme values would cancel and round
+    differently), made before any trace (a module's parameters are made outside traced
+    functions), leaving the library's random generator as it was for the other tests."""
+    modules, generator_state = [], lib.get_rng_state()
+    for seed, kind in enumerate(RECURRENT):
+        module = getattr(lib.nn, kind)(1, 2, dtype=getattr(lib, np.dtype(dtype).name))
+        module.load_state_dict({name: lib.tensor(np.sign(weights) * 2.0 ** np.round(np.log2(
+            np.abs(weights)))) for name, p in module.named_parameters()
+            for weights in [moderate(dtype, tuple(p.shape), seed)]})
+        modules.append(module)
+    lib.set_rng_state(generator_state)
+    return modules
+
+
+RECURRENT_MODULES = {(lib, dtype): _recurrent_modules(lib, dtype) for lib in (tr, torch)
+                     for dtype in DTYPES}
+
+
+def recurrent(lib, x):
+    """Each extreme value, then the one as far from the end, as a sequence of two steps (one
+    sequence per value) for the modules; each value one step for the cells."""
+    x, results = x.reshape(-1, 1), []
+    dtype = np.dtype(str(x.dtype).removeprefix("torch.")).type
+    for kind, module in zip(RECURRENT, RECURRENT_MODULES[lib, dtype]):
+        if kind.endswith("Cell"):
+            state = module(x)
+            results += list(state) if isinstance(state, tuple) else [state]
+        else:
+            output, state = module(lib.stack([x, x.flip(0)]))
+            results += [output[-1], *(state if isinstance(state, tuple) else (state,))]
+    return tuple(result[-1] if result.ndim == 3 else result for result in results)
+
+
 # The cases: names as in PyTorch, "Tensor.x" for methods, "F.x" for tr.nn.functional.
 CASES: dict[str, Case] = {
     # elementwise
@@ -240,6 +279,10 @@ CASES: dict[str, Case] = {
                      lambda dtype: [rows(dtype), moderate(dtype, (2, 3)), moderate(dtype, 2, 1)]),
     "F.embedding": Case(lambda lib, w: lib.nn.functional.embedding(
         lib.tensor(np.arange(w.shape[0] - 1, -1, -1)), w), lambda dtype: [rows(dtype)]),
+    # bags of 1, 2 and 4 rows in reverse order (and one empty bag), each mode
+    "F.embedding_bag": Case(lambda lib, w: tuple(lib.nn.functional.embedding_bag(
+        lib.tensor(np.arange(w.shape[0] - 1, -1, -1)), w, lib.tensor([0, 1, 3, 3, 7]), mode=mode)
+        for mode in ("sum", "mean", "max")), lambda dtype: [rows(dtype)]),
     "F.dropout": unary(lambda lib, x: lib.nn.functional.dropout(x, 0.5, training=False)),
     "Tensor.matmul": Case(lambda lib, x, w: (x @ w, x.mm(w), lib.bmm(x[None], w[None])),
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
@@ -311,6 +354,9 @@ CASES: dict[str, Case] = {
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
         lambda dtype: [rows(dtype), moderate(dtype, 3), moderate(dtype, 3, 1)]),
+    # the recurrent modules and cells: products, sigmoid and tanh in their gates' order
+    # (not in the slow sweep over the whole range, which is for elementwise functions)
+    "recurrent": Case(recurrent, lambda dtype: [extreme_values(dtype)]),
     # Operations that move values (their gradients move or add up the cotangents), at once.
     "layout": row(lambda lib, x: (
         x.reshape(-1), x.view(3, -1), x.t(), x.T, x.transpose(0, 1), x.permute(1, 0),
@@ -344,7 +390,7 @@ ALIASES = {
     "Tensor.__matmul__": "Tensor.matmul", "Tensor.mm": "Tensor.matmul", "Tensor.bmm": "Tensor.matmul",
     "Tensor.__setitem__": "Tensor.masked_fill",  # a select of the assigned values, as where
     "Tensor.copy_": "layout",
-    "nn.Linear": "F.linear", "nn.Embedding": "F.embedding", "nn.LayerNorm": "F.layer_norm",
+    "nn.Linear": "F.linear", "nn.Embedding": "F.embedding", "nn.EmbeddingBag": "F.embedding_bag", "nn.LayerNorm": "F.layer_norm",
     "nn.Dropout": "F.dropout", "nn.ReLU": "F.relu", "nn.GELU": "F.gelu", "nn.SiLU": "F.silu",
     "nn.Tanh": "F.tanh", "Tensor.repeat": "layout", "Tensor.unflatten": "layout",
     "F.flatten": "layout", "nn.Flatten": "layout", "nn.Unflatten": "layout", "nn.Identity": "layout",
@@ -363,6 +409,7 @@ ALIASES = {
     "nn.Dropout1d": "F.dropout1d", "nn.Dropout2d": "F.dropout2d",
     **{f"nn.{kind}Pad{n}d": "padding" for kind in
        ("Zero", "Constant", "Reflection", "Replication", "Circular") for n in (1, 2)},
+    **{f"nn.{kind}": "recurrent" for kind in RECURRENT},
     "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
     "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",
     "Tensor.nanmedian": "Tensor.median", "Tensor.sgn": "Tensor.sign",
@@ -408,7 +455,7 @@ NOT_DIFFERENTIABLE = {
                     "makes a tensor from numbers"),
     **dict.fromkeys("tr.grad tr.value_and_grad tr.gradcheck tr.autograd_function "
                     "tr.once_differentiable tr.no_grad tr.enable_grad tr.set_grad_enabled "
-                    "tr.is_grad_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
+                    "tr.is_grad_enabled tr.inference_mode tr.is_inference_mode_enabled tr.trace tr.vjp tr.jvp tr.jacrev tr.hessian tr.vmap "
                     "tr.gradgradcheck".split(), "a transform or a mode, not a function"),
     "tr.pure_callback": "calls the user's NumPy code, which the tests of tr.pure_callback check",
 }

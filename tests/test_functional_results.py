@@ -36,6 +36,8 @@ CASES = {
     "linear": lambda F, t: F.linear(t(ROWS), t(ROWS[:3].copy())),
     "one_hot": lambda F, t: F.one_hot(t(LABELS), 5),
     "embedding": lambda F, t: F.embedding(t(LABELS.reshape(2, 2)), t(ROWS.T.copy())),
+    "embedding_bag": lambda F, t: F.embedding_bag(t(LABELS), t(ROWS.T.copy()), t(LABELS[:2] * 0 + [0, 2]),
+                                                  mode="sum"),
     "dropout": lambda F, t: F.dropout(t(ROWS), 0.5, training=False) * 1,
     "conv1d": lambda F, t: F.conv1d(t(ROWS[None]), t(ROWS[:2, :4, None].copy())),
     "conv2d": lambda F, t: F.conv2d(t(IMAGE), t(IMAGE[:2, :, :3, :3].copy())),

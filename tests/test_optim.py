@@ -1,6 +1,7 @@
 """tr.optim against torch.optim step by step (float64, the same initial weights and data), the
 zero_grad modes, parameter groups, errors, and optimizer steps inside @tr.trace."""
 import inspect
+import pickle
 
 import numpy as np
 import pytest
@@ -114,14 +115,64 @@ def test_float32_parameters_follow_torch(name, options):
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
 def test_arguments_are_pytorchs_in_its_order_with_its_defaults(name):
-    """All but PyTorch's implementation choices (foreach, fused, capturable, differentiable)."""
+    """PyTorch's arguments (its implementation choices foreach, fused, capturable and
+    differentiable too), its positional ones in its order, the same defaults; and the same
+    hyperparameters in each parameter group."""
     ours = inspect.signature(getattr(tr.optim, name)).parameters
-    theirs = {argument: parameter
-              for argument, parameter in inspect.signature(getattr(torch.optim, name)).parameters.items()
-              if argument not in ("foreach", "fused", "capturable", "differentiable")}
-    assert list(ours) == list(theirs)
+    theirs = inspect.signature(getattr(torch.optim, name)).parameters
+    assert set(ours) == set(theirs)
+    positional = [a for a, p in theirs.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert list(ours)[:len(positional)] == positional
     for argument, parameter in ours.items():
         assert parameter.default == theirs[argument].default, argument
+    ours_group = getattr(tr.optim, name)([tr.zeros(1, requires_grad=True)]).param_groups[0]
+    theirs_group = getattr(torch.optim, name)([torch.zeros(1, requires_grad=True)]).param_groups[0]
+    assert set(ours_group) == set(theirs_group)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("Adam", dict(lr=0.02, amsgrad=True, weight_decay=0.05)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.3)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05)),
+])
+def test_a_fused_eager_step_is_one_compiled_call_equal_to_torchs_fused(name, options):
+    """fused=True: an eager step() (the model alone traced, or nothing) runs the update traced
+    once, its learning rate a runtime input: a schedule changing it compiles nothing more."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = getattr(tr.optim, name)(ours, fused=True, **options)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, fused=True, **options)
+    for step in range(5):
+        for optimizer in (ours_optimizer, theirs_optimizer):
+            optimizer.param_groups[0]["lr"] = options["lr"] / (1 + step)
+        _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
+    assert ours_optimizer._fused_update.cache_info().misses == 1
+    restored = pickle.loads(pickle.dumps(ours_optimizer))  # without its compiled update
+    assert restored._fused_update is None and restored.param_groups[0]["fused"] is True
+
+
+def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = tr.optim.AdamW(ours, lr=0.01, fused=True)
+    theirs_optimizer = torch.optim.AdamW(theirs, lr=0.01, fused=True)
+
+    @tr.trace
+    def step():
+        ours_optimizer.zero_grad()
+        loss = _loss(tr, ours)
+        loss.backward()
+        ours_optimizer.step()
+        return loss
+
+    for number in range(3):
+        step()
+        _steps([(torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {number + 1}")
+    assert step.cache_info().misses == 1 and ours_optimizer._fused_update is None
 
 
 def test_zero_grad_modes_and_parameters_without_gradients():
@@ -162,10 +213,41 @@ def test_step_with_a_closure_returns_its_loss():
      "alpha must not be negative"),
     (lambda: tr.optim.Adagrad([tr.ones(1, requires_grad=True)], lr_decay=-0.1),
      "lr_decay must not be negative"),
+    # PyTorch's SGD and Adam raise on these too ("Invalid learning rate", ...)
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=-0.1), "lr must not be negative"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, momentum=-0.9),
+     "momentum must not be negative"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, weight_decay=-1e-4),
+     "weight_decay must not be negative"),
+    (lambda: tr.optim.AdamW([tr.ones(1, requires_grad=True)], lr=-1e-3),
+     "lr must not be negative"),
+    (lambda: tr.optim.Adam([tr.ones(1, requires_grad=True)], fused=True, foreach=True),
+     "cannot be `True` together"),
+    (lambda: tr.optim.SGD([tr.ones(1, requires_grad=True)], lr=0.1, differentiable=True),
+     "differentiable=True is not supported"),
 ])
 def test_bad_optimizer_arguments_are_clear_errors(make, message):
     with pytest.raises(tr.ArgumentError, match=f"test_optim.py:.*{message}"):
         make()
+
+
+def test_named_parameters_are_taken_as_pytorch_takes_them():
+    """PyTorch 2.13 takes (name, parameter) pairs (model.named_parameters()) and keeps the names
+    in each group's "param_names"."""
+    ours_model, theirs_model = nn.Linear(4, 3).double(), torch.nn.Linear(4, 3).double()
+    ours_model.load_state_dict({k: tr.tensor(v.detach().numpy())
+                                for k, v in theirs_model.state_dict().items()})
+    ours = tr.optim.SGD(ours_model.named_parameters(), lr=0.1, momentum=0.9)
+    theirs = torch.optim.SGD(theirs_model.named_parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        for library, model, optimizer in ((tr, ours_model, ours), (torch, theirs_model, theirs)):
+            optimizer.zero_grad()
+            model(library.tensor(X[:, :4])).square().sum().backward()
+            optimizer.step()
+    _assert_parameters_equal(list(ours_model.parameters()), list(theirs_model.parameters()))
+    assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
+    with pytest.raises(tr.ArgumentError, match="some param names are missing"):
+        tr.optim.SGD([("weight", ours_model.weight), ours_model.bias], lr=0.1)
 
 
 def test_a_parameter_in_two_groups_is_refused():

@@ -105,7 +105,7 @@ def test_a_pure_function_skips_its_empty_check_and_still_sees_every_change_of_it
     x = tr.tensor(np.arange(4, dtype=np.float32))
     assert float(step(x)) == 16.0
     (entry,) = _entries(step)
-    assert entry.guarded is False  # nothing outside the arguments: the call does not call check
+    assert entry.check is None  # nothing outside the arguments: the call checks nothing
     x.numpy()[:] = 1  # changed in place: read on the next call
     assert float(step(x)) == 12.0
     assert float(step(tr.tensor(np.ones(5, np.float32)))) == 15.0  # a new shape: a new signature
@@ -126,7 +126,7 @@ def test_a_function_that_reads_outside_its_arguments_is_checked_on_every_quick_c
     x = tr.tensor(np.arange(4, dtype=np.float32))
     for _ in range(3):
         assert (float(floats(x)), float(captured(x)), float(ints(x))) == (12.0, 10.0, 6.0)
-    assert all(entry.guarded for f in (floats, captured, ints) for entry in _entries(f))
+    assert all(entry.check is not None for f in (floats, captured, ints) for entry in _entries(f))
     namespace["scale"] = 3.0  # a float read: a runtime input, the same code
     namespace["offset"].numpy()[:] = 2  # a captured tensor changed in place
     namespace["power"] = 2  # an int compiled in: traced again

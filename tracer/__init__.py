@@ -16,7 +16,8 @@ if not _os.path.isdir(_os.path.join(__path__[0], "ir")) and _os.path.isfile(
 from tracer.tensor import Tensor
 from tracer import methods as _methods  # gives Tensor its operations, before anything uses them
 from tracer.device import device
-from tracer.context import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from tracer.context import (enable_grad, inference_mode, is_grad_enabled,
+                            is_inference_mode_enabled, no_grad, set_grad_enabled)
 from tracer.errors import (ArgumentError, BoundsError, CacheLimitWarning, FunctionBackwardError,
                            GradcheckError, IndexOutOfRangeError, InplaceError, RecompileWarning,
                            HostCallbackError, SettingError, ShapeMismatchError, TracerError,

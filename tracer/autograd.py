@@ -352,7 +352,8 @@ _PUBLIC = {"grad": "tracer.gradients", "backward": "tracer.gradients",
            "Function": "tracer.function", "FunctionCtx": "tracer.function",
            "once_differentiable": "tracer.function", "gradcheck": "tracer.gradcheck",
            "gradgradcheck": "tracer.gradcheck", "no_grad": "tracer.context",
-           "enable_grad": "tracer.context", "set_grad_enabled": "tracer.context"}
+           "enable_grad": "tracer.context", "set_grad_enabled": "tracer.context",
+           "inference_mode": "tracer.context"}
 
 
 def __getattr__(name: str):

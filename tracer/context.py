@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import Callable
 
 
 class _State(threading.local):
     grad_enabled = True
+    inference = False  # inside inference_mode() (whose only effect here is no_grad's)
     trace = None  # the tracer.tracing.Trace being recorded, or None for eager mode
     # how many tr.grad / vjp / jvp transforms are differentiating the code running now
     transforms = 0
@@ -43,11 +45,48 @@ class enable_grad(_GradMode):
     enabled = True
 
 
-@contextlib.contextmanager
-def set_grad_enabled(mode: bool):
-    previous = state.grad_enabled
-    state.grad_enabled = bool(mode)
-    try:
-        yield
-    finally:
-        state.grad_enabled = previous
+class set_grad_enabled(_GradMode):
+    """PyTorch's: sets grad mode on or off when made, so that `tr.set_grad_enabled(False)` called
+    as a function turns it off from then on (as a context manager the mode before it comes back
+    at the end of the block; as a decorator the mode holds inside the function alone)."""
+
+    def __init__(self, mode: bool):
+        self._previous = state.grad_enabled
+        self.enabled = bool(mode)
+        state.grad_enabled = self.enabled
+
+    def __enter__(self):  # (the mode to come back to is the one before it was made)
+        state.grad_enabled = self.enabled
+
+    def __call__(self, function: Callable) -> Callable:
+        state.grad_enabled = self._previous  # decorating does not change the mode
+        return super().__call__(function)
+
+
+def is_inference_mode_enabled() -> bool:
+    return state.inference
+
+
+class inference_mode(_GradMode):
+    """PyTorch's inference_mode: gradients are not recorded inside (and with mode=False they
+    are, as PyTorch's turns grad mode on then). A decorator with or without the call. (PyTorch's
+    inference tensors also refuse autograd and in-place changes later; here they are ordinary
+    tensors made under no_grad.)"""
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)  # `@tr.inference_mode` without the call
+
+    def __init__(self, mode: bool = True):
+        self.mode = mode
+        self.enabled = not mode
+
+    def __enter__(self):
+        self._previous_inference = state.inference
+        state.inference = self.mode
+        super().__enter__()
+
+    def __exit__(self, *exc):
+        state.inference = self._previous_inference
+        return super().__exit__(*exc)

@@ -3,9 +3,10 @@ from tracer.nn import functional, init, parallel, utils
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
-                              Conv2d, ConvTranspose2d, MaxPool2d)
+                              Conv2d, ConvTranspose2d, EmbeddingBag, MaxPool2d)
 from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
                                Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
+from tracer.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from tracer.nn.shaping import Flatten, Identity, Unflatten
 from tracer.nn.pooling_modules import (AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
                                      AvgPool1d, MaxPool1d)
@@ -21,7 +22,8 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "GELU", "SiLU", "Tanh", "Softplus", "Hardtanh", "ReLU6", "Flatten", "Unflatten",
            "Identity", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
-           "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
+           "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "RNN", "LSTM", "GRU",
+           "RNNCell", "LSTMCell", "GRUCell", "EmbeddingBag"]
 __all__ += ["MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d",
             "AdaptiveMaxPool2d"]
 __all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]

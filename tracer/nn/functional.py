@@ -25,6 +25,7 @@ from tracer.tensor import Tensor
 from tracer.nn import attention as _attention
 from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
+from tracer.nn import embedding_bag as _embedding_bag
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import pooling1d as _pooling1d
@@ -309,3 +310,4 @@ pixel_shuffle, pixel_unshuffle = _rearrangement.pixel_shuffle, _rearrangement.pi
 channel_shuffle = _rearrangement.channel_shuffle
 unfold, fold = _rearrangement.unfold, _rearrangement.fold
 dropout1d, dropout2d = _channel_dropout.dropout1d, _channel_dropout.dropout2d
+embedding_bag = _embedding_bag.embedding_bag

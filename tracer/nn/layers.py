@@ -1,5 +1,6 @@
-"""`tr.nn`'s convolution, pooling and batch-norm modules: Conv1d, Conv2d, ConvTranspose2d,
-MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, BatchNorm1d, BatchNorm2d, with PyTorch's parameters, defaults and initialization: weight and
+"""`tr.nn`'s convolution, pooling, batch-norm and embedding-bag modules: Conv1d, Conv2d,
+ConvTranspose2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, BatchNorm1d, BatchNorm2d,
+EmbeddingBag, with PyTorch's parameters, defaults and initialization: weight and
 bias uniform in +-1/sqrt(fan_in) (kaiming_uniform with a = sqrt 5), fan_in = the weight's
 dimension 1 times the kernel's size (in_channels / groups for a convolution, out_channels /
 groups for a transposed one)."""
@@ -9,11 +10,12 @@ import builtins
 import math
 
 from tracer.context import no_grad
-from tracer.creation import ones, zeros
+from tracer.creation import ones, randn, zeros
 from tracer.dtypes import float32, int64
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
 from tracer.nn.convolution import conv2d, conv_transpose2d, pad, pair
+from tracer.nn.embedding_bag import check_options, embedding_bag
 from tracer.nn.modules import Module, Parameter, _uniform
 from tracer.nn.normalization import batch_norm
 from tracer.nn.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
@@ -233,3 +235,47 @@ class BatchNorm2d(_BatchNorm):
 
     dimensions = (4,)
 
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of `num_embeddings` vectors (standard normal at first, the
+    padding row zero): `forward(input, offsets=None, per_sample_weights=None)` as
+    F.embedding_bag. max_norm, scale_grad_by_freq and sparse gradients are refused when the
+    module is made."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: builtins.bool = False,
+                 mode: str = "mean", sparse: builtins.bool = False, _weight: Tensor | None = None,
+                 include_last_offset: builtins.bool = False, padding_idx: int | None = None,
+                 dtype=None) -> None:
+        super().__init__()
+        check_options(mode, max_norm, scale_grad_by_freq, sparse)
+        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.sparse, self.include_last_offset = sparse, include_last_offset
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise ArgumentError(f"EmbeddingBag: padding_idx must be within num_embeddings "
+                                f"({num_embeddings}), got {padding_idx}")
+        self.padding_idx = padding_idx % num_embeddings if padding_idx is not None else None
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ShapeMismatchError(f"EmbeddingBag: _weight of shape {list(_weight.shape)} "
+                                         f"for ({num_embeddings}, {embedding_dim})")
+            self.weight = Parameter(_weight)
+            return
+        weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
+        if self.padding_idx is not None:
+            weight[self.padding_idx] = 0
+        self.weight = Parameter(weight)
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        return embedding_bag(input, self.weight, offsets, mode=self.mode,
+                             per_sample_weights=per_sample_weights,
+                             include_last_offset=self.include_last_offset,
+                             padding_idx=self.padding_idx)
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        return text if self.padding_idx is None else f"{text}, padding_idx={self.padding_idx}"

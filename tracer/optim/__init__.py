@@ -7,13 +7,20 @@ is recorded like any in-place update: the parameters and the state, runtime inpu
 function (arguments, or tensors read from the optimizer object), are updated in the compiled call.
 Reading a parameter's `.grad` goes through `current_tensor`, which finds an argument's stand-in in
 the trace (where the traced backward put the gradient).
+
+PyTorch's implementation options are taken: `foreach` and `capturable` change nothing here (the
+update is the same; the step count is always a tensor), `differentiable=True` is refused (the
+update runs under no_grad), and `fused=True` makes an eager `step()` one compiled call: the same
+update traced once (`tr.trace`), its floats (lr, betas, ...) runtime inputs, instead of a dozen
+eager operations per parameter -- for a training loop whose step is not traced as a whole (the
+model alone traced, as with torch.compile(model)).
 """
 from __future__ import annotations
 
 import builtins
 from typing import Callable, Iterable
 
-from tracer.context import enable_grad, no_grad
+from tracer.context import enable_grad, no_grad, state as mode
 from tracer.errors import ArgumentError
 from tracer.ir.types import float64, is_float
 from tracer.arithmetic import where
@@ -32,6 +39,7 @@ class Optimizer:
 
     def __init__(self, params: Iterable, defaults: dict) -> None:
         self.defaults = defaults
+        self._fused_update = None  # (the traced update of fused=True, made by the first step)
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self.param_groups: list[dict] = []
         groups = list(params)
@@ -40,10 +48,21 @@ class Optimizer:
         for group in groups if isinstance(groups[0], dict) else [{"params": groups}]:
             self.add_param_group(group)
 
+    def __getstate__(self) -> dict:
+        # (pickled without its compiled update, made again by the first step after unpickling)
+        return dict(self.__dict__, _fused_update=None)
+
     def add_param_group(self, group: dict) -> None:
         group = dict(group)
         params = group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)
+        named = [isinstance(p, tuple) for p in params]
+        if any(named):  # (name, parameter) pairs, as model.named_parameters() gives (PyTorch 2.13)
+            if not all(named):
+                raise ArgumentError("all optimizer params should be with/without names; some "
+                                    "param names are missing")
+            group["param_names"] = [name for name, _ in params]
+            params = [p for _, p in params]
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
             if not isinstance(p, Tensor) or not is_float(p.dtype) or not p.is_leaf:
@@ -107,13 +126,22 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        if mode.trace is None and all(group.get("fused") for group in self.param_groups):
+            if self._fused_update is None:
+                from tracer.runtime.traced_function import trace
+                self._fused_update = trace(self._update_all)
+            self._fused_update()
+        else:
+            self._update_all()
+        return loss
+
+    def _update_all(self) -> None:
         with no_grad():
             for group in self.param_groups:
                 for parameter in group["params"]:
                     current = current_tensor(parameter)
                     if current.grad is not None:
                         self._update(current, current.grad, self.state[parameter], group)
-        return loss
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         raise NotImplementedError
@@ -123,6 +151,18 @@ def _step_count() -> Tensor:
     # float64, so that the bias corrections beta ** step (and Adagrad's decayed learning rate) are
     # computed as PyTorch computes them (in Python floats) for float32 parameters too.
     return zeros((), dtype=float64)
+
+
+def _implementation(**options) -> dict:
+    """PyTorch's implementation options of an optimizer (those its PyTorch namesake takes, kept
+    in the defaults as PyTorch keeps them), checked as PyTorch checks them."""
+    if options.get("fused") and options.get("foreach"):
+        raise ArgumentError("`fused` and `foreach` cannot be `True` together")
+    if options.get("differentiable"):
+        raise ArgumentError("differentiable=True is not supported: the update runs under "
+                            "no_grad; to differentiate through an update, write it with tensor "
+                            "operations")
+    return options
 
 
 def _require_not_negative(**hyperparameters: float) -> None:
@@ -146,12 +186,18 @@ class SGD(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: builtins.bool = False, maximize: builtins.bool = False) -> None:
+                 nesterov: builtins.bool = False, maximize: builtins.bool = False, *,
+                 foreach: builtins.bool | None = None, differentiable: builtins.bool = False,
+                 fused: builtins.bool | None = None) -> None:
+        _require_not_negative(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ArgumentError("Nesterov momentum needs a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach,
+                                                        differentiable=differentiable,
+                                                        fused=fused)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         if group["momentum"] == 0:
@@ -185,14 +231,19 @@ class Adam(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: builtins.bool = False,
-                 maximize: builtins.bool = False, *,
+                 maximize: builtins.bool = False, *, foreach: builtins.bool | None = None,
+                 capturable: builtins.bool = False, differentiable: builtins.bool = False,
+                 fused: builtins.bool | None = None,
                  decoupled_weight_decay: builtins.bool = False) -> None:
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ArgumentError(f"betas must be in [0, 1), got {betas}")
-        _require_not_negative(eps=eps, weight_decay=weight_decay)
+        _require_not_negative(lr=lr, eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize,
+                                      **_implementation(foreach=foreach, capturable=capturable,
+                                                        differentiable=differentiable,
+                                                        fused=fused),
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
@@ -226,9 +277,12 @@ class AdamW(Adam):
     """Adam with decoupled weight decay: the parameter shrinks by lr * weight_decay first."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: builtins.bool = False,
-                 maximize: builtins.bool = False) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize,
+                 eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: builtins.bool = False, maximize: builtins.bool = False, *,
+                 foreach: builtins.bool | None = None, capturable: builtins.bool = False,
+                 differentiable: builtins.bool = False, fused: builtins.bool | None = None) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
                          decoupled_weight_decay=True)
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -243,13 +297,14 @@ class RMSprop(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: builtins.bool = False,
-                 *, maximize: builtins.bool = False) -> None:
-        # (maximize is keyword-only: PyTorch's comes after capturable and foreach, which are not
-        # taken here, so a positional one would not mean what it means to PyTorch)
+                 capturable: builtins.bool = False, foreach: builtins.bool | None = None,
+                 maximize: builtins.bool = False, differentiable: builtins.bool = False) -> None:
         _require_not_negative(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                               momentum=momentum)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered, maximize=maximize))
+                                      momentum=momentum, centered=centered, maximize=maximize,
+                                      **_implementation(capturable=capturable, foreach=foreach,
+                                                        differentiable=differentiable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         state = {"step": _step_count(), "square_avg": zeros_like(parameter)}
@@ -287,12 +342,17 @@ class Adagrad(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
-                 eps: float = 1e-10, *, maximize: builtins.bool = False) -> None:
+                 eps: float = 1e-10, foreach: builtins.bool | None = None, *,
+                 maximize: builtins.bool = False, differentiable: builtins.bool = False,
+                 fused: builtins.bool | None = None) -> None:
         _require_not_negative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                               initial_accumulator_value=initial_accumulator_value, eps=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach,
+                                                        differentiable=differentiable,
+                                                        fused=fused)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {"step": _step_count(),
