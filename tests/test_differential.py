@@ -10,8 +10,9 @@ index_select, gather, take_along_dim, index_add(_), masked_fill(_), var, std, lo
 amax, amin, tril, triu, and tr.nn.functional's softmax, log_softmax, gelu (both forms), silu,
 layer_norm, rms_norm, cross_entropy, mse_loss, scaled_dot_product_attention, conv1d, conv2d,
 conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, pad, batch_norm, group_norm and
-instance_norm, asin, acos,
-atan, atan2, cumsum, cumprod, prod, median and nanmedian.
+instance_norm, asin, acos, atan, atan2, cumsum, cumprod, prod, median and nanmedian, and the image
+layers max_pool1d, avg_pool1d, adaptive_avg_pool1d, adaptive_max_pool2d, interpolate (every
+mode), pixel_shuffle, pixel_unshuffle and unfold.
 ONE executor (`execute`) runs a program against a backend -- the `tracer` module or the `torch`
 module, whose Tensor APIs have the same names -- so every program runs
 
@@ -404,13 +405,16 @@ FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_ent
 # tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
 LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
           "adaptive_avg_pool2d", "pad", "batch_norm", "group_norm", "instance_norm"]
+# tr.nn.functional's image and sequence layers (op_image) on a float tensor with simple options.
+IMAGE_LAYERS = ["max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_max_pool2d",
+                "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold"]
 CALLS = {
     "getitem": lambda B, x, *key: x[_index(key)],
     # the mask of masked_fill: where another value (broadcast to x's shape) is positive
     "masked_fill": lambda B, x, other, value: x.masked_fill(other > 0, value),
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
     **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS
+        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS + IMAGE_LAYERS
         if name not in ("batch_norm", "instance_norm", "gelu")},
     # F30: PyTorch 2.13's batch_norm gradient of a non-contiguous input (a view of a
     # Fortran-ordered tensor) is wrong (float64 central differences agree with tracer's), so
@@ -1000,6 +1004,10 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "call:pad:reflect", "call:pad:replicate", "call:conv1d", "call:conv2d",
                          "call:conv_transpose2d", "call:max_pool2d", "call:avg_pool2d",
                          "call:adaptive_avg_pool2d",
+                         # (PyTorch's pooling saves its input; tracer's reads only the
+                         # window maxima's offsets or nothing: not checked which of the others
+                         # agree, so none of them is changed in place after being read)
+                         *(f"call:{name}" for name in IMAGE_LAYERS),
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn",
@@ -1165,7 +1173,7 @@ class Generator:
                             "layout", "layout", "index", "setitem", "inplace", "where3",
                             "linear", "take", "index_put", "gather", "index_add", "masked_fill",
                             "statistic", "triangle", "functional", "functional", "day_two",
-                            "layer", "rearrange", "scan"])
+                            "layer", "rearrange", "scan", "image"])
         getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -1971,6 +1979,70 @@ class Generator:
         self.emit(("call", how, i, args, kwargs),
                   Value(tuple(out), v.dtype, any(self.values[k].requires_grad for k in operands),
                         True, False))
+
+
+    def op_image(self):
+        """tr.nn.functional's image and sequence layers: 1-d pooling (kernel, stride, padding,
+        dilation, ceil_mode, count_include_pad), adaptive max pooling, interpolate in every mode
+        to sizes up to 6, pixel_shuffle / pixel_unshuffle by a factor that divides, unfold."""
+        how = self.choice(IMAGE_LAYERS)
+        rank = {"max_pool1d": 3, "avg_pool1d": 3, "adaptive_avg_pool1d": 3}.get(
+            how, self.choice([3, 4]) if how == "interpolate" else 4)
+        i = self.pick(lambda v: len(v.shape) == rank and min(v.shape) >= 1,
+                      fresh_shape=tuple(self.integer(1, 4) for _ in range(rank)))
+        v = self.values[i]
+        n, channels, *spatial = v.shape
+        args, kwargs = (), {}
+        if how in ("max_pool1d", "avg_pool1d"):
+            (size,) = spatial
+            kernel, stride = self.integer(1, 3), self.integer(1, 3)
+            padding, ceil_mode = self.integer(0, kernel // 2), bool(self.integer(0, 1))
+            dilation = self.integer(1, 2) if how == "max_pool1d" else 1
+            length = (size + 2 * padding - dilation * (kernel - 1) - 1
+                      + (stride - 1 if ceil_mode else 0)) // stride + 1
+            if ceil_mode and (length - 1) * stride >= size + padding:
+                length -= 1
+            # (F31, as max_pool2d's: a window of padding alone)
+            if length < 1 or how == "max_pool1d" and any(
+                    not any(0 <= o * stride - padding + dilation * j < size
+                            for j in range(kernel)) for o in range(length)):
+                return self.op_unary()
+            kwargs = dict(kernel_size=kernel, stride=stride, padding=padding, ceil_mode=ceil_mode)
+            if how == "max_pool1d":
+                kwargs["dilation"] = dilation
+            else:
+                kwargs["count_include_pad"] = bool(self.integer(0, 1))
+            out = (n, channels, length)
+        elif how in ("adaptive_avg_pool1d", "adaptive_max_pool2d"):
+            sizes = tuple(self.integer(1, 4) for _ in spatial)
+            args, out = (sizes if len(sizes) > 1 else sizes[0],), (n, channels, *sizes)
+        elif how == "interpolate":
+            modes = (["nearest", "nearest-exact", "linear", "area"] if rank == 3 else
+                     ["nearest", "nearest-exact", "bilinear", "bicubic", "area"])
+            mode = self.choice(modes)
+            sizes = tuple(self.integer(1, 6) for _ in spatial)
+            kwargs = {"size": sizes, "mode": mode}
+            if mode in ("linear", "bilinear", "bicubic"):
+                kwargs["align_corners"] = bool(self.integer(0, 1))
+            out = (n, channels, *sizes)
+        elif how == "pixel_shuffle":
+            factor = 2 if channels % 4 == 0 and self.integer(0, 1) else 1
+            args = (factor,)
+            out = (n, channels // factor ** 2, *(size * factor for size in spatial))
+        elif how == "pixel_unshuffle":
+            factor = 2 if all(size % 2 == 0 for size in spatial) and self.integer(0, 1) else 1
+            args = (factor,)
+            out = (n, channels * factor ** 2, *(size // factor for size in spatial))
+        else:  # unfold
+            padding = [self.integer(0, 1) for _ in spatial]
+            kernel = [self.integer(1, size + 2 * p) for size, p in zip(spatial, padding)]
+            stride = [self.integer(1, 2) for _ in spatial]
+            blocks = [(size + 2 * p - k) // s + 1 for size, p, k, s in
+                      zip(spatial, padding, kernel, stride)]
+            kwargs = dict(kernel_size=tuple(kernel), padding=tuple(padding), stride=tuple(stride))
+            out = (n, channels * kernel[0] * kernel[1], blocks[0] * blocks[1])
+        self.emit(("call", how, i, args, kwargs),
+                  Value(tuple(out), v.dtype, v.requires_grad, True, False))
 
 
 @st.composite

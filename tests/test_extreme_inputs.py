@@ -352,6 +352,43 @@ CASES: dict[str, Case] = {
                                                                     stride=1)),
     "F.adaptive_avg_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
         x[:, None, :, None], (2, 1))),
+    # 1-d pooling on each row as a (batch, channel, 3) signal
+    "F.max_pool1d": row(lambda lib, x: lib.nn.functional.max_pool1d(x[:, None, :], 2, 1, 1)),
+    "F.avg_pool1d": row(lambda lib, x: lib.nn.functional.avg_pool1d(x[:, None, :], 2, 1, 1)),
+    "F.adaptive_avg_pool1d": row(lambda lib, x: lib.nn.functional.adaptive_avg_pool1d(
+        x[:, None, :], 2)),
+    "F.adaptive_max_pool1d": row(lambda lib, x: lib.nn.functional.adaptive_max_pool1d(
+        x[:, None, :], 2)),
+    "F.adaptive_max_pool2d": row(lambda lib, x: lib.nn.functional.adaptive_max_pool2d(
+        x[:, None, :, None], (2, 1))),
+    # each row as a (batch, channel, 3) signal and a (batch, channel, 3, 1) image, resampled
+    "F.interpolate": row(lambda lib, x: tuple(
+        lib.nn.functional.interpolate(x[:, None, :], 5, mode=mode) for mode in (
+            "nearest", "nearest-exact", "linear", "area")) + tuple(
+        lib.nn.functional.interpolate(x[:, None, :, None], (4, 2), mode=mode, align_corners=c)
+        for mode, c in (("bilinear", False), ("bilinear", True), ("bicubic", False),
+                        ("bicubic", True))) + (
+        lib.nn.functional.interpolate(x[:, None, :], 3, mode="linear"),)),
+    "F.pixel_shuffle": row(lambda lib, x: lib.nn.functional.pixel_shuffle(
+        x[:x.shape[0] // 4 * 4].reshape(-1, 4, 3, 1), 2)),
+    "F.pixel_unshuffle": row(lambda lib, x: lib.nn.functional.pixel_unshuffle(
+        x[:x.shape[0] // 4 * 4].reshape(-1, 1, 2, 6), 2)),
+    "F.channel_shuffle": row(lambda lib, x: lib.nn.functional.channel_shuffle(x[:, :, None], 3)),
+    "F.unfold": row(lambda lib, x: lib.nn.functional.unfold(x[:, None, :, None], (2, 1),
+                                                            padding=(1, 0))),
+    # overlapping blocks: output row r adds x[r, 0], x[r - 1, 1] and x[r - 2, 2]
+    "F.fold": row(lambda lib, x: lib.nn.functional.fold(x.t()[None], (x.shape[0] + 2, 1),
+                                                        (3, 1))),
+    "F.dropout1d": unary(lambda lib, x: lib.nn.functional.dropout1d(x[None], training=False)),
+    "F.dropout2d": unary(lambda lib, x: lib.nn.functional.dropout2d(x[None, None, None],
+                                                                    training=False)),
+    # the padding modules, each row as a (batch, 3) signal and the rows as one (1, rows, 3) image
+    "padding": row(lambda lib, x: (
+        lib.nn.ZeroPad1d(1)(x), lib.nn.ConstantPad1d((2, 1), 3.5)(x), lib.nn.ReflectionPad1d(2)(x),
+        lib.nn.ReplicationPad1d((1, 3))(x), lib.nn.CircularPad1d(2)(x),
+        lib.nn.ZeroPad2d((1, 0, 0, 2))(x[None]), lib.nn.ConstantPad2d(1, -2.0)(x[None]),
+        lib.nn.ReflectionPad2d((1, 2, 2, 1))(x[None]), lib.nn.ReplicationPad2d(2)(x[None]),
+        lib.nn.CircularPad2d((0, 1, 2, 3))(x[None]))),
     "F.batch_norm": Case(lambda lib, x, w, b: lib.nn.functional.batch_norm(
         x, lib.tensor([0.5, -1.0, 2.0], dtype=x.dtype), lib.ones(3, dtype=x.dtype) * 2, w, b,
         training=False),
@@ -428,6 +465,16 @@ ALIASES = {
     "nn.ConvTranspose2d": "F.conv_transpose2d", "nn.MaxPool2d": "F.max_pool2d",
     "nn.AvgPool2d": "F.avg_pool2d", "nn.AdaptiveAvgPool2d": "F.adaptive_avg_pool2d",
     "nn.BatchNorm1d": "F.batch_norm", "nn.BatchNorm2d": "F.batch_norm",
+    "nn.MaxPool1d": "F.max_pool1d", "nn.AvgPool1d": "F.avg_pool1d",
+    "nn.AdaptiveAvgPool1d": "F.adaptive_avg_pool1d", "nn.AdaptiveMaxPool1d": "F.adaptive_max_pool1d",
+    "nn.AdaptiveMaxPool2d": "F.adaptive_max_pool2d",
+    "nn.Upsample": "F.interpolate", "nn.UpsamplingNearest2d": "F.interpolate",
+    "nn.UpsamplingBilinear2d": "F.interpolate",
+    "nn.PixelShuffle": "F.pixel_shuffle", "nn.PixelUnshuffle": "F.pixel_unshuffle",
+    "nn.ChannelShuffle": "F.channel_shuffle", "nn.Unfold": "F.unfold", "nn.Fold": "F.fold",
+    "nn.Dropout1d": "F.dropout1d", "nn.Dropout2d": "F.dropout2d",
+    **{f"nn.{kind}Pad{n}d": "padding" for kind in
+       ("Zero", "Constant", "Reflection", "Replication", "Circular") for n in (1, 2)},
     **{f"nn.{kind}": "recurrent" for kind in RECURRENT},
     "Tensor.fix": "Tensor.trunc", "Tensor.arcsin": "Tensor.asin", "Tensor.arccos": "Tensor.acos",
     "Tensor.arctan": "Tensor.atan", "Tensor.arctan2": "Tensor.atan2",

@@ -12,6 +12,14 @@ from tracer.nn.norm_layers import GroupNorm, InstanceNorm1d, InstanceNorm2d, RMS
 from tracer.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                                     TransformerEncoder, TransformerEncoderLayer)
 from tracer.nn.shaping import Flatten, Identity, Unflatten
+from tracer.nn.pooling_modules import (AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                                     AvgPool1d, MaxPool1d)
+from tracer.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
+from tracer.nn.image_modules import (ChannelShuffle, Dropout1d, Dropout2d, Fold, PixelShuffle,
+                                     PixelUnshuffle, Unfold)
+from tracer.nn.padding_modules import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d,
+                                       ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
+                                       ReplicationPad2d, ZeroPad1d, ZeroPad2d)
 
 __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Linear",
            "Embedding", "LayerNorm", "Dropout", "Sequential", "ModuleList", "ModuleDict", "ReLU",
@@ -24,3 +32,10 @@ __all__ += ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm"]
 __all__ += ["MultiheadAttention"]
 __all__ += ["TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
             "TransformerDecoder", "Transformer"]
+__all__ += ["MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d",
+            "AdaptiveMaxPool2d"]
+__all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]
+__all__ += ["PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Unfold", "Fold", "Dropout1d",
+            "Dropout2d", "ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d",
+            "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
+            "CircularPad1d", "CircularPad2d"]

@@ -29,6 +29,10 @@ from tracer.nn import embedding_bag as _embedding_bag
 from tracer.nn import normalization as _normalization
 from tracer.nn import norms as _norms
 from tracer.nn import pooling as _pooling
+from tracer.nn import pooling1d as _pooling1d
+from tracer.nn import interpolation as _interpolation
+from tracer.nn import rearrangement as _rearrangement
+from tracer.nn import channel_dropout as _channel_dropout
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -298,5 +302,14 @@ conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
+max_pool1d, avg_pool1d = _pooling1d.max_pool1d, _pooling1d.avg_pool1d
+adaptive_avg_pool1d = _pooling1d.adaptive_avg_pool1d
+adaptive_max_pool1d, adaptive_max_pool2d = (_pooling1d.adaptive_max_pool1d,
+                                            _pooling1d.adaptive_max_pool2d)
+interpolate = _interpolation.interpolate
+pixel_shuffle, pixel_unshuffle = _rearrangement.pixel_shuffle, _rearrangement.pixel_unshuffle
+channel_shuffle = _rearrangement.channel_shuffle
+unfold, fold = _rearrangement.unfold, _rearrangement.fold
+dropout1d, dropout2d = _channel_dropout.dropout1d, _channel_dropout.dropout2d
 embedding_bag = _embedding_bag.embedding_bag
 group_norm, instance_norm, rms_norm = _norms.group_norm, _norms.instance_norm, _norms.rms_norm
