@@ -1,7 +1,9 @@
-"""`tr.optim.lr_scheduler`: LambdaLR, StepLR, CosineAnnealingLR and OneCycleLR with PyTorch's
-names, arguments and arithmetic (the same recursive formulas, so the learning rates agree to the
-last bit). A scheduler writes Python floats into the optimizer's `param_groups`, which a traced
-step reads on every call (runtime/floats.py): a new learning rate needs no new compile.
+"""`tr.optim.lr_scheduler`: PyTorch's schedulers with its names, arguments and arithmetic (the
+same recursive formulas, so the learning rates agree to the last bit): the base class, LambdaLR,
+StepLR, CosineAnnealingLR and OneCycleLR here, the others in lr_schedules.py (one formula each)
+and lr_composite.py (schedulers of schedulers, ReduceLROnPlateau, CyclicLR). A scheduler writes
+Python floats into the optimizer's `param_groups`, which a traced step reads on every call
+(runtime/floats.py): a new learning rate needs no new compile.
 """
 from __future__ import annotations
 
@@ -32,6 +34,20 @@ def _per_group(name: str, optimizer: Optimizer, value) -> list:
     return [value] * len(optimizer.param_groups)
 
 
+def _group_values(optimizer: Optimizer, key: str) -> list:
+    """group[key] of every parameter group (copies of tensors, which the groups keep)."""
+    return [group[key].clone() if isinstance(group[key], Tensor) else group[key]
+            for group in optimizer.param_groups]
+
+
+def _set_group_value(group: dict, key: str, value) -> None:
+    """group[key] = value, or filled in place where group[key] is a 0-d tensor."""
+    if isinstance(group[key], Tensor):
+        group[key].fill_(float(value))
+    else:
+        group[key] = value
+
+
 class LRScheduler:
     """The base of the schedulers: `step()` advances `last_epoch` by one and writes `get_lr()`
     into every parameter group's "lr" (in place if it is a 0-d tensor)."""
@@ -50,8 +66,13 @@ class LRScheduler:
                         f"param_groups[{number}] has no 'initial_lr' to resume a schedule from "
                         f"(last_epoch={last_epoch}): load the optimizer's state_dict first, or "
                         f"start with last_epoch=-1")
-        self.base_lrs: list = [group["initial_lr"] for group in optimizer.param_groups]
+        self.base_lrs: list = _group_values(optimizer, "initial_lr")
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The step a scheduler takes when it is made (SequentialLR takes it again when it hands
+        over to the next scheduler), with `_is_initial` set for the get_lr that need to know."""
         self._step_count = 0
         self._is_initial = True
         try:
@@ -70,6 +91,10 @@ class LRScheduler:
         """Advance one step (`epoch`, deprecated in PyTorch: jump to it, by the closed form where
         there is one)."""
         self._step_count += 1
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch: int | None = None) -> None:
+        """Advance `last_epoch` (or set it to `epoch`) and write the new learning rates."""
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
@@ -78,12 +103,8 @@ class LRScheduler:
             closed_form = getattr(self, "_get_closed_form_lr", None)
             values = closed_form() if closed_form is not None else self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, values):
-            if isinstance(group["lr"], Tensor):
-                group["lr"].fill_(float(lr))
-            else:
-                group["lr"] = lr
-        self._last_lr = [group["lr"].clone() if isinstance(group["lr"], Tensor) else group["lr"]
-                         for group in self.optimizer.param_groups]
+            _set_group_value(group, "lr", lr)
+        self._last_lr = _group_values(self.optimizer, "lr")
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the optimizer, as PyTorch's."""
@@ -268,3 +289,16 @@ class OneCycleLR(LRScheduler):
                     break
                 start_step = end_step
         return lrs
+
+
+# (imported last: those modules build on the base class above)
+from tracer.optim.lr_schedules import (ConstantLR, CosineAnnealingWarmRestarts,  # noqa: E402
+                                       ExponentialLR, LinearLR, MultiplicativeLR, MultiStepLR,
+                                       PolynomialLR)
+from tracer.optim.lr_composite import (ChainedScheduler, CyclicLR, ReduceLROnPlateau,  # noqa: E402
+                                       SequentialLR)
+
+__all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
+           "LinearLR", "ExponentialLR", "SequentialLR", "PolynomialLR", "CosineAnnealingLR",
+           "ChainedScheduler", "ReduceLROnPlateau", "CyclicLR", "CosineAnnealingWarmRestarts",
+           "OneCycleLR"]
