@@ -312,13 +312,16 @@ TRAINING = [
     ("RMSprop", dict(lr=0.01), lambda s, o: s.PolynomialLR(o, total_iters=15, power=2.0)),
     ("Adagrad", dict(lr=0.1), lambda s, o: s.MultiplicativeLR(o, lambda epoch: 0.9)),
     ("SGD", dict(lr=0.2), lambda s, o: s.ReduceLROnPlateau(o, patience=1, threshold=0.05)),
+    ("NAdam", dict(lr=0.01), lambda s, o: s.CyclicLR(  # beta1 cycles too
+        o, base_lr=0.001, max_lr=0.01, step_size_up=3, base_momentum=0.85, max_momentum=0.95)),
+    ("Rprop", dict(lr=0.01), lambda s, o: s.LinearLR(o, start_factor=0.5, total_iters=10)),
 ]
 
 
 @pytest.mark.parametrize("optimizer_name, optimizer_options, make", TRAINING,
                          ids=["SGD-SequentialLR", "Adam-ChainedScheduler", "SGD-CyclicLR",
                               "AdamW-CyclicLR", "RMSprop-PolynomialLR", "Adagrad-MultiplicativeLR",
-                              "SGD-ReduceLROnPlateau"])
+                              "SGD-ReduceLROnPlateau", "NAdam-CyclicLR", "Rprop-LinearLR"])
 def test_a_scheduled_traced_loop_compiles_once_and_matches_torch(optimizer_name,
                                                                  optimizer_options, make):
     rng = np.random.default_rng(18)

@@ -1,5 +1,6 @@
 """`tr.optim`: SGD, Adam, AdamW, RMSprop and Adagrad with PyTorch's update rules, in PyTorch's
-order of operations (and `tr.optim.lr_scheduler`).
+order of operations; Adamax, NAdam and RAdam (adam_family.py), Adadelta, Rprop and ASGD
+(classic.py); and `tr.optim.lr_scheduler`.
 
 The state (momentum buffers, moment estimates, the step count) is made of tensors when the
 optimizer is made and updated in place under no_grad, so that `opt.step()` inside a traced step
@@ -31,7 +32,8 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam",
+           "Adadelta", "Rprop", "ASGD", "lr_scheduler"]
 
 
 class Optimizer:
@@ -115,6 +117,10 @@ class Optimizer:
                         raise ArgumentError(f"load_state_dict: {name} of parameter {index} has "
                                             f"shape {list(value.shape)}, expected "
                                             f"{list(own[name].shape)}")
+                    if name != "step" and own[name].dtype != parameter.dtype:
+                        # PyTorch's load_state_dict casts the state but the step to the
+                        # parameter's dtype (NAdam's float32 mu_product, ASGD's eta and mu)
+                        own[name] = zeros_like(own[name], dtype=parameter.dtype)
                     own[name].copy_(value)
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> None:
@@ -364,3 +370,8 @@ class Adagrad(Optimizer):
         decayed_lr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
         standard_deviation = state["sum"].addcmul_(grad, grad, value=1).sqrt() + group["eps"]
         parameter.addcdiv_(grad, standard_deviation, value=-decayed_lr)
+
+
+# (imported last: these modules build on Optimizer and the helpers above)
+from tracer.optim.adam_family import Adamax, NAdam, RAdam
+from tracer.optim.classic import ASGD, Adadelta, Rprop
