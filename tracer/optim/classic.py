@@ -16,7 +16,7 @@ from tracer.arithmetic import where
 from tracer.creation import full, full_like, ones, zeros_like
 from tracer.errors import ArgumentError
 from tracer.ir.types import float32, float64
-from tracer.optim import Optimizer, _gradient, _require_not_negative, _step_count
+from tracer.optim.optimizer import Optimizer, _gradient, _require_not_negative, _step_count
 from tracer.tensor import Tensor
 
 

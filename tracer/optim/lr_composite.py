@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from tracer.errors import ArgumentError, TracingError
-from tracer.optim.lr_scheduler import (LRScheduler, Optimizer, _check_optimizer, _group_values,
-                                       _per_group, _set_group_value)
+from tracer.optim.lr_base import (LRScheduler, Optimizer, _check_optimizer, _group_values,
+                                  _per_group, _set_group_value)
 from tracer.tensor import Tensor
 
 

@@ -1,18 +1,49 @@
-"""The schedulers of `tr.optim.lr_scheduler` that follow one formula each: MultiplicativeLR,
-MultiStepLR, ConstantLR, LinearLR, ExponentialLR, PolynomialLR and CosineAnnealingWarmRestarts,
-with PyTorch's arguments, checks and recursive formulas (each step multiplies the current learning
+"""The schedulers of `tr.optim.lr_scheduler` that follow one formula each: LambdaLR,
+MultiplicativeLR, MultiStepLR, ConstantLR, LinearLR, ExponentialLR, PolynomialLR and
+CosineAnnealingWarmRestarts, with PyTorch's arguments, checks and recursive formulas (each step multiplies the current learning
 rate, as PyTorch's does, so the rates agree to the last bit; `step(epoch)` uses the closed form).
 """
 from __future__ import annotations
 
 import math
+import types
 from bisect import bisect_right
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tracer.errors import ArgumentError
-from tracer.optim.lr_scheduler import (LambdaLR, LRScheduler, Optimizer, _group_values,
-                                       _per_group, _set_group_value)
+from tracer.optim.lr_base import (LRScheduler, Optimizer, _group_values, _per_group,
+                                  _set_group_value)
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(last_epoch), one function or one per parameter group."""
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence,
+                 last_epoch: int = -1) -> None:
+        self.optimizer = optimizer
+        self.lr_lambdas: list[Callable[[int], float]] = _per_group("lr_lambda", optimizer,
+                                                                     lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        return [base_lr * function(self.last_epoch)
+                for function, base_lr in zip(self.lr_lambdas, self.base_lrs)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """As PyTorch's: the state of callable objects among the lr_lambdas, not functions."""
+        state = {key: value for key, value in self.__dict__.items()
+                 if key not in ("optimizer", "lr_lambdas")}
+        state["lr_lambdas"] = [None if isinstance(function, types.FunctionType)
+                               else function.__dict__.copy() for function in self.lr_lambdas]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = {key: value for key, value in state_dict.items() if key != "lr_lambdas"}
+        self.__dict__.update(state)
+        for function, saved in zip(self.lr_lambdas, state_dict["lr_lambdas"]):
+            if saved is not None:
+                function.__dict__.update(saved)
 
 
 class MultiplicativeLR(LRScheduler):
