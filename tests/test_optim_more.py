@@ -83,14 +83,17 @@ def test_float32_parameters_follow_torch(name, options):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_arguments_are_pytorchs_in_its_order_with_its_defaults(name):
-    """All but PyTorch's implementation choices (foreach, fused, capturable, differentiable)."""
+    """PyTorch's arguments (its implementation choices too), its positional ones in its order,
+    the same defaults; and the same hyperparameters in each parameter group."""
     ours = inspect.signature(getattr(tr.optim, name)).parameters
-    theirs = {argument: parameter
-              for argument, parameter in inspect.signature(getattr(torch.optim, name)).parameters.items()
-              if argument not in ("foreach", "fused", "capturable", "differentiable")}
+    theirs = inspect.signature(getattr(torch.optim, name)).parameters
     assert list(ours) == list(theirs)
     for argument, parameter in ours.items():
         assert parameter.default == theirs[argument].default, argument
+        assert parameter.kind == theirs[argument].kind, argument
+    ours_group = getattr(tr.optim, name)([tr.zeros(1, requires_grad=True)]).param_groups[0]
+    theirs_group = getattr(torch.optim, name)([torch.zeros(1, requires_grad=True)]).param_groups[0]
+    assert set(ours_group) == set(theirs_group)
 
 
 def test_every_optimizer_is_exported():

@@ -16,7 +16,8 @@ from tracer.arithmetic import where
 from tracer.creation import ones, zeros_like
 from tracer.errors import ArgumentError
 from tracer.ir.types import float32, float64
-from tracer.optim.optimizer import Optimizer, _gradient, _require_not_negative, _step_count
+from tracer.optim.optimizer import (Optimizer, _gradient, _implementation, _require_not_negative,
+                                    _step_count)
 from tracer.tensor import Tensor
 
 
@@ -37,11 +38,15 @@ class Adamax(Optimizer):
     """Adam with the infinity norm: the step divided by a decaying maximum of |gradient|."""
 
     def __init__(self, params: Iterable, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0, *,
-                 maximize: builtins.bool = False) -> None:
+                 eps: float = 1e-8, weight_decay: float = 0,
+                 foreach: builtins.bool | None = None, *, maximize: builtins.bool = False,
+                 differentiable: builtins.bool = False, capturable: builtins.bool = False) -> None:
         _check_adam_arguments(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay, maximize=maximize))
+                                      weight_decay=weight_decay, maximize=maximize,
+                                      **_implementation(foreach=foreach,
+                                                        differentiable=differentiable,
+                                                        capturable=capturable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {"step": _step_count(), "exp_avg": zeros_like(parameter),
@@ -64,13 +69,16 @@ class NAdam(Optimizer):
     def __init__(self, params: Iterable, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: builtins.bool = False, *,
-                 maximize: builtins.bool = False) -> None:
+                 foreach: builtins.bool | None = None, maximize: builtins.bool = False,
+                 capturable: builtins.bool = False, differentiable: builtins.bool = False) -> None:
         _check_adam_arguments(lr, betas, eps, weight_decay)
         _require_not_negative(momentum_decay=momentum_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, momentum_decay=momentum_decay,
                                       decoupled_weight_decay=decoupled_weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach, capturable=capturable,
+                                                        differentiable=differentiable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return dict(_moments(parameter), mu_product=ones((), dtype=float32))
@@ -104,12 +112,15 @@ class RAdam(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0,
                  decoupled_weight_decay: builtins.bool = False, *,
-                 maximize: builtins.bool = False) -> None:
+                 foreach: builtins.bool | None = None, maximize: builtins.bool = False,
+                 capturable: builtins.bool = False, differentiable: builtins.bool = False) -> None:
         _check_adam_arguments(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay,
                                       decoupled_weight_decay=decoupled_weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach, capturable=capturable,
+                                                        differentiable=differentiable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return _moments(parameter)

@@ -16,7 +16,8 @@ from tracer.arithmetic import where
 from tracer.creation import full, full_like, ones, zeros_like
 from tracer.errors import ArgumentError
 from tracer.ir.types import float32, float64
-from tracer.optim.optimizer import Optimizer, _gradient, _require_not_negative, _step_count
+from tracer.optim.optimizer import (Optimizer, _gradient, _implementation, _require_not_negative,
+                                    _step_count)
 from tracer.tensor import Tensor
 
 
@@ -25,13 +26,16 @@ class Adadelta(Optimizer):
     updates and the squared gradients (`rho` their decay), times `lr`."""
 
     def __init__(self, params: Iterable, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0, *, maximize: builtins.bool = False) -> None:
-        # (maximize is keyword-only: PyTorch's comes after foreach and capturable, not taken here)
+                 weight_decay: float = 0, foreach: builtins.bool | None = None, *,
+                 capturable: builtins.bool = False, maximize: builtins.bool = False,
+                 differentiable: builtins.bool = False) -> None:
         _require_not_negative(lr=lr, eps=eps, weight_decay=weight_decay)
         if not 0.0 <= rho <= 1.0:
             raise ArgumentError(f"rho must be in [0, 1], got {rho}")
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach, capturable=capturable,
+                                                        differentiable=differentiable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {"step": _step_count(), "square_avg": zeros_like(parameter),
@@ -55,13 +59,16 @@ class Rprop(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-2, etas: tuple[float, float] = (0.5, 1.2),
                  step_sizes: tuple[float, float] = (1e-6, 50), *,
-                 maximize: builtins.bool = False) -> None:
+                 capturable: builtins.bool = False, foreach: builtins.bool | None = None,
+                 maximize: builtins.bool = False, differentiable: builtins.bool = False) -> None:
         _require_not_negative(lr=lr)
         if not 0.0 < etas[0] < 1.0 < etas[1]:
             raise ArgumentError(f"etas must be (etaminus, etaplus) with 0 < etaminus < 1 < "
                                 f"etaplus, got {etas}")
         super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
-                                      maximize=maximize))
+                                      maximize=maximize,
+                                      **_implementation(foreach=foreach, capturable=capturable,
+                                                        differentiable=differentiable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {"step": _step_count(), "prev": zeros_like(parameter),
@@ -88,12 +95,15 @@ class ASGD(Optimizer):
     parameter shrunk by 1 - lambd * eta, and `ax`, the average of the parameters since step t0."""
 
     def __init__(self, params: Iterable, lr: float = 1e-2, lambd: float = 1e-4,
-                 alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0, *,
-                 maximize: builtins.bool = False) -> None:
-        # (maximize is keyword-only: PyTorch's comes after foreach, not taken here)
+                 alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0,
+                 foreach: builtins.bool | None = None, maximize: builtins.bool = False,
+                 differentiable: builtins.bool = False, capturable: builtins.bool = False) -> None:
         _require_not_negative(lr=lr, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
-                                      weight_decay=weight_decay, maximize=maximize))
+                                      weight_decay=weight_decay, maximize=maximize,
+                                      **_implementation(foreach=foreach,
+                                                        differentiable=differentiable,
+                                                        capturable=capturable)))
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {"step": _step_count(), "eta": full((), group["lr"], dtype=float32),
