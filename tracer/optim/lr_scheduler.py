@@ -1,129 +1,24 @@
-"""`tr.optim.lr_scheduler`: LambdaLR, StepLR, CosineAnnealingLR and OneCycleLR with PyTorch's
-names, arguments and arithmetic (the same recursive formulas, so the learning rates agree to the
-last bit). A scheduler writes Python floats into the optimizer's `param_groups`, which a traced
-step reads on every call (runtime/floats.py): a new learning rate needs no new compile.
+"""`tr.optim.lr_scheduler`: PyTorch's schedulers with its names, arguments and arithmetic (the
+same recursive formulas, so the learning rates agree to the last bit): StepLR, CosineAnnealingLR
+and OneCycleLR here, the base class in lr_base.py, the others in lr_schedules.py (one formula
+each) and lr_composite.py (schedulers of schedulers, ReduceLROnPlateau, CyclicLR).
 """
 from __future__ import annotations
 
 import math
-import types
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor
+from tracer.optim.lr_base import LRScheduler, Optimizer, _check_optimizer, _per_group
+from tracer.optim.lr_composite import ChainedScheduler, CyclicLR, ReduceLROnPlateau, SequentialLR
+from tracer.optim.lr_schedules import (ConstantLR, CosineAnnealingWarmRestarts, ExponentialLR,
+                                       LambdaLR, LinearLR, MultiplicativeLR, MultiStepLR,
+                                       PolynomialLR)
 
-# A tr.optim optimizer (tracer.optim imports this module, not the other way round): anything with
-# `param_groups` and `defaults`.
-Optimizer = Any
-
-
-def _check_optimizer(optimizer) -> None:
-    if not isinstance(getattr(optimizer, "param_groups", None), list):
-        raise ArgumentError(f"{type(optimizer).__name__} is not an Optimizer")
-
-
-def _per_group(name: str, optimizer: Optimizer, value) -> list:
-    """One value per parameter group: `value` itself for each, or a list of one per group."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != len(optimizer.param_groups):
-            raise ArgumentError(f"{name} has {len(value)} values, the optimizer has "
-                                f"{len(optimizer.param_groups)} parameter groups")
-        return list(value)
-    return [value] * len(optimizer.param_groups)
-
-
-class LRScheduler:
-    """The base of the schedulers: `step()` advances `last_epoch` by one and writes `get_lr()`
-    into every parameter group's "lr" (in place if it is a 0-d tensor)."""
-
-    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
-        _check_optimizer(optimizer)
-        self.optimizer = optimizer
-        if last_epoch == -1:
-            for group in optimizer.param_groups:
-                lr = group["lr"]
-                group.setdefault("initial_lr", lr.clone() if isinstance(lr, Tensor) else lr)
-        else:
-            for number, group in enumerate(optimizer.param_groups):
-                if "initial_lr" not in group:
-                    raise ArgumentError(
-                        f"param_groups[{number}] has no 'initial_lr' to resume a schedule from "
-                        f"(last_epoch={last_epoch}): load the optimizer's state_dict first, or "
-                        f"start with last_epoch=-1")
-        self.base_lrs: list = [group["initial_lr"] for group in optimizer.param_groups]
-        self.last_epoch = last_epoch
-        self._step_count = 0
-        self._is_initial = True
-        try:
-            self.step()
-        finally:
-            self._is_initial = False
-
-    def get_lr(self) -> list:
-        raise NotImplementedError
-
-    def get_last_lr(self) -> list:
-        """The learning rates the last `step()` set, one per parameter group."""
-        return self._last_lr
-
-    def step(self, epoch: int | None = None) -> None:
-        """Advance one step (`epoch`, deprecated in PyTorch: jump to it, by the closed form where
-        there is one)."""
-        self._step_count += 1
-        if epoch is None:
-            self.last_epoch += 1
-            values = self.get_lr()
-        else:
-            self.last_epoch = epoch
-            closed_form = getattr(self, "_get_closed_form_lr", None)
-            values = closed_form() if closed_form is not None else self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, values):
-            if isinstance(group["lr"], Tensor):
-                group["lr"].fill_(float(lr))
-            else:
-                group["lr"] = lr
-        self._last_lr = [group["lr"].clone() if isinstance(group["lr"], Tensor) else group["lr"]
-                         for group in self.optimizer.param_groups]
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything but the optimizer, as PyTorch's."""
-        return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.__dict__.update(state_dict)
-
-    def _current_lrs(self) -> list:
-        return [group["lr"] for group in self.optimizer.param_groups]
-
-
-class LambdaLR(LRScheduler):
-    """lr = base_lr * lr_lambda(last_epoch), one function or one per parameter group."""
-
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence,
-                 last_epoch: int = -1) -> None:
-        self.optimizer = optimizer
-        self.lr_lambdas: list[Callable[[int], float]] = _per_group("lr_lambda", optimizer,
-                                                                     lr_lambda)
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list:
-        return [base_lr * function(self.last_epoch)
-                for function, base_lr in zip(self.lr_lambdas, self.base_lrs)]
-
-    def state_dict(self) -> dict[str, Any]:
-        """As PyTorch's: the state of callable objects among the lr_lambdas, not functions."""
-        state = {key: value for key, value in self.__dict__.items()
-                 if key not in ("optimizer", "lr_lambdas")}
-        state["lr_lambdas"] = [None if isinstance(function, types.FunctionType)
-                               else function.__dict__.copy() for function in self.lr_lambdas]
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state = {key: value for key, value in state_dict.items() if key != "lr_lambdas"}
-        self.__dict__.update(state)
-        for function, saved in zip(self.lr_lambdas, state_dict["lr_lambdas"]):
-            if saved is not None:
-                function.__dict__.update(saved)
+__all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
+           "LinearLR", "ExponentialLR", "SequentialLR", "PolynomialLR", "CosineAnnealingLR",
+           "ChainedScheduler", "ReduceLROnPlateau", "CyclicLR", "CosineAnnealingWarmRestarts",
+           "OneCycleLR"]
 
 
 class StepLR(LRScheduler):

@@ -1,0 +1,182 @@
+"""The base of `tr.optim`'s optimizers: parameter groups, per-parameter state made of tensors,
+state_dict/load_state_dict in PyTorch's layout, zero_grad and step (the update of one parameter is
+each optimizer's `_update`), and the helpers the optimizers share.
+
+The state (momentum buffers, moment estimates, the step count) is made of tensors when the
+optimizer is made and updated in place under no_grad, so that `opt.step()` inside a traced step
+is recorded like any in-place update: the parameters and the state, runtime inputs of the traced
+function (arguments, or tensors read from the optimizer object), are updated in the compiled call.
+Reading a parameter's `.grad` goes through `current_tensor`, which finds an argument's stand-in in
+the trace (where the traced backward put the gradient).
+
+PyTorch's implementation options are taken: `foreach` and `capturable` change nothing here (the
+update is the same; the step count is always a tensor), `differentiable=True` is refused (the
+update runs under no_grad), and `fused=True` makes an eager `step()` one compiled call: the same
+update traced once (`tr.trace`), its floats (lr, betas, ...) runtime inputs, instead of a dozen
+eager operations per parameter -- for a training loop whose step is not traced as a whole (the
+model alone traced, as with torch.compile(model)).
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Callable, Iterable
+
+import tracer
+from tracer.context import enable_grad, no_grad, state as mode
+from tracer.errors import ArgumentError
+from tracer.ir.types import float64, is_float
+from tracer.backward import clear_grads
+from tracer.creation import zeros, zeros_like
+from tracer.interop import loaded_tensor
+from tracer.tensor import Tensor
+from tracer.tracing import current_tensor
+
+
+class Optimizer:
+    """Parameter groups (dicts with "params" and the hyperparameters) and per-parameter state."""
+
+    def __init__(self, params: Iterable, defaults: dict) -> None:
+        self.defaults = defaults
+        self._fused_update = None  # (the traced update of fused=True, made by the first step)
+        self.state: dict[Tensor, dict[str, Tensor]] = {}
+        self.param_groups: list[dict] = []
+        groups = list(params)
+        if not groups:
+            raise ArgumentError(f"{type(self).__name__} got an empty parameter list")
+        for group in groups if isinstance(groups[0], dict) else [{"params": groups}]:
+            self.add_param_group(group)
+
+    def __getstate__(self) -> dict:
+        # (pickled without its compiled update, made again by the first step after unpickling)
+        return dict(self.__dict__, _fused_update=None)
+
+    def add_param_group(self, group: dict) -> None:
+        group = dict(group)
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        named = [isinstance(p, tuple) for p in params]
+        if any(named):  # (name, parameter) pairs, as model.named_parameters() gives (PyTorch 2.13)
+            if not all(named):
+                raise ArgumentError("all optimizer params should be with/without names; some "
+                                    "param names are missing")
+            group["param_names"] = [name for name, _ in params]
+            params = [p for _, p in params]
+        known = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in params:
+            if not isinstance(p, Tensor) or not is_float(p.dtype) or not p.is_leaf:
+                raise ArgumentError(f"{type(self).__name__} optimizes float leaf tensors, got "
+                                    f"{type(p).__name__ if not isinstance(p, Tensor) else p}")
+            if id(p) in known:
+                raise ArgumentError("a parameter appears in more than one parameter group")
+        group["params"] = params
+        for name, value in self.defaults.items():
+            group.setdefault(name, value)
+        self.param_groups.append(group)
+        for p in params:
+            self.state[p] = self._initial_state(p, group)
+
+    def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
+        return {}
+
+    def state_dict(self) -> dict:
+        """PyTorch's layout: "state" by parameter index, "param_groups" with the indices."""
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        return {
+            "state": {index[id(p)]: {name: t.detach().clone() for name, t in entry.items()}
+                      for p, entry in self.state.items() if entry},
+            "param_groups": [dict(group, params=[index[id(p)] for p in group["params"]])
+                             for group in self.param_groups]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take the hyperparameters and state of `state_dict` (from state_dict() of an optimizer
+        over parameters of the same shapes), copying the state into this one's tensors in place."""
+        groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
+            raise ArgumentError("load_state_dict: the parameter groups differ in size from this "
+                                "optimizer's")
+        parameters = [(p, g) for g in self.param_groups for p in g["params"]]
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        with no_grad():
+            for index, entry in state_dict["state"].items():
+                parameter, group = parameters[index]
+                # the loaded hyperparameters decide the state (amsgrad adds a tensor), as in
+                # PyTorch; tensors already there are kept, to be updated in place
+                own = dict(self._initial_state(parameter, group), **self.state[parameter])
+                if set(entry) != set(own):
+                    raise ArgumentError(f"load_state_dict: state {sorted(entry)} for parameter "
+                                        f"{index}, this optimizer keeps {sorted(own)}")
+                self.state[parameter] = own
+                for name, value in entry.items():
+                    value = loaded_tensor(value, f"load_state_dict: {name} of parameter {index}")
+                    if value.shape != own[name].shape:
+                        raise ArgumentError(f"load_state_dict: {name} of parameter {index} has "
+                                            f"shape {list(value.shape)}, expected "
+                                            f"{list(own[name].shape)}")
+                    if name != "step" and own[name].dtype != parameter.dtype:
+                        # PyTorch's load_state_dict casts the state but the step to the
+                        # parameter's dtype (NAdam's float32 mu_product, ASGD's eta and mu)
+                        own[name] = zeros_like(own[name], dtype=parameter.dtype)
+                    own[name].copy_(value)
+
+    def zero_grad(self, set_to_none: builtins.bool = True) -> None:
+        clear_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
+
+    def step(self, closure: Callable | None = None):
+        """One update of every parameter that has a gradient; `closure` recomputes the loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        if mode.trace is None and all(group.get("fused") for group in self.param_groups):
+            if self._fused_update is None:  # (tr.trace, which the package imports on first use)
+                self._fused_update = tracer.trace(self._update_all)
+            self._fused_update()
+        else:
+            self._update_all()
+        return loss
+
+    def _update_all(self) -> None:
+        with no_grad():
+            for group in self.param_groups:
+                for parameter in group["params"]:
+                    current = current_tensor(parameter)
+                    if current.grad is not None:
+                        self._update(current, current.grad, self.state[parameter], group)
+
+    def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
+        raise NotImplementedError
+
+
+def _step_count() -> Tensor:
+    # float64, so that the bias corrections beta ** step (and Adagrad's decayed learning rate) are
+    # computed as PyTorch computes them (in Python floats) for float32 parameters too.
+    return zeros((), dtype=float64)
+
+
+def _implementation(**options) -> dict:
+    """PyTorch's implementation options of an optimizer (those its PyTorch namesake takes, kept
+    in the defaults as PyTorch keeps them), checked as PyTorch checks them."""
+    if options.get("fused") and options.get("foreach"):
+        raise ArgumentError("`fused` and `foreach` cannot be `True` together")
+    if options.get("differentiable"):
+        raise ArgumentError("differentiable=True is not supported: the update runs under "
+                            "no_grad; to differentiate through an update, write it with tensor "
+                            "operations")
+    return options
+
+
+def _require_not_negative(**hyperparameters: float) -> None:
+    for name, value in hyperparameters.items():
+        if value < 0:
+            raise ArgumentError(f"{name} must not be negative, got {value}")
+
+
+def _gradient(parameter: Tensor, grad: Tensor, group: dict, l2: builtins.bool = True) -> Tensor:
+    """The gradient an update follows: negated to maximize, plus weight_decay * parameter (an L2
+    term) unless `l2` is False (AdamW decays the parameter itself)."""
+    if group["maximize"]:
+        grad = -grad
+    if l2 and group["weight_decay"] != 0:
+        grad = grad.add(parameter, alpha=group["weight_decay"])
+    return grad
