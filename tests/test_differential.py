@@ -360,6 +360,18 @@ UNARY = {
     "nan_to_num": lambda B, x: x.log().nan_to_num(),
     "softplus": lambda B, x: B.m.nn.functional.softplus(x * 8, beta=0.5, threshold=3),
     "hardtanh": lambda B, x: B.m.nn.functional.hardtanh(x, -0.5, 0.7),
+    # tracer/nn/activations.py
+    "leaky_relu": lambda B, x: B.m.nn.functional.leaky_relu(x, 0.2),
+    "elu": lambda B, x: B.m.nn.functional.elu(x, 0.5),
+    "selu": lambda B, x: B.m.nn.functional.selu(x),
+    "celu": lambda B, x: B.m.nn.functional.celu(x, 2.0),
+    "mish": lambda B, x: B.m.nn.functional.mish(x),
+    "hardswish": lambda B, x: B.m.nn.functional.hardswish(x * 4),
+    "hardsigmoid": lambda B, x: B.m.nn.functional.hardsigmoid(x * 4),
+    "logsigmoid": lambda B, x: B.m.nn.functional.logsigmoid(x),
+    "softsign": lambda B, x: B.m.nn.functional.softsign(x),
+    "tanhshrink": lambda B, x: B.m.nn.functional.tanhshrink(x),
+    "threshold": lambda B, x: B.m.nn.functional.threshold(x, 0.1, -2.0),
     # tracer/arc_functions.py
     "asin": lambda B, x: (x.tanh() * 0.9).asin(),
     "acos": lambda B, x: B.m.acos(x.tanh() * 0.9),
@@ -986,7 +998,10 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          # NumpyTanh returns x.new(ctx.result): PyTorch's legacy Tensor.new
                          # shares the ndarray, so changing the result in place changes what its
                          # backward reads; tracer's new() copies (docs/differences.md)
-                         "unary:numpy_tanh_fn"}
+                         "unary:numpy_tanh_fn",
+                         # softsign is PyTorch's x / (|x| + 1), whose division tracer's VJP
+                         # reads the result of (as binary:div)
+                         "unary:softsign"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
@@ -998,6 +1013,9 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn",
+                         # PyTorch's leaky_relu and threshold save their input, tracer's where
+                         # reads only its condition
+                         "unary:leaky_relu", "unary:threshold",
                          *(f"binary:{name}:promoted" for name in BINARY)}
 
 

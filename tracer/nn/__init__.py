@@ -1,5 +1,9 @@
 """`tr.nn`: PyTorch's Module, Parameter and layers; `tr.nn.functional` holds the functions."""
 from tracer.nn import functional, init, parallel, utils
+from tracer.nn.activation_modules import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish,
+                                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
+                                          Sigmoid, Softmax, Softmin, Softsign, Tanhshrink,
+                                          Threshold)
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
@@ -14,3 +18,6 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
            "Identity", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d"]
+__all__ += ["Sigmoid", "LogSigmoid", "Softsign", "Tanhshrink", "SELU", "Mish", "Hardswish",
+            "Hardsigmoid", "LeakyReLU", "ELU", "CELU", "Threshold", "GLU", "Softmax",
+            "LogSoftmax", "Softmin", "PReLU"]

@@ -27,6 +27,7 @@ from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
+from tracer.nn import activations as _activations
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -94,6 +95,12 @@ def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     """log(softmax): computed as x - max - log(sum(exp(x - max))), stable for large inputs."""
     input = input if dtype is None else input.to(dtype)
     return input.log_softmax(_softmax_dim(input, dim))
+
+
+def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """softmax(-input) along `dim`."""
+    input = input if dtype is None else input.to(dtype)
+    return (-input).softmax(_softmax_dim(input, dim))
 
 
 def logsumexp(input: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
@@ -296,3 +303,9 @@ conv_transpose2d, pad = _convolution.conv_transpose2d, _convolution.pad
 max_pool2d, avg_pool2d = _pooling.max_pool2d, _pooling.avg_pool2d
 adaptive_avg_pool2d, batch_norm = _pooling.adaptive_avg_pool2d, _normalization.batch_norm
 dropout, scaled_dot_product_attention = _dropout.dropout, _attention.scaled_dot_product_attention
+leaky_relu, elu, selu, celu = (_activations.leaky_relu, _activations.elu, _activations.selu,
+                               _activations.celu)
+mish, hardswish, hardsigmoid = _activations.mish, _activations.hardswish, _activations.hardsigmoid
+logsigmoid, softsign, tanhshrink = (_activations.logsigmoid, _activations.softsign,
+                                    _activations.tanhshrink)
+threshold, glu, prelu = _activations.threshold, _activations.glu, _activations.prelu
