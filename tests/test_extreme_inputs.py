@@ -264,6 +264,35 @@ CASES: dict[str, Case] = {
                                        lib.nn.functional.prelu(x, w[:1])),
                     lambda dtype: [rows(dtype), moderate(dtype, 3)]),
     "F.softmin": row(lambda lib, x: lib.nn.functional.softmin(x, dim=1)),
+    # tracer/nn/loss_functions.py. BCE's probabilities are sigmoids of the extreme values (0 and
+    # 1 among them, where its logs are clamped at -100) but nan's, which PyTorch refuses
+    "F.binary_cross_entropy": Case(lambda lib, x, y: (
+        lib.nn.functional.binary_cross_entropy(x.sigmoid(), y.sigmoid(), reduction="none"),
+        lib.nn.functional.binary_cross_entropy(x.sigmoid(), y.detach().sigmoid(),
+                                               weight=lib.ones_like(x) * 0.5, reduction="none")),
+        lambda dtype: [a[~np.isnan(pairs(dtype)[0] + pairs(dtype)[1])] for a in pairs(dtype)]),
+    "F.binary_cross_entropy_with_logits": binary(lambda lib, x, y: (
+        lib.nn.functional.binary_cross_entropy_with_logits(x, y.sigmoid(), reduction="none"),
+        lib.nn.functional.binary_cross_entropy_with_logits(
+            x, y.sigmoid(), reduction="none", pos_weight=lib.ones_like(x).detach() * 3.0))),
+    "F.kl_div": binary(lambda lib, x, y: (
+        lib.nn.functional.kl_div(x, y, reduction="none"),
+        lib.nn.functional.kl_div(x, y, reduction="none", log_target=True))),
+    "F.huber_loss": binary(lambda lib, x, y: (
+        lib.nn.functional.huber_loss(x, y, reduction="none"),
+        lib.nn.functional.huber_loss(x, y, reduction="none", delta=2.5))),
+    "F.smooth_l1_loss": binary(lambda lib, x, y: (
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none"),
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none", beta=0.0))),
+    "F.soft_margin_loss": binary(lambda lib, x, y: lib.nn.functional.soft_margin_loss(
+        x, y.detach().sign(), reduction="none")),
+    "F.margin_ranking_loss": ternary(lambda lib, x, y, z: (
+        lib.nn.functional.margin_ranking_loss(x, y, z.sign(), reduction="none"),
+        lib.nn.functional.margin_ranking_loss(x, y, z.sign(), margin=0.5, reduction="none"))),
+    "F.cosine_embedding_loss": Case(lambda lib, x, y: lib.nn.functional.cosine_embedding_loss(
+        x, y, lib.tensor(np.resize([1.0, -1.0, 0.0], x.shape[0]), dtype=x.dtype), margin=0.25,
+        reduction="none"), lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
     "Tensor.matmul": Case(lambda lib, x, w: (x @ w, x.mm(w), lib.bmm(x[None], w[None])),
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
     "Tensor.index_add": Case(lambda lib, x, y: x.index_add(0, lib.tensor(np.arange(
@@ -352,6 +381,11 @@ ALIASES = {
     "nn.LeakyReLU": "F.leaky_relu", "nn.Threshold": "F.threshold", "nn.GLU": "F.glu",
     "nn.Softmax": "F.softmax", "nn.LogSoftmax": "F.log_softmax", "nn.Softmin": "F.softmin",
     "nn.PReLU": "F.prelu",
+    "nn.BCELoss": "F.binary_cross_entropy", "nn.BCEWithLogitsLoss":
+    "F.binary_cross_entropy_with_logits", "nn.KLDivLoss": "F.kl_div",
+    "nn.HuberLoss": "F.huber_loss", "nn.SmoothL1Loss": "F.smooth_l1_loss",
+    "nn.SoftMarginLoss": "F.soft_margin_loss", "nn.CosineEmbeddingLoss": "F.cosine_embedding_loss",
+    "nn.MarginRankingLoss": "F.margin_ranking_loss",
     **{f"Tensor.{name}": "layout" for name in (
         "flip roll narrow select unbind movedim moveaxis swapaxes swapdims mT view_as reshape_as "
         "diagonal diag repeat_interleave").split()},

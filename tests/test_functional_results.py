@@ -14,6 +14,7 @@ RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
 ROWS = RNG.standard_normal((4, 5)).astype(np.float32)
 LABELS = np.array([0, 4, 2, 1])
+PROBABILITIES = 1 / (1 + np.exp(-ROWS))
 TRANSPOSED = RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)  # conv_transpose2d's weight
 
 # name -> (tracer call, torch call), each given the library's functional module and tensor maker
@@ -46,6 +47,18 @@ CASES = {
     "cross_entropy": lambda F, t: F.cross_entropy(t(ROWS), t(LABELS)),
     "mse_loss": lambda F, t: F.mse_loss(t(ROWS), t(ROWS[::-1].copy())),
     "l1_loss": lambda F, t: F.l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "binary_cross_entropy": lambda F, t: F.binary_cross_entropy(t(PROBABILITIES),
+                                                                t(PROBABILITIES[::-1].copy())),
+    "binary_cross_entropy_with_logits": lambda F, t: F.binary_cross_entropy_with_logits(
+        t(ROWS), t(PROBABILITIES), reduction="none"),
+    "kl_div": lambda F, t: F.kl_div(t(ROWS), t(PROBABILITIES), reduction="batchmean"),
+    "huber_loss": lambda F, t: F.huber_loss(t(ROWS), t(ROWS[::-1].copy()), reduction="none"),
+    "smooth_l1_loss": lambda F, t: F.smooth_l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "soft_margin_loss": lambda F, t: F.soft_margin_loss(t(ROWS), t(np.sign(ROWS[::-1]).copy())),
+    "cosine_embedding_loss": lambda F, t: F.cosine_embedding_loss(
+        t(ROWS), t(ROWS[::-1].copy()), t(np.array([1.0, -1.0, 1.0, -1.0], np.float32))),
+    "margin_ranking_loss": lambda F, t: F.margin_ranking_loss(
+        t(ROWS), t(ROWS[::-1].copy()), t(np.sign(ROWS)), reduction="none"),
     "layer_norm": lambda F, t: F.layer_norm(t(ROWS), (5,)),
     "linear": lambda F, t: F.linear(t(ROWS), t(ROWS[:3].copy())),
     "one_hot": lambda F, t: F.one_hot(t(LABELS), 5),

@@ -5,6 +5,8 @@ from tracer.nn.activation_modules import (CELU, ELU, GLU, SELU, Hardsigmoid, Har
                                           Sigmoid, Softmax, Softmin, Softsign, Tanhshrink,
                                           Threshold)
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
+from tracer.nn.loss_modules import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss,
+                                     KLDivLoss, MarginRankingLoss, SmoothL1Loss, SoftMarginLoss)
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
                               Conv2d, ConvTranspose2d, MaxPool2d)
@@ -21,3 +23,5 @@ __all__ = ["functional", "init", "parallel", "utils", "Module", "Parameter", "Li
 __all__ += ["Sigmoid", "LogSigmoid", "Softsign", "Tanhshrink", "SELU", "Mish", "Hardswish",
             "Hardsigmoid", "LeakyReLU", "ELU", "CELU", "Threshold", "GLU", "Softmax",
             "LogSoftmax", "Softmin", "PReLU"]
+__all__ += ["BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "HuberLoss", "SmoothL1Loss",
+            "SoftMarginLoss", "CosineEmbeddingLoss", "MarginRankingLoss"]

@@ -28,6 +28,7 @@ from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import activations as _activations
+from tracer.nn import loss_functions as _loss_functions
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -309,3 +310,9 @@ mish, hardswish, hardsigmoid = _activations.mish, _activations.hardswish, _activ
 logsigmoid, softsign, tanhshrink = (_activations.logsigmoid, _activations.softsign,
                                     _activations.tanhshrink)
 threshold, glu, prelu = _activations.threshold, _activations.glu, _activations.prelu
+binary_cross_entropy = _loss_functions.binary_cross_entropy
+binary_cross_entropy_with_logits = _loss_functions.binary_cross_entropy_with_logits
+kl_div, huber_loss = _loss_functions.kl_div, _loss_functions.huber_loss
+smooth_l1_loss, soft_margin_loss = _loss_functions.smooth_l1_loss, _loss_functions.soft_margin_loss
+cosine_embedding_loss = _loss_functions.cosine_embedding_loss
+margin_ranking_loss = _loss_functions.margin_ranking_loss
