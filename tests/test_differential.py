@@ -372,6 +372,7 @@ UNARY = {
     "softsign": lambda B, x: B.m.nn.functional.softsign(x),
     "tanhshrink": lambda B, x: B.m.nn.functional.tanhshrink(x),
     "threshold": lambda B, x: B.m.nn.functional.threshold(x, 0.1, -2.0),
+    "normalize": lambda B, x: B.m.nn.functional.normalize(x, dim=-1),
     # tracer/arc_functions.py
     "asin": lambda B, x: (x.tanh() * 0.9).asin(),
     "acos": lambda B, x: B.m.acos(x.tanh() * 0.9),
@@ -412,6 +413,7 @@ BINARY = {
 # class labels, which are inputs of the program but never values: no other operation reads them).
 FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_entropy",
               "mse_loss", "scaled_dot_product_attention"]
+FUNCTIONAL += ["softmin", "glu"]
 # tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
 LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
           "adaptive_avg_pool2d", "pad", "batch_norm"]
@@ -1001,7 +1003,9 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          "unary:numpy_tanh_fn",
                          # softsign is PyTorch's x / (|x| + 1), whose division tracer's VJP
                          # reads the result of (as binary:div)
-                         "unary:softsign"}
+                         "unary:softsign",
+                         # normalize's division too (x / its clamped norm)
+                         "unary:normalize"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
@@ -1739,6 +1743,16 @@ class Generator:
         args, kwargs, out, dtype = (), {}, v.shape, v.dtype
         if how in ("softmax", "log_softmax"):
             kwargs = {"dim": self.integer(-max(rank, 1), max(rank, 1) - 1)}
+        elif how == "softmin":
+            kwargs = {"dim": self.integer(-max(rank, 1), max(rank, 1) - 1)}
+        elif how == "glu":
+            # along a dimension of even size (glu halves it), else another operation
+            even = [axis for axis, size in enumerate(v.shape) if size % 2 == 0]
+            if not even:
+                return self.op_unary()
+            axis = self.choice(even)
+            kwargs = {"dim": axis - rank * self.integer(0, 1)}
+            out = v.shape[:axis] + (v.shape[axis] // 2,) + v.shape[axis + 1:]
         elif how == "gelu":
             kwargs = {"approximate": self.choice(["none", "tanh"])}
         elif how == "layer_norm":

@@ -290,6 +290,16 @@ CASES: dict[str, Case] = {
     "F.margin_ranking_loss": ternary(lambda lib, x, y, z: (
         lib.nn.functional.margin_ranking_loss(x, y, z.sign(), reduction="none"),
         lib.nn.functional.margin_ranking_loss(x, y, z.sign(), margin=0.5, reduction="none"))),
+    # tracer/nn/distances.py
+    "F.normalize": row(lambda lib, x: (lib.nn.functional.normalize(x),
+                                       lib.nn.functional.normalize(x, p=1.0, dim=0))),
+    "F.cosine_similarity": Case(lambda lib, x, y: (
+        lib.nn.functional.cosine_similarity(x, y), lib.nn.functional.cosine_similarity(
+            x, y[:1], eps=0.5)), lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
+    "F.pairwise_distance": Case(lambda lib, x, y: (
+        lib.nn.functional.pairwise_distance(x, y),
+        lib.nn.functional.pairwise_distance(x, y, p=1.0, eps=0.0, keepdim=True)),
+        lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
     "F.cosine_embedding_loss": Case(lambda lib, x, y: lib.nn.functional.cosine_embedding_loss(
         x, y, lib.tensor(np.resize([1.0, -1.0, 0.0], x.shape[0]), dtype=x.dtype), margin=0.25,
         reduction="none"), lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
@@ -386,6 +396,7 @@ ALIASES = {
     "nn.HuberLoss": "F.huber_loss", "nn.SmoothL1Loss": "F.smooth_l1_loss",
     "nn.SoftMarginLoss": "F.soft_margin_loss", "nn.CosineEmbeddingLoss": "F.cosine_embedding_loss",
     "nn.MarginRankingLoss": "F.margin_ranking_loss",
+    "nn.CosineSimilarity": "F.cosine_similarity", "nn.PairwiseDistance": "F.pairwise_distance",
     **{f"Tensor.{name}": "layout" for name in (
         "flip roll narrow select unbind movedim moveaxis swapaxes swapdims mT view_as reshape_as "
         "diagonal diag repeat_interleave").split()},

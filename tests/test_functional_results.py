@@ -47,6 +47,9 @@ CASES = {
     "cross_entropy": lambda F, t: F.cross_entropy(t(ROWS), t(LABELS)),
     "mse_loss": lambda F, t: F.mse_loss(t(ROWS), t(ROWS[::-1].copy())),
     "l1_loss": lambda F, t: F.l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "normalize": lambda F, t: F.normalize(t(ROWS)),
+    "cosine_similarity": lambda F, t: F.cosine_similarity(t(ROWS), t(ROWS[::-1].copy())),
+    "pairwise_distance": lambda F, t: F.pairwise_distance(t(ROWS), t(ROWS[::-1].copy())),
     "binary_cross_entropy": lambda F, t: F.binary_cross_entropy(t(PROBABILITIES),
                                                                 t(PROBABILITIES[::-1].copy())),
     "binary_cross_entropy_with_logits": lambda F, t: F.binary_cross_entropy_with_logits(

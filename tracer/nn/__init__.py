@@ -4,6 +4,7 @@ from tracer.nn.activation_modules import (CELU, ELU, GLU, SELU, Hardsigmoid, Har
                                           LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
                                           Sigmoid, Softmax, Softmin, Softsign, Tanhshrink,
                                           Threshold)
+from tracer.nn.distance_modules import CosineSimilarity, PairwiseDistance
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.loss_modules import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss,
                                      KLDivLoss, MarginRankingLoss, SmoothL1Loss, SoftMarginLoss)
@@ -25,3 +26,4 @@ __all__ += ["Sigmoid", "LogSigmoid", "Softsign", "Tanhshrink", "SELU", "Mish", "
             "LogSoftmax", "Softmin", "PReLU"]
 __all__ += ["BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "HuberLoss", "SmoothL1Loss",
             "SoftMarginLoss", "CosineEmbeddingLoss", "MarginRankingLoss"]
+__all__ += ["CosineSimilarity", "PairwiseDistance"]

@@ -29,6 +29,7 @@ from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import activations as _activations
 from tracer.nn import loss_functions as _loss_functions
+from tracer.nn import distances as _distances
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -316,3 +317,5 @@ kl_div, huber_loss = _loss_functions.kl_div, _loss_functions.huber_loss
 smooth_l1_loss, soft_margin_loss = _loss_functions.smooth_l1_loss, _loss_functions.soft_margin_loss
 cosine_embedding_loss = _loss_functions.cosine_embedding_loss
 margin_ranking_loss = _loss_functions.margin_ranking_loss
+normalize, cosine_similarity = _distances.normalize, _distances.cosine_similarity
+pairwise_distance = _distances.pairwise_distance
