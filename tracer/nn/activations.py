@@ -45,11 +45,7 @@ class _Elu(NativeFunction):
     def forward(ctx, x, alpha, scale, input_scale):
         ctx.save_for_backward(x)
         ctx.options = alpha, scale, input_scale
-        negative = x <= 0
-        # (the exponential of the linear side's 0, not of x: exp(100) = inf would make its
-        # gradient 0 * inf = nan)
-        exponential = (where(negative, x, 0.0) * input_scale).expm1()
-        return where(negative, exponential * (alpha * scale), x * scale)
+        return where(x <= 0, (x * input_scale).expm1() * (alpha * scale), x * scale)
 
     @staticmethod
     def backward(ctx, grad_output):

@@ -28,10 +28,10 @@ from tracer.nn import dropout as _dropout
 from tracer.nn import normalization as _normalization
 from tracer.nn import pooling as _pooling
 from tracer.nn import activations as _activations
+from tracer.nn.loss_reduction import check_reduction as _check_reduction
+from tracer.nn.loss_reduction import reduce as _reduce
 from tracer.nn import loss_functions as _loss_functions
 from tracer.nn import distances as _distances
-
-_REDUCTIONS = ("mean", "sum", "none")
 
 
 def relu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
@@ -107,21 +107,6 @@ def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor
 
 def logsumexp(input: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
     return _logsumexp(input, dim, keepdim)
-
-
-def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
-    if reduction == "none":
-        return losses
-    total = losses.sum()
-    if reduction == "sum":
-        return total
-    # (PyTorch's mean_backward and the losses' own backwards make zeros of a symbolic zero)
-    return _zeros_made(total / (losses.numel() if denominator is None else denominator))
-
-
-def _check_reduction(reduction: str) -> None:
-    if reduction not in _REDUCTIONS:
-        raise ArgumentError(f"reduction is one of {list(_REDUCTIONS)}, got {reduction!r}")
 
 
 def _class_dim(input: Tensor) -> int:

@@ -21,8 +21,8 @@ from tracer.dispatch import as_tensor
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.function import NativeFunction
 from tracer.nn.activations import logsigmoid
-# (a module import: tr.nn.functional imports this module while it is being initialised)
-from tracer.nn import functional as F
+# (`reduce` is also the deprecated argument of PyTorch's losses)
+from tracer.nn.loss_reduction import check_reduction, reduce as _reduce
 from tracer.tensor import Tensor
 
 # PyTorch's EPSILON of BCE's backward and cosine_embedding_loss's magnitudes: a float constant,
@@ -59,7 +59,7 @@ def _check_probabilities(tensor: Tensor, what: str) -> None:
 
 
 def _weighted(losses: Tensor, weight: Tensor | None, reduction: str) -> Tensor:
-    return F._reduce(losses if weight is None else losses * weight, reduction)
+    return _reduce(losses if weight is None else losses * weight, reduction)
 
 
 class _BinaryCrossEntropy(NativeFunction):
@@ -81,7 +81,7 @@ class _BinaryCrossEntropy(NativeFunction):
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                          size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-weight * (t log x + (1 - t) log(1 - x)) of probabilities x, each log at least -100."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     target = as_tensor(target)
     _same_size(input, target, "binary_cross_entropy")
@@ -120,7 +120,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
                                      pos_weight: Tensor | None = None) -> Tensor:
     """binary_cross_entropy of sigmoid(input), through log-sigmoid (finite for any logit);
     `pos_weight` (broadcast along the last dimension) weighs the positive term."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     target = as_tensor(target)
     _same_size(input, target, "binary_cross_entropy_with_logits")
@@ -166,7 +166,7 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None,
     else:
         losses = _SelfXlogy.apply(target) - target * input
     if reduction != "batchmean":
-        return F._reduce(losses, reduction)
+        return _reduce(losses, reduction)
     total = losses.sum()
     return total / input.shape[0] if input.ndim else total
 
@@ -174,7 +174,7 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None,
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
                delta: float = 1.0, weight: Tensor | None = None) -> Tensor:
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     if delta <= 0:
         raise ArgumentError(f"huber_loss needs a positive delta, got {delta}")
     if weight is not None and weight.shape != input.shape:
@@ -193,35 +193,35 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                    reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (l1_loss for beta = 0)."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     if beta < 0:
         raise ArgumentError(f"smooth_l1_loss needs a beta of at least 0, got {beta}")
-    if beta == 0:
-        return F.l1_loss(input, target, reduction=reduction)
+    if beta == 0:  # (l1_loss)
+        return _reduce((input - target).abs(), reduction)
     difference = input - target
     distance = difference.abs()
     small = ~(distance >= beta)  # (nan on the square's side, as huber_loss)
     inside = where(small, difference, 0.0)
     losses = where(small, 0.5 * inside * inside / beta, distance - 0.5 * beta)
-    return F._reduce(losses, reduction)
+    return _reduce(losses, reduction)
 
 
 def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                      reduction: str = "mean") -> Tensor:
     """log(1 + exp(-y x)) for labels y of ±1 (PyTorch's formula, which overflows to inf beyond
     -y x = 88.7 in float32; not differentiable with respect to the target)."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     target = _not_differentiated(target, "target", "soft_margin_loss")
-    return F._reduce((-input * target).exp().log1p(), reduction)
+    return _reduce((-input * target).exp().log1p(), reduction)
 
 
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                           size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) for target 1, max(0, cos - margin) for target -1 (0 for other targets),
     along the last dimension of 2-d inputs with a 1-d target (1-d inputs with a 0-d target)."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     target = as_tensor(target)
     if target.ndim > 1:
@@ -239,20 +239,20 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     cosine = products / (squares1 * squares2).sqrt()
     positive = where(target == 1, 1.0 - cosine, 0.0)
     negative = where(target == -1, (cosine - margin).clamp_min(0.0), 0.0)
-    return F._reduce(positive + negative, reduction)
+    return _reduce(positive + negative, reduction)
 
 
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                         size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, -y (x1 - x2) + margin): y = 1 ranks x1 above x2, y = -1 below."""
-    F._check_reduction(reduction)
+    check_reduction(reduction)
     _deprecated(size_average, reduce)
     target = as_tensor(target)
     if not input1.ndim == input2.ndim == target.ndim:
         raise ShapeMismatchError(
             f"margin_ranking_loss: all inputs need the same number of dimensions, got shapes "
             f"{list(input1.shape)}, {list(input2.shape)} and target {list(target.shape)}")
-    return F._reduce((-target * (input1 - input2) + margin).clamp_min(0.0), reduction)
+    return _reduce((-target * (input1 - input2) + margin).clamp_min(0.0), reduction)
 
 
 def _deprecated(size_average, reduce) -> None:
