@@ -362,6 +362,19 @@ UNARY = {
     "nan_to_num": lambda B, x: x.log().nan_to_num(),
     "softplus": lambda B, x: B.m.nn.functional.softplus(x * 8, beta=0.5, threshold=3),
     "hardtanh": lambda B, x: B.m.nn.functional.hardtanh(x, -0.5, 0.7),
+    # tracer/nn/activations.py
+    "leaky_relu": lambda B, x: B.m.nn.functional.leaky_relu(x, 0.2),
+    "elu": lambda B, x: B.m.nn.functional.elu(x, 0.5),
+    "selu": lambda B, x: B.m.nn.functional.selu(x),
+    "celu": lambda B, x: B.m.nn.functional.celu(x, 2.0),
+    "mish": lambda B, x: B.m.nn.functional.mish(x),
+    "hardswish": lambda B, x: B.m.nn.functional.hardswish(x * 4),
+    "hardsigmoid": lambda B, x: B.m.nn.functional.hardsigmoid(x * 4),
+    "logsigmoid": lambda B, x: B.m.nn.functional.logsigmoid(x),
+    "softsign": lambda B, x: B.m.nn.functional.softsign(x),
+    "tanhshrink": lambda B, x: B.m.nn.functional.tanhshrink(x),
+    "threshold": lambda B, x: B.m.nn.functional.threshold(x, 0.1, -2.0),
+    "normalize": lambda B, x: B.m.nn.functional.normalize(x, dim=-1),
     # tracer/arc_functions.py
     "asin": lambda B, x: (x.tanh() * 0.9).asin(),
     "acos": lambda B, x: B.m.acos(x.tanh() * 0.9),
@@ -402,6 +415,7 @@ BINARY = {
 # class labels, which are inputs of the program but never values: no other operation reads them).
 FUNCTIONAL = ["softmax", "log_softmax", "gelu", "silu", "layer_norm", "cross_entropy",
               "mse_loss", "scaled_dot_product_attention", "rms_norm"]
+FUNCTIONAL += ["softmin", "glu"]
 # tr.nn.functional's layers (op_layer): convolutions, pooling, padding, batch norm.
 LAYERS = ["conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
           "adaptive_avg_pool2d", "pad", "batch_norm", "group_norm", "instance_norm"]
@@ -994,7 +1008,12 @@ DISAGREEING_PRODUCERS = {"unary:relu", "binary:div", "binary:div_raw", "scalar:r
                          # NumpyTanh returns x.new(ctx.result): PyTorch's legacy Tensor.new
                          # shares the ndarray, so changing the result in place changes what its
                          # backward reads; tracer's new() copies (docs/differences.md)
-                         "unary:numpy_tanh_fn"}
+                         "unary:numpy_tanh_fn",
+                         # softsign is PyTorch's x / (|x| + 1), whose division tracer's VJP
+                         # reads the result of (as binary:div)
+                         "unary:softsign",
+                         # normalize's division too (x / its clamped norm)
+                         "unary:normalize"}
 DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "unary:sign",
                          "binary:div", "binary:div_raw", "reduce:max:dim", "reduce:min:dim",
                          "call:gather", "call:take_along_dim",
@@ -1011,6 +1030,9 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          "call:einsum",
                          # and hardtanh and sgn their input (here a select reads its condition)
                          "unary:hardtanh", "unary:sgn",
+                         # PyTorch's leaky_relu and threshold save their input, tracer's where
+                         # reads only its condition
+                         "unary:leaky_relu", "unary:threshold",
                          *(f"binary:{name}:promoted" for name in BINARY)}
 
 
@@ -1735,6 +1757,16 @@ class Generator:
         args, kwargs, out, dtype = (), {}, v.shape, v.dtype
         if how in ("softmax", "log_softmax"):
             kwargs = {"dim": self.integer(-max(rank, 1), max(rank, 1) - 1)}
+        elif how == "softmin":
+            kwargs = {"dim": self.integer(-max(rank, 1), max(rank, 1) - 1)}
+        elif how == "glu":
+            # along a dimension of even size (glu halves it), else another operation
+            even = [axis for axis, size in enumerate(v.shape) if size % 2 == 0]
+            if not even:
+                return self.op_unary()
+            axis = self.choice(even)
+            kwargs = {"dim": axis - rank * self.integer(0, 1)}
+            out = v.shape[:axis] + (v.shape[axis] // 2,) + v.shape[axis + 1:]
         elif how == "gelu":
             kwargs = {"approximate": self.choice(["none", "tanh"])}
         elif how == "layer_norm":

@@ -323,6 +323,68 @@ CASES: dict[str, Case] = {
         lib.tensor(np.arange(w.shape[0] - 1, -1, -1)), w, lib.tensor([0, 1, 3, 3, 7]), mode=mode)
         for mode in ("sum", "mean", "max")), lambda dtype: [rows(dtype)]),
     "F.dropout": unary(lambda lib, x: lib.nn.functional.dropout(x, 0.5, training=False)),
+    # tracer/nn/activations.py
+    "F.leaky_relu": unary(lambda lib, x: (lib.nn.functional.leaky_relu(x),
+                                          lib.nn.functional.leaky_relu(x, -0.5))),
+    "F.elu": unary(lambda lib, x: (lib.nn.functional.elu(x), lib.nn.functional.elu(x, 0.5),
+                                   lib.nn.functional.selu(x), lib.nn.functional.celu(x, 2.0))),
+    "F.mish": unary(lambda lib, x: lib.nn.functional.mish(x)),
+    "F.hardswish": unary(lambda lib, x: (lib.nn.functional.hardswish(x),
+                                         lib.nn.functional.hardswish(x - 3.0),
+                                         lib.nn.functional.hardswish(x + 3.0))),
+    "F.hardsigmoid": unary(lambda lib, x: (lib.nn.functional.hardsigmoid(x),
+                                           lib.nn.functional.hardsigmoid(x - 3.0),
+                                           lib.nn.functional.hardsigmoid(x + 3.0))),
+    "F.logsigmoid": unary(lambda lib, x: lib.nn.functional.logsigmoid(x)),
+    "F.softsign": unary(lambda lib, x: lib.nn.functional.softsign(x)),
+    "F.tanhshrink": unary(lambda lib, x: lib.nn.functional.tanhshrink(x)),
+    "F.threshold": unary(lambda lib, x: (lib.nn.functional.threshold(x, 0.5, 2.0),
+                                         lib.nn.functional.threshold(x, 0.0, -3.0))),
+    "F.glu": row(lambda lib, x: (lib.nn.functional.glu(x[:, :2]),
+                                 lib.nn.functional.glu(x[:, 1:].t(), 0))),
+    "F.prelu": Case(lambda lib, x, w: (lib.nn.functional.prelu(x, w),
+                                       lib.nn.functional.prelu(x, w[:1])),
+                    lambda dtype: [rows(dtype), moderate(dtype, 3)]),
+    "F.softmin": row(lambda lib, x: lib.nn.functional.softmin(x, dim=1)),
+    # tracer/nn/loss_functions.py. BCE's probabilities are sigmoids of the extreme values (0 and
+    # 1 among them, where its logs are clamped at -100) but nan's, which PyTorch refuses
+    "F.binary_cross_entropy": Case(lambda lib, x, y: (
+        lib.nn.functional.binary_cross_entropy(x.sigmoid(), y.sigmoid(), reduction="none"),
+        lib.nn.functional.binary_cross_entropy(x.sigmoid(), y.detach().sigmoid(),
+                                               weight=lib.ones_like(x) * 0.5, reduction="none")),
+        lambda dtype: [a[~np.isnan(pairs(dtype)[0] + pairs(dtype)[1])] for a in pairs(dtype)]),
+    "F.binary_cross_entropy_with_logits": binary(lambda lib, x, y: (
+        lib.nn.functional.binary_cross_entropy_with_logits(x, y.sigmoid(), reduction="none"),
+        lib.nn.functional.binary_cross_entropy_with_logits(
+            x, y.sigmoid(), reduction="none", pos_weight=lib.ones_like(x).detach() * 3.0))),
+    "F.kl_div": binary(lambda lib, x, y: (
+        lib.nn.functional.kl_div(x, y, reduction="none"),
+        lib.nn.functional.kl_div(x, y, reduction="none", log_target=True))),
+    "F.huber_loss": binary(lambda lib, x, y: (
+        lib.nn.functional.huber_loss(x, y, reduction="none"),
+        lib.nn.functional.huber_loss(x, y, reduction="none", delta=2.5))),
+    "F.smooth_l1_loss": binary(lambda lib, x, y: (
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none"),
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+        lib.nn.functional.smooth_l1_loss(x, y, reduction="none", beta=0.0))),
+    "F.soft_margin_loss": binary(lambda lib, x, y: lib.nn.functional.soft_margin_loss(
+        x, y.detach().sign(), reduction="none")),
+    "F.margin_ranking_loss": ternary(lambda lib, x, y, z: (
+        lib.nn.functional.margin_ranking_loss(x, y, z.sign(), reduction="none"),
+        lib.nn.functional.margin_ranking_loss(x, y, z.sign(), margin=0.5, reduction="none"))),
+    # tracer/nn/distances.py
+    "F.normalize": row(lambda lib, x: (lib.nn.functional.normalize(x),
+                                       lib.nn.functional.normalize(x, p=1.0, dim=0))),
+    "F.cosine_similarity": Case(lambda lib, x, y: (
+        lib.nn.functional.cosine_similarity(x, y), lib.nn.functional.cosine_similarity(
+            x, y[:1], eps=0.5)), lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
+    "F.pairwise_distance": Case(lambda lib, x, y: (
+        lib.nn.functional.pairwise_distance(x, y),
+        lib.nn.functional.pairwise_distance(x, y, p=1.0, eps=0.0, keepdim=True)),
+        lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
+    "F.cosine_embedding_loss": Case(lambda lib, x, y: lib.nn.functional.cosine_embedding_loss(
+        x, y, lib.tensor(np.resize([1.0, -1.0, 0.0], x.shape[0]), dtype=x.dtype), margin=0.25,
+        reduction="none"), lambda dtype: [rows(dtype), rows(dtype)[::-1].copy()]),
     "Tensor.matmul": Case(lambda lib, x, w: (x @ w, x.mm(w), lib.bmm(x[None], w[None])),
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
     "Tensor.index_add": Case(lambda lib, x, y: x.index_add(0, lib.tensor(np.arange(
@@ -483,6 +545,18 @@ ALIASES = {
     "Tensor.clamp_min": "Tensor.clamp",
     "Tensor.clamp_max": "Tensor.clamp", "Tensor.where": "tr.where", "F.relu6": "F.hardtanh",
     "nn.Softplus": "F.softplus", "nn.Hardtanh": "F.hardtanh", "nn.ReLU6": "F.hardtanh",
+    "nn.Sigmoid": "F.sigmoid", "nn.LogSigmoid": "F.logsigmoid", "nn.Softsign": "F.softsign",
+    "nn.Tanhshrink": "F.tanhshrink", "nn.SELU": "F.elu", "nn.ELU": "F.elu", "nn.CELU": "F.elu",
+    "nn.Mish": "F.mish", "nn.Hardswish": "F.hardswish", "nn.Hardsigmoid": "F.hardsigmoid",
+    "nn.LeakyReLU": "F.leaky_relu", "nn.Threshold": "F.threshold", "nn.GLU": "F.glu",
+    "nn.Softmax": "F.softmax", "nn.LogSoftmax": "F.log_softmax", "nn.Softmin": "F.softmin",
+    "nn.PReLU": "F.prelu",
+    "nn.BCELoss": "F.binary_cross_entropy", "nn.BCEWithLogitsLoss":
+    "F.binary_cross_entropy_with_logits", "nn.KLDivLoss": "F.kl_div",
+    "nn.HuberLoss": "F.huber_loss", "nn.SmoothL1Loss": "F.smooth_l1_loss",
+    "nn.SoftMarginLoss": "F.soft_margin_loss", "nn.CosineEmbeddingLoss": "F.cosine_embedding_loss",
+    "nn.MarginRankingLoss": "F.margin_ranking_loss",
+    "nn.CosineSimilarity": "F.cosine_similarity", "nn.PairwiseDistance": "F.pairwise_distance",
     **{f"Tensor.{name}": "layout" for name in (
         "flip roll narrow select unbind movedim moveaxis swapaxes swapdims mT view_as reshape_as "
         "diagonal diag repeat_interleave").split()},

@@ -14,6 +14,7 @@ RNG = np.random.default_rng(0)
 IMAGE = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
 ROWS = RNG.standard_normal((4, 5)).astype(np.float32)
 LABELS = np.array([0, 4, 2, 1])
+PROBABILITIES = 1 / (1 + np.exp(-ROWS))
 TRANSPOSED = RNG.standard_normal((3, 2, 2, 2)).astype(np.float32)  # conv_transpose2d's weight
 
 # name -> (tracer call, torch call), each given the library's functional module and tensor maker
@@ -28,10 +29,39 @@ CASES = {
     "sigmoid": lambda F, t: F.sigmoid(t(ROWS)),
     "softmax": lambda F, t: F.softmax(t(ROWS), dim=-1),
     "log_softmax": lambda F, t: F.log_softmax(t(ROWS), dim=-1),
+    "softmin": lambda F, t: F.softmin(t(ROWS), dim=-1),
+    "leaky_relu": lambda F, t: F.leaky_relu(t(ROWS), 0.2),
+    "elu": lambda F, t: F.elu(t(ROWS)),
+    "selu": lambda F, t: F.selu(t(ROWS)),
+    "celu": lambda F, t: F.celu(t(ROWS), 0.5),
+    "mish": lambda F, t: F.mish(t(ROWS)),
+    "hardswish": lambda F, t: F.hardswish(t(ROWS * 4)),
+    "hardsigmoid": lambda F, t: F.hardsigmoid(t(ROWS * 4)),
+    "logsigmoid": lambda F, t: F.logsigmoid(t(ROWS)),
+    "softsign": lambda F, t: F.softsign(t(ROWS)),
+    "tanhshrink": lambda F, t: F.tanhshrink(t(ROWS)),
+    "threshold": lambda F, t: F.threshold(t(ROWS), 0.1, 20.0),
+    "glu": lambda F, t: F.glu(t(ROWS[:, :4].copy())),
+    "prelu": lambda F, t: F.prelu(t(ROWS), t(np.full(5, 0.25, np.float32))),
     "nll_loss": lambda F, t: F.nll_loss(t(ROWS), t(LABELS), reduction="none"),
     "cross_entropy": lambda F, t: F.cross_entropy(t(ROWS), t(LABELS)),
     "mse_loss": lambda F, t: F.mse_loss(t(ROWS), t(ROWS[::-1].copy())),
     "l1_loss": lambda F, t: F.l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "normalize": lambda F, t: F.normalize(t(ROWS)),
+    "cosine_similarity": lambda F, t: F.cosine_similarity(t(ROWS), t(ROWS[::-1].copy())),
+    "pairwise_distance": lambda F, t: F.pairwise_distance(t(ROWS), t(ROWS[::-1].copy())),
+    "binary_cross_entropy": lambda F, t: F.binary_cross_entropy(t(PROBABILITIES),
+                                                                t(PROBABILITIES[::-1].copy())),
+    "binary_cross_entropy_with_logits": lambda F, t: F.binary_cross_entropy_with_logits(
+        t(ROWS), t(PROBABILITIES), reduction="none"),
+    "kl_div": lambda F, t: F.kl_div(t(ROWS), t(PROBABILITIES), reduction="batchmean"),
+    "huber_loss": lambda F, t: F.huber_loss(t(ROWS), t(ROWS[::-1].copy()), reduction="none"),
+    "smooth_l1_loss": lambda F, t: F.smooth_l1_loss(t(ROWS), t(ROWS[::-1].copy())),
+    "soft_margin_loss": lambda F, t: F.soft_margin_loss(t(ROWS), t(np.sign(ROWS[::-1]).copy())),
+    "cosine_embedding_loss": lambda F, t: F.cosine_embedding_loss(
+        t(ROWS), t(ROWS[::-1].copy()), t(np.array([1.0, -1.0, 1.0, -1.0], np.float32))),
+    "margin_ranking_loss": lambda F, t: F.margin_ranking_loss(
+        t(ROWS), t(ROWS[::-1].copy()), t(np.sign(ROWS)), reduction="none"),
     "layer_norm": lambda F, t: F.layer_norm(t(ROWS), (5,)),
     "linear": lambda F, t: F.linear(t(ROWS), t(ROWS[:3].copy())),
     "one_hot": lambda F, t: F.one_hot(t(LABELS), 5),

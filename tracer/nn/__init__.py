@@ -1,6 +1,13 @@
 """`tr.nn`: PyTorch's Module, Parameter and layers; `tr.nn.functional` holds the functions."""
 from tracer.nn import functional, init, parallel, utils
+from tracer.nn.activation_modules import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish,
+                                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
+                                          Sigmoid, Softmax, Softmin, Softsign, Tanhshrink,
+                                          Threshold)
+from tracer.nn.distance_modules import CosineSimilarity, PairwiseDistance
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
+from tracer.nn.loss_modules import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss,
+                                     KLDivLoss, MarginRankingLoss, SmoothL1Loss, SoftMarginLoss)
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
                               Conv2d, ConvTranspose2d, EmbeddingBag, MaxPool2d)
@@ -39,3 +46,9 @@ __all__ += ["PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Unfold", "Fold"
             "Dropout2d", "ZeroPad1d", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d",
             "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
             "CircularPad1d", "CircularPad2d"]
+__all__ += ["Sigmoid", "LogSigmoid", "Softsign", "Tanhshrink", "SELU", "Mish", "Hardswish",
+            "Hardsigmoid", "LeakyReLU", "ELU", "CELU", "Threshold", "GLU", "Softmax",
+            "LogSoftmax", "Softmin", "PReLU"]
+__all__ += ["BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "HuberLoss", "SmoothL1Loss",
+            "SoftMarginLoss", "CosineEmbeddingLoss", "MarginRankingLoss"]
+__all__ += ["CosineSimilarity", "PairwiseDistance"]

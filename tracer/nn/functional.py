@@ -33,8 +33,11 @@ from tracer.nn import pooling1d as _pooling1d
 from tracer.nn import interpolation as _interpolation
 from tracer.nn import rearrangement as _rearrangement
 from tracer.nn import channel_dropout as _channel_dropout
-
-_REDUCTIONS = ("mean", "sum", "none")
+from tracer.nn import activations as _activations
+from tracer.nn.loss_reduction import check_reduction as _check_reduction
+from tracer.nn.loss_reduction import reduce as _reduce
+from tracer.nn import loss_functions as _loss_functions
+from tracer.nn import distances as _distances
 
 
 def relu(input: Tensor, inplace: builtins.bool = False) -> Tensor:
@@ -102,23 +105,14 @@ def log_softmax(input: Tensor, dim=None, dtype=None) -> Tensor:
     return input.log_softmax(_softmax_dim(input, dim))
 
 
+def softmin(input: Tensor, dim=None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """softmax(-input) along `dim`."""
+    input = input if dtype is None else input.to(dtype)
+    return (-input).softmax(_softmax_dim(input, dim))
+
+
 def logsumexp(input: Tensor, dim, keepdim: builtins.bool = False) -> Tensor:
     return _logsumexp(input, dim, keepdim)
-
-
-def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
-    if reduction == "none":
-        return losses
-    total = losses.sum()
-    if reduction == "sum":
-        return total
-    # (PyTorch's mean_backward and the losses' own backwards make zeros of a symbolic zero)
-    return _zeros_made(total / (losses.numel() if denominator is None else denominator))
-
-
-def _check_reduction(reduction: str) -> None:
-    if reduction not in _REDUCTIONS:
-        raise ArgumentError(f"reduction is one of {list(_REDUCTIONS)}, got {reduction!r}")
 
 
 def _class_dim(input: Tensor) -> int:
@@ -313,3 +307,17 @@ unfold, fold = _rearrangement.unfold, _rearrangement.fold
 dropout1d, dropout2d = _channel_dropout.dropout1d, _channel_dropout.dropout2d
 embedding_bag = _embedding_bag.embedding_bag
 group_norm, instance_norm, rms_norm = _norms.group_norm, _norms.instance_norm, _norms.rms_norm
+leaky_relu, elu, selu, celu = (_activations.leaky_relu, _activations.elu, _activations.selu,
+                               _activations.celu)
+mish, hardswish, hardsigmoid = _activations.mish, _activations.hardswish, _activations.hardsigmoid
+logsigmoid, softsign, tanhshrink = (_activations.logsigmoid, _activations.softsign,
+                                    _activations.tanhshrink)
+threshold, glu, prelu = _activations.threshold, _activations.glu, _activations.prelu
+binary_cross_entropy = _loss_functions.binary_cross_entropy
+binary_cross_entropy_with_logits = _loss_functions.binary_cross_entropy_with_logits
+kl_div, huber_loss = _loss_functions.kl_div, _loss_functions.huber_loss
+smooth_l1_loss, soft_margin_loss = _loss_functions.smooth_l1_loss, _loss_functions.soft_margin_loss
+cosine_embedding_loss = _loss_functions.cosine_embedding_loss
+margin_ranking_loss = _loss_functions.margin_ranking_loss
+normalize, cosine_similarity = _distances.normalize, _distances.cosine_similarity
+pairwise_distance = _distances.pairwise_distance

@@ -1,0 +1,24 @@
+"""The reductions of PyTorch's losses ('none', 'mean', 'sum'), shared by tr.nn.functional's
+losses and tracer/nn/loss_functions.py (which tr.nn.functional imports: it cannot import it back)."""
+from __future__ import annotations
+
+from tracer.errors import ArgumentError
+from tracer.symbolic_zeros import zeros_made
+from tracer.tensor import Tensor
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    if reduction == "sum":
+        return total
+    # (PyTorch's mean_backward and the losses' own backwards make zeros of a symbolic zero)
+    return zeros_made(total / (losses.numel() if denominator is None else denominator))
+
+
+def check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ArgumentError(f"reduction is one of {list(REDUCTIONS)}, got {reduction!r}")
