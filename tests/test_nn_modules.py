@@ -187,6 +187,34 @@ def test_module_to_double():
     assert model(tr.ones(1, 3, dtype=tr.float64)).dtype == tr.float64
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_module_to_keeps_the_parameters_and_integer_buffers(library):
+    """As PyTorch's: an optimizer made before model.double() still trains the model (tracer's
+    once made new Parameters, so the optimizer stepped orphans and the model never changed), the
+    gradient is converted with its parameter, num_batches_tracked stays int64, and an integer
+    dtype is refused."""
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Sequential(lib.nn.Linear(2, 1), lib.nn.BatchNorm1d(1))
+    with lib.no_grad():
+        model[0].weight.copy_(lib.tensor([[0.5, -1.0]]))
+        model[0].bias.fill_(0.25)
+    optimizer = lib.optim.SGD(model.parameters(), lr=0.1)
+    weight = model[0].weight
+    model[0](lib.ones(3, 2)).sum().backward()
+    assert model.double() is model and model[0].weight is weight
+    assert weight.dtype == weight.grad.dtype == lib.float64 and weight.requires_grad
+    np.testing.assert_array_equal(weight.grad.numpy(), [[3.0, 3.0]])
+    assert model[1].running_mean.dtype == lib.float64
+    assert model[1].num_batches_tracked.dtype == lib.int64
+    optimizer.step()
+    np.testing.assert_allclose(weight.detach().numpy(), [[0.2, -1.3]], rtol=1e-15)
+    with pytest.raises((TypeError, tr.TracerError)):
+        model.to(lib.int64)
+    parameter = lib.nn.Parameter(lib.ones(2))
+    parameter.data = parameter.detach().double()  # `.data =` of another dtype: not a copy into
+    assert parameter.dtype == lib.float64 and parameter.requires_grad and parameter.is_leaf
+
+
 def test_repr_reads_like_torch():
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=3, out_features=2, bias=True)\n"

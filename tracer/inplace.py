@@ -51,7 +51,23 @@ class InPlaceMethods:
     def data(self, value) -> None:
         if isinstance(value, Tensor) and value._base is self:
             return  # `w.data -= x` assigns back the alias it changed in place
-        self.detach().copy_(value)
+        value = as_tensor(value)
+        if (value.dtype, value.shape) != (self.dtype, self.shape):
+            self._rebind_data(value)
+        else:
+            self.detach().copy_(value)
+
+    def _rebind_data(self, value: Tensor) -> None:
+        """`w.data = v` of another dtype or shape: as PyTorch's, `w` (the same object, so an
+        optimizer holding it still updates it) takes `v`'s buffer, dtype and shape, unseen by
+        autograd; copying into the old buffer would keep the old dtype without a word."""
+        if state.trace is not None or self._trace is not None or self._base is not None:
+            raise ArgumentError(
+                f"`.data = ...` of a {value.dtype} tensor of shape {list(value.shape)} into a "
+                f"{self.dtype} tensor of shape {list(self.shape)} can change a tensor's dtype or "
+                f"shape only outside traced functions and not through a detach() alias")
+        self._handle = value.detach()._eager_array("`.data = ...`")
+        self._mark_changed()
 
     def _assign(self, result: Tensor, what: str, overwrites: builtins.bool = False) -> Tensor:
         """Make `result` the new value of this tensor, as PyTorch's in-place operations do;

@@ -17,6 +17,7 @@ from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
 from tracer.dispatch import conversion_arguments
 from tracer.dtypes import as_dtype, float32
+from tracer.ir.types import is_float
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
@@ -203,8 +204,10 @@ class Module:
         clear_grads(self.parameters(), set_to_none)
 
     def to(self, *args, **kwargs) -> Module:
-        """Convert every parameter and buffer to a dtype (new Parameters: make optimizers after),
-        given as Tensor.to takes it; a device can only be the CPU, where they are."""
+        """Convert every float parameter and buffer to a float dtype, given as Tensor.to takes
+        it; a device can only be the CPU, where they are. As PyTorch's: the parameters stay the
+        same objects (an optimizer made before still updates them) and integer buffers such as
+        BatchNorm's num_batches_tracked stay integers."""
         dtype, device, _ = conversion_arguments(args, kwargs.pop("dtype", None),
                                                 kwargs.pop("device", None), False)
         kwargs.pop("non_blocking", None)
@@ -214,13 +217,17 @@ class Module:
         if dtype is None:
             return self
         dtype = as_dtype(dtype)
+        if not is_float(dtype):
+            raise ArgumentError(f"Module.to only accepts float dtypes, got {dtype}; convert "
+                                f"integer tensors one by one")
         for module in self.modules():
-            for name, parameter in module._parameters.items():
-                if parameter is not None:
-                    module._parameters[name] = Parameter(parameter.detach().to(dtype),
-                                                         parameter.requires_grad)
+            for parameter in module._parameters.values():
+                if parameter is not None and is_float(parameter.dtype):
+                    parameter.data = parameter.detach().to(dtype)
+                    if parameter.grad is not None:
+                        parameter.grad = parameter.grad.to(dtype)
             for name, buffer in module._buffers.items():
-                if buffer is not None:
+                if buffer is not None and is_float(buffer.dtype):
                     module._buffers[name] = buffer.to(dtype)
         return self
 
