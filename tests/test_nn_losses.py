@@ -1,5 +1,7 @@
 """The loss modules and Flatten / Unflatten / Identity against torch.nn's, eagerly and traced,
 values and gradients; their options, buffers and repr."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -78,3 +80,20 @@ def test_options_buffers_and_repr_are_pytorchs():
         nn.MSELoss(reduction="average")
     with pytest.raises(tr.ArgumentError, match="deprecated"):
         nn.L1Loss(size_average=True)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss"])
+def test_a_target_of_another_shape_warns_as_pytorch_does(library, name):
+    """A [4, 1] output against [4] labels broadcasts to a [4, 4] loss; PyTorch warns (tracer
+    once did not, so a port lost the only sign of the bug). Same shapes: no warning."""
+    lib = tr if library == "tracer" else torch
+    loss = getattr(lib.nn.functional, name)
+    prediction = lib.tensor([[1.0], [2.0], [3.0], [4.0]])
+    with pytest.warns(UserWarning, match=r"target size .* different to the input size"):
+        value = loss(prediction, lib.tensor([1.0, 2.0, 3.0, 4.0]))
+    # the broadcast [4, 4] mean: sum over i, j of (i - j)^2 / 16 = 40 / 16; |i - j|: 20 / 16
+    assert value.item() == (2.5 if name == "mse_loss" else 1.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss(prediction, prediction * 2)

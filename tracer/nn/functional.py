@@ -8,10 +8,12 @@ and index_select refuse them, where indexing `x[i]` counts them from the end).
 from __future__ import annotations
 
 import builtins
+import warnings
 
 from tracer.ir import types as irtypes
 from tracer.context import state
-from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.errors import (ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracerWarning,
+                           TracingError)
 from tracer import derivatives
 from tracer.variance import row_mean
 from tracer.ops import logsumexp as _logsumexp
@@ -210,8 +212,20 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
     return _reduce(losses, reduction)
 
 
+def _warn_if_broadcast(input: Tensor, target: Tensor) -> None:
+    """PyTorch's warning where an elementwise loss broadcasts a target of another shape (a
+    model's [N, 1] output against [N] labels makes an [N, N] loss that trains on the wrong
+    thing): a port must not lose it."""
+    if tuple(as_tensor(target).shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({list(as_tensor(target).shape)}) that is different "
+                      f"to the input size ({list(input.shape)}). This will likely lead to "
+                      f"incorrect results due to broadcasting. Please ensure they have the same "
+                      f"size.", TracerWarning, stacklevel=3)
+
+
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     _check_reduction(reduction)
+    _warn_if_broadcast(input, target)
     difference = input - target
     losses = _reduce(difference * difference, reduction)
     # (PyTorch's mse_loss_backward makes zeros of a symbolic zero for every reduction, as the
@@ -221,6 +235,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     _check_reduction(reduction)
+    _warn_if_broadcast(input, target)
     return _reduce((input - target).abs(), reduction)
 
 
