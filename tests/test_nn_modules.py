@@ -215,6 +215,33 @@ def test_module_to_keeps_the_parameters_and_integer_buffers(library):
     assert parameter.dtype == lib.float64 and parameter.requires_grad and parameter.is_leaf
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_load_state_dict_returns_the_named_missing_and_unexpected_keys(library):
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Linear(2, 2)
+    result = model.load_state_dict(model.state_dict())
+    assert tuple(result) == ([], []) and repr(result) == "<All keys matched successfully>"
+    result = model.load_state_dict({"weight": lib.ones(2, 2), "extra": lib.ones(1)}, strict=False)
+    assert result.missing_keys == ["bias"] and result.unexpected_keys == ["extra"]
+    assert repr(result) == "_IncompatibleKeys(missing_keys=['bias'], unexpected_keys=['extra'])"
+    np.testing.assert_array_equal(model.weight.detach().numpy(), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_reassigning_a_parameter_keeps_its_place(library):
+    """Tying `b.weight = a.weight` keeps b's order weight, bias (tracer's moved the reassigned
+    name last, so parameters() and state_dict() came in another order than PyTorch's, and an
+    optimizer state loaded by position went to the wrong parameters)."""
+    lib = tr if library == "tracer" else torch
+    first, second = lib.nn.Linear(2, 2), lib.nn.Linear(2, 2)
+    second.weight = first.weight
+    second.bias = lib.nn.Parameter(lib.zeros(2))
+    assert [name for name, _ in second.named_parameters()] == ["weight", "bias"]
+    model = lib.nn.Sequential(first, second)
+    assert list(model.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert [name for name, _ in model.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
+
+
 def test_repr_reads_like_torch():
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=3, out_features=2, bias=True)\n"

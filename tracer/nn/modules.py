@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections import OrderedDict
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
@@ -43,6 +43,21 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class _IncompatibleKeys(NamedTuple):
+    """What load_state_dict returns, as PyTorch's: a tuple with named fields (scripts read
+    `result.missing_keys` after strict=False)."""
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return (f"_IncompatibleKeys(missing_keys={self.missing_keys}, "
+                f"unexpected_keys={self.unexpected_keys})")
+
+    __str__ = __repr__
+
+
 def _uniform(shape: tuple[int, ...], bound: float, dtype) -> Tensor:
     return ((rand(*shape, dtype=float32 if dtype is None else dtype) * 2 - 1) * bound).detach()
 
@@ -68,10 +83,12 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         parameters, buffers, modules = self._registries()
         if isinstance(value, (Parameter, Module)):
+            target = parameters if isinstance(value, Parameter) else modules
             for registry in (parameters, buffers, modules):
-                registry.pop(name, None)
+                if registry is not target:
+                    registry.pop(name, None)
             self.__dict__.pop(name, None)
-            (parameters if isinstance(value, Parameter) else modules)[name] = value
+            target[name] = value  # a name already there keeps its place, as in PyTorch
         elif name in parameters or name in modules:
             if value is not None:
                 kind = "parameter" if name in parameters else "submodule"
@@ -168,7 +185,8 @@ class Module:
 
     def load_state_dict(self, state_dict, strict: builtins.bool = True):
         """Copy the values of `state_dict` into the parameters and buffers in place (shapes must
-        match); with `strict`, the names must match exactly. Returns (missing, unexpected)."""
+        match); with `strict`, the names must match exactly. Returns the missing and the
+        unexpected names as a named tuple (missing_keys, unexpected_keys)."""
         own = self.state_dict()
         missing = [name for name in own if name not in state_dict]
         unexpected = [name for name in state_dict if name not in own]
@@ -185,7 +203,7 @@ class Module:
         with no_grad():
             for name, source in sources.items():
                 own[name].copy_(source)
-        return missing, unexpected
+        return _IncompatibleKeys(missing, unexpected)
 
     def train(self, mode: builtins.bool = True) -> Module:
         for module in self.modules():
