@@ -97,3 +97,32 @@ def test_a_target_of_another_shape_warns_as_pytorch_does(library, name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loss(prediction, prediction * 2)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_loss_functions_keep_pytorchs_positions(library):
+    """PyTorch's fourth positional argument of cross_entropy / nll_loss, and third of mse_loss /
+    l1_loss, is the deprecated size_average: a positional ignore_index or reduction does not
+    reach its parameter there (tracer's once did, silently computing another loss). By keyword
+    both agree; tracer refuses the deprecated ones."""
+    lib = tr if library == "tracer" else torch
+    F = lib.nn.functional
+    logits = lib.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    labels = lib.tensor([0, 2])
+    by_keyword = F.cross_entropy(logits, labels, None, ignore_index=2)
+    np.testing.assert_allclose(by_keyword.item(), np.log(2 + np.exp(2)) - 2, rtol=1e-6)
+    np.testing.assert_allclose(F.nll_loss(logits.log_softmax(1), labels, None, ignore_index=2).item(),
+                               by_keyword.item(), rtol=1e-6)
+    assert F.mse_loss(logits, logits * 0, reduction="sum").item() == 8.0
+    if lib is tr:
+        for call in (lambda: F.cross_entropy(logits, labels, None, 2),
+                     lambda: F.nll_loss(logits, labels, None, 2),
+                     lambda: F.mse_loss(logits, logits, "sum"),
+                     lambda: F.l1_loss(logits, logits, True)):
+            with pytest.raises(tr.ArgumentError, match="deprecated"):
+                call()
+    else:  # PyTorch takes the positional value as size_average: both labels count, mean
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            positional = F.cross_entropy(logits, labels, None, 2)
+        np.testing.assert_allclose(positional.item(), np.log(2 + np.exp(2)) - 1, rtol=1e-6)

@@ -112,7 +112,13 @@ def _reduce(losses: Tensor, reduction: str, denominator=None) -> Tensor:
     return _zeros_made(total / (losses.numel() if denominator is None else denominator))
 
 
-def _check_reduction(reduction: str) -> None:
+def _check_reduction(reduction: str, size_average=None, reduce=None) -> None:
+    # PyTorch's losses keep the deprecated size_average and reduce in their positions: a
+    # positional reduction or ignore_index lands there in PyTorch, so tracer refuses it there
+    # rather than honour what PyTorch would not.
+    if size_average is not None or reduce is not None:
+        raise ArgumentError("size_average and reduce are deprecated in PyTorch; pass "
+                            "reduction='mean', 'sum' or 'none' (and ignore_index) by keyword")
     if reduction not in _REDUCTIONS:
         raise ArgumentError(f"reduction is one of {list(_REDUCTIONS)}, got {reduction!r}")
 
@@ -169,22 +175,22 @@ def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
     return losses, weights, counted
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
-             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,
+             ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """The negative log-likelihood of integer class labels, given log-probabilities `input` of
     shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
-    _check_reduction(reduction)
+    _check_reduction(reduction, size_average, reduce)
     losses, weights, _ = _picked_losses(input, target, weight, ignore_index)
     return _reduce(losses, reduction, weights.sum())
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                  ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+                  size_average=None, ignore_index: int = -100, reduce=None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of logits `input` (N, C, ...) or (C,) against integer class labels
     or, with a float `target` of the input's shape, class probabilities. `label_smoothing` mixes
     the uniform distribution into the targets, as PyTorch does."""
-    _check_reduction(reduction)
+    _check_reduction(reduction, size_average, reduce)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
     axis = _class_dim(input)
@@ -223,8 +229,9 @@ def _warn_if_broadcast(input: Tensor, target: Tensor) -> None:
                       f"size.", TracerWarning, stacklevel=3)
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    _check_reduction(reduction)
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
+             reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction, size_average, reduce)
     _warn_if_broadcast(input, target)
     difference = input - target
     losses = _reduce(difference * difference, reduction)
@@ -233,8 +240,9 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return losses if reduction == "mean" else _zeros_made(losses)
 
 
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    _check_reduction(reduction)
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
+            reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction, size_average, reduce)
     _warn_if_broadcast(input, target)
     return _reduce((input - target).abs(), reduction)
 
