@@ -242,6 +242,16 @@ def test_reassigning_a_parameter_keeps_its_place(library):
     assert [name for name, _ in model.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_named_modules_takes_memo_then_prefix(library):
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.ReLU())
+    assert [name for name, _ in model.named_modules(None, "model")] == ["model", "model.0",
+                                                                         "model.1"]
+    assert [name for name, _ in model.named_modules(prefix="m")] == ["m", "m.0", "m.1"]
+    assert [name for name, _ in model.named_parameters("m")] == ["m.0.weight", "m.0.bias"]
+
+
 def test_repr_reads_like_torch():
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=3, out_features=2, bias=True)\n"

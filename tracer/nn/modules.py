@@ -131,7 +131,8 @@ class Module:
         self._modules[name] = module
 
     # Traversal ------------------------------------------------------------------------------
-    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, Module]]:
+    def named_modules(self, memo: set | None = None,
+                      prefix: str = "") -> Iterator[tuple[str, Module]]:  # PyTorch's order
         memo = set() if memo is None else memo
         if id(self) in memo:
             return
@@ -139,7 +140,7 @@ class Module:
         yield prefix, self
         for name, module in self._modules.items():
             if module is not None:
-                yield from module.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name)
 
     def modules(self) -> Iterator[Module]:
         return (module for _, module in self.named_modules())
@@ -152,7 +153,7 @@ class Module:
 
     def _named_members(self, registry: str, prefix: str, recurse: builtins.bool):
         seen: set[int] = set()
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
         for module_prefix, module in modules:
             for name, value in getattr(module, registry).items():
                 if value is None or id(value) in seen:
