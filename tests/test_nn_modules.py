@@ -252,6 +252,16 @@ def test_named_modules_takes_memo_then_prefix(library):
     assert [name for name, _ in model.named_parameters("m")] == ["m.0.weight", "m.0.bias"]
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_embedding_keeps_a_negative_padding_idx_as_its_row(library):
+    lib = tr if library == "tracer" else torch
+    embedding = lib.nn.Embedding(5, 2, padding_idx=-1)
+    assert embedding.padding_idx == 4 and repr(embedding) == "Embedding(5, 2, padding_idx=4)"
+    np.testing.assert_array_equal(embedding.weight.detach().numpy()[4], [0.0, 0.0])
+    embedding(lib.tensor([4, 1, 4])).sum().backward()
+    np.testing.assert_array_equal(embedding.weight.grad.numpy()[[1, 4]], [[1.0, 1.0], [0.0, 0.0]])
+
+
 def test_repr_reads_like_torch():
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=3, out_features=2, bias=True)\n"

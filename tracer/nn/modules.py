@@ -303,17 +303,19 @@ class Embedding(Module):
                  dtype=None) -> None:
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx = padding_idx
         weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
         if padding_idx is not None:
-            weight[padding_idx] = 0
+            weight[padding_idx] = 0  # (refuses an index out of range)
+            padding_idx %= num_embeddings  # PyTorch keeps -1 as num_embeddings - 1
+        self.padding_idx = padding_idx
         self.weight = Parameter(weight)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
 
 
 class LayerNorm(Module):
