@@ -615,6 +615,23 @@ def test_inference_mode_as_a_block_and_a_decorator(library):
     assert (x * 2).requires_grad
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_no_grad_and_enable_grad_decorate_without_the_call(library):
+    lib = tr if library == "tracer" else pytest.importorskip("torch")
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+
+    @lib.no_grad
+    def evaluate(t):
+        @lib.enable_grad
+        def inner(u):
+            return u * 3
+        return t * 2, inner(t)
+
+    doubled, tripled = evaluate(x)
+    assert not doubled.requires_grad and tripled.requires_grad
+    assert evaluate.__name__ == "evaluate" and (x * 2).requires_grad
+
+
 def test_inference_mode_inside_a_traced_step_records_no_gradient():
     w = tr.tensor([1.0, 2.0], requires_grad=True)
 
