@@ -322,6 +322,9 @@ LAYOUT = [
     ("squeeze", lambda x: x.squeeze(), lambda x: x.squeeze(), (1, 3, 1, 2)),
     ("squeeze_dim", lambda x: x.squeeze(2), lambda x: x.squeeze(2), (1, 3, 1, 2)),
     ("squeeze_noop", lambda x: x.squeeze(1), lambda x: x, (1, 3, 1, 2)),
+    # PyTorch 2's tuple of dimensions (a TypeError here before); those not of size 1 stay
+    ("squeeze_dims", lambda x: x.squeeze((0, 2)), lambda x: x.squeeze((0, 2)), (1, 3, 1, 2)),
+    ("squeeze_dims_some", lambda x: x.squeeze([-2, 1]), lambda x: x.squeeze(2), (1, 3, 1, 2)),
     ("expand", lambda x: x.expand(4, 3), lambda x: np.broadcast_to(x, (4, 3)), (1, 3)),
     ("expand_neg", lambda x: x.expand(2, -1, 5), lambda x: np.broadcast_to(x, (2, 3, 5)), (3, 1)),
     ("expand_0", lambda x: x.expand(0, 3), lambda x: np.broadcast_to(x, (0, 3)), (3,)),
