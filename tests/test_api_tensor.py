@@ -1,5 +1,7 @@
 """The Tensor API of the contract, checked against numpy as the oracle: values eagerly and under
 @tr.trace, dtype rules, and eager gradients of every differentiable method by gradcheck (float64)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -338,6 +340,37 @@ def test_layout_methods(name, fn, np_fn, shape):
 
 def test_expand_as():
     check(lambda x, y: x.expand_as(y), lambda x, y: np.broadcast_to(x, y.shape), arr(3), arr(2, 3))
+
+
+@pytest.mark.parametrize("library", ["tracer", "traced", "torch"])
+def test_augmented_assignment_to_a_subscript_changes_the_tensor(library):
+    """`t[1:3] += 5`, `x[:, 0] *= 2`: Python reads t[key], applies the in-place operator and
+    stores the result back into t[key]; tracer's copy refused the in-place step. The same
+    values and gradient as PyTorch's; an in-place operator on a kept copy is still refused, and
+    a float result into an int tensor raises as PyTorch's does."""
+    lib = pytest.importorskip("torch") if library == "torch" else tr
+
+    def step(t, w):
+        t[1:3] += 5
+        t[0] -= 1
+        t[1:3] /= 2
+        h = w * 1
+        h[:, 0] *= lib.tensor([3.0, 4.0])
+        h[1] += 1
+        h.sum().backward()
+        return t * 1
+
+    t, w = lib.zeros(4), lib.ones(2, 2, requires_grad=True)
+    result = (tr.trace(step) if library == "traced" else step)(t, w)
+    np.testing.assert_array_equal(result.detach().numpy(), [-1.0, 2.5, 2.5, 0.0])
+    np.testing.assert_array_equal(w.grad.numpy(), [[3.0, 1.0], [4.0, 1.0]])
+    if library != "traced":
+        kept = t[1:3]
+        with pytest.raises((RuntimeError, tr.TracerError)) if lib is tr else contextlib.nullcontext():
+            kept += 1
+        integers = lib.tensor([1, 2])
+        with pytest.raises((RuntimeError, tr.TracerError), match="[Ff]loat.*(cannot|can't)"):
+            integers[0] /= 2
 
 
 @pytest.mark.parametrize("traced", [False, True])
