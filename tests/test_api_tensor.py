@@ -851,8 +851,12 @@ def test_gradcheck_reports_wrong_gradient():
         def backward(ctx, g):
             return g * 3
 
+    # A step of 2^-20 about 1.0: the central difference of 2x is exactly 2.0 (of random inputs
+    # and the default 1e-6 it may print 1.99999999995, as it did when the module's random
+    # stream moved, and "2.0" was not found)
     with pytest.raises(tr.GradcheckError) as info:
-        tr.gradcheck(Wrong.apply, (tr.tensor(arr(2), requires_grad=True),))
+        tr.gradcheck(Wrong.apply, (tr.tensor([1.0, -0.5], dtype=tr.float64, requires_grad=True),),
+                     eps=2.0 ** -20)
     message = str(info.value)
     assert "input 0" in message and "3.0" in message and "2.0" in message
 
