@@ -121,7 +121,8 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values
-              if path[0] not in runtime and (used is None or may_read(path[2], value, used))]
+              if path[0] not in runtime and (used is None or may_read(_named(path[2]), value,
+                                                                        used))]
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
@@ -208,6 +209,14 @@ def _read(root, steps: tuple):
 # A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
 # one is written as the user writes it (model.blocks[0].attn.weight).
 _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
+
+
+def _named(steps: tuple) -> tuple:
+    """The steps whose names the code must have used to read by them: not the keys of a Module's
+    registries, whose containers reach their items by iterating (Sequential's forward names no
+    '1', yet `model[1].eval()` must trace again)."""
+    return tuple(step for number, step in enumerate(steps)
+                 if not (number and steps[number - 1] in _REGISTRIES))
 
 
 def _child(path: tuple, kind: str, key) -> tuple:

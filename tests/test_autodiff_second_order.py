@@ -341,3 +341,19 @@ def test_second_order_through_an_in_place_change_made_before_the_first_backward(
     (ht,) = torch.autograd.grad((gt * gt).sum(), xt)
     np.testing.assert_allclose(g.detach().numpy(), gt.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(h.numpy(), ht.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_autograd_grad_positional_arguments_in_pytorchs_order(library):
+    """The sixth positional argument is only_inputs (ignored), the seventh allow_unused: tracer's
+    once took the sixth as allow_unused, so a call written for PyTorch got None where PyTorch
+    raised, or the reverse."""
+    lib = tr if library == "tracer" else torch
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    unused = lib.tensor([3.0], requires_grad=True)
+    y = (x ** 3).sum()
+    gradient, none = lib.autograd.grad(y, [x, unused], None, True, False, True, True)
+    np.testing.assert_array_equal(gradient.numpy(), [3.0, 12.0])
+    assert none is None
+    with pytest.raises((RuntimeError, tr.TracerError), match="not .*used"):
+        lib.autograd.grad(y, [x, unused], None, True, False, True)

@@ -1,5 +1,7 @@
 """The loss modules and Flatten / Unflatten / Identity against torch.nn's, eagerly and traced,
 values and gradients; their options, buffers and repr."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -78,3 +80,49 @@ def test_options_buffers_and_repr_are_pytorchs():
         nn.MSELoss(reduction="average")
     with pytest.raises(tr.ArgumentError, match="deprecated"):
         nn.L1Loss(size_average=True)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss"])
+def test_a_target_of_another_shape_warns_as_pytorch_does(library, name):
+    """A [4, 1] output against [4] labels broadcasts to a [4, 4] loss; PyTorch warns (tracer
+    once did not, so a port lost the only sign of the bug). Same shapes: no warning."""
+    lib = tr if library == "tracer" else torch
+    loss = getattr(lib.nn.functional, name)
+    prediction = lib.tensor([[1.0], [2.0], [3.0], [4.0]])
+    with pytest.warns(UserWarning, match=r"target size .* different to the input size"):
+        value = loss(prediction, lib.tensor([1.0, 2.0, 3.0, 4.0]))
+    # the broadcast [4, 4] mean: sum over i, j of (i - j)^2 / 16 = 40 / 16; |i - j|: 20 / 16
+    assert value.item() == (2.5 if name == "mse_loss" else 1.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss(prediction, prediction * 2)
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_loss_functions_keep_pytorchs_positions(library):
+    """PyTorch's fourth positional argument of cross_entropy / nll_loss, and third of mse_loss /
+    l1_loss, is the deprecated size_average: a positional ignore_index or reduction does not
+    reach its parameter there (tracer's once did, silently computing another loss). By keyword
+    both agree; tracer refuses the deprecated ones."""
+    lib = tr if library == "tracer" else torch
+    F = lib.nn.functional
+    logits = lib.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    labels = lib.tensor([0, 2])
+    by_keyword = F.cross_entropy(logits, labels, None, ignore_index=2)
+    np.testing.assert_allclose(by_keyword.item(), np.log(2 + np.exp(2)) - 2, rtol=1e-6)
+    np.testing.assert_allclose(F.nll_loss(logits.log_softmax(1), labels, None, ignore_index=2).item(),
+                               by_keyword.item(), rtol=1e-6)
+    assert F.mse_loss(logits, logits * 0, reduction="sum").item() == 8.0
+    if lib is tr:
+        for call in (lambda: F.cross_entropy(logits, labels, None, 2),
+                     lambda: F.nll_loss(logits, labels, None, 2),
+                     lambda: F.mse_loss(logits, logits, "sum"),
+                     lambda: F.l1_loss(logits, logits, True)):
+            with pytest.raises(tr.ArgumentError, match="deprecated"):
+                call()
+    else:  # PyTorch takes the positional value as size_average: both labels count, mean
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            positional = F.cross_entropy(logits, labels, None, 2)
+        np.testing.assert_allclose(positional.item(), np.log(2 + np.exp(2)) - 1, rtol=1e-6)

@@ -187,6 +187,81 @@ def test_module_to_double():
     assert model(tr.ones(1, 3, dtype=tr.float64)).dtype == tr.float64
 
 
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_module_to_keeps_the_parameters_and_integer_buffers(library):
+    """As PyTorch's: an optimizer made before model.double() still trains the model (tracer's
+    once made new Parameters, so the optimizer stepped orphans and the model never changed), the
+    gradient is converted with its parameter, num_batches_tracked stays int64, and an integer
+    dtype is refused."""
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Sequential(lib.nn.Linear(2, 1), lib.nn.BatchNorm1d(1))
+    with lib.no_grad():
+        model[0].weight.copy_(lib.tensor([[0.5, -1.0]]))
+        model[0].bias.fill_(0.25)
+    optimizer = lib.optim.SGD(model.parameters(), lr=0.1)
+    weight = model[0].weight
+    model[0](lib.ones(3, 2)).sum().backward()
+    assert model.double() is model and model[0].weight is weight
+    assert weight.dtype == weight.grad.dtype == lib.float64 and weight.requires_grad
+    np.testing.assert_array_equal(weight.grad.numpy(), [[3.0, 3.0]])
+    assert model[1].running_mean.dtype == lib.float64
+    assert model[1].num_batches_tracked.dtype == lib.int64
+    optimizer.step()
+    np.testing.assert_allclose(weight.detach().numpy(), [[0.2, -1.3]], rtol=1e-15)
+    with pytest.raises((TypeError, tr.TracerError)):
+        model.to(lib.int64)
+    parameter = lib.nn.Parameter(lib.ones(2))
+    parameter.data = parameter.detach().double()  # `.data =` of another dtype: not a copy into
+    assert parameter.dtype == lib.float64 and parameter.requires_grad and parameter.is_leaf
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_load_state_dict_returns_the_named_missing_and_unexpected_keys(library):
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Linear(2, 2)
+    result = model.load_state_dict(model.state_dict())
+    assert tuple(result) == ([], []) and repr(result) == "<All keys matched successfully>"
+    result = model.load_state_dict({"weight": lib.ones(2, 2), "extra": lib.ones(1)}, strict=False)
+    assert result.missing_keys == ["bias"] and result.unexpected_keys == ["extra"]
+    assert repr(result) == "_IncompatibleKeys(missing_keys=['bias'], unexpected_keys=['extra'])"
+    np.testing.assert_array_equal(model.weight.detach().numpy(), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_reassigning_a_parameter_keeps_its_place(library):
+    """Tying `b.weight = a.weight` keeps b's order weight, bias (tracer's moved the reassigned
+    name last, so parameters() and state_dict() came in another order than PyTorch's, and an
+    optimizer state loaded by position went to the wrong parameters)."""
+    lib = tr if library == "tracer" else torch
+    first, second = lib.nn.Linear(2, 2), lib.nn.Linear(2, 2)
+    second.weight = first.weight
+    second.bias = lib.nn.Parameter(lib.zeros(2))
+    assert [name for name, _ in second.named_parameters()] == ["weight", "bias"]
+    model = lib.nn.Sequential(first, second)
+    assert list(model.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert [name for name, _ in model.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_named_modules_takes_memo_then_prefix(library):
+    lib = tr if library == "tracer" else torch
+    model = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.ReLU())
+    assert [name for name, _ in model.named_modules(None, "model")] == ["model", "model.0",
+                                                                         "model.1"]
+    assert [name for name, _ in model.named_modules(prefix="m")] == ["m", "m.0", "m.1"]
+    assert [name for name, _ in model.named_parameters("m")] == ["m.0.weight", "m.0.bias"]
+
+
+@pytest.mark.parametrize("library", ["tracer", "torch"])
+def test_embedding_keeps_a_negative_padding_idx_as_its_row(library):
+    lib = tr if library == "tracer" else torch
+    embedding = lib.nn.Embedding(5, 2, padding_idx=-1)
+    assert embedding.padding_idx == 4 and repr(embedding) == "Embedding(5, 2, padding_idx=4)"
+    np.testing.assert_array_equal(embedding.weight.detach().numpy()[4], [0.0, 0.0])
+    embedding(lib.tensor([4, 1, 4])).sum().backward()
+    np.testing.assert_array_equal(embedding.weight.grad.numpy()[[1, 4]], [[1.0, 1.0], [0.0, 0.0]])
+
+
 def test_repr_reads_like_torch():
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=3, out_features=2, bias=True)\n"

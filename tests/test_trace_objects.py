@@ -502,3 +502,20 @@ def test_gradient_accumulation_keeps_both_grad_states_of_captured_parameters():
     for mine, theirs in zip(model.parameters(), eager.parameters()):
         np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-7)
     assert accumulate.cache_info().misses == 2 and accumulate.cache_info().size == 2
+
+
+def test_a_container_childs_training_flag_changed_after_compiling_traces_again():
+    """A Sequential's forward reaches its children by iterating, naming no '1': its guards once
+    skipped the children's flags, so `model[1].eval()` after the first call left the compiled
+    dropout on, without a word (PyTorch's eval output is 2 everywhere)."""
+    model = tr.nn.Sequential(tr.nn.Linear(2, 2), tr.nn.Dropout(0.9))
+    with tr.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.fill_(0.0)
+    forward = tr.trace(lambda x: model(x))
+    trained = forward(tr.ones(100, 2)).detach().numpy()
+    assert set(np.unique(trained)) <= {0.0, 20.0} and (trained == 0).any()
+    model[1].eval()
+    evaluated = forward(tr.ones(100, 2))
+    np.testing.assert_array_equal(evaluated.detach().numpy(), np.full((100, 2), 2.0))
+    assert evaluated.requires_grad and forward.cache_info().misses == 2

@@ -35,12 +35,25 @@ class _GradMode(contextlib.ContextDecorator):
         return False
 
 
-class no_grad(_GradMode):
+class _BareDecorator(_GradMode):
+    """A mode without arguments, a decorator with or without the call: `@tr.no_grad` decorates
+    as PyTorch 2's does (it was a TypeError)."""
+
+    def __new__(cls, function: Callable | None = None):
+        if function is None:
+            return super().__new__(cls)
+        return cls()(function)
+
+    def __init__(self, function: Callable | None = None):
+        pass  # (a function was decorated by __new__)
+
+
+class no_grad(_BareDecorator):
     """Context manager (and decorator) in which operations record no gradient."""
     enabled = False
 
 
-class enable_grad(_GradMode):
+class enable_grad(_BareDecorator):
     """Context manager (and decorator) that turns gradient recording back on inside no_grad."""
     enabled = True
 

@@ -45,12 +45,18 @@ def _seeds(outputs: list[Tensor], grad_outputs) -> list[Tensor]:
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: builtins.bool | None = None,
-         create_graph: builtins.bool = False, allow_unused: builtins.bool | None = None,
+         create_graph: builtins.bool = False, only_inputs: builtins.bool = True,
+         allow_unused: builtins.bool | None = None, is_grads_batched: builtins.bool = False,
          materialize_grads: builtins.bool = False) -> tuple[Tensor | None, ...]:
     """The gradients of `outputs` (weighted by `grad_outputs`) with respect to `inputs`, as
     torch.autograd.grad: nothing's `.grad` changes; with `create_graph` the results are
     differentiable again. An input the outputs do not depend on is an error, or None with
-    `allow_unused` (zeros with `materialize_grads`)."""
+    `allow_unused` (zeros with `materialize_grads`). `only_inputs` (ignored by PyTorch too) and
+    `is_grads_batched` hold their places in PyTorch's order, so that a positional allow_unused
+    means what it means there."""
+    if is_grads_batched:
+        raise ArgumentError("is_grads_batched=True is not supported; use tr.vmap over a function "
+                            "that calls tr.autograd.grad")
     outputs = _tensors(outputs, "output")
     inputs = _tensors(inputs, "input")
     allow_unused = materialize_grads if allow_unused is None else allow_unused

@@ -4,6 +4,8 @@ rules of changes autograd does not see; and Tensor's in-place methods."""
 from __future__ import annotations
 
 import builtins
+import dis
+import sys
 
 import numpy as np
 
@@ -38,6 +40,15 @@ OVERWRITE = CustomRule("inplace_overwrite", lambda builder, cotangents, needs: [
     cotangents[0], builder.zeros_like(cotangents[0])])
 
 
+def _stored_back_by_subscript(frame) -> builtins.bool:
+    """Whether `frame` is running an augmented assignment to a subscript: the instructions after
+    its in-place operator store the result back into `t[key]` (CPython 3.11: SWAP, SWAP,
+    STORE_SUBSCR; 3.12 and later: STORE_SLICE for a slice)."""
+    following = [instruction.opname for instruction in dis.get_instructions(frame.f_code)
+                 if instruction.offset > frame.f_lasti][:3]
+    return following[-1:] in (["STORE_SUBSCR"], ["STORE_SLICE"]) and following[:2] == ["SWAP"] * 2
+
+
 class InPlaceMethods:
     """Tensor's in-place methods and `.data` (given to Tensor by tracer/methods.py)."""
 
@@ -51,7 +62,23 @@ class InPlaceMethods:
     def data(self, value) -> None:
         if isinstance(value, Tensor) and value._base is self:
             return  # `w.data -= x` assigns back the alias it changed in place
-        self.detach().copy_(value)
+        value = as_tensor(value)
+        if (value.dtype, value.shape) != (self.dtype, self.shape):
+            self._rebind_data(value)
+        else:
+            self.detach().copy_(value)
+
+    def _rebind_data(self, value: Tensor) -> None:
+        """`w.data = v` of another dtype or shape: as PyTorch's, `w` (the same object, so an
+        optimizer holding it still updates it) takes `v`'s buffer, dtype and shape, unseen by
+        autograd; copying into the old buffer would keep the old dtype without a word."""
+        if state.trace is not None or self._trace is not None or self._base is not None:
+            raise ArgumentError(
+                f"`.data = ...` of a {value.dtype} tensor of shape {list(value.shape)} into a "
+                f"{self.dtype} tensor of shape {list(self.shape)} can change a tensor's dtype or "
+                f"shape only outside traced functions and not through a detach() alias")
+        self._handle = value.detach()._eager_array("`.data = ...`")
+        self._mark_changed()
 
     def _assign(self, result: Tensor, what: str, overwrites: builtins.bool = False) -> Tensor:
         """Make `result` the new value of this tensor, as PyTorch's in-place operations do;
@@ -117,10 +144,24 @@ class InPlaceMethods:
             self._handle = value
         self._mark_changed()  # eagerly, the shared buffer was written by the alias
 
-    def __iadd__(self, other): return self.add_(other)
-    def __isub__(self, other): return self.sub_(other)
-    def __imul__(self, other): return self.mul_(other)
-    def __itruediv__(self, other): return self.div_(other)
+    def __iadd__(self, other): return self._augmented(other, Tensor.add, Tensor.add_)
+    def __isub__(self, other): return self._augmented(other, Tensor.sub, Tensor.sub_)
+    def __imul__(self, other): return self._augmented(other, Tensor.mul, Tensor.mul_)
+    def __itruediv__(self, other): return self._augmented(other, Tensor.div, Tensor.div_)
+
+    def _augmented(self, other, out_of_place, in_place) -> Tensor:
+        """`x op= other`. In `t[key] op= other`, `x` is the copy `t[key]` gives here, and Python
+        then stores the result with `t[key] = result`: computed out of place, the result reaches
+        `t` through that store, as PyTorch's in-place change of its view does (`x[:, 0] += 1`, a
+        common idiom, was refused). Elsewhere the in-place method, which refuses to change such a
+        copy (`v = t[1:3]; v += 1` would change `t` in PyTorch)."""
+        if self._view_of == "indexing" and _stored_back_by_subscript(sys._getframe(2)):
+            result = out_of_place(self, other)
+            if CATEGORY[result.dtype] > CATEGORY[self.dtype]:  # (`i[0] /= 2` of ints, as in_place)
+                raise ArgumentError(f"{in_place.__name__}: a {result.dtype} result cannot be "
+                                    f"written in place into a {self.dtype} tensor")
+            return result.to(self.dtype)
+        return in_place(self, other)
 
     def add_(self, other, alpha=1): return self._assign(self.add(other, alpha=alpha), "add_")
     def sub_(self, other, alpha=1): return self._assign(self.sub(other, alpha=alpha), "sub_")

@@ -168,6 +168,10 @@ class LayoutMethods:
     def squeeze(self, dim=None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(d for d in self.shape if d != 1))
+        if isinstance(dim, (tuple, list)):  # PyTorch 2's: those of the dimensions of size 1
+            axes = {normalize_dim(d, self.ndim) for d in dim} if self.ndim else set()
+            return self.reshape(tuple(size for axis, size in enumerate(self.shape)
+                                      if axis not in axes or size != 1))
         axis = normalize_dim(dim, self.ndim)
         if self.ndim == 0 or self.shape[axis] != 1:
             return self

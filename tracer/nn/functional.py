@@ -8,10 +8,12 @@ and index_select refuse them, where indexing `x[i]` counts them from the end).
 from __future__ import annotations
 
 import builtins
+import warnings
 
 from tracer.ir import types as irtypes
 from tracer.context import state
-from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
+from tracer.errors import (ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracerWarning,
+                           TracingError)
 from tracer import derivatives
 from tracer.variance import row_mean
 from tracer.ops import logsumexp as _logsumexp
@@ -167,22 +169,22 @@ def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
     return losses, weights, counted
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
-             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,
+             ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """The negative log-likelihood of integer class labels, given log-probabilities `input` of
     shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
-    _check_reduction(reduction)
+    _check_reduction(reduction, size_average, reduce)
     losses, weights, _ = _picked_losses(input, target, weight, ignore_index)
     return _reduce(losses, reduction, weights.sum())
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                  ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+                  size_average=None, ignore_index: int = -100, reduce=None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of logits `input` (N, C, ...) or (C,) against integer class labels
     or, with a float `target` of the input's shape, class probabilities. `label_smoothing` mixes
     the uniform distribution into the targets, as PyTorch does."""
-    _check_reduction(reduction)
+    _check_reduction(reduction, size_average, reduce)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
     axis = _class_dim(input)
@@ -210,8 +212,21 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
     return _reduce(losses, reduction)
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    _check_reduction(reduction)
+def _warn_if_broadcast(input: Tensor, target: Tensor) -> None:
+    """PyTorch's warning where an elementwise loss broadcasts a target of another shape (a
+    model's [N, 1] output against [N] labels makes an [N, N] loss that trains on the wrong
+    thing): a port must not lose it."""
+    if tuple(as_tensor(target).shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({list(as_tensor(target).shape)}) that is different "
+                      f"to the input size ({list(input.shape)}). This will likely lead to "
+                      f"incorrect results due to broadcasting. Please ensure they have the same "
+                      f"size.", TracerWarning, stacklevel=3)
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
+             reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction, size_average, reduce)
+    _warn_if_broadcast(input, target)
     difference = input - target
     losses = _reduce(difference * difference, reduction)
     # (PyTorch's mse_loss_backward makes zeros of a symbolic zero for every reduction, as the
@@ -219,8 +234,10 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return losses if reduction == "mean" else _zeros_made(losses)
 
 
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    _check_reduction(reduction)
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
+            reduction: str = "mean") -> Tensor:
+    _check_reduction(reduction, size_average, reduce)
+    _warn_if_broadcast(input, target)
     return _reduce((input - target).abs(), reduction)
 
 

@@ -2,7 +2,6 @@
 function of tr.nn.functional."""
 from __future__ import annotations
 
-from tracer.errors import ArgumentError
 from tracer.nn import functional as F
 from tracer.nn.modules import Module
 from tracer.tensor import Tensor
@@ -11,10 +10,7 @@ from tracer.tensor import Tensor
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
         super().__init__()
-        if size_average is not None or reduce is not None:
-            raise ArgumentError("size_average and reduce are deprecated in PyTorch; pass "
-                                "reduction='mean', 'sum' or 'none'")
-        F._check_reduction(reduction)
+        F._check_reduction(reduction, size_average, reduce)
         self.reduction = reduction
 
     def extra_repr(self) -> str:

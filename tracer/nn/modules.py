@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections import OrderedDict
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
@@ -17,6 +17,7 @@ from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
 from tracer.dispatch import conversion_arguments
 from tracer.dtypes import as_dtype, float32
+from tracer.ir.types import is_float
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
@@ -40,6 +41,21 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+class _IncompatibleKeys(NamedTuple):
+    """What load_state_dict returns, as PyTorch's: a tuple with named fields (scripts read
+    `result.missing_keys` after strict=False)."""
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return (f"_IncompatibleKeys(missing_keys={self.missing_keys}, "
+                f"unexpected_keys={self.unexpected_keys})")
+
+    __str__ = __repr__
 
 
 def _uniform(shape: tuple[int, ...], bound: float, dtype) -> Tensor:
@@ -67,10 +83,12 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         parameters, buffers, modules = self._registries()
         if isinstance(value, (Parameter, Module)):
+            target = parameters if isinstance(value, Parameter) else modules
             for registry in (parameters, buffers, modules):
-                registry.pop(name, None)
+                if registry is not target:
+                    registry.pop(name, None)
             self.__dict__.pop(name, None)
-            (parameters if isinstance(value, Parameter) else modules)[name] = value
+            target[name] = value  # a name already there keeps its place, as in PyTorch
         elif name in parameters or name in modules:
             if value is not None:
                 kind = "parameter" if name in parameters else "submodule"
@@ -113,7 +131,8 @@ class Module:
         self._modules[name] = module
 
     # Traversal ------------------------------------------------------------------------------
-    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, Module]]:
+    def named_modules(self, memo: set | None = None,
+                      prefix: str = "") -> Iterator[tuple[str, Module]]:  # PyTorch's order
         memo = set() if memo is None else memo
         if id(self) in memo:
             return
@@ -121,7 +140,7 @@ class Module:
         yield prefix, self
         for name, module in self._modules.items():
             if module is not None:
-                yield from module.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name)
 
     def modules(self) -> Iterator[Module]:
         return (module for _, module in self.named_modules())
@@ -134,7 +153,7 @@ class Module:
 
     def _named_members(self, registry: str, prefix: str, recurse: builtins.bool):
         seen: set[int] = set()
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
         for module_prefix, module in modules:
             for name, value in getattr(module, registry).items():
                 if value is None or id(value) in seen:
@@ -167,7 +186,8 @@ class Module:
 
     def load_state_dict(self, state_dict, strict: builtins.bool = True):
         """Copy the values of `state_dict` into the parameters and buffers in place (shapes must
-        match); with `strict`, the names must match exactly. Returns (missing, unexpected)."""
+        match); with `strict`, the names must match exactly. Returns the missing and the
+        unexpected names as a named tuple (missing_keys, unexpected_keys)."""
         own = self.state_dict()
         missing = [name for name in own if name not in state_dict]
         unexpected = [name for name in state_dict if name not in own]
@@ -184,7 +204,7 @@ class Module:
         with no_grad():
             for name, source in sources.items():
                 own[name].copy_(source)
-        return missing, unexpected
+        return _IncompatibleKeys(missing, unexpected)
 
     def train(self, mode: builtins.bool = True) -> Module:
         for module in self.modules():
@@ -203,8 +223,10 @@ class Module:
         clear_grads(self.parameters(), set_to_none)
 
     def to(self, *args, **kwargs) -> Module:
-        """Convert every parameter and buffer to a dtype (new Parameters: make optimizers after),
-        given as Tensor.to takes it; a device can only be the CPU, where they are."""
+        """Convert every float parameter and buffer to a float dtype, given as Tensor.to takes
+        it; a device can only be the CPU, where they are. As PyTorch's: the parameters stay the
+        same objects (an optimizer made before still updates them) and integer buffers such as
+        BatchNorm's num_batches_tracked stay integers."""
         dtype, device, _ = conversion_arguments(args, kwargs.pop("dtype", None),
                                                 kwargs.pop("device", None), False)
         kwargs.pop("non_blocking", None)
@@ -214,13 +236,17 @@ class Module:
         if dtype is None:
             return self
         dtype = as_dtype(dtype)
+        if not is_float(dtype):
+            raise ArgumentError(f"Module.to only accepts float dtypes, got {dtype}; convert "
+                                f"integer tensors one by one")
         for module in self.modules():
-            for name, parameter in module._parameters.items():
-                if parameter is not None:
-                    module._parameters[name] = Parameter(parameter.detach().to(dtype),
-                                                         parameter.requires_grad)
+            for parameter in module._parameters.values():
+                if parameter is not None and is_float(parameter.dtype):
+                    parameter.data = parameter.detach().to(dtype)
+                    if parameter.grad is not None:
+                        parameter.grad = parameter.grad.to(dtype)
             for name, buffer in module._buffers.items():
-                if buffer is not None:
+                if buffer is not None and is_float(buffer.dtype):
                     module._buffers[name] = buffer.to(dtype)
         return self
 
@@ -277,17 +303,19 @@ class Embedding(Module):
                  dtype=None) -> None:
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx = padding_idx
         weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
         if padding_idx is not None:
-            weight[padding_idx] = 0
+            weight[padding_idx] = 0  # (refuses an index out of range)
+            padding_idx %= num_embeddings  # PyTorch keeps -1 as num_embeddings - 1
+        self.padding_idx = padding_idx
         self.weight = Parameter(weight)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
 
 
 class LayerNorm(Module):
