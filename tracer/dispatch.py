@@ -16,7 +16,7 @@ from tracer.autograd import ARRAYS, Node
 from tracer.context import is_grad_enabled, state
 from tracer.device import check_device, is_device
 from tracer.dtypes import (CATEGORY, WEAK_OF_CATEGORY, as_dtype, bool, default_dtype, float32,
-                           float64, int64, is_scalar, result_dtype, scalar_category)
+                           float64, int64, is_scalar, promotion, scalar_category)
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
 from tracer.tensor import Tensor, check_current
 from tracer.tracing import escaped_error
@@ -122,12 +122,14 @@ def tensor_operand(value, method: str) -> Tensor:
 
 
 def promote(*operands) -> list[Tensor]:
-    dtype = result_dtype(*operands)
-    weak = all(is_scalar(o) or o._weak for o in operands)
+    dtype, weak = promotion(operands)
     results = []
     for operand in operands:
-        t = (as_tensor(operand, dtype) if is_scalar(operand)
-             else operand if operand.dtype == dtype else operand.to(dtype))
+        # (promotion refused any operand that is neither a Tensor nor a real number)
+        if isinstance(operand, Tensor):
+            t = operand if operand.dtype == dtype else operand.to(dtype)
+        else:
+            t = constant(operand, dtype)
         t._weak = weak
         results.append(t)
     return results
