@@ -51,7 +51,12 @@ def apply(primitive: str, inputs: Sequence[Tensor], **attributes: Any) -> Tensor
     except IndexRangeError as error:  # eager gather or scatter at an index outside its dimension
         raise IndexOutOfRangeError(str(error)) from None
     differentiable = (primitive not in NON_DIFFERENTIABLE and irtypes.is_float(result.dtype))
-    inputs_require_grad = any(t.requires_grad for t in inputs)
+    # (a loop over the slot, not any() over the property: this runs once per operation)
+    inputs_require_grad = False
+    for t in inputs:
+        if t._requires_grad:
+            inputs_require_grad = True
+            break
     requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
     if trace is not None:
         if inputs_require_grad and differentiable and not requires_grad:
