@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tracer.ir.graph import Graph, Instruction, Value
-from tracer.ir.primitives import infer_types
+from tracer.ir.primitives import check_types, infer_types
 from tracer.ir.reference import evaluate_primitive
 from tracer.ir.types import TensorType, as_dtype
 
@@ -152,5 +152,5 @@ class ArrayBuilder(Builder):
         return TensorType(handle.shape, handle.dtype)
 
     def emit(self, primitive, inputs, attributes):
-        infer_types(primitive, [self.type_of(a) for a in inputs], attributes)
+        check_types(primitive, [(a.shape, a.dtype) for a in inputs], attributes)
         return evaluate_primitive(primitive, inputs, attributes)

@@ -357,7 +357,8 @@ ARITY.update({"select": 3, "constant": 0, "iota": 0, "stop_gradient": 1, "custom
 # infer_types' results by primitive, operand types and attributes: a trace, its gradient and the
 # verifier ask the same questions of every layer and parameter. Only attributes of plain values
 # are keys (with their Python types: 1, 1.0 and True are equal keys), so that no array, rule or
-# callback a user made is kept alive by the table.
+# callback a user made is kept alive by the table. Operands are keyed by (shape, dtype), which
+# hashes in C (TensorType's __hash__ and __eq__ are Python) and eager mode reads off an array.
 _inferred: dict[tuple, list[TensorType]] = {}
 _INFERRED_LIMIT = 65536
 _PLAIN = frozenset({int, float, bool, str, type(None),
@@ -368,14 +369,19 @@ def _plain(value: object) -> bool:
     return type(value) in _PLAIN or (type(value) is tuple and all(type(v) in _PLAIN for v in value))
 
 
+def _memo_key(primitive: str, operands: list[tuple], attributes: dict) -> tuple | None:
+    """The key of `_inferred` for (shape, dtype) `operands`, or None if an attribute is not plain."""
+    for value in attributes.values():
+        if not _plain(value):
+            return None
+    return (primitive, *operands, *((name, type(value), value) for name, value in attributes.items()))
+
+
 def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) -> list[TensorType]:
     """Output types of `primitive` applied to operands of `in_types`; raises ShapeError."""
-    key = None
-    if all(_plain(value) for value in attributes.values()):
-        key = (primitive, *in_types, *((name, type(value), value)
-                                       for name, value in attributes.items()))
-        if key in _inferred:
-            return list(_inferred[key])
+    key = _memo_key(primitive, [(t.shape, t.dtype) for t in in_types], attributes)
+    if key is not None and key in _inferred:
+        return list(_inferred[key])
     if primitive not in PRIMITIVES | DIRECTIVES:
         raise ShapeError(f"unknown primitive {primitive!r}")
     arity = ARITY[primitive]
@@ -385,3 +391,10 @@ def infer_types(primitive: str, in_types: list[TensorType], attributes: dict) ->
     if key is not None and len(_inferred) < _INFERRED_LIMIT:
         _inferred[key] = list(types)
     return types
+
+
+def check_types(primitive: str, operands: list[tuple], attributes: dict) -> None:
+    """Raise infer_types' ShapeError if `primitive` does not take operands of these (shape,
+    dtype) pairs: all eager mode needs, which asks the memo before making any TensorType."""
+    if (key := _memo_key(primitive, operands, attributes)) is None or key not in _inferred:
+        infer_types(primitive, [TensorType(shape, dtype) for shape, dtype in operands], attributes)

@@ -142,13 +142,31 @@ REFERENCE: dict[str, Callable[..., Any]] = {
 }
 
 
+# Primitives that only move or index data, which no floating-point exception can come from: they
+# skip the errstate, which costs more than their own work on a small array.
+_DATA_MOVEMENT = frozenset({"broadcast", "reshape", "transpose", "slice", "pad", "gather", "iota",
+                            "stop_gradient"})
+
+
+# (np.errstate as a decorator sets numpy's error state per call, reentrant and per thread as the
+# `with` form is, for half its instructions: no errstate object is made and entered per call)
+@np.errstate(all="ignore")
+def _quietly(function: Callable[..., Any], inputs: Sequence[np.ndarray],
+             attributes: dict[str, Any]) -> Any:
+    return function(*inputs, **attributes)
+
+
 def evaluate_primitive(primitive: str, inputs: Sequence[np.ndarray],
                        attributes: dict[str, Any]) -> list[np.ndarray]:
     """Run one primitive on numpy arrays; always returns a list of arrays (never numpy scalars).
 
     Floating-point exceptions are quiet (log(0) is -inf, 0/0 is nan), as in PyTorch.
     """
-    with np.errstate(all="ignore"):
+    if primitive in _DATA_MOVEMENT:
         result = REFERENCE[primitive](*inputs, **attributes)
+    else:
+        result = _quietly(REFERENCE[primitive], inputs, attributes)
+    if type(result) is np.ndarray:  # (most primitives: np.asarray would return it unchanged)
+        return [result]
     results = result if isinstance(result, tuple) else (result,)
     return [np.asarray(r) for r in results]

@@ -16,7 +16,7 @@ from tracer.autograd import ARRAYS, Node
 from tracer.context import is_grad_enabled, state
 from tracer.device import check_device, is_device
 from tracer.dtypes import (CATEGORY, WEAK_OF_CATEGORY, as_dtype, bool, default_dtype, float32,
-                           float64, int64, is_scalar, result_dtype, scalar_category)
+                           float64, int64, is_scalar, promotion, scalar_category)
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
 from tracer.tensor import Tensor, check_current
 from tracer.tracing import escaped_error
@@ -51,7 +51,12 @@ def apply(primitive: str, inputs: Sequence[Tensor], **attributes: Any) -> Tensor
     except IndexRangeError as error:  # eager gather or scatter at an index outside its dimension
         raise IndexOutOfRangeError(str(error)) from None
     differentiable = (primitive not in NON_DIFFERENTIABLE and irtypes.is_float(result.dtype))
-    inputs_require_grad = any(t.requires_grad for t in inputs)
+    # (a loop over the slot, not any() over the property: this runs once per operation)
+    inputs_require_grad = False
+    for t in inputs:
+        if t._requires_grad:
+            inputs_require_grad = True
+            break
     requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
     if trace is not None:
         if inputs_require_grad and differentiable and not requires_grad:
@@ -122,12 +127,14 @@ def tensor_operand(value, method: str) -> Tensor:
 
 
 def promote(*operands) -> list[Tensor]:
-    dtype = result_dtype(*operands)
-    weak = all(is_scalar(o) or o._weak for o in operands)
+    dtype, weak = promotion(operands)
     results = []
     for operand in operands:
-        t = (as_tensor(operand, dtype) if is_scalar(operand)
-             else operand if operand.dtype == dtype else operand.to(dtype))
+        # (promotion refused any operand that is neither a Tensor nor a real number)
+        if isinstance(operand, Tensor):
+            t = operand if operand.dtype == dtype else operand.to(dtype)
+        else:
+            t = constant(operand, dtype)
         t._weak = weak
         results.append(t)
     return results

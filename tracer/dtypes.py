@@ -41,28 +41,46 @@ def is_scalar(value) -> builtins.bool:
     return isinstance(value, numbers.Number) and not isinstance(value, Tensor)
 
 
-def result_dtype(*operands) -> np.dtype:
-    """PyTorch's promotion: a Python number (or a weak traced scalar) does not widen a tensor of
-    its own category (float32 * 2.0 stays float32), but lifts one of a lower category."""
-    tensors = [o for o in operands if isinstance(o, Tensor) and not o._weak]
-    weak = [CATEGORY[o.dtype] if isinstance(o, Tensor) else scalar_category(o)
-            for o in operands if not isinstance(o, Tensor) or o._weak]
-    weak_category = max(weak, default=-1)
+# A dtype's place in promotion: its category, then its size within the category.
+_RANK = {dtype: (category, dtype.itemsize) for dtype, category in CATEGORY.items()}
 
-    def widest(dtypes):
-        return max(dtypes, key=lambda d: (CATEGORY[d], d.itemsize), default=None)
 
+def promotion(operands) -> tuple[np.dtype, builtins.bool]:
+    """`result_dtype(*operands)`, and whether the result is weak (every operand a Python number
+    or a weak tensor). One pass with no key functions: every eager operation and every traced
+    one with several operands comes through here."""
+    best = scalar_best = None  # the widest dtype of the tensors with dimensions, of the 0-d ones
+    weak_category = -1  # the highest category of the Python numbers and weak tensors
+    weak = True
+    for operand in operands:
+        if not isinstance(operand, Tensor):
+            weak_category = max(weak_category, scalar_category(operand))
+            continue
+        dtype = operand.dtype
+        if operand._weak:
+            weak_category = max(weak_category, CATEGORY[dtype])
+            continue
+        weak = False
+        if operand.ndim:
+            if best is None or _RANK[dtype] > _RANK[best]:
+                best = dtype
+        elif scalar_best is None or _RANK[dtype] > _RANK[scalar_best]:
+            scalar_best = dtype
     # As PyTorch: tensors with dimensions decide; a 0-d tensor only when it is of a higher
     # category, and a Python number only when it is of a higher category than both.
-    best = widest([t.dtype for t in tensors if t.ndim])
-    scalar_best = widest([t.dtype for t in tensors if not t.ndim])
     if best is None or (scalar_best is not None and CATEGORY[scalar_best] > CATEGORY[best]):
         best = scalar_best
     if best is None:
-        return WEAK_OF_CATEGORY[weak_category]
+        return WEAK_OF_CATEGORY[weak_category], weak
     if weak_category > CATEGORY[best]:
-        return DEFAULT_OF_CATEGORY[weak_category]
-    return best
+        return DEFAULT_OF_CATEGORY[weak_category], weak
+    return best, weak
+
+
+def result_dtype(*operands) -> np.dtype:
+    """PyTorch's promotion: a Python number (or a weak traced scalar) does not widen a tensor of
+    its own category (float32 * 2.0 stays float32), but lifts one of a lower category."""
+    return promotion(operands)[0]
 
 
 def default_dtype(data) -> np.dtype:
