@@ -9,6 +9,7 @@ import torch
 
 import tracer as tr
 from tracer import nn
+from tracer.optim.optimizer import FUSED_UPDATES
 
 rng = np.random.default_rng(5)
 X, LABELS = rng.standard_normal((10, 4)), rng.integers(0, 3, 10)
@@ -149,9 +150,9 @@ def test_a_fused_eager_step_is_one_compiled_call_equal_to_torchs_fused(name, opt
         _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
         _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
     _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=5)
-    assert ours_optimizer._fused_update.cache_info().misses == 1
+    assert FUSED_UPDATES[ours_optimizer].cache_info().misses == 1
     restored = pickle.loads(pickle.dumps(ours_optimizer))  # without its compiled update
-    assert restored._fused_update is None and restored.param_groups[0]["fused"] is True
+    assert restored not in FUSED_UPDATES and restored.param_groups[0]["fused"] is True
 
 
 def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():
@@ -172,7 +173,7 @@ def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():
         step()
         _steps([(torch, theirs, theirs_optimizer)])
         _assert_parameters_equal(ours, theirs, f" after step {number + 1}")
-    assert step.cache_info().misses == 1 and ours_optimizer._fused_update is None
+    assert step.cache_info().misses == 1 and ours_optimizer not in FUSED_UPDATES
 
 
 def test_zero_grad_modes_and_parameters_without_gradients():
@@ -469,3 +470,4 @@ def test_adamw_stays_decoupled_when_it_loads_adams_state_dict_as_pytorchs_does()
     assert adamw.param_groups[0]["decoupled_weight_decay"] is True
     assert torch_adamw.param_groups[0]["decoupled_weight_decay"] is True
     assert adamw.param_groups[0]["weight_decay"] == torch_adamw.param_groups[0]["weight_decay"] == 0
+

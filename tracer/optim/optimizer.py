@@ -19,6 +19,7 @@ model alone traced, as with torch.compile(model)).
 from __future__ import annotations
 
 import builtins
+import weakref
 from typing import Callable, Iterable
 
 import tracer
@@ -32,12 +33,17 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
 
+# The traced update of each optimizer with fused=True, made by its first eager step; not an
+# attribute, so that the optimizer pickles without it (it holds native code) and its attributes
+# stay the ones PyTorch's optimizer has.
+FUSED_UPDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class Optimizer:
     """Parameter groups (dicts with "params" and the hyperparameters) and per-parameter state."""
 
     def __init__(self, params: Iterable, defaults: dict) -> None:
         self.defaults = defaults
-        self._fused_update = None  # (the traced update of fused=True, made by the first step)
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self.param_groups: list[dict] = []
         groups = list(params)
@@ -45,10 +51,6 @@ class Optimizer:
             raise ArgumentError(f"{type(self).__name__} got an empty parameter list")
         for group in groups if isinstance(groups[0], dict) else [{"params": groups}]:
             self.add_param_group(group)
-
-    def __getstate__(self) -> dict:
-        # (pickled without its compiled update, made again by the first step after unpickling)
-        return dict(self.__dict__, _fused_update=None)
 
     def add_param_group(self, group: dict) -> None:
         group = dict(group)
@@ -129,9 +131,9 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         if mode.trace is None and all(group.get("fused") for group in self.param_groups):
-            if self._fused_update is None:  # (tr.trace, which the package imports on first use)
-                self._fused_update = tracer.trace(self._update_all)
-            self._fused_update()
+            if self not in FUSED_UPDATES:  # (tr.trace, which the package imports on first use)
+                FUSED_UPDATES[self] = tracer.trace(self._update_all)
+            FUSED_UPDATES[self]()
         else:
             self._update_all()
         return loss
