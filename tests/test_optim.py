@@ -471,3 +471,21 @@ def test_adamw_stays_decoupled_when_it_loads_adams_state_dict_as_pytorchs_does()
     assert torch_adamw.param_groups[0]["decoupled_weight_decay"] is True
     assert adamw.param_groups[0]["weight_decay"] == torch_adamw.param_groups[0]["weight_decay"] == 0
 
+
+
+def test_fused_step_updates_a_group_added_after_the_first_step():
+    # the traced update of the first step must not stand for the new group's parameters
+    results = []
+    for library in (torch, tr):
+        a = library.nn.Parameter(library.tensor([0.0, 1.0, 2.0, 3.0], dtype=library.float64))
+        b = library.nn.Parameter(library.tensor([1.0, 1.0, 1.0], dtype=library.float64))
+        optimizer = library.optim.Adam([a], lr=0.1, fused=True)
+        for index in range(4):
+            optimizer.zero_grad()
+            ((a * a).sum() + (b * b * b).sum()).backward()
+            optimizer.step()
+            if index == 1:
+                optimizer.add_param_group({"params": [b], "lr": 0.5})
+        results.append((a.detach().numpy(), b.detach().numpy()))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-12)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-12)

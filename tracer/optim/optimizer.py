@@ -74,6 +74,8 @@ class Optimizer:
         for name, value in self.defaults.items():
             group.setdefault(name, value)
         self.param_groups.append(group)
+        # a fused step traced before this group would leave its parameters out: trace again
+        FUSED_UPDATES.pop(self, None)
         for p in params:
             self.state[p] = self._initial_state(p, group)
 
