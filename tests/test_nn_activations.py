@@ -52,6 +52,16 @@ def test_function_matches_torch(name, dtype, traced):
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("shape, dim", [((0,), 0), ((3, 0), 1), ((0, 4), 1)])
+def test_glu_of_zero_size_halves_is_empty_as_torchs(shape, dim, traced):
+    """A dimension of size 0 halves into two empty ones (found by the long differential run:
+    chunk gave one chunk and glu failed with a Python ValueError)."""
+    compare_with_torch(lambda x: tr.nn.functional.glu(x, dim),
+                       lambda x: torch.nn.functional.glu(x, dim), [np.zeros(shape)],
+                       traced=traced, tolerance=TIGHT[np.float64])
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("shape, weights", [((5, 8), 1), ((5, 8), 8), ((2, 3, 4), 3), ((7,), 1)])
 def test_prelu_matches_torch(shape, weights, dtype, traced):

@@ -178,7 +178,10 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     if input.shape[axis] % 2:
         raise ShapeMismatchError(f"glu halves dimension {axis}, which has an odd size "
                                  f"{input.shape[axis]}")
-    first, second = input.chunk(2, axis)
+    # (halves by narrow: chunk gives one chunk of a dimension of size 0, where PyTorch's glu gives
+    # an empty result; found by the long differential run)
+    half = input.shape[axis] // 2
+    first, second = input.narrow(axis, 0, half), input.narrow(axis, half, half)
     return first * derivatives.sigmoid(second)
 
 
