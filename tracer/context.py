@@ -36,13 +36,13 @@ class _GradMode(contextlib.ContextDecorator):
 
 
 class _BareDecorator(_GradMode):
-    """A mode without arguments, a decorator with or without the call: `@tr.no_grad` decorates
-    as PyTorch 2's does (it was a TypeError)."""
+    """A mode that is also a decorator with or without the call: `@tr.no_grad` and
+    `@tr.inference_mode` decorate as PyTorch 2's do (a bare `@tr.no_grad` was a TypeError)."""
 
-    def __new__(cls, function: Callable | None = None):
-        if function is None:
-            return super().__new__(cls)
-        return cls()(function)
+    def __new__(cls, argument=None):
+        if callable(argument):
+            return cls()(argument)
+        return super().__new__(cls)
 
     def __init__(self, function: Callable | None = None):
         pass  # (a function was decorated by __new__)
@@ -80,16 +80,11 @@ def is_inference_mode_enabled() -> bool:
     return state.inference
 
 
-class inference_mode(_GradMode):
+class inference_mode(_BareDecorator):
     """PyTorch's inference_mode: gradients are not recorded inside (and with mode=False they
     are, as PyTorch's turns grad mode on then). A decorator with or without the call. (PyTorch's
     inference tensors also refuse autograd and in-place changes later; here they are ordinary
     tensors made under no_grad.)"""
-
-    def __new__(cls, mode=True):
-        if isinstance(mode, bool):
-            return super().__new__(cls)
-        return cls()(mode)  # `@tr.inference_mode` without the call
 
     def __init__(self, mode: bool = True):
         self.mode = mode
