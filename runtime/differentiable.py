@@ -1,14 +1,18 @@
-"""The results of a pure traced function are differentiable by eager autograd, as with
+"""The results of a traced function are differentiable by eager autograd, as with
 torch.compile: each call gives its results one node on the eager tape whose backward runs a traced,
 compiled vector-Jacobian product of the function (made on the first backward)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import contextlib
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
 
 from tracer.autograd import record_call
 from tracer.context import enable_grad
 from tracer.runtime.arguments import copy_arrays, flatten
 from tracer.backward import traced_gradients
+from tracer.buffers import buffer_of
 from tracer.creation import ones_like
 from tracer.tensor import Tensor
 
@@ -18,9 +22,16 @@ if TYPE_CHECKING:
 
 
 def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leaves,
-                    results: list[Tensor]) -> None:
+                    results: list[Tensor], values: list,
+                    entered: list[np.ndarray] | None) -> None:
     """Give the results a node on the eager tape whose backward runs a traced VJP of the
-    function, so `traced(x).sum().backward()` works as with torch.compile."""
+    function, so `traced(x).sum().backward()` works as with torch.compile. `values` are the
+    call's argument leaves and captured tensors, which the function's writebacks index.
+
+    Where the function changes state (BatchNorm's running statistics, the counter of the random
+    generator a dropout draws from), the backward's run of the function reads the data of
+    `entry.replayed` as it was on entry (`entered`, copied before the call) and what it changes
+    is put back after (Recording.stale says which results are not differentiated)."""
     captured = [t for t in entry.captured if t.requires_grad]
     inputs = list({id(v): v for v, _ in leaves
                    if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
@@ -33,7 +44,10 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
             entry.backward = type(traced)(_vector_jacobian_product(
                 traced.python_function, entry.differentiable, captured))
         with enable_grad():  # the eager engine runs backward under no_grad
-            return entry.backward(cotangents, *args, **kwargs)
+            if not entry.writebacks:
+                return entry.backward(cotangents, *args, **kwargs)
+            with _restoring(entry, values, entered):
+                return entry.backward(cotangents, *args, **kwargs)
 
     # The backward reads the arguments again: changing one in place first is an error.
     saved = [v for v, _ in leaves if isinstance(v, Tensor)] + captured
@@ -61,3 +75,20 @@ def _vector_jacobian_product(function: Callable, differentiable: list[int],
         return traced_gradients(total, ones_like(total), inputs)
     vjp.__name__ = f"{getattr(function, '__name__', 'function')}_vjp"
     return vjp
+
+
+@contextlib.contextmanager
+def _restoring(entry: "Entry", values: list, entered: list[np.ndarray] | None) -> Iterator[None]:
+    """In the block, the data of `entry.replayed` is `entered` (as the call found it); after it,
+    the data of every tensor or array the function writes is put back as it was before the
+    block (the backward's run of the function changes them again). (A function that changes a
+    .grad has no differentiable result: Recording.stale.)"""
+    saved = [(buffer_of(values[index]), buffer_of(values[index]).copy())
+             for index, _, _ in entry.writebacks]
+    for index, array in zip(entry.replayed, entered or ()):
+        np.copyto(buffer_of(values[index]), array)
+    try:
+        yield
+    finally:
+        for buffer, copy in saved:
+            np.copyto(buffer, copy)

@@ -44,9 +44,12 @@ class Entry:
     check: Callable[[], bool] | None = None
     captured_names: list[str] = field(default_factory=list)  # what messages call them
     rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
-    # Results through which eager autograd can differentiate the call (a pure function of
-    # arguments that require grad), and the traced forward+backward that does it, made on demand.
+    # Results through which eager autograd can differentiate the call (those that require grad,
+    # but Recording.stale ones), the leaves whose data the call overwrites and their backward
+    # reads as it was on entry (Recording.replayed), and the traced forward+backward that does
+    # it, made on demand.
     differentiable: list[int] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)
     backward: Any = None  # (a TracedFunction)
     # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
     # tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and whether
@@ -72,9 +75,12 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
                   recording.writebacks, recording.cleared, recording.sources, captured,
                   captured_state(captured), stages=stages, rules=recording.rules)
-    if not recording.writebacks and not recording.cleared:
-        entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
-                                if isinstance(value, Tensor) and value.requires_grad]
+    # (a result that is an argument itself keeps that tensor's own history)
+    returned_as_is = {position for position, _, _ in recording.aliases}
+    entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
+                            if isinstance(value, Tensor) and value.requires_grad
+                            and i not in recording.stale and i not in returned_as_is]
+    entry.replayed = sorted(recording.replayed) if entry.differentiable else []
     entry.unread = frozenset(recording.unread)
     entry.unread_captured = [len(leaves) + k in entry.unread for k in range(len(captured))]
     entry.floats, entry.read_floats = recording.floats, compile_reader(recording.floats)

@@ -44,6 +44,10 @@ class Recording:
     # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
     # tensor's stand-in or its .grad (Trace.result_aliases), in a function that writes back
     aliases: list[tuple[int, int, str]] = field(default_factory=list)
+    # results not differentiated after the call, and the leaves whose data on entry their
+    # backward reads (see result_dependence)
+    stale: frozenset[int] = frozenset()
+    replayed: frozenset[int] = frozenset()
 
 
 class Specialize(Exception):
@@ -184,7 +188,47 @@ class Recorder:
         return Recording(self._traced, self.result_structure, self.result_leaves,
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
-                         self.floats.inputs, self.rules, self.aliases)
+                         self.floats.inputs, self.rules, self.aliases,
+                         *result_dependence(self._traced, len(self.result_leaves), sources,
+                                            self.writebacks, self.cleared, [
+                                                isinstance(value, Tensor) and value.requires_grad
+                                                for value in (*(v for v, _ in leaves),
+                                                              *(c.tensor for c in captured))]))
+
+
+def result_dependence(function: ir.Graph, result_count: int, sources: Sequence[tuple[str, int]],
+                      writebacks: Sequence[tuple[int, str, int]], cleared: Sequence[int],
+                      requires_grad: Sequence[bool]) -> tuple[frozenset[int], frozenset[int]]:
+    """(stale, replayed): the positions of the results that are not differentiated after the
+    call, and the leaves whose data as it was on entry the backward needs.
+
+    The backward runs the function again after the call (runtime/differentiable.py). A result
+    of a function that changes a .grad (a training step, which calls backward inside: its graph
+    is used up, as PyTorch's) is stale, as is one computed from a tensor that requires grad and
+    that the call changes in place (an update, after which PyTorch's backward through it
+    raises). A result computed from other data the call overwrites (the counter of tracer's
+    random generator, a buffer) is differentiated on that data as it was on entry: replayed."""
+    if cleared or any(kind != "data" for _, kind, _ in writebacks):
+        return frozenset(range(result_count)), frozenset()
+    written = {("leaf", index): index for index, _, _ in writebacks}
+    reads: dict[int, frozenset[int]] = {
+        id(parameter): frozenset((written[source],))
+        for parameter, source in zip(function.parameters, sources) if source in written}
+    if not reads:
+        return frozenset(), frozenset()
+    for instruction in function.instructions:  # (in order: every input is defined before)
+        found = [reads[id(value)] for value in instruction.inputs if id(value) in reads]
+        if found:
+            union = frozenset().union(*found)
+            reads.update((id(value), union) for value in instruction.outputs)
+    stale, replayed = set(), set()
+    for position, value in enumerate(function.outputs[:result_count]):
+        indices = reads.get(id(value), frozenset())
+        if any(requires_grad[index] for index in indices):
+            stale.add(position)
+        else:
+            replayed.update(indices)
+    return frozenset(stale), frozenset(replayed)
 
 
 def _name_captured(function: ir.Graph, captured: list, reached: Reached) -> None:

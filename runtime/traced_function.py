@@ -25,7 +25,7 @@ from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import call_state_of, grad_of, results, tensor_buffers, write_back
+from tracer.buffers import buffer_of, call_state_of, grad_of, results, tensor_buffers, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -245,6 +245,9 @@ class TracedFunction:
         if entry.writebacks:
             check_targets(entry, values, arrays)
         executable = entry.executable
+        # (the data on entry that the results' backward reads, where the call overwrites it)
+        entered = ([buffer_of(values[index]).copy() for index in entry.replayed]
+                   if entry.replayed and state.grad_enabled else None)
         outputs = executable.run(arrays, entry.shares_outputs)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
         inputs = None if executable.fresh_results else set(map(id, arrays))
@@ -261,7 +264,7 @@ class TracedFunction:
         if entry.differentiable and state.grad_enabled:
             if leaves is None:
                 leaves = [(value, None) for value in values]
-            record_backward(self, entry, args, kwargs, leaves, tensors)
+            record_backward(self, entry, args, kwargs, leaves, tensors, values, entered)
         if entry.structure == ("leaf",):
             return tensors[0]
         return unflatten(entry.structure, tensors)

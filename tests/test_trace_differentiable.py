@@ -1,4 +1,4 @@
-"""Results of a pure traced function carry a backward, as with torch.compile."""
+"""Results of a traced function carry a backward, as with torch.compile."""
 import numpy as np
 import pytest
 
@@ -63,3 +63,128 @@ def test_step_with_in_place_updates_returns_detached_result():
     loss = step(w)
     assert not loss.requires_grad
     np.testing.assert_allclose(w.detach().numpy(), np.full(3, 0.8, np.float32))
+
+
+# A traced function that changes state (BatchNorm's running statistics, a counter it is given)
+# returns differentiable results where they do not depend on what it overwrites: the backward
+# runs the function again and puts back what that run changes (runtime/differentiable.py).
+
+@pytest.mark.parametrize("dimensions", [1, 2])
+def test_a_compiled_batch_norm_in_training_gives_the_gradients_and_statistics_pytorch_gives(
+        dimensions):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(dimensions)
+    shape = (6, 3) if dimensions == 1 else (4, 3, 2, 5)
+    x_values = rng.standard_normal(shape)
+    mixing = rng.standard_normal(shape)
+
+    def run(m, compiled):
+        norm = getattr(m.nn, f"BatchNorm{dimensions}d")(3, dtype=m.float64)
+        with m.no_grad():
+            norm.weight.copy_(m.tensor(rng_weight))
+        forward = (tr.trace(norm) if m is tr else torch.compile(norm)) if compiled else norm
+        x = m.tensor(x_values, requires_grad=True)
+        y = forward(x)
+        assert y.requires_grad
+        # another term besides the normalized one, so a lost gradient shows
+        loss = (y * m.tensor(mixing)).pow(2).sum() + (x * x).sum()
+        loss.backward()
+        forward(x)  # a second call: the statistics move on from where the first left them
+        return [t.detach().numpy() for t in (x.grad, norm.weight.grad, norm.bias.grad,
+                                             norm.running_mean, norm.running_var)]
+
+    rng_weight = rng.uniform(0.5, 1.5, 3)
+    expected = run(torch, False)
+    for actual in (run(tr, False), run(tr, True)):
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_traced_function_that_counts_its_calls_is_differentiable_and_counts_once():
+    @tr.trace
+    def counted(x, calls):
+        with tr.no_grad():
+            calls.add_(1)
+        return x.sin() * 3
+
+    x = tr.tensor([0.5, -1.0, 2.0], dtype=tr.float64, requires_grad=True)
+    calls = tr.zeros(1)
+    counted(x, calls).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos([0.5, -1.0, 2.0]), rtol=1e-14)
+    assert calls.item() == 1.0  # the backward's run of the function changed it back
+
+
+def test_a_compiled_dropout_in_training_differentiates_through_the_mask_of_its_own_call():
+    """The counter of tracer's random generator is state the call advances: the backward of the
+    first call's result, run after a second call, uses the first call's mask."""
+    tr.manual_seed(5)
+    model = tr.nn.Sequential(tr.nn.Linear(4, 6, dtype=tr.float64), tr.nn.Dropout(0.5))
+    forward = tr.trace(model)
+    x = tr.tensor(np.random.default_rng(5).standard_normal((8, 4)))
+    first, second = forward(x), forward(x)
+    assert first.requires_grad
+    linear = (x @ model[0].weight.T + model[0].bias).detach().numpy()
+    masks = [result.detach().numpy() / linear for result in (first, second)]
+    assert not np.array_equal(masks[0], masks[1])  # each call draws its own
+    np.testing.assert_allclose(np.unique(np.round(masks[0], 12)), [0.0, 2.0])
+    weights = np.arange(48.0).reshape(8, 6)
+    (first * tr.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(model[0].weight.grad.numpy(), (masks[0] * weights).T @ x.numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(model[0].bias.grad.numpy(), (masks[0] * weights).sum(0),
+                               rtol=1e-12)
+    third = forward(x).detach().numpy() / linear  # the backward left the generator as it was
+    assert not np.array_equal(third, masks[0]) and not np.array_equal(third, masks[1])
+
+
+def test_a_result_computed_from_data_the_call_overwrites_is_differentiated_on_the_old_data():
+    torch = pytest.importorskip("torch")
+
+    def shifted(m, x, w):
+        y = (x + w) ** 2  # (pow saves x + w, which no one changes)
+        with m.no_grad():
+            w.add_(1)
+        return y
+
+    def run(m, function):
+        x = m.tensor([1.0, 2.0], requires_grad=True)
+        w = m.tensor([3.0, -4.0])
+        function(x, w).sum().backward()
+        return x.grad.numpy(), w.numpy()
+
+    expected = run(torch, lambda x, w: shifted(torch, x, w))
+    np.testing.assert_array_equal(expected[0], [8.0, -4.0])  # 2 (x + w) with w as it was
+    for a, e in zip(run(tr, tr.trace(lambda x, w: shifted(tr, x, w))), expected):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_a_backward_through_data_the_call_changed_after_reading_it_raises_as_pytorch():
+    @tr.trace
+    def scaled(x, w):
+        y = x * w  # (mul saves w for the gradient of x, and the call changes w)
+        with tr.no_grad():
+            w.add_(1)
+        return y
+
+    x = tr.tensor([1.0, 2.0], requires_grad=True)
+    w = tr.tensor([3.0, 4.0])
+    y = scaled(x, w)
+    with pytest.raises(tr.InplaceError, match="changed in place"):
+        y.sum().backward()
+    np.testing.assert_array_equal(w.numpy(), [4.0, 5.0])  # changed once, by the call
+    assert x.grad is None
+
+
+def test_a_result_computed_from_a_parameter_the_call_updates_is_detached():
+    """PyTorch's backward through such a result raises (the parameter was changed in place)."""
+    @tr.trace
+    def updated(x, w):
+        y = (x * w).sum()
+        with tr.no_grad():
+            w.sub_(0.5)
+        return y
+
+    x = tr.tensor([1.0, 2.0], requires_grad=True)
+    w = tr.tensor([3.0, 4.0], requires_grad=True)
+    assert not updated(x, w).requires_grad
+    np.testing.assert_array_equal(w.detach().numpy(), [2.5, 3.5])
