@@ -155,6 +155,62 @@ def test_a_fused_eager_step_is_one_compiled_call_equal_to_torchs_fused(name, opt
     assert restored not in FUSED_UPDATES and restored.param_groups[0]["fused"] is True
 
 
+@pytest.mark.parametrize("fused", [None, False])
+def test_eager_steps_are_compiled_from_the_third_unless_fused_is_false(fused):
+    """By default the first two eager steps run eagerly and the rest are one compiled call, which
+    a learning rate changed each step does not compile again; fused=False never compiles. Each
+    step equals PyTorch's to float64's rounding."""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = tr.optim.Adam(ours, lr=0.02, weight_decay=0.05, fused=fused)
+    theirs_optimizer = torch.optim.Adam(theirs, lr=0.02, weight_decay=0.05)
+    for step in range(6):
+        for optimizer in (ours_optimizer, theirs_optimizer):
+            optimizer.param_groups[0]["lr"] = 0.02 / (1 + step)
+        _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
+        compiled = FUSED_UPDATES.get(ours_optimizer)
+        if fused is False or step < 2:
+            assert not isinstance(compiled, tr.TracedFunction)
+        else:
+            assert compiled.cache_info().misses == 1
+    _assert_state_equals_torch(ours_optimizer, theirs_optimizer, steps=6)
+
+
+@pytest.mark.parametrize("name, changed", [("SGD", {"momentum": 0.9}),
+                                           ("SGD", {"momentum": 0.8, "dampening": 0.3})])
+def test_state_a_hyperparameter_changed_later_calls_for_is_made_as_pytorch_makes_it(name,
+                                                                                     changed):
+    """(PyTorch's RMSprop and Adam raise KeyError where momentum, centered or amsgrad is set
+    later; tracer's make zeros for them too.)"""
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    ours_optimizer = getattr(tr.optim, name)(ours, lr=0.05)
+    theirs_optimizer = getattr(torch.optim, name)(theirs, lr=0.05)
+    for step in range(5):
+        if step == 3:  # after the update is compiled: it is traced again with the new state
+            for optimizer in (ours_optimizer, theirs_optimizer):
+                optimizer.param_groups[0].update(changed)
+        _steps([(tr, ours, ours_optimizer), (torch, theirs, theirs_optimizer)])
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
+
+
+def test_state_a_hyperparameter_changed_later_calls_for_inside_a_traced_step_is_explained():
+    parameter = tr.ones(3, requires_grad=True)
+    optimizer = tr.optim.SGD([parameter], lr=0.1)
+    optimizer.param_groups[0]["momentum"] = 0.9
+
+    @tr.trace
+    def step():
+        optimizer.zero_grad()
+        (parameter * parameter).sum().backward()
+        optimizer.step()
+
+    with pytest.raises(tr.TracingError, match="momentum_buffer.*run one step"):
+        step()
+    np.testing.assert_array_equal(parameter.detach().numpy(), [1.0, 1.0, 1.0])
+
+
 def test_a_fused_optimizer_inside_a_traced_step_is_part_of_that_step():
     ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
     theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]

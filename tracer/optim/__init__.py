@@ -52,8 +52,6 @@ class SGD(Optimizer):
         grad = _gradient(parameter, grad, group)
         momentum = group["momentum"]
         if momentum != 0:
-            if "momentum_buffer" not in state:  # momentum set after the optimizer was made
-                state.update(self._initial_state(parameter, group))
             buffer, dampening = state["momentum_buffer"], group["dampening"]
             # PyTorch's first step sets the buffer to the gradient itself: from a zero buffer,
             # that is the update with no dampening.
@@ -158,10 +156,6 @@ class RMSprop(Optimizer):
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         alpha, momentum = group["alpha"], group["momentum"]
         grad = _gradient(parameter, grad, group)
-        # momentum or centered set after the optimizer was made: their buffers start at zero
-        for name, needed in (("momentum_buffer", momentum > 0), ("grad_avg", group["centered"])):
-            if needed and name not in state:
-                state[name] = zeros_like(parameter)
         state["step"].add_(1)
         square_avg = state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         if group["centered"]:

@@ -10,11 +10,13 @@ Reading a parameter's `.grad` goes through `current_tensor`, which finds an argu
 the trace (where the traced backward put the gradient).
 
 PyTorch's implementation options are taken: `foreach` and `capturable` change nothing here (the
-update is the same; the step count is always a tensor), `differentiable=True` is refused (the
-update runs under no_grad), and `fused=True` makes an eager `step()` one compiled call: the same
-update traced once (`tr.trace`), its floats (lr, betas, ...) runtime inputs, instead of a dozen
-eager operations per parameter -- for a training loop whose step is not traced as a whole (the
-model alone traced, as with torch.compile(model)).
+update is the same; the step count is always a tensor) and `differentiable=True` is refused (the
+update runs under no_grad). An eager `step()` is one compiled call from the third on (from the
+first with `fused=True`; never with `fused=False`): the same update traced once (`tr.trace`), its
+floats (lr, betas, ...) runtime inputs, instead of a dozen eager operations per parameter, each
+~100x slower than the compiled update -- for a training loop whose step is not traced as a whole
+(the model alone traced, as with torch.compile(model), or nothing traced). The first two run
+eagerly, so that a script that steps once or twice does not wait for a compile.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Callable, Iterable
 
 import tracer
 from tracer.context import enable_grad, no_grad, state as mode
-from tracer.errors import ArgumentError
+from tracer.errors import ArgumentError, TracingError
 from tracer.ir.types import float64, is_float
 from tracer.backward import clear_grads
 from tracer.creation import zeros, zeros_like
@@ -33,10 +35,11 @@ from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
 
-# The traced update of each optimizer with fused=True, made by its first eager step; not an
-# attribute, so that the optimizer pickles without it (it holds native code) and its attributes
-# stay the ones PyTorch's optimizer has.
+# The traced update of each optimizer, made by the eager step that first runs it, or the number of
+# eager steps run so far before that; not an attribute, so that the optimizer pickles without it
+# (it holds native code) and its attributes stay the ones PyTorch's optimizer has.
 FUSED_UPDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+EAGER_STEPS = 2  # eager steps before the compiled update (unless fused=True)
 
 
 class Optimizer:
@@ -132,21 +135,58 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        if mode.trace is None and all(group.get("fused") for group in self.param_groups):
-            if self not in FUSED_UPDATES:  # (tr.trace, which the package imports on first use)
-                FUSED_UPDATES[self] = tracer.trace(self._update_all)
-            FUSED_UPDATES[self]()
-        else:
+        self._complete_state()
+        fused = [group.get("fused") for group in self.param_groups]
+        update = FUSED_UPDATES.get(self, 0)
+        if mode.trace is not None or False in fused:
             self._update_all()
+        elif isinstance(update, int) and update < EAGER_STEPS and not all(fused):
+            self._update_all()
+            FUSED_UPDATES[self] = update + 1
+        else:
+            if isinstance(update, int):  # (tr.trace, which the package imports on first use)
+                update = FUSED_UPDATES[self] = tracer.trace(self._update_all)
+            update()
         return loss
+
+    def _complete_state(self) -> None:
+        """Make the state that hyperparameters changed since call for (SGD's momentum set after the
+        optimizer was made, as PyTorch makes it; RMSprop's centered and Adam's amsgrad, where
+        PyTorch raises KeyError), zeros, before the update runs: a traced update cannot store
+        tensors it makes. (Not inside a traced step, where the state made would be traced values:
+        `_update_all` says what to do there.)"""
+        if mode.trace is not None:
+            return
+        for group in self.param_groups:
+            params = group["params"]
+            if not params:
+                continue
+            # (the names the group's hyperparameters call for, from an empty stand-in)
+            names = self._initial_state(params[0].detach().reshape(-1)[:0], group).keys()
+            for parameter in params:
+                state = self.state[parameter]
+                if not names <= state.keys():
+                    for name, tensor in self._initial_state(parameter, group).items():
+                        state.setdefault(name, tensor)
 
     def _update_all(self) -> None:
         with no_grad():
             for group in self.param_groups:
                 for parameter in group["params"]:
                     current = current_tensor(parameter)
-                    if current.grad is not None:
+                    if current.grad is None:
+                        continue
+                    try:
                         self._update(current, current.grad, self.state[parameter], group)
+                    except KeyError as error:
+                        if mode.trace is None:
+                            raise
+                        raise TracingError(
+                            f"{type(self).__name__}.step() in a traced function: a parameter's "
+                            f"state has no {error}, which a hyperparameter changed after the "
+                            f"optimizer was made calls for; run one step() outside the traced "
+                            f"function first (it makes that state), or make the optimizer with "
+                            f"that hyperparameter") from None
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         raise NotImplementedError
