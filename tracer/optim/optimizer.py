@@ -162,7 +162,7 @@ class Optimizer:
             if not params:
                 continue
             # (the names the group's hyperparameters call for, from an empty stand-in)
-            names = self._initial_state(params[0].detach().reshape(-1)[:0], group).keys()
+            names = self._initial_state(zeros(0, dtype=params[0].dtype), group).keys()
             for parameter in params:
                 state = self.state[parameter]
                 if not names <= state.keys():
