@@ -819,6 +819,64 @@ def test_f34_a_row_conv_transpose2d_padding_crops_has_the_gradient_zero(traced):
     assert np.isnan(with_nan[:, :, [1, 2]]).all()
 
 
+def test_f35_group_norm_with_a_bias_and_no_weight_has_the_gradient_pytorch_cannot_give():
+    """PyTorch 2.13's backward of group_norm(x, groups, bias=b) without a weight raises "tensor
+    does not have a device" (found by the slow random-program run of 2026-11-27, thirteenth
+    session; the tester no longer generates it). The bias's gradient is the cotangent summed over
+    everything but the channel, the input's that of the normalization alone: checked against
+    torch's group_norm with a weight of ones, which is the same function."""
+    rng = np.random.default_rng(35)
+    x_values, b_values = rng.standard_normal((2, 4, 3, 3)), rng.standard_normal(4)
+    cotangent = rng.standard_normal((2, 4, 3, 3))
+    with pytest.raises(RuntimeError, match="does not have a device"):
+        b = torch.tensor(b_values, requires_grad=True)
+        torch.nn.functional.group_norm(torch.tensor(x_values), 2, bias=b).sum().backward()
+    x_theirs = torch.tensor(x_values, requires_grad=True)
+    b_theirs = torch.tensor(b_values, requires_grad=True)
+    expected = torch.nn.functional.group_norm(x_theirs, 2, torch.ones(4, dtype=torch.float64),
+                                              b_theirs)
+    (expected * torch.tensor(cotangent)).sum().backward()
+    for traced in (False, True):
+        x, b = tr.tensor(x_values, requires_grad=True), tr.tensor(b_values, requires_grad=True)
+
+        def step(x, b):
+            y = tr.nn.functional.group_norm(x, 2, bias=b)
+            (y * tr.tensor(cotangent)).sum().backward()
+            return y.detach()
+        y = (tr.trace(step) if traced else step)(x, b)
+        np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(b.grad.numpy(), cotangent.sum(axis=(0, 2, 3)), rtol=1e-12)
+        np.testing.assert_allclose(x.grad.numpy(), x_theirs.grad.numpy(), rtol=1e-10,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_f36_the_second_derivative_of_hardsigmoid_is_zero(traced):
+    """PyTorch 2.13 has no second derivative of hardsigmoid ("derivative for
+    aten::hardsigmoid_backward is not implemented"; found by the slow second-order run of
+    2026-11-27, thirteenth session; the tester's second-order programs leave it out). It is
+    piecewise linear, h'' = 0: for f(x) = h(x) * x, f' = h'(x) x + h(x) and f'' = 2 h'(x), with
+    h' = 1/6 (rounded to float32, as PyTorch's backward has it) inside (-3, 3) and 0 outside."""
+    values = np.array([-4.0, -1.0, 0.5, 2.9, 3.5])
+
+    def derivatives(m, x):
+        f = m.nn.functional.hardsigmoid(x) * x
+        (first,) = m.autograd.grad(f.sum(), x, create_graph=True)
+        (second,) = m.autograd.grad(first.sum(), x)
+        return first.detach(), second
+
+    with pytest.raises(RuntimeError, match="not implemented"):
+        derivatives(torch, torch.tensor(values, requires_grad=True))
+    x = tr.tensor(values, requires_grad=True)
+    first, second = (tr.trace(lambda x: derivatives(tr, x)) if traced
+                     else lambda x: derivatives(tr, x))(x)
+    inside = np.abs(values) < 3
+    slope = float(np.float32(1 / 6))  # h' as PyTorch's hardsigmoid_backward rounds it, and tracer
+    np.testing.assert_allclose(first.numpy(), np.where(inside, slope * values, 0.0)
+                               + np.clip(values / 6 + 0.5, 0, 1), rtol=1e-15)
+    np.testing.assert_allclose(second.numpy(), np.where(inside, 2 * slope, 0.0), rtol=1e-15)
+
+
 def test_f32_second_derivative_of_layer_norm_with_a_bias_and_no_weight():
     """PyTorch 2.13's double backward of layer_norm(x, bias=b) without a weight raises "Expected
     a proper Tensor but got None" (its own error; found by the slow second-order run, which no
