@@ -185,22 +185,27 @@ class Recorder:
                 entry.grad is not None)
         first_float = len(leaves) + len(captured)
         sources += [("leaf", first_float + k) for k in range(len(self.floats.inputs))]
+        stale, replayed = result_dependence(
+            self._traced, sources, self.writebacks, self.cleared,
+            _requiring_grad([*(value for value, _ in leaves), *(c.tensor for c in captured)]),
+            _requiring_grad(self.result_leaves))
         return Recording(self._traced, self.result_structure, self.result_leaves,
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
-                         self.floats.inputs, self.rules, self.aliases,
-                         *result_dependence(self._traced, len(self.result_leaves), sources,
-                                            self.writebacks, self.cleared, [
-                                                isinstance(value, Tensor) and value.requires_grad
-                                                for value in (*(v for v, _ in leaves),
-                                                              *(c.tensor for c in captured))]))
+                         self.floats.inputs, self.rules, self.aliases, stale, replayed)
 
 
-def result_dependence(function: ir.Graph, result_count: int, sources: Sequence[tuple[str, int]],
+def _requiring_grad(values: Sequence) -> list[bool]:
+    return [isinstance(value, Tensor) and value.requires_grad for value in values]
+
+
+def result_dependence(function: ir.Graph, sources: Sequence[tuple[str, int]],
                       writebacks: Sequence[tuple[int, str, int]], cleared: Sequence[int],
-                      requires_grad: Sequence[bool]) -> tuple[frozenset[int], frozenset[int]]:
+                      requires_grad: Sequence[bool], results_requiring_grad: Sequence[bool]
+                      ) -> tuple[frozenset[int], frozenset[int]]:
     """(stale, replayed): the positions of the results that are not differentiated after the
-    call, and the leaves whose data as it was on entry the backward needs.
+    call, and the leaves whose data as it was on entry the backward needs (`requires_grad`: of
+    each leaf; `results_requiring_grad`: of each result).
 
     The backward runs the function again after the call (runtime/differentiable.py). A result
     of a function that changes a .grad (a training step, which calls backward inside: its graph
@@ -209,21 +214,27 @@ def result_dependence(function: ir.Graph, result_count: int, sources: Sequence[t
     raises). A result computed from other data the call overwrites (the counter of tracer's
     random generator, a buffer) is differentiated on that data as it was on entry: replayed."""
     if cleared or any(kind != "data" for _, kind, _ in writebacks):
-        return frozenset(range(result_count)), frozenset()
+        return frozenset(range(len(results_requiring_grad))), frozenset()
     written = {("leaf", index): index for index, _, _ in writebacks}
-    reads: dict[int, frozenset[int]] = {
-        id(parameter): frozenset((written[source],))
-        for parameter, source in zip(function.parameters, sources) if source in written}
-    if not reads:
-        return frozenset(), frozenset()
-    for instruction in function.instructions:  # (in order: every input is defined before)
-        found = [reads[id(value)] for value in instruction.inputs if id(value) in reads]
-        if found:
-            union = frozenset().union(*found)
-            reads.update((id(value), union) for value in instruction.outputs)
+    index_of = {id(parameter): written[source]
+                for parameter, source in zip(function.parameters, sources) if source in written}
     stale, replayed = set(), set()
-    for position, value in enumerate(function.outputs[:result_count]):
-        indices = reads.get(id(value), frozenset())
+    if not index_of:
+        return frozenset(), frozenset()
+    for position, value in enumerate(function.outputs[:len(results_requiring_grad)]):
+        if not results_requiring_grad[position]:
+            continue  # (never differentiated)
+        # the written leaves the result is computed from: a walk back through its producers
+        indices, seen, stack = set(), {id(value)}, [value]
+        while stack:
+            value = stack.pop()
+            if id(value) in index_of:
+                indices.add(index_of[id(value)])
+            elif value.producer is not None:
+                for operand in value.producer.inputs:
+                    if id(operand) not in seen:
+                        seen.add(id(operand))
+                        stack.append(operand)
         if any(requires_grad[index] for index in indices):
             stale.add(position)
         else:
