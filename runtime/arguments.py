@@ -173,12 +173,13 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
                     f"another argument or .grad; pass separate tensors (e.g. a .clone())")
 
 
-def copy_arrays(tree):
-    """`tree` with its numpy arrays copied (Tensors, with their version counters, are kept)."""
+def copy_arrays(tree, instead: dict | None = None):
+    """`tree` with its numpy arrays copied (Tensors, with their version counters, are kept);
+    `instead`: by id, an array to give for one (already a copy)."""
     if isinstance(tree, np.ndarray):
-        return tree.copy()
+        return instead[id(tree)] if instead and id(tree) in instead else tree.copy()
     if isinstance(tree, (list, tuple)):
-        return type(tree)(copy_arrays(item) for item in tree)
+        return type(tree)(copy_arrays(item, instead) for item in tree)
     if isinstance(tree, dict):
-        return {key: copy_arrays(value) for key, value in tree.items()}
+        return {key: copy_arrays(value, instead) for key, value in tree.items()}
     return tree

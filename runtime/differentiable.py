@@ -36,8 +36,12 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     inputs = list({id(v): v for v, _ in leaves
                    if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
     outputs = [results[i] for i in entry.differentiable]
-    # The backward runs the function again: on the arguments as they are now.
-    args, kwargs = copy_arrays((args, kwargs))
+    # The backward runs the function again: on the arguments as they are now (numpy arrays the
+    # call overwrote, as the call found them).
+    written = {index for index, _, _ in entry.writebacks}
+    as_entered = {id(values[index]): array for index, array in zip(entry.replayed, entered or ())
+                  if not isinstance(values[index], Tensor)}
+    args, kwargs = copy_arrays((args, kwargs), as_entered)
 
     def backward(cotangents: list[Tensor]) -> list[Tensor | None]:
         if entry.backward is None:
@@ -50,7 +54,10 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
                 return entry.backward(cotangents, *args, **kwargs)
 
     # The backward reads the arguments again: changing one in place first is an error.
-    saved = [v for v, _ in leaves if isinstance(v, Tensor)] + captured
+    # (not the tensors the call writes: the backward reads those as they were on entry, or not
+    # at all, so a second call or the user changing them before the backward is no error)
+    saved = [v for index, (v, _) in enumerate(leaves)
+             if isinstance(v, Tensor) and index not in written] + captured
     record_call(getattr(traced.python_function, "__name__", "traced"), backward, outputs, inputs,
                 saved)
 

@@ -545,3 +545,35 @@ def test_fused_step_updates_a_group_added_after_the_first_step():
         results.append((a.detach().numpy(), b.detach().numpy()))
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-12)
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-12)
+
+
+def test_sgd_dampening_set_after_the_momentum_buffer_was_made_dampens_the_next_step():
+    """PyTorch's buffer exists, so its next step is dampened (tracer's new step count must not
+    take it for a first step)."""
+    ours = tr.tensor([0.3, -1.2, 2.0], dtype=tr.float64, requires_grad=True)
+    theirs = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64, requires_grad=True)
+    ours_optimizer = tr.optim.SGD([ours], lr=0.1, momentum=0.9)
+    theirs_optimizer = torch.optim.SGD([theirs], lr=0.1, momentum=0.9)
+    for step in range(6):
+        for optimizer, p in ((ours_optimizer, ours), (theirs_optimizer, theirs)):
+            optimizer.zero_grad()
+            (p.sin() * p).sum().backward()
+            if step == 4:
+                optimizer.param_groups[0]["dampening"] = 0.5
+            optimizer.step()
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
+
+
+def test_an_optimizer_whose_steps_compiled_is_freed_with_its_parameters():
+    import gc
+    import weakref
+    parameter = tr.zeros(4, dtype=tr.float64, requires_grad=True)
+    optimizer = tr.optim.Adam([parameter], lr=0.1)
+    for _ in range(4):
+        parameter.grad = tr.ones(4, dtype=tr.float64)
+        optimizer.step()
+    assert optimizer in FUSED_UPDATES
+    references = weakref.ref(optimizer), weakref.ref(parameter)
+    del optimizer, parameter
+    gc.collect()
+    assert all(reference() is None for reference in references)

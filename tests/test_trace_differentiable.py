@@ -188,3 +188,47 @@ def test_a_result_computed_from_a_parameter_the_call_updates_is_detached():
     w = tr.tensor([3.0, 4.0], requires_grad=True)
     assert not updated(x, w).requires_grad
     np.testing.assert_array_equal(w.detach().numpy(), [2.5, 3.5])
+
+
+def test_two_calls_of_a_traced_batch_norm_in_training_then_one_backward_match_pytorch():
+    """A siamese loss: the second call updates the statistics (and the count) the first read;
+    its backward reads them as the first call found them, as PyTorch's (no InplaceError)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    first, second = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+
+    def run(m, compiled):
+        norm = m.nn.BatchNorm1d(3, dtype=m.float64)
+        forward = tr.trace(norm) if compiled else norm
+        x1, x2 = (m.tensor(a, requires_grad=True) for a in (first, second))
+        (forward(x1).tanh() * forward(x2).tanh()).sum().backward()
+        return [t.detach().numpy() for t in (x1.grad, x2.grad, norm.weight.grad,
+                                                norm.running_mean, norm.num_batches_tracked)]
+
+    for a, e in zip(run(tr, True), run(torch, False)):
+        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_written_argument_changed_between_the_call_and_the_backward_is_read_as_on_entry():
+    torch = pytest.importorskip("torch")
+
+    def shifted(m, x, w):
+        y = (x + w) ** 2
+        with m.no_grad():
+            w.add_(1)
+        return y
+
+    def run(m, function, array):
+        x = m.tensor([1.0, 2.0], dtype=m.float64, requires_grad=True)
+        w = np.array([3.0, -4.0]) if array else m.tensor([3.0, -4.0], dtype=m.float64)
+        y = function(x, w)
+        w *= 10  # (in place, a tensor's or an array's)
+        y.sum().backward()
+        return x.grad.numpy(), np.asarray(w)
+
+    expected = run(torch, lambda x, w: shifted(torch, x, w), False)
+    np.testing.assert_array_equal(expected[0], [8.0, -4.0])
+    traced = tr.trace(lambda x, w: shifted(tr, x, w))
+    for array in (False, True):  # a numpy argument array the call writes too
+        for a, e in zip(run(tr, traced, array), expected):
+            np.testing.assert_array_equal(a, e)

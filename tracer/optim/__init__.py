@@ -48,6 +48,15 @@ class SGD(Optimizer):
             state["step"] = _step_count()
         return state
 
+    def _complete_state(self) -> None:
+        # dampening set after the momentum buffer was made: its first step is behind it
+        started = [self.state[p] for g in self.param_groups for p in g["params"]
+                   if "momentum_buffer" in self.state[p] and "step" not in self.state[p]]
+        super()._complete_state()
+        for state in started:
+            if "step" in state:
+                state["step"].add_(1)
+
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
         grad = _gradient(parameter, grad, group)
         momentum = group["momentum"]

@@ -38,7 +38,29 @@ from tracer.tracing import current_tensor
 # The traced update of each optimizer, made by the eager step that first runs it, or the number of
 # eager steps run so far before that; not an attribute, so that the optimizer pickles without it
 # (it holds native code) and its attributes stay the ones PyTorch's optimizer has.
-FUSED_UPDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+class _Updates:
+    """FUSED_UPDATES[optimizer]: kept in the optimizer's own __dict__ (left out when it pickles or
+    copies), not in a WeakKeyDictionary, whose value -- a traced function that holds the
+    optimizer, its argument -- would keep its key, and the parameters and state, alive for good."""
+    NAME = "_tracer_update"
+
+    def get(self, optimizer, default=None):
+        return vars(optimizer).get(self.NAME, default)
+
+    def __getitem__(self, optimizer):
+        return vars(optimizer)[self.NAME]
+
+    def __contains__(self, optimizer) -> bool:
+        return self.NAME in vars(optimizer)
+
+    def __setitem__(self, optimizer, value) -> None:
+        vars(optimizer)[self.NAME] = value
+
+    def pop(self, optimizer, default=None):
+        return vars(optimizer).pop(self.NAME, default)
+
+
+FUSED_UPDATES = _Updates()
 EAGER_STEPS = 2  # eager steps before the compiled update (unless fused=True)
 
 
@@ -84,6 +106,9 @@ class Optimizer:
 
     def _initial_state(self, parameter: Tensor, group: dict) -> dict[str, Tensor]:
         return {}
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k != _Updates.NAME}
 
     def state_dict(self) -> dict:
         """PyTorch's layout: "state" by parameter index, "param_groups" with the indices."""
