@@ -38,9 +38,11 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     outputs = [results[i] for i in entry.differentiable]
     # The backward runs the function again: on the arguments as they are now (numpy arrays the
     # call overwrote, as the call found them).
-    written = {index for index, _, _ in entry.writebacks}
-    as_entered = {id(values[index]): array for index, array in zip(entry.replayed, entered or ())
-                  if not isinstance(values[index], Tensor)}
+    written, as_entered = set(), None
+    if entry.writebacks:
+        written = {index for index, _, _ in entry.writebacks}
+        as_entered = {id(values[index]): array for index, array in zip(entry.replayed, entered or ())
+                      if not isinstance(values[index], Tensor)}
     args, kwargs = copy_arrays((args, kwargs), as_entered)
 
     def backward(cotangents: list[Tensor]) -> list[Tensor | None]:
@@ -56,8 +58,9 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     # The backward reads the arguments again: changing one in place first is an error.
     # (not the tensors the call writes: the backward reads those as they were on entry, or not
     # at all, so a second call or the user changing them before the backward is no error)
-    saved = [v for index, (v, _) in enumerate(leaves)
-             if isinstance(v, Tensor) and index not in written] + captured
+    saved = ([v for index, (v, _) in enumerate(leaves)
+              if isinstance(v, Tensor) and index not in written] if written
+             else [v for v, _ in leaves if isinstance(v, Tensor)]) + captured
     record_call(getattr(traced.python_function, "__name__", "traced"), backward, outputs, inputs,
                 saved)
 
