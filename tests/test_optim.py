@@ -577,3 +577,24 @@ def test_an_optimizer_whose_steps_compiled_is_freed_with_its_parameters():
     del optimizer, parameter
     gc.collect()
     assert all(reference() is None for reference in references)
+
+
+def test_an_update_whose_parameters_with_a_grad_keep_changing_runs_eagerly_after_two_compiles():
+    """A mixture of experts: a different subset of parameters has a .grad each step. Each subset
+    is a signature of the compiled update; past two, the update runs eagerly (it equals torch's)."""
+    import warnings
+    pick = np.random.default_rng(0)
+    ours = [tr.tensor(pick.standard_normal(3), requires_grad=True) for _ in range(6)]
+    theirs = [torch.tensor(p.detach().numpy(), requires_grad=True) for p in ours]
+    ours_optimizer, theirs_optimizer = tr.optim.Adam(ours, lr=0.1), torch.optim.Adam(theirs, lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no RecompileWarning)
+        for _ in range(20):
+            used = [i for i in range(6) if pick.random() < 0.5] or [0]
+            for optimizer, parameters in ((ours_optimizer, ours), (theirs_optimizer, theirs)):
+                optimizer.zero_grad()
+                sum((parameters[i] ** 2).sum() for i in used).backward()
+                optimizer.step()
+    for a, e in zip(ours, theirs):
+        np.testing.assert_allclose(a.detach().numpy(), e.detach().numpy(), rtol=1e-12)
+    assert FUSED_UPDATES.get(ours_optimizer) == "eager"

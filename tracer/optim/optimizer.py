@@ -62,6 +62,8 @@ class _Updates:
 
 FUSED_UPDATES = _Updates()
 EAGER_STEPS = 2  # eager steps before the compiled update (unless fused=True)
+COMPILED_SIGNATURES = 2  # signatures of the update compiled before it runs eagerly for good
+EAGER = "eager"
 
 
 class Optimizer:
@@ -163,7 +165,7 @@ class Optimizer:
         self._complete_state()
         fused = [group.get("fused") for group in self.param_groups]
         update = FUSED_UPDATES.get(self, 0)
-        if mode.trace is not None or False in fused:
+        if mode.trace is not None or False in fused or update is EAGER:
             self._update_all()
         elif isinstance(update, int) and update < EAGER_STEPS and not all(fused):
             self._update_all()
@@ -172,6 +174,10 @@ class Optimizer:
             if isinstance(update, int):  # (tr.trace, which the package imports on first use)
                 update = FUSED_UPDATES[self] = tracer.trace(self._update_all)
             update()
+            if not all(fused) and update.cache_info().misses > COMPILED_SIGNATURES:
+                # the update keeps changing (the parameters that have a .grad vary from step to
+                # step: a mixture of experts, layers used on some steps): eager from now on
+                FUSED_UPDATES[self] = EAGER
         return loss
 
     def _complete_state(self) -> None:
