@@ -21,7 +21,6 @@ eagerly, so that a script that steps once or twice does not wait for a compile.
 from __future__ import annotations
 
 import builtins
-import weakref
 from typing import Callable, Iterable
 
 import tracer
@@ -36,8 +35,8 @@ from tracer.tracing import current_tensor
 
 
 # The traced update of each optimizer, made by the eager step that first runs it, or the number of
-# eager steps run so far before that; not an attribute, so that the optimizer pickles without it
-# (it holds native code) and its attributes stay the ones PyTorch's optimizer has.
+# eager steps run so far before that, or EAGER; left out when the optimizer pickles (it holds
+# native code).
 class _Updates:
     """FUSED_UPDATES[optimizer]: kept in the optimizer's own __dict__ (left out when it pickles or
     copies), not in a WeakKeyDictionary, whose value -- a traced function that holds the
