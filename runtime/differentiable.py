@@ -10,7 +10,9 @@ import numpy as np
 
 from tracer.autograd import record_call
 from tracer.context import enable_grad
+from tracer.errors import FunctionBackwardError
 from tracer.runtime.arguments import copy_arrays, flatten
+from tracer.runtime.guards import captured_change
 from tracer.backward import traced_gradients
 from tracer.buffers import buffer_of
 from tracer.creation import ones_like
@@ -36,6 +38,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     inputs = list({id(v): v for v, _ in leaves
                    if isinstance(v, Tensor) and v.requires_grad}.values()) + captured
     outputs = [results[i] for i in entry.differentiable]
+    name = traced._name
     # The backward runs the function again: on the arguments as they are now (numpy arrays the
     # call overwrote, as the call found them).
     written, as_entered = set(), None
@@ -46,6 +49,13 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     args, kwargs = copy_arrays((args, kwargs), as_entered)
 
     def backward(cotangents: list[Tensor]) -> list[Tensor | None]:
+        changed = captured_change(entry)
+        if changed:  # (the run below would trace the changed code: another function's gradient)
+            raise FunctionBackwardError(
+                f"the backward of the traced function {name} runs it again, and what it reads "
+                f"changed since the call: {changed}; call backward() before changing it "
+                f"(model.train() or model.eval(), an attribute the function reads), or call the "
+                f"function again after the change")
         if entry.backward is None:
             entry.backward = type(traced)(_vector_jacobian_product(
                 traced.python_function, entry.differentiable, captured))
@@ -61,8 +71,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     saved = ([v for index, (v, _) in enumerate(leaves)
               if isinstance(v, Tensor) and index not in written] if written
              else [v for v, _ in leaves if isinstance(v, Tensor)]) + captured
-    record_call(getattr(traced.python_function, "__name__", "traced"), backward, outputs, inputs,
-                saved)
+    record_call(name, backward, outputs, inputs, saved)
 
 
 def _vector_jacobian_product(function: Callable, differentiable: list[int],
