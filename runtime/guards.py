@@ -27,6 +27,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
+from tracer.nn.module_api import HOOK_DICTS
 from tracer.runtime.code_names import UsedNames, global_names, may_read
 from tracer.runtime.random_draws import GENERATORS
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
@@ -209,6 +210,8 @@ def _read(root, steps: tuple):
 # A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
 # one is written as the user writes it (model.blocks[0].attn.weight).
 _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
+# Its forward hooks decide what its __call__ traces: copies of their dicts are guarded (see _walk).
+_HOOK_DICTS = frozenset(("attr", name) for name in HOOK_DICTS)
 
 
 def _named(steps: tuple) -> tuple:
@@ -242,6 +245,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
+    if isinstance(value, dict) and path[2] and path[2][-1] in _HOOK_DICTS:  # a hook removed or
+        reached.values.append((path, type(value)(value)))  # added traces again (hooks: by identity)
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
     # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
