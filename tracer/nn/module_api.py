@@ -58,7 +58,7 @@ def _module_name(module) -> str:
     return type(module).__name__
 
 
-def _typename(value) -> str:
+def typename(value) -> str:
     """What torch.typename calls a value in messages ("numpy.ndarray", "int")."""
     module = getattr(value, "__module__", "") or ""
     name = getattr(value, "__qualname__", getattr(value, "__name__", None))
@@ -90,7 +90,7 @@ class ModuleApi:
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot assign buffer before Module.__init__() call")
         if not isinstance(name, str):
-            raise TypeError(f"buffer name should be a string. Got {_typename(name)}")
+            raise TypeError(f"buffer name should be a string. Got {typename(name)}")
         if "." in name:
             raise KeyError('buffer name can\'t contain "."')
         if name == "":
@@ -98,7 +98,7 @@ class ModuleApi:
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError(f"attribute '{name}' already exists")
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
+            raise TypeError(f"cannot assign '{typename(tensor)}' object to buffer '{name}' "
                             f"(tracer Tensor or None required)")
         self._buffers[name] = tensor
         if persistent:
