@@ -1,6 +1,7 @@
 """tr.nn.Module's apply, get_submodule/get_parameter/get_buffer, non-persistent buffers and forward
 (pre-)hooks against torch.nn.Module with the same structure and weights (float64): values, order,
 errors, and hooks inside @tr.trace, where registering or removing one must trace again."""
+import pickle
 import warnings
 
 import numpy as np
@@ -320,3 +321,60 @@ def test_traced_function_sees_a_hook_registered_after_tracing():
     handle.remove()
     np.testing.assert_allclose(_numpy(forward(x)), plain, rtol=1e-14)
     assert forward.cache_info().misses == 3  # each change of hooks traced again
+
+
+def test_a_hook_deep_in_a_model_is_guarded():
+    """Hooks are guarded however deep the module (beyond the depth the guards' walk of other
+    attributes stops at: a Linear seven Sequentials down)."""
+    inner = nn.Linear(3, 3, dtype=tr.float64)
+    model = inner
+    for _ in range(7):
+        model = nn.Sequential(nn.Identity(), model)
+    x = tr.tensor(rng.standard_normal((2, 3)))
+
+    @tr.trace
+    def forward(x):
+        return model(x)
+
+    plain, shifted = _numpy(forward(x)), _numpy(inner(x + 1))
+    with inner.register_forward_pre_hook(lambda module, args: args[0] + 1):
+        np.testing.assert_allclose(_numpy(forward(x)), shifted, rtol=1e-14)
+    np.testing.assert_allclose(_numpy(forward(x)), plain, rtol=1e-14)
+    assert forward.cache_info().misses == 3
+
+
+def test_a_change_of_hooks_is_the_recompile_reason_and_spares_functions_without_modules(caplog):
+    model = nn.Linear(2, 2, dtype=tr.float64)
+    weight = tr.tensor([1.0, 2.0], dtype=tr.float64)
+
+    @tr.trace
+    def forward(x):
+        return model(x)
+
+    @tr.trace
+    def scaled(x):
+        return x * weight
+
+    x = tr.ones(1, 2, dtype=tr.float64)
+    forward(x), scaled(x)
+    with caplog.at_level("INFO", logger="tracer.trace"):
+        handle = model.register_forward_hook(lambda module, args, output: output)
+        forward(x), scaled(x)
+        handle.remove()
+    assert "forward hooks: " in caplog.text
+    assert forward.cache_info().misses == 2 and scaled.cache_info().misses == 1
+
+
+def test_pickled_modules_keep_non_persistent_buffers_and_older_pickles_get_empty_hooks():
+    model = nn.Linear(3, 2, dtype=tr.float64)
+    model.register_buffer("scale", tr.full((3,), 2.0), persistent=False)
+    loaded = pickle.loads(pickle.dumps(model))
+    assert list(loaded.state_dict()) == ["weight", "bias"]
+    np.testing.assert_array_equal(loaded.scale.numpy(), [2.0, 2.0, 2.0])
+    older = {name: value for name, value in vars(model).items()
+             if not name.startswith("_forward") and name != "_non_persistent_buffers_set"}
+    revived = nn.Linear.__new__(nn.Linear)
+    revived.__setstate__(older)
+    x = tr.tensor(rng.standard_normal((2, 3)))
+    np.testing.assert_array_equal(_numpy(revived(x)), _numpy(model(x)))
+    assert list(revived.state_dict()) == ["weight", "bias", "scale"]

@@ -3,8 +3,8 @@
 non-persistent buffers and forward (pre-)hooks with the handles that remove them.
 
 Hooks run inside `Module.__call__`, eagerly and while `@tr.trace` traces: what they compute is
-part of the compiled code. Which hooks a module has is therefore guarded (runtime/guards.py
-guards copies of the hook dicts below): registering or removing one traces again."""
+part of the compiled code. Registering or removing one therefore traces again (runtime/guards.py
+guards HOOK_CHANGES)."""
 from __future__ import annotations
 
 import builtins
@@ -19,6 +19,19 @@ from tracer.tensor import Tensor
 # The attributes holding a module's hooks, as PyTorch names them (runtime/guards.py reads this).
 HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
               "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+class HookChanges:
+    """How many times a forward hook was registered or removed, on any module. runtime/guards.py
+    guards this one number for every traced function that calls a Module: a change of hooks
+    anywhere traces such functions again (one number to check per call, where a guard on every
+    module's hook dicts cost 240 us a call of a 12-layer TransformerEncoder)."""
+
+    def __init__(self) -> None:
+        self.hook_changes = 0
+
+
+HOOK_CHANGES = HookChanges()
 
 
 class ForwardPreHookError(TracerError, RuntimeError):
@@ -42,6 +55,9 @@ class RemovableHandle:
         self.extra_dict_ref = tuple(weakref.ref(entries) for entries in extra)
 
     def remove(self) -> None:
+        hooks = self.hooks_dict_ref()
+        if hooks is not None and self.id in hooks:
+            HOOK_CHANGES.hook_changes += 1
         for reference in (self.hooks_dict_ref, *self.extra_dict_ref):
             entries = reference()
             if entries is not None and self.id in entries:
@@ -74,6 +90,13 @@ class ModuleApi:
         for name in HOOK_DICTS:
             object.__setattr__(self, name, OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling, as PyTorch's: a module pickled before it had hooks gets empty ones."""
+        self.__dict__.update(state)
+        for name in HOOK_DICTS:
+            self.__dict__.setdefault(name, OrderedDict())
+        self.__dict__.setdefault("_non_persistent_buffers_set", set())
 
     # Parameters and buffers -----------------------------------------------------------------
     def named_parameters(self, prefix: str = "", recurse: builtins.bool = True,
@@ -164,6 +187,7 @@ class ModuleApi:
         handle = RemovableHandle(self._forward_pre_hooks,
                                  extra_dict=self._forward_pre_hooks_with_kwargs)
         self._forward_pre_hooks[handle.id] = hook
+        HOOK_CHANGES.hook_changes += 1
         if with_kwargs:
             self._forward_pre_hooks_with_kwargs[handle.id] = True
         if prepend:
@@ -179,6 +203,7 @@ class ModuleApi:
         handle = RemovableHandle(self._forward_hooks, extra_dict=[
             self._forward_hooks_with_kwargs, self._forward_hooks_always_called])
         self._forward_hooks[handle.id] = hook
+        HOOK_CHANGES.hook_changes += 1
         if with_kwargs:
             self._forward_hooks_with_kwargs[handle.id] = True
         if always_call:
