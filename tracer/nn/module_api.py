@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 from tracer.errors import TracerError
 from tracer.tensor import Tensor
 
-# The attributes holding a module's hooks, as PyTorch names them (runtime/guards.py reads this).
+# The attributes holding a module's hooks, as PyTorch names them.
 HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
               "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 
