@@ -7,9 +7,9 @@ static arguments, and from there attributes, list and dict items. For every path
 tensor the function then captured, the guard checks that the path still reaches that very tensor
 (`model.w = new_tensor` traces again); for every path that ends at a Python number, string, None or
 numpy array, that it still holds the value seen before tracing (a module's `p = 0.5`, baked into
-the code). The tensors captured are runtime inputs, read on every call; their shape, dtype,
-requires_grad and .grad are checked too. A tensor reached in some other way (returned by a method,
-say) is guarded by identity only: rebinding it is not seen.
+the code); if a Module ran, that no forward hook was added or removed since. Captured tensors are
+runtime inputs, read on every call; their shape, dtype, requires_grad and .grad are checked too. A
+tensor reached otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
+from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
 from tracer.runtime.code_names import UsedNames, global_names, may_read
 from tracer.runtime.random_draws import GENERATORS
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
@@ -95,6 +96,7 @@ class Reached:
     # (runtime/random_draws.py)
     generators: dict[int, tuple[str, Any]] = field(default_factory=dict)
     _seen: set[int] = field(default_factory=set)
+    hook_changes: int | None = None  # HOOK_CHANGES.hook_changes if a Module was reached
 
     def floats(self) -> list[tuple[tuple, float]]:
         """The paths that end at a float (runtime inputs: see runtime/floats.py)."""
@@ -120,9 +122,10 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them)."""
     runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
-    paths += [(path, value) for path, value in reached.values
-              if path[0] not in runtime and (used is None or may_read(_named(path[2]), value,
-                                                                        used))]
+    paths += [(path, value) for path, value in reached.values if path[0] not in runtime
+              and (used is None or may_read(_named(path[2]), value, used))]
+    if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
+        paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
@@ -242,6 +245,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
+    if isinstance(value, ModuleApi) and reached.hook_changes is None:
+        reached.hook_changes = HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
     # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each

@@ -7,7 +7,12 @@ import math
 import numbers
 import warnings
 
+import numpy as np
+
 from tracer.context import no_grad
+from tracer.arithmetic import where
+from tracer.creation import empty_like, tensor as make_tensor
+from tracer.ops import empty
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.random import Generator
 from tracer.tensor import Tensor
@@ -125,3 +130,62 @@ def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
     if std is None:
         return tensor
     return normal_(tensor, 0.0, std, generator)
+
+
+def _normal_cdf(x: float) -> float:
+    return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator: Generator | None = None) -> Tensor:
+    """Fill with numbers from N(mean, std**2) truncated to [a, b], by PyTorch 2.13's rejection
+    sampling: normal draws redrawn outside [a, b] where [a, b] holds more than 0.3 of the
+    distribution; else uniform draws in [a, b] accepted with probability pdf / its peak."""
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The "
+                      "distribution of values may be incorrect.", stacklevel=2)
+    with no_grad():
+        if _normal_cdf((b - mean) / std) - _normal_cdf((a - mean) / std) > 0.3:
+            # the bounds in the tensor's dtype, so the mask agrees with the values it can hold
+            low, high = (make_tensor(bound, dtype=tensor.dtype).item() for bound in (a, b))
+            result = empty_like(tensor).normal_(mean, std, generator=generator)
+            while (outside := (result < low) | (result > high)).any():
+                result = where(outside, empty_like(tensor).normal_(mean, std,
+                                                                     generator=generator), result)
+            return tensor.copy_(result)
+        log_peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
+
+        def rejected(candidates: Tensor) -> Tensor:
+            log_density = -0.5 * ((candidates - mean) / std) ** 2 - log_peak
+            return empty_like(tensor).uniform_(generator=generator).log() > log_density
+
+        result = empty_like(tensor).uniform_(a, b, generator=generator)
+        pending = rejected(result)
+        while pending.any():
+            candidates = empty_like(tensor).uniform_(a, b, generator=generator)
+            result = where(pending, candidates, result)
+            pending = where(pending, rejected(candidates), pending)
+        return tensor.copy_(result)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill with a (semi-)orthogonal matrix, the tensor seen as (size(0), the rest) times `gain`:
+    PyTorch's construction, Q of the QR factorization of a standard normal draw, its columns'
+    signs those of R's diagonal (so that Q is uniform over orthogonal matrices). The
+    factorization is numpy's (LAPACK's Householder QR, as torch.linalg.qr) in float64."""
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    columns = tensor.numel() // rows
+    drawn = empty(rows, columns, dtype=tensor.dtype).normal_(0, 1, generator=generator)
+    matrix = drawn.numpy().astype(np.float64)
+    matrix = matrix.T if rows < columns else matrix
+    q, r = np.linalg.qr(matrix)
+    q *= np.sign(np.diag(r))
+    q = q.T if rows < columns else q
+    with no_grad():
+        tensor.copy_(make_tensor(q, dtype=tensor.dtype).view_as(tensor))
+        tensor.mul_(gain)
+    return tensor

@@ -10,6 +10,7 @@ from typing import Iterator, NamedTuple
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
+from tracer.nn.module_api import ModuleApi, RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
 from tracer.creation import ones, rand, randn, zeros
 from tracer.interop import loaded_tensor
@@ -62,15 +63,16 @@ def _uniform(shape: tuple[int, ...], bound: float, dtype) -> Tensor:
     return ((rand(*shape, dtype=float32 if dtype is None else dtype) * 2 - 1) * bound).detach()
 
 
-class Module:
+class Module(ModuleApi):
     """Base class of layers and models: assign Parameters and Modules as attributes, define
-    `forward`, call the module."""
+    `forward`, call the module (the rest of its API: tracer/nn/module_api.py)."""
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
+        self._init_hooks()
 
     # Registration ---------------------------------------------------------------------------
     def _registries(self) -> tuple[dict, dict, dict]:
@@ -88,6 +90,7 @@ class Module:
                 if registry is not target:
                     registry.pop(name, None)
             self.__dict__.pop(name, None)
+            self._non_persistent_buffers_set.discard(name)
             target[name] = value  # a name already there keeps its place, as in PyTorch
         elif name in parameters or name in modules:
             if value is not None:
@@ -114,6 +117,7 @@ class Module:
         for registry in self._registries():
             if name in registry:
                 del registry[name]
+                self._non_persistent_buffers_set.discard(name)
                 return
         object.__delattr__(self, name)
 
@@ -123,24 +127,22 @@ class Module:
                                 f"{type(parameter).__name__}")
         self._parameters[name] = parameter
 
-    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
-        """A tensor that is part of the module's state (in state_dict) but not a parameter."""
-        self._buffers[name] = tensor
-
     def add_module(self, name: str, module: Module | None) -> None:
         self._modules[name] = module
 
     # Traversal ------------------------------------------------------------------------------
-    def named_modules(self, memo: set | None = None,
-                      prefix: str = "") -> Iterator[tuple[str, Module]]:  # PyTorch's order
-        memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: builtins.bool = True) -> Iterator[tuple[str, Module]]:
+        memo = set() if memo is None else memo  # (PyTorch's order)
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, module in self._modules.items():
             if module is not None:
-                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name)
+                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name,
+                                                remove_duplicate)
 
     def modules(self) -> Iterator[Module]:
         return (module for _, module in self.named_modules())
@@ -151,36 +153,26 @@ class Module:
     def children(self) -> Iterator[Module]:
         return (module for _, module in self.named_children())
 
-    def _named_members(self, registry: str, prefix: str, recurse: builtins.bool):
+    def _named_members(self, registry: str, prefix: str, recurse: builtins.bool,
+                       remove_duplicate: builtins.bool = True):
         seen: set[int] = set()
-        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        modules = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+                   if recurse else [(prefix, self)])
         for module_prefix, module in modules:
             for name, value in getattr(module, registry).items():
-                if value is None or id(value) in seen:
+                if value is None or (remove_duplicate and id(value) in seen):
                     continue
                 seen.add(id(value))
                 yield (f"{module_prefix}.{name}" if module_prefix else name), current_tensor(value)
 
-    def named_parameters(self, prefix: str = "", recurse: builtins.bool = True):
-        return self._named_members("_parameters", prefix, recurse)
-
-    def parameters(self, recurse: builtins.bool = True) -> Iterator[Parameter]:
-        return (p for _, p in self.named_parameters(recurse=recurse))
-
-    def named_buffers(self, prefix: str = "", recurse: builtins.bool = True):
-        return self._named_members("_buffers", prefix, recurse)
-
-    def buffers(self, recurse: builtins.bool = True) -> Iterator[Tensor]:
-        return (b for _, b in self.named_buffers(recurse=recurse))
-
     # State ----------------------------------------------------------------------------------
     def state_dict(self) -> OrderedDict:
-        """Every parameter and buffer by its dotted name, detached (sharing the buffers)."""
+        """Every parameter and persistent buffer by dotted name, detached (sharing buffers)."""
         state = OrderedDict()
         for prefix, module in self.named_modules():
             for registry in (module._parameters, module._buffers):
                 for name, value in registry.items():
-                    if value is not None:
+                    if value is not None and name not in module._non_persistent_buffers_set:
                         state[f"{prefix}.{name}" if prefix else name] = value.detach()
         return state
 
@@ -264,6 +256,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
+        if self._forward_pre_hooks or self._forward_hooks:  # (read here: guarded when traced)
+            return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
 
     def extra_repr(self) -> str:

@@ -1,5 +1,6 @@
-"""`tr.nn.utils`: gradient clipping (PyTorch's formulas, eagerly and inside a traced step) and
-the safetensors files PyTorch users exchange weights in (tracer/nn/safetensors_files.py)."""
+"""`tr.nn.utils`: gradient clipping (PyTorch's formulas, eagerly and inside a traced step),
+parameters as one vector and back, and the safetensors files PyTorch users exchange weights in
+(tracer/nn/safetensors_files.py)."""
 from __future__ import annotations
 
 import builtins
@@ -8,14 +9,16 @@ from typing import Iterable
 
 from tracer.context import no_grad, state
 from tracer.errors import ArgumentError, TracerError, TracingError
-from tracer.functional import stack
+from tracer.functional import cat, stack
 from tracer.creation import tensor as make_tensor
+from tracer.nn.module_api import typename
 from tracer.nn.safetensors_files import load_safetensors, save_safetensors
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_",
-           "save_safetensors", "load_safetensors"]
+           "save_safetensors", "load_safetensors", "parameters_to_vector",
+           "vector_to_parameters"]
 
 
 class NonFiniteNormError(TracerError, RuntimeError):
@@ -83,3 +86,22 @@ def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float,
     with no_grad():
         for grad in _grads(parameters):
             grad.clamp_(min=-float(clip_value), max=float(clip_value))
+
+
+def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
+    """The parameters flattened and concatenated into one vector (differentiable: inside a
+    traced step too, a penalty on it reaches every parameter's gradient)."""
+    return cat([current_tensor(parameter).view(-1) for parameter in parameters])
+
+
+def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
+    """Copy consecutive slices of `vec` into the parameters, in their order and shapes (through
+    `.data`, as PyTorch; unlike PyTorch's, a parameter of vec's dtype then holds a copy of the
+    slice, not a view of `vec`'s memory)."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected tracer Tensor, but got: {typename(vec)}")
+    pointer = 0
+    for parameter in parameters:
+        count = parameter.numel()
+        parameter.data = vec[pointer:pointer + count].view_as(parameter).data
+        pointer += count
