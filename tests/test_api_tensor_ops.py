@@ -393,3 +393,23 @@ def test_traced_step_with_scatter_and_rounded_div_matches_torch_and_compiles_onc
         assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
     np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
     assert step.cache_info().misses <= 2  # the first call without .grad, then one signature
+
+
+def test_vmap_and_second_order_through_scatter_div_and_a_dtype_sum_match_torch():
+    x = RNG.standard_normal((4, 3))
+    index = np.array([2, 0, 1])
+
+    def per_row(lib):
+        return lambda a: a.scatter(0, lib.tensor(index), a * 2).div(
+            0.7, rounding_mode="floor").sum(dtype=lib.float64)
+
+    np.testing.assert_array_equal(tr.vmap(per_row(tr))(tr.tensor(x)).numpy(),
+                                  torch.vmap(per_row(torch))(torch.tensor(x)).numpy())
+    gradients = []
+    for lib, grad in ((tr, tr.autograd.grad), (torch, torch.autograd.grad)):
+        v = lib.tensor(x, requires_grad=True)
+        y = v.scatter(1, lib.tensor(np.tile(index, (4, 1))), v ** 3).pow(2).sum()
+        (first,) = grad(y, v, create_graph=True)
+        (first * first).sum().backward()
+        gradients.append(v.grad.numpy())
+    np.testing.assert_allclose(gradients[0], gradients[1], rtol=1e-12)
