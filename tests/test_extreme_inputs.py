@@ -111,6 +111,12 @@ def row(run):
     return Case(run, lambda dtype: [rows(dtype)])
 
 
+def permuted_columns(shape) -> np.ndarray:
+    """An int64 index of `shape` whose rows are rotations of 0, 1, ..., shape[1] - 1."""
+    rows, columns = shape
+    return (np.arange(columns)[None, :] + np.arange(rows)[:, None]) % columns
+
+
 def labels(count: int, classes: int) -> np.ndarray:
     return np.arange(count, dtype=np.int64) % classes
 
@@ -270,6 +276,9 @@ CASES: dict[str, Case] = {
                                  x[i:i + 1] % y[i:i + 1] for i in range(x.shape[0])])),
     "Tensor.floor_divide": Case(lambda lib, x, y: x // y, lambda dtype: list(pairs(dtype)),
                                 gradients=False),
+    # (rounded quotients: PyTorch's gradient is zeros, also for an infinite cotangent)
+    "Tensor.div": binary(lambda lib, x, y: (x.div(y), x.div(y, rounding_mode="trunc"),
+                                            lib.div(x, y, rounding_mode="floor"))),
     "tr.where": binary(lambda lib, x, y: lib.where(x > y, x, y)),
     "Tensor.masked_fill": unary(lambda lib, x: x.masked_fill(x > 1, 2.0)),
     "Tensor.lerp": ternary(lambda lib, x, y, w: (x.lerp(y, w), x.lerp(y, 0.25),
@@ -278,8 +287,8 @@ CASES: dict[str, Case] = {
     "Tensor.addcdiv": ternary(lambda lib, x, y, z: x.addcdiv(y, z, value=0.5)),
     "Tensor.to": unary(lambda lib, x: (x.to(lib.float64), x.to(lib.float32))),
     # reductions
-    "Tensor.sum": row(lambda lib, x: (x.sum(), x.sum(1))),
-    "Tensor.mean": row(lambda lib, x: (x.mean(), x.mean(1))),
+    "Tensor.sum": row(lambda lib, x: (x.sum(), x.sum(1), x.sum(1, dtype=lib.float64))),
+    "Tensor.mean": row(lambda lib, x: (x.mean(), x.mean(1), x.mean(0, dtype=lib.float64))),
     "Tensor.max": row(lambda lib, x: (x.max(), x.max(1).values, x.max(0).values)),
     "Tensor.min": row(lambda lib, x: (x.min(), x.min(1).values)),
     "Tensor.amax": row(lambda lib, x: (x.amax(1), x.amax())),
@@ -389,6 +398,15 @@ CASES: dict[str, Case] = {
                           lambda dtype: [rows(dtype), moderate(dtype, (3, 2))]),
     "Tensor.index_add": Case(lambda lib, x, y: x.index_add(0, lib.tensor(np.arange(
         y.shape[0]) % 5), y, alpha=0.5), lambda dtype: [rows(dtype)[:5], rows(dtype)]),
+    # index rows without repeats along dimension 1 (PyTorch leaves a repeated scatter's value
+    # unspecified, and the sums of a repeated scatter_add would round in another order)
+    "Tensor.scatter": row(lambda lib, x: (
+        x.scatter(1, lib.tensor(permuted_columns(x.shape)), x.flip(0)),
+        x.scatter(1, lib.tensor(permuted_columns(x.shape)[:, :2]), 2.5),
+        x.scatter(0, lib.tensor(permuted_columns(x.shape)[:1]), x[1:2]))),
+    "Tensor.scatter_add": row(lambda lib, x: (
+        x.scatter_add(1, lib.tensor(permuted_columns(x.shape)), x.flip(0)),
+        x.scatter_add(0, lib.tensor(permuted_columns(x.shape)[:2]), x[1:3].flip(1)))),
     "F.l1_loss": binary(lambda lib, x, y: lib.nn.functional.l1_loss(x, y, reduction="none")),
     "Tensor.round": unary(lambda lib, x: x.round()),
     # stable sorts on both sides, so that tied values (the constant rows) send their gradients
@@ -512,7 +530,8 @@ LAYOUT = ("reshape view t T transpose permute unsqueeze squeeze flatten expand e
 ALIASES = {
     **{f"Tensor.{name}": "layout" for name in LAYOUT}, "tr.cat": "layout", "tr.stack": "layout",
     "Tensor.clip": "Tensor.clamp", "Tensor.mul": "Tensor.__mul__", "Tensor.add": "Tensor.__add__",
-    "Tensor.sub": "Tensor.__sub__", "Tensor.div": "Tensor.__truediv__",
+    "Tensor.sub": "Tensor.__sub__", "Tensor.divide": "Tensor.div",
+    "Tensor.true_divide": "Tensor.__truediv__",
     "Tensor.__abs__": "Tensor.abs", "Tensor.__neg__": "Tensor.neg", "Tensor.__pos__": "layout",
     "Tensor.__mod__": "Tensor.remainder", "Tensor.__floordiv__": "Tensor.floor_divide",
     "Tensor.__matmul__": "Tensor.matmul", "Tensor.mm": "Tensor.matmul", "Tensor.bmm": "Tensor.matmul",
@@ -588,7 +607,9 @@ NOT_DIFFERENTIABLE = {
                     "Tensor.register_hook Tensor.retain_grad tr.save tr.load Tensor.stride "
                     "Tensor.is_contiguous Tensor.nelement Tensor.element_size".split(),
                     "not an operation on values"),
-    **dict.fromkeys("Tensor.argsort".split(), "an index"),
+    **dict.fromkeys("Tensor.argsort Tensor.nonzero Tensor.argwhere".split(), "an index"),
+    # (values and gradient against PyTorch in tests/test_api_tensor_ops.py)
+    "Tensor.masked_select": "eager only, its shape depending on the values: a boolean mask read",
     **dict.fromkeys("Tensor.normal_ Tensor.uniform_".split(), "an overwrite by random numbers"),
     **dict.fromkeys("Tensor.zero_ Tensor.fill_".split(), "an overwrite by a constant"),
     **dict.fromkeys("tr.arange tr.empty tr.eye tr.full tr.full_like tr.linspace tr.ones "

@@ -33,6 +33,8 @@ from tracer.cumulative import FUNCTIONS as _CUMULATIVE
 from tracer.medians import FUNCTIONS as _MEDIANS
 from tracer.rearranging import FUNCTIONS as _REARRANGING
 from tracer.products import FUNCTIONS as _PRODUCTS
+from tracer.division import FUNCTIONS as _DIVISION
+from tracer.selection import FUNCTIONS as _SELECTION
 from tracer.gradcheck import gradcheck, gradgradcheck
 from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
@@ -54,7 +56,7 @@ globals().update(_FUNCTIONS)  # tr.exp, tr.sum, tr.matmul, ... (see tracer/funct
 globals().update(_OPS)  # tr.var, tr.tril, tr.eye, ... (see tracer/ops.py)
 # tr.isnan, tr.asin, tr.cumsum, tr.median, tr.flip, tr.outer, ...
 globals().update(_MATH_FUNCTIONS, **_ARC_FUNCTIONS, **_CUMULATIVE, **_MEDIANS, **_REARRANGING,
-                 **_PRODUCTS)
+                 **_PRODUCTS, **_DIVISION, **_SELECTION)
 _configure_logging()
 
 

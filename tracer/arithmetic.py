@@ -103,7 +103,6 @@ class ArithmeticMethods:
         return self - _scaled(other, alpha)
 
     def mul(self, other): return self * other
-    def div(self, other): return self / other
     def pow(self, exponent): return self ** exponent
     def neg(self): return -self
 

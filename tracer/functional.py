@@ -12,6 +12,7 @@ from tracer.tensor import Tensor
 _METHODS = ("abs sign exp log sqrt tanh sigmoid relu sin cos neg pow clamp mm matmul t transpose "
             "permute reshape unsqueeze squeeze flatten sum mean max min argmax softmax "
             "log_softmax maximum minimum any all index_select gather take_along_dim index_add round "
+            "scatter scatter_add "
             "sort argsort topk argmin").split()
 
 

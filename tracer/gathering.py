@@ -1,5 +1,5 @@
 """PyTorch's dimension-wise index operations, composed from the gather and scatter primitives:
-index_select, gather, take_along_dim and index_add_."""
+index_select, gather, take_along_dim, index_add_, scatter_ and scatter_add_."""
 from __future__ import annotations
 
 import numbers
@@ -124,3 +124,66 @@ def index_add(x: Tensor, dim: int, index: Tensor, source, alpha=1) -> Tensor:
     updates = source if dim == 0 else source.permute(dim, *(d for d in range(x.ndim) if d != dim))
     return apply("scatter", [x, updates, *checked(x, [index], (dim,), False)], axes=(dim,),
                  accumulate=True)
+
+
+def _scattered(x: Tensor, dim: int, index: Tensor, source, what: str) -> tuple:
+    """(x, the index tensors of every axis, the updates) of PyTorch's scatter and scatter_add:
+    `source` a tensor of x's rank and dtype no smaller than the index (the part the index covers
+    is written), or for scatter a number (written at every index); 0-d operands as 1-D ones."""
+    index = _index(index, what)
+    # (a Python number passed to a traced function arrives as a weak 0-d tensor: still a number)
+    from_tensor = isinstance(source, Tensor) and not source._weak
+    if from_tensor and source.dtype != x.dtype:
+        raise ArgumentError(f"{what}: the source is {source.dtype}, the tensor {x.dtype}; "
+                            f"PyTorch needs the same dtype: convert it with .to({x.dtype})")
+    for name, operand in (("tensor", x), ("source", source if from_tensor else index)):
+        if index.ndim != operand.ndim:
+            raise ShapeMismatchError(f"{what}: an index of {index.ndim} dimension(s) for a "
+                                     f"{name} of {operand.ndim}; they need as many")
+    if x.ndim == 0:
+        _normalize_dim(_as_dim(dim), 0)
+        x, dim, index = x.reshape(1), 0, index.reshape(1)
+        source = source.reshape(1) if from_tensor else source
+    dim = _normalize_dim(_as_dim(dim), x.ndim)
+    if from_tensor:
+        if any(i > s for i, s in zip(index.shape, source.shape)) or any(
+                i > s for axis, (i, s) in enumerate(zip(index.shape, x.shape)) if axis != dim):
+            raise ShapeMismatchError(
+                f"{what}: an index of shape {list(index.shape)} needs to be no larger than the "
+                f"tensor {list(x.shape)} apart from dimension {dim} and no larger than the source "
+                f"{list(source.shape)}")
+        updates = source[tuple(slice(0, size) for size in index.shape)]
+    else:
+        updates = as_tensor(source).to(x.dtype).expand(*index.shape)
+    (index,) = checked(x, [index], (dim,), False)
+    indices = [index if axis == dim else iota(index.shape, axis) for axis in range(x.ndim)]
+    return x, indices, updates
+
+
+def scatter(x: Tensor, dim: int, index: Tensor, src=None, *, value=None,
+            reduce: str | None = None) -> Tensor:
+    """The new value of x after `x.scatter_(dim, index, src)`: for dim 0, x[index[i][j]][j] =
+    src[i][j] (and so on), or the number `value` there. Of repeated indices, the last one's value
+    is written (PyTorch leaves it unspecified); each source element gets the gradient of the
+    position it went to, and x none there, as PyTorch's."""
+    if reduce is not None:
+        raise ArgumentError(f"scatter with reduce={reduce!r} (deprecated in PyTorch) is not "
+                            f"supported; use scatter_add, or scatter_reduce in PyTorch")
+    if (src is None) == (value is None):
+        raise ArgumentError("scatter takes either a source tensor src or a number value")
+    scalar = x.ndim == 0
+    x, indices, updates = _scattered(x, dim, index, value if src is None else src, "scatter")
+    result = apply("scatter", [x, updates, *indices], axes=tuple(range(x.ndim)),
+                   accumulate=False)
+    return _scalar(result) if scalar else result
+
+
+def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """The new value of x after `x.scatter_add_(dim, index, src)`: for dim 0, src[i][j] added
+    to x[index[i][j]][j] (and so on; repeated indices add up)."""
+    if not isinstance(src, Tensor):
+        raise ArgumentError(f"scatter_add takes a source tensor, got {type(src).__name__}")
+    scalar = x.ndim == 0
+    x, indices, updates = _scattered(x, dim, index, src, "scatter_add")
+    result = apply("scatter", [x, updates, *indices], axes=tuple(range(x.ndim)), accumulate=True)
+    return _scalar(result) if scalar else result

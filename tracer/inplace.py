@@ -166,7 +166,6 @@ class InPlaceMethods:
     def add_(self, other, alpha=1): return self._assign(self.add(other, alpha=alpha), "add_")
     def sub_(self, other, alpha=1): return self._assign(self.sub(other, alpha=alpha), "sub_")
     def mul_(self, other): return self._assign(self * other, "mul_")
-    def div_(self, other): return self._assign(self / other, "div_")
     def pow_(self, other): return self._assign(self ** other, "pow_")
     def neg_(self): return self._assign(-self, "neg_")
     def abs_(self): return self._assign(self.abs(), "abs_")

@@ -10,7 +10,8 @@ from tracer.device import DeviceMethods
 from tracer.hooks import HookMethods
 from tracer.dimensions import number_indices
 from tracer.dispatch import DispatchMethods
-from tracer.gathering import gather, index_add, index_select, take_along_dim
+from tracer.gathering import (gather, index_add, index_select, scatter, scatter_add,
+                              take_along_dim)
 from tracer.indexing import getitem, setitem
 from tracer.inplace import InPlaceMethods
 from tracer.layout import LayoutMethods
@@ -48,6 +49,19 @@ class IndexMethods:
 
     def index_add_(self, dim: int, index: Tensor, source, alpha=1) -> Tensor:
         return self._assign(self.index_add(dim, index, source, alpha), "index_add_")
+
+    def scatter(self, dim: int, index: Tensor, src=None, *, value=None, reduce=None) -> Tensor:
+        return scatter(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_(self, dim: int, index: Tensor, src=None, *, value=None, reduce=None) -> Tensor:
+        return self._assign(scatter(self, dim, index, src, value=value, reduce=reduce),
+                            "scatter_")
+
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return scatter_add(self, dim, index, src)
+
+    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return self._assign(scatter_add(self, dim, index, src), "scatter_add_")
 
 
 for _group in (DispatchMethods, DeviceMethods, LayoutMethods, ArithmeticMethods, ReductionMethods,

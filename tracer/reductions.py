@@ -13,7 +13,7 @@ from tracer.creation import iota, zeros
 from tracer.derivatives import evenly_distributed, selected
 from tracer.dimensions import as_dim, dim_or_axis, normalize_dim, normalize_dims
 from tracer.dispatch import apply
-from tracer.dtypes import bool, int64
+from tracer.dtypes import as_dtype, bool, int64
 from tracer.errors import ArgumentError
 from tracer.function import NativeFunction
 from tracer.layout import fresh
@@ -26,9 +26,12 @@ MaxResult = namedtuple("MaxResult", ["values", "indices"])
 class ReductionMethods:
     """Tensor's reductions (given to Tensor by tracer/methods.py)."""
 
-    def sum(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> Tensor:
+    def sum(self, dim=None, keepdim: builtins.bool = False, *, dtype=None, axis=None) -> Tensor:
+        """The sum over `dim` (all elements by default); with `dtype`, of the input converted to
+        it first, as PyTorch's (a bool or integer tensor sums to int64 without)."""
         dim = dim_or_axis(dim, axis)
-        x = self.to(int64) if self.dtype == bool else self
+        x = self.to(as_dtype(dtype)) if dtype is not None else (
+            self.to(int64) if self.dtype == bool else self)
         axes = normalize_dims(dim, x.ndim)
         # A sum over no axis (of a 0-d tensor) is still a new tensor, not `x` itself.
         result = apply("reduce_sum", [x], axes=axes) if axes else x.clone()
@@ -43,10 +46,18 @@ class ReductionMethods:
     def all(self, dim=None, keepdim: builtins.bool = False) -> Tensor:
         return (self == 0).to(int64).sum(dim, keepdim) == 0
 
-    def mean(self, dim=None, keepdim: builtins.bool = False, *, axis=None) -> Tensor:
+    def mean(self, dim=None, keepdim: builtins.bool = False, *, dtype=None, axis=None) -> Tensor:
+        """The mean over `dim` (all elements by default) of a float tensor, or of the input
+        converted to the float `dtype` first, as PyTorch's."""
         dim = dim_or_axis(dim, axis)
+        if dtype is not None:
+            dtype = as_dtype(dtype)
+            if not irtypes.is_float(dtype):
+                raise ArgumentError(f"mean: dtype must be a float dtype, got {dtype}")
+            return self.to(dtype).mean(dim, keepdim)
         if not irtypes.is_float(self.dtype):
-            raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() first")
+            raise ArgumentError(f"mean needs a float tensor, got {self.dtype}; use .float() or "
+                                f"dtype=tr.float32")
         axes = normalize_dims(dim, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
         # (PyTorch's mean_backward makes zeros of a symbolic zero, a sum and a division would not)
