@@ -598,3 +598,40 @@ def test_an_update_whose_parameters_with_a_grad_keep_changing_runs_eagerly_after
     for a, e in zip(ours, theirs):
         np.testing.assert_allclose(a.detach().numpy(), e.detach().numpy(), rtol=1e-12)
     assert FUSED_UPDATES.get(ours_optimizer) == "eager"
+
+
+def test_an_update_that_decides_from_values_runs_eagerly_with_a_warning():
+    """A user's optimizer whose update reads a value (`float(...)`) cannot be compiled: the
+    default step warns once and runs eagerly, with PyTorch's results; fused=True raises."""
+    class Clipped(tr.optim.SGD):
+        def _update(self, parameter, grad, state, group):
+            if float(grad.abs().max()) > 1.0:  # (a decision on the values)
+                grad = grad / float(grad.abs().max())
+            parameter.add_(grad, alpha=-group["lr"])
+
+    def clipped_sgd_step(parameters, lr=0.1):
+        with torch.no_grad():
+            for p in parameters:
+                g = p.grad / p.grad.abs().max() if float(p.grad.abs().max()) > 1 else p.grad
+                p.add_(g, alpha=-lr)
+
+    ours = [tr.tensor(w, requires_grad=True) for w in WEIGHTS]
+    theirs = [torch.tensor(w, requires_grad=True) for w in WEIGHTS]
+    optimizer = Clipped(ours, lr=0.1)
+    for step in range(4):
+        optimizer.zero_grad()
+        _loss(tr, ours).backward()
+        for p in theirs:
+            p.grad = None
+        _loss(torch, theirs).backward()
+        if step == 2:
+            with pytest.warns(tr.TracerWarning, match="runs eagerly.*fused=False"):
+                optimizer.step()
+        else:
+            optimizer.step()
+        clipped_sgd_step(theirs)
+        _assert_parameters_equal(ours, theirs, f" after step {step + 1}")
+    with pytest.raises(tr.TracingError):
+        fused = Clipped(ours, lr=0.1, fused=True)
+        _loss(tr, ours).backward()
+        fused.step()

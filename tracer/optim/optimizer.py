@@ -21,11 +21,12 @@ eagerly, so that a script that steps once or twice does not wait for a compile.
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Callable, Iterable
 
 import tracer
 from tracer.context import enable_grad, no_grad, state as mode
-from tracer.errors import ArgumentError, TracingError
+from tracer.errors import ArgumentError, TracerWarning, TracingError
 from tracer.ir.types import float64, is_float
 from tracer.backward import clear_grads
 from tracer.creation import zeros, zeros_like
@@ -172,7 +173,19 @@ class Optimizer:
         else:
             if isinstance(update, int):  # (tr.trace, which the package imports on first use)
                 update = FUSED_UPDATES[self] = tracer.trace(self._update_all)
-            update()
+            try:
+                update()
+            except TracingError as error:
+                if all(fused):
+                    raise
+                # (an update that decides from the values, written by the user: tracing it
+                # failed before anything changed)
+                warnings.warn(f"{type(self).__name__}.step() runs eagerly: its update could not "
+                              f"be compiled ({error}); pass fused=False to say so",
+                              TracerWarning, stacklevel=2)
+                FUSED_UPDATES[self] = EAGER
+                self._update_all()
+                return loss
             if not all(fused) and update.cache_info().misses > COMPILED_SIGNATURES:
                 # the update keeps changing (the parameters that have a .grad vary from step to
                 # step: a mixture of experts, layers used on some steps): eager from now on
