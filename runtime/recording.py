@@ -207,39 +207,45 @@ def result_dependence(function: ir.Graph, sources: Sequence[tuple[str, int]],
     call, and the leaves whose data as it was on entry the backward needs (`requires_grad`: of
     each leaf; `results_requiring_grad`: of each result).
 
-    The backward runs the function again after the call (runtime/differentiable.py). A result
-    of a function that changes a .grad (a training step, which calls backward inside: its graph
-    is used up, as PyTorch's) is stale, as is one computed from a tensor that requires grad and
-    that the call changes in place (an update, after which PyTorch's backward through it
-    raises). A result computed from other data the call overwrites (the counter of tracer's
-    random generator, a buffer) is differentiated on that data as it was on entry: replayed."""
+    The backward runs the function again after the call (runtime/differentiable.py), on the data
+    the call overwrites as the call found it (replayed). A result of a function that changes a
+    .grad (a training step, which calls backward inside: its graph is used up, as PyTorch's) is
+    stale, as is one computed from a tensor that requires grad as it was before the call changed
+    it in place (an update after the forward, after which PyTorch's backward raises). One computed
+    from such a tensor only as changed (weights clipped in place, then used) is replayed, as is
+    one computed from other data the call overwrites (the random generator's counter, a buffer)."""
     if cleared or any(kind != "data" for _, kind, _ in writebacks):
         return frozenset(range(len(results_requiring_grad))), frozenset()
     written = {("leaf", index): index for index, _, _ in writebacks}
     index_of = {id(parameter): written[source]
                 for parameter, source in zip(function.parameters, sources) if source in written}
+    changed = {id(function.outputs[output]) for _, _, output in writebacks}
     stale, replayed = set(), set()
     if not index_of:
         return frozenset(), frozenset()
     for position, value in enumerate(function.outputs[:len(results_requiring_grad)]):
         if not results_requiring_grad[position]:
             continue  # (never differentiated)
-        # the written leaves the result is computed from: a walk back through its producers
-        indices, seen, stack = set(), {id(value)}, [value]
+        # the written leaves the result reads: a walk back through its producers, noting
+        # whether the path went through a value the call writes back (the leaf as changed)
+        before, seen, stack = set(), {(id(value), False)}, [(value, False)]
         while stack:
-            value = stack.pop()
+            value, as_changed = stack.pop()
+            as_changed = as_changed or id(value) in changed
             if id(value) in index_of:
-                indices.add(index_of[id(value)])
+                replayed.add(index_of[id(value)])
+                if not as_changed:
+                    before.add(index_of[id(value)])
             elif value.producer is not None:
                 for operand in value.producer.inputs:
-                    if id(operand) not in seen:
-                        seen.add(id(operand))
-                        stack.append(operand)
-        if any(requires_grad[index] for index in indices):
+                    if (id(operand), as_changed) not in seen:
+                        seen.add((id(operand), as_changed))
+                        stack.append((operand, as_changed))
+        if any(requires_grad[index] for index in before):
             stale.add(position)
-        else:
-            replayed.update(indices)
-    return frozenset(stale), frozenset(replayed)
+    # (a stale result needs nothing replayed; the others' leaves are all that is)
+    return frozenset(stale), frozenset(replayed) if len(stale) < sum(results_requiring_grad) \
+        else frozenset()
 
 
 def _name_captured(function: ir.Graph, captured: list, reached: Reached) -> None:

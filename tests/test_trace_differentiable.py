@@ -248,3 +248,27 @@ def test_a_backward_after_the_model_changed_mode_since_the_call_is_refused(first
     with pytest.raises(tr.FunctionBackwardError, match=r"training: .* call backward\(\) before"):
         (y ** 3).sum().backward()
     assert model[0].weight.grad is None
+
+
+def test_weights_clipped_in_place_inside_the_forward_get_pytorchs_gradients():
+    """A result computed from a tensor that requires grad only as the call changed it (weights
+    clipped in place, then used) is differentiated as PyTorch's (found by review: tracer gave
+    x.grad [1, -4] and w.grad None)."""
+    torch = pytest.importorskip("torch")
+    x_values, w_values = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([[0.5, -3.0], [2.0, 0.1]])
+
+    def clipped(m, x, w):
+        with m.no_grad():
+            w.clamp_(-1, 1)
+        return (x @ w).tanh()
+
+    def run(m, function):
+        x, w = m.tensor(x_values, requires_grad=True), m.tensor(w_values, requires_grad=True)
+        (function(x, w) ** 2).sum().backward()
+        return x.grad.numpy(), w.grad.numpy(), w.detach().numpy()
+
+    expected = run(torch, lambda x, w: clipped(torch, x, w))
+    for actual in (run(tr, lambda x, w: clipped(tr, x, w)),
+                   run(tr, tr.trace(lambda x, w: clipped(tr, x, w)))):
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-13, atol=1e-15)
