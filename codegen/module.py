@@ -15,9 +15,17 @@ from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
                                     HOST_CALLBACK_DECLARATION, record_register, render_kernel)
 from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
 from tracer.codegen.template_environment import render
-from tracer.ir.loops import (AllReduce, CheckIndex, Gemm, HostCall, Loop, LoopKernel,
+from tracer.ir.loops import (AllReduce, Buffer, CheckIndex, Gemm, HostCall, Loop, LoopKernel,
                              LoopProgram, nested_statements)
 from tracer.ir.memory import Location, MemoryPlan
+
+
+def buffer_register(buffer: Buffer) -> str:
+    """The entry's register pointing where a kernel's buffer starts for it (its shift on)."""
+    if buffer.location.kind == "arena":
+        return f"%tmp.{buffer.location.index + buffer.shift * buffer.value.dtype.itemsize}"
+    register = location_register(buffer.location)
+    return f"{register}.from.{buffer.shift}" if buffer.shift else register
 
 
 def location_register(location: Location) -> str:
@@ -356,13 +364,18 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
     slots = [(f"%param.{i}", i) for i in range(len(parameters))]
     slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
     slots.append(("%arena", len(parameters) + len(program.output_slots)))
-    arena_offsets = sorted({b.location.index for k in program.kernels for b in k.buffers
+    # (a buffer's shift, ir/offsets.py, moves its pointer on: a temporary's within the arena)
+    arena_offsets = sorted({b.location.index + b.shift * b.value.dtype.itemsize
+                            for k in program.kernels for b in k.buffers
                             if b.location.kind == "arena"})
+    shifted = sorted({(buffer_register(b), location_register(b.location),
+                       b.shift * b.value.dtype.itemsize)
+                      for k in program.kernels for b in k.buffers
+                      if b.shift and b.location.kind != "arena"})
     calls: list[str] = []
     signatures: dict[str, str] = {}  # each kernel symbol's argument types
     for kernel, parts, module in zip(program.kernels, rendered, modules):
-        pointers = record_register(sites) + [location_register(b.location)
-                                             for b in kernel.buffers]
+        pointers = record_register(sites) + [buffer_register(b) for b in kernel.buffers]
         extent = [kernel.extent] if parts.parallel else []  # (what the split reads at run time)
         arguments = [*(f"ptr {p}" for p in pointers), *(f"i64 {e}" for e in extent)]
         calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
@@ -374,6 +387,7 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
     return render(
         "module.ll.j2", function_name=program.name, triple=triple,
         declarations=kernel_declarations, slots=slots,
-        arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets], calls=calls,
+        arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets],
+        shifted_buffers=shifted, calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,
         record_offset=program.arena_size)

@@ -188,7 +188,7 @@ def run_program(program: LoopProgram, arguments: Sequence[np.ndarray],
         return arena[location.index:location.index + size].view(value.dtype)
 
     for kernel in program.kernels:
-        memory = {b.name: buffer(b.location, b.value) for b in kernel.buffers}
+        memory = {b.name: buffer(b.location, b.value)[b.shift:] for b in kernel.buffers}
         chunks = (kernel.chunks if splits is None else splits) if kernel.splittable else 1
         bounds = [kernel.extent * t // chunks for t in range(chunks + 1)]
         for begin, end in zip(bounds, bounds[1:]):

@@ -58,11 +58,14 @@ class Buffer:
     name: str  # "in0", "out0"
     value: Value
     location: Location
+    # elements from the buffer's start to where the kernel's pointer points (ir/offsets.py)
+    shift: int = 0
 
     def __str__(self) -> str:
         where = (f"arena+{self.location.index}" if self.location.kind == "arena"
                  else f"{self.location.kind} {self.location.index}")
-        return f"{self.name} = %{self.value.name}: {self.value.type} ({where})"
+        shifted = f", from element {self.shift}" if self.shift else ""
+        return f"{self.name} = %{self.value.name}: {self.value.type} ({where}{shifted})"
 
 
 @dataclass(eq=False)

@@ -290,6 +290,7 @@ class BackEnd:
     def _scheduled(self, program: LoopProgram) -> Iterator[LoopKernel]:
         """Each kernel scheduled and verified in turn (the `schedule` step), appended to
         `program`, then `loops` once they all are."""
+        from tracer.ir.offsets import shift_constant_offsets
         from tracer.ir.schedule import schedule_kernels
         from tracer.ir.verify_loops import verify_kernel
         kernels = schedule_kernels(self.fused, self.plan, self.settings.threads)
@@ -297,6 +298,9 @@ class BackEnd:
             with self.step("schedule"):
                 kernel = next(kernels, None)
                 if kernel is not None:
+                    # (checked code checks each offset against its buffer's start and size)
+                    if not self.settings.checked:
+                        kernel = shift_constant_offsets(kernel)
                     verify_kernel(kernel)
             if kernel is None:
                 self.__dict__["loops"] = program  # (the cached property's value)
