@@ -59,18 +59,14 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
         if entry.backward is None:
             entry.backward = type(traced)(_vector_jacobian_product(
                 traced.python_function, entry.differentiable, captured))
-        with enable_grad():  # the eager engine runs backward under no_grad
-            if not entry.writebacks:
-                return entry.backward(cotangents, *args, **kwargs)
-            with _restoring(entry, values, entered):
-                return entry.backward(cotangents, *args, **kwargs)
+        with enable_grad(), _restoring(entry, values, entered):  # (no_grad in the engine)
+            return entry.backward(cotangents, *args, **kwargs)
 
     # The backward reads the arguments again: changing one in place first is an error.
     # (not the tensors the call writes: the backward reads those as they were on entry, or not
     # at all, so a second call or the user changing them before the backward is no error)
-    saved = ([v for index, (v, _) in enumerate(leaves)
-              if isinstance(v, Tensor) and index not in written] if written
-             else [v for v, _ in leaves if isinstance(v, Tensor)]) + captured
+    saved = [v for index, (v, _) in enumerate(leaves)
+             if isinstance(v, Tensor) and index not in written] + captured
     record_call(name, backward, outputs, inputs, saved)
 
 
