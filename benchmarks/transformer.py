@@ -29,6 +29,9 @@ SIZES = {"16×32 tokens, 2 layers × 64": (16, 32, 2, 4, 64),
          # nanoGPT's attention where PyTorch has it: F.scaled_dot_product_attention(is_causal=True)
          "16×128 tokens, 4 layers × 192, scaled_dot_product_attention": (16, 128, 4, 6, 192, True)}
 QUICK_SIZES = ("16×32 tokens, 2 layers × 64",)
+# The sizes of the second row, the model compiled as torch.compile users compile one (the loss's
+# backward and the optimizer's step run eagerly around it): the quick size and issue 15's.
+MODEL_SIZES = ("16×32 tokens, 2 layers × 64", "16×128 tokens, 4 layers × 192 (6 heads of 32)")
 LEARNING_RATE = 3e-3
 # The loss of the second step, which every gradient of the first feeds through its update: sums
 # of up to 4 * n_embd float32 products per value, typical error sqrt(K) u of the scale; 1e-4.
@@ -101,6 +104,29 @@ def tracer_program(inputs) -> Program:
         def run():
             return (step(tokens, targets), *model.parameters())
         run.traced = step  # for benchmarks/kernel_profile.py
+        return run
+    return Program("tracer", build)
+
+
+def tracer_model_program(inputs) -> Program:
+    """`tr.trace(model)`, as `torch.compile(model)`: the forward compiled, its backward (split
+    from it: ir/partition.py), the eager `loss.backward()` and AdamW's eager step around it."""
+    import tracer as tr
+    settings, weights, (x, y) = inputs
+
+    def build():
+        model = example().GPT(settings)
+        model.load_state_dict(weights)
+        optimizer = tr.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        forward = tr.trace(model)
+        tokens, targets = tr.tensor(x), tr.tensor(y)
+
+        def run():
+            _, loss = forward(tokens, targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return (loss.detach(), *model.parameters())
         return run
     return Program("tracer", build)
 
@@ -235,6 +261,24 @@ def torch_transformer_programs(inputs) -> list[Program]:
     return torch_programs(torch_step, build)
 
 
+def torch_model_programs(inputs) -> list[Program]:
+    """torch eager, and `torch.compile(model)` in the same eager step."""
+    torch = installed("torch")
+    if torch is None:
+        return []
+    settings, weights, (x, y) = inputs
+
+    def build(compiled: bool):
+        model = torch_gpt()(settings)
+        model.load_state_dict({name: torch.tensor(value) for name, value in weights.items()})
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        forward = torch.compile(model) if compiled else model
+        tokens, targets = torch.from_numpy(x), torch.from_numpy(y)
+        return lambda: (torch_step(forward, optimizer, tokens, targets), *model.parameters())
+    return [Program("torch eager", lambda: build(False)),
+            Program("torch.compile", lambda: build(True))]
+
+
 def jax_transformer_programs(inputs) -> list[Program]:
     settings, weights, (x, y) = inputs
     # the parameters, in the tracer's order (not the attention mask)
@@ -294,4 +338,10 @@ def rows(quick: bool, timing: Timing) -> list[Row]:
         if "tracer" in row.seconds:
             row.size += f" ({tokens / row.seconds['tracer']:,.0f} tokens/s tracer)"
         result.append(row)
+        if label in MODEL_SIZES:
+            result.append(measure(
+                Row("transformer training step, model compiled (AdamW)", label),
+                [tracer_model_program(inputs), *torch_model_programs(inputs)], expected,
+                TOLERANCE, timing, scales,
+                floors=floors.sgemm(matmul_shapes(settings, SIZES[label][0]))))
     return result

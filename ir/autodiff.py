@@ -29,11 +29,11 @@ def active_values(instructions: Sequence[Instruction], wrt: Sequence[Value]) -> 
     return active
 
 
-def gradient_path(instructions: Sequence[Instruction], output: Value,
+def gradient_path(instructions: Sequence[Instruction], outputs: Sequence[Value],
                   wrt: Sequence[Value]) -> set[int]:
-    """Ids of the values on some gradient path from `wrt` to `output`."""
+    """Ids of the values on some gradient path from `wrt` to one of `outputs`."""
     active = active_values(instructions, wrt)
-    needed = {id(output)} if id(output) in active else set()
+    needed = {id(output) for output in outputs if id(output) in active}
     for instruction in reversed(instructions):
         if instruction.primitive in NON_DIFFERENTIABLE or instruction.primitive in DIRECTIVES:
             continue
@@ -44,7 +44,7 @@ def gradient_path(instructions: Sequence[Instruction], output: Value,
 
 def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Value]) -> list[bool]:
     """For each of `wrt`, whether a gradient path leads from it to `output`."""
-    needed = gradient_path(instructions, output, wrt)
+    needed = gradient_path(instructions, [output], wrt)
     return [id(v) in needed for v in wrt]
 
 
@@ -55,10 +55,21 @@ def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Valu
     through the instructions `forward`. None where no gradient flows. `hooks[id(value)]`, if
     any, is called as hook(builder, cotangent) with the whole cotangent of that value and
     returns the one that goes on (the tracer's Tensor.register_hook)."""
+    return vector_jacobian_product(builder, forward, [output], [seed], wrt, hooks)
+
+
+def vector_jacobian_product(builder: GraphBuilder, forward: Sequence[Instruction],
+                            outputs: Sequence[Value], seeds: Sequence[Value],
+                            wrt: Sequence[Value], hooks: dict[int, Callable] | None = None
+                            ) -> list[Value | None]:
+    """`backward` of several outputs at once, each seeded by its own cotangent (an output given
+    twice gets their sum)."""
     hooks = hooks or {}
     active = active_values(forward, wrt)
-    on_path = gradient_path(forward, output, wrt)
-    cotangents: dict[int, Value] = {id(output): seed}
+    on_path = gradient_path(forward, outputs, wrt)
+    cotangents: dict[int, Value] = {}
+    for output, seed in zip(outputs, seeds):
+        cotangents[id(output)] = accumulate(builder, cotangents.get(id(output)), seed)
     targets = {id(v) for v in wrt}
     for instruction in reversed(forward):
         outgoing = [cotangents.get(id(v)) for v in instruction.outputs]

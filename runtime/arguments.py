@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 import numpy as np
 
-from tracer.buffers import buffer_of, grad_buffer_of, is_traced, state_of
+from tracer.buffers import buffer_of, grad_buffer_of, is_traced, state_of, tensor_buffers
 from tracer.errors import ArgumentError
 from tracer.interop import foreign_to_numpy, is_foreign_array
 from tracer.dtypes import as_dtype
@@ -95,6 +95,14 @@ def leaf_signature(value, position: dict[int, int]) -> tuple:
 
 def parameter_name(path: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in path) or "arg"
+
+
+def call_arrays(entry: "Entry", values: Sequence) -> list[np.ndarray]:
+    """The arrays a call of `entry` passes to its compiled code; `values` are the argument leaves,
+    the captured tensors and the floats read from outside."""
+    if entry.tensors_in_order:
+        return tensor_buffers(values)
+    return parameter_arrays(entry.parameter_sources, values, entry.zeros)
 
 
 def parameter_arrays(sources: Sequence[tuple[str, int]], values: Sequence,

@@ -51,6 +51,12 @@ class Entry:
     differentiable: list[int] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)
     backward: Any = None  # (a TracedFunction)
+    # The grad stage, kept (for signatures with differentiable results) to make `split` from at
+    # the first backward: the forward that also returns what its backward reads, and that
+    # backward (runtime/differentiable.py); False where it cannot be made (the backward then
+    # runs the function again: `backward`).
+    grad_graph: Any = None
+    split: Any = None
     # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
     # tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and whether
     # every output the compiled code returns twice is such a result and its write-back, so that

@@ -48,6 +48,7 @@ from tracer.runtime.recording import Recorder, Recording
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
+    from tracer.ir.partition import Split
     from tracer.codegen.module import GeneratedCode, KernelModule
     from tracer.ir.loops import LoopKernel, LoopProgram
 
@@ -110,7 +111,28 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     with step("backend"):
         executable = compile_function(optimized, write_into=_written_in_place(recording))
     stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
-    return build_entry(recording, executable, leaves, stages, step.timings)
+    entry = build_entry(recording, executable, leaves, stages, step.timings)
+    if entry.differentiable:
+        entry.grad_graph = expanded  # (compile_split, at the first backward)
+    return entry
+
+
+def compile_split(entry: Entry, wrt: Sequence[tuple[str, int]]) -> tuple[Split, CompiledFunction,
+                                                               CompiledFunction]:
+    """The forward of `entry`'s signature that also returns its residuals, and the backward that
+    computes the gradients with respect to `wrt` from them (see ir/partition.split),
+    each compiled. Raises partition.Unsplittable where the backward cannot run on its own."""
+    from tracer.ir.partition import split
+    started = time.perf_counter()
+    parts = split(entry.grad_graph, entry.differentiable, wrt, ir.optimize, entry.result_count)
+    ir.verify(parts.forward)
+    ir.verify(parts.backward)
+    forward = compile_function(parts.forward, write_into=dict(entry.executable.in_place))
+    backward = compile_function(parts.backward)
+    native.LOG.info("%s: forward and backward split and compiled in %.3f s (%d values saved for "
+                    "the backward)", entry.grad_graph.name, time.perf_counter() - started,
+                    sum(kind == "output" for kind, _ in parts.sources))
+    return parts, forward, backward
 
 
 class StageTexts(Mapping[str, str]):

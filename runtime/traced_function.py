@@ -17,7 +17,7 @@ import types
 from collections import namedtuple
 from typing import Any, Callable, Sequence
 
-from tracer.runtime.arguments import (check_targets, flatten, leaf_signature, parameter_arrays,
+from tracer.runtime.arguments import (call_arrays, check_targets, flatten, leaf_signature,
                                      unflatten)
 from tracer.runtime.differentiable import record_backward
 from tracer.runtime.entry import Entry
@@ -25,7 +25,7 @@ from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import buffer_of, call_state_of, grad_of, results, tensor_buffers, write_back
+from tracer.buffers import buffer_of, call_state_of, grad_of, results, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -240,15 +240,22 @@ class TracedFunction:
             values = [*values, *entry.captured]
             if entry.read_floats is not None:
                 values += entry.read_floats()
-        arrays = (tensor_buffers(values) if entry.tensors_in_order
-                  else parameter_arrays(entry.parameter_sources, values, entry.zeros))
+        arrays = call_arrays(entry, values)
         if entry.writebacks:
             check_targets(entry, values, arrays)
-        executable = entry.executable
-        # (the data on entry that the results' backward reads, where the call overwrites it)
-        entered = ([buffer_of(values[index]).copy() for index in entry.replayed]
-                   if entry.replayed and state.grad_enabled else None)
-        outputs = executable.run(arrays, entry.shares_outputs)
+        # From the first backward on, a call whose results are differentiated runs the forward
+        # that also returns what their backward reads (runtime/differentiable.py).
+        differentiated = bool(entry.differentiable) and state.grad_enabled
+        split = entry.split if differentiated else None
+        if split:
+            executable, shares = split.forward, split.shares_outputs
+            entered = None
+        else:
+            executable, shares = entry.executable, entry.shares_outputs
+            # (the data on entry that the results' backward reads, where the call overwrites it)
+            entered = ([buffer_of(values[index]).copy() for index in entry.replayed]
+                       if entry.replayed and differentiated else None)
+        outputs = executable.run(arrays, shares)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
         inputs = None if executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
@@ -261,10 +268,11 @@ class TracedFunction:
                 tensors[position] = tensor if kind == "data" else grad_of(tensor)
         else:
             tensors = results(outputs[:entry.result_count], inputs)
-        if entry.differentiable and state.grad_enabled:
-            if leaves is None:
-                leaves = [(value, None) for value in values]
-            record_backward(self, entry, args, kwargs, leaves, tensors, values, entered)
+        if differentiated:
+            if leaves is None:  # (the argument leaves: `values` then holds the captured tensors)
+                leaves = [(value, None) for value in quick[1]]
+            record_backward(self, entry, args, kwargs, leaves, tensors, values, arrays, entered,
+                            outputs if split else None)
         if entry.structure == ("leaf",):
             return tensors[0]
         return unflatten(entry.structure, tensors)

@@ -70,7 +70,8 @@ def test_transformer_training_step():
     inputs = transformer.make_inputs((2, 4, 1, 2, 8))
     expected, scales = transformer.reference(inputs)
     checked_run(transformer.tracer_program(inputs), expected, transformer.TOLERANCE, scales)
-
+    checked_run(transformer.tracer_model_program(inputs), expected, transformer.TOLERANCE,
+                scales)
 
 
 def test_cnn_training_step():

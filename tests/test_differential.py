@@ -29,7 +29,8 @@ including leaves with an existing `.grad` and leaves no gradient reaches), "grad
 `no_grad` `w.sub_(lr * w.grad)` / `w.add_(w.grad, alpha=-lr)` / `w.grad.zero_()` with `lr` a Python
 float argument, called three times on the same tensors: accumulation, a new signature once `.grad`
 exists, then a cached call), and "through" (eager `.backward()` through the results of a traced
-pure function).
+pure function: the first call's backward splits it into a forward that saves what its backward
+reads and that backward, ir/partition.py; the second call runs on them).
 
 Compared: result values and dtypes, `.grad` None-versus-tensor and values, arguments changed in
 place, and errors: where PyTorch raises, tracer must raise a `tr.TracerError` in eager and traced

@@ -151,10 +151,14 @@ def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None
     `backward(cotangents)` computes: one cotangent tensor per output (zeros where none flows) in,
     one gradient tensor (or None) per input out. A tensor in `saved` changed in place before the
     backward runs is an error then."""
+    # (the types only: the rule is held by the outputs' node, and holding them would make a
+    # cycle that keeps what `backward` holds alive until the collector runs)
+    types = [(o.shape, o.dtype) for o in outputs]
+
     def rule(builder, cotangents: list, needs: list[bool]) -> list:
         seeds = [c if isinstance(c, Tensor) else Tensor._make(
-            np.zeros(o.shape, o.dtype) if c is None else c, None, False)
-            for o, c in zip(outputs, cotangents)]
+            np.zeros(shape, dtype) if c is None else c, None, False)
+            for (shape, dtype), c in zip(types, cotangents)]
         gradients = backward(seeds)
         if builder is ARRAYS:
             return [None if g is None else g._handle for g in gradients]
@@ -320,8 +324,10 @@ def run_backward(roots: Sequence[tuple[Tensor, object]], retain_graph: bool = Fa
                 continue
             for edge, gradient in zip(node.edges, node.apply(outgoing, builder)):
                 send(edge, gradient)
-            if not retain_graph:
+            if not retain_graph:  # (and a custom rule, with what it holds: a compiled
+                # function's saved values, runtime/differentiable.py)
                 node.inputs = node.outputs = ()
+                node.attributes = {}
                 node.freed = True
     results = []
     for leaf, gradient in leaf_gradients.values():

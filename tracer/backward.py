@@ -72,7 +72,7 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
     """As eager backward would now: a value that the backward reads must not have been changed in
     place since it was used (a saved tensor of a Function, or an operand of a primitive)."""
     instructions = trace.function.instructions
-    path = gradient_path(instructions, output._handle, wrt_values)
+    path = gradient_path(instructions, [output._handle], wrt_values)
     for ctx, values in trace.custom_calls:
         if any(id(v) in path for v in values):
             ctx.check_saved()

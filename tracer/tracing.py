@@ -41,6 +41,9 @@ class Trace:
         self.labels: list[str] = []      # e.g. "MyReLU.forward" while a Function's forward runs
         self.builder = GraphBuilder(self.function, self.location)
         self.captured: list[Captured] = []
+        # After `release`, a custom backward traced again (runtime/differentiable.py's split)
+        # reads a captured tensor as the parameter it was, and may capture nothing new.
+        self.released = False
         self.leaves: list[Tensor] = []  # traced leaf tensors that require grad
         # The proxies of the argument tensors, by id of the caller's tensor: the function may also
         # reach an argument through a global name.
@@ -182,6 +185,7 @@ class Trace:
         for captured in self.captured:
             for slot, value in zip(_CAPTURED_SLOTS, captured.saved):
                 setattr(captured.tensor, slot, value)
+        self.released = True
 
     def writebacks(self, outputs: list, first_captured: int) -> tuple[list, list, list]:
         """What the traced function changed of its arguments' tensors and arrays and of the
@@ -285,6 +289,12 @@ class Trace:
             raise escaped_error()
         if id(tensor) in self.arguments:
             return self.arguments[id(tensor)]._handle
+        if self.released:
+            for captured in self.captured:
+                if captured.tensor is tensor:
+                    return captured.value
+            raise TracingError(f"{self.function.name} has been traced: a tensor it did not read "
+                               f"cannot become its input now")
         return self.capture(tensor)
 
     def _follow_base(self, alias: Tensor) -> None:

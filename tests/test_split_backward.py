@@ -1,0 +1,269 @@
+"""A compiled function's backward runs on what its forward saved (AOTAutograd's scheme,
+ir/partition.py): from the first backward on, each call runs a forward that also returns its
+residuals, and the backward reads them instead of running the function again. Checked against
+PyTorch over several steps (the first backward makes the split; the later ones run on it)."""
+import numpy as np
+import pytest
+
+import tracer as tr
+from tracer.ir.interpreter import interpret as run_function
+from tracer.ir.partition import split
+from tracer import ir
+
+torch = pytest.importorskip("torch")
+
+
+def _entry(traced):
+    return list(traced._signatures.entries.values())[-1]
+
+
+def _pair(build, seed=0):
+    """The same model in tracer and torch (torch's built by `build(torch)`, weights copied)."""
+    tr.manual_seed(seed)
+    ours = build(tr)
+    theirs = build(torch).double()
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    return ours, theirs
+
+
+MODELS = {
+    "mlp": lambda m: m.nn.Sequential(m.nn.Linear(6, 12, dtype=m.float64), m.nn.GELU(),
+                                     m.nn.Linear(12, 5, dtype=m.float64), m.nn.Tanh()),
+    "layer norm": lambda m: m.nn.Sequential(m.nn.Linear(6, 8, dtype=m.float64),
+                                            m.nn.LayerNorm(8, dtype=m.float64), m.nn.Sigmoid(),
+                                            m.nn.Linear(8, 3, dtype=m.float64)),
+    "softmax attention": lambda m: m.nn.MultiheadAttention(6, 2, batch_first=True,
+                                                           dtype=m.float64),
+    "batch norm": lambda m: m.nn.Sequential(m.nn.Linear(6, 4, dtype=m.float64),
+                                            m.nn.BatchNorm1d(4, dtype=m.float64), m.nn.ReLU()),
+}
+
+
+def _call(model, x, name):
+    if name == "softmax attention":
+        return model(x, x, x, need_weights=False)[0]
+    return model(x)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_steps_of_a_compiled_model_give_pytorchs_gradients(name):
+    ours, theirs = _pair(MODELS[name])
+    compiled = tr.trace(ours)
+    rng = np.random.default_rng(1)
+    shape = (4, 3, 6) if name == "softmax attention" else (5, 6)
+    for step in range(4):
+        x_values, weights = rng.standard_normal(shape), rng.standard_normal()
+        x = tr.tensor(x_values, requires_grad=True)
+        x_theirs = torch.tensor(x_values, requires_grad=True)
+        y = _call(compiled, x, name)
+        y_theirs = _call(theirs, x_theirs, name)
+        np.testing.assert_allclose(y.detach().numpy(), y_theirs.detach().numpy(), rtol=1e-10,
+                                   atol=1e-12)
+        ((y * weights) ** 2).sum().backward()
+        ((y_theirs * weights) ** 2).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), x_theirs.grad.numpy(), rtol=1e-9, atol=1e-11)
+        for (label, p), q in zip(ours.named_parameters(), theirs.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-9, atol=1e-11,
+                                       err_msg=f"step {step}: {label}")
+        for b, c in zip(ours.buffers(), theirs.buffers()):
+            np.testing.assert_allclose(b.numpy(), c.numpy(), rtol=1e-12)
+    assert _entry(compiled).split, "the later steps ran the split forward and backward"
+
+
+def test_two_calls_then_one_backward_each_read_their_own_residuals():
+    ours, theirs = _pair(MODELS["mlp"])
+    compiled = tr.trace(ours)
+    rng = np.random.default_rng(2)
+    compiled(tr.tensor(rng.standard_normal((5, 6)))).sum().backward()  # (makes the split)
+    ours.zero_grad()
+    a, b = rng.standard_normal((5, 6)), rng.standard_normal((5, 6))
+    loss = compiled(tr.tensor(a)).pow(2).sum() + 3 * compiled(tr.tensor(b)).sin().sum()
+    torch_loss = theirs(torch.tensor(a)).pow(2).sum() + 3 * theirs(torch.tensor(b)).sin().sum()
+    loss.backward()
+    torch_loss.backward()
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_custom_functions_own_backward_is_the_one_split_out():
+    """A straight-through estimator: its backward is not the derivative of its forward."""
+    class StraightThrough(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.round()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    @tr.trace
+    def quantized(x, w):
+        return StraightThrough.apply(x * w).sum(1)
+
+    w = tr.tensor([0.5, 1.5, -2.0], dtype=tr.float64, requires_grad=True)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.standard_normal((4, 3))
+        quantized(tr.tensor(x), w).pow(2).sum().backward()
+        rounded = np.round(x * w.detach().numpy()).sum(1)
+        np.testing.assert_allclose(w.grad.numpy(), (2 * rounded[:, None] * 2 * x).sum(0),
+                                   rtol=1e-12)
+        w.grad = None
+    assert _entry(quantized).split
+
+
+def test_a_dropout_mask_is_saved_not_drawn_again():
+    """The backward of the second call (after a third call advanced the generator) uses the
+    second call's mask: the gradient is zero exactly where that call's result is."""
+    tr.manual_seed(7)
+    model = tr.nn.Sequential(tr.nn.Linear(4, 6, dtype=tr.float64), tr.nn.Dropout(0.5))
+    compiled = tr.trace(model)
+    x = tr.tensor(np.random.default_rng(7).standard_normal((8, 4)))
+    compiled(x).sum().backward()  # (makes the split)
+    model.zero_grad()
+    second = compiled(x)
+    compiled(x)
+    linear = (x @ model[0].weight.T + model[0].bias).detach().numpy()
+    mask = second.detach().numpy() / linear
+    np.testing.assert_allclose(np.unique(np.round(mask, 12)), [0.0, 2.0])
+    second.sum().backward()
+    np.testing.assert_allclose(model[0].weight.grad.numpy(), mask.T @ x.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["exp", "tanh"])
+def test_a_result_the_backward_reads_changed_in_place_is_an_error_as_in_pytorch(activation):
+    """exp's and tanh's backwards read their result: PyTorch refuses a backward after it
+    changed."""
+    @tr.trace
+    def layer(x, w):
+        return getattr(x @ w, activation)()
+
+    w = tr.randn(3, 2, dtype=tr.float64, requires_grad=True)
+    layer(tr.randn(4, 3, dtype=tr.float64), w).sum().backward()
+    y = layer(tr.randn(4, 3, dtype=tr.float64), w)
+    assert _entry(layer).split.saved_results == [0]
+    with tr.no_grad():
+        y.mul_(2)
+    with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+        y.sum().backward()
+    theirs = torch.randn(4, 3, dtype=torch.float64) @ torch.randn(3, 2, requires_grad=True,
+                                                                     dtype=torch.float64)
+    theirs = getattr(theirs, activation)()
+    with torch.no_grad():
+        theirs.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        theirs.sum().backward()
+
+
+def test_a_result_changed_in_place_that_the_backward_does_not_read_keeps_its_gradient():
+    @tr.trace
+    def layer(x, w):
+        return x @ w + 1
+
+    w = tr.randn(3, 2, dtype=tr.float64, requires_grad=True)
+    layer(tr.randn(4, 3, dtype=tr.float64), w).pow(2).sum().backward()
+    w.grad = None
+    x = tr.randn(4, 3, dtype=tr.float64)
+    y = layer(x, w)
+    with tr.no_grad():
+        y.mul_(2)
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().T @ np.ones((4, 2)), rtol=1e-12)
+
+
+def test_a_numpy_argument_changed_after_the_call_is_read_as_at_the_call():
+    @tr.trace
+    def layer(x, w):
+        return (x @ w).sin()
+
+    w = tr.tensor(np.eye(3)[:, :2] + 0.5, requires_grad=True)
+    rng = np.random.default_rng(4)
+    layer(rng.standard_normal((4, 3)), w).sum().backward()
+    w.grad = None
+    x = rng.standard_normal((4, 3))
+    expected = x.T @ np.cos(x @ w.detach().numpy())
+    y = layer(x, w)
+    x[:] = 0
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
+
+
+def _sine_layer_split():
+    """A traced layer whose first backward has made its split, and its arguments."""
+    @tr.trace
+    def layer(x, w):
+        return (x @ w).sin()
+
+    w = tr.randn(3, 2, dtype=tr.float64, requires_grad=True)
+    x = tr.randn(4, 3, dtype=tr.float64)
+    layer(x, w).sum().backward()
+    return layer, x, w
+
+
+def test_no_grad_calls_run_the_forward_alone():
+    layer, x, w = _sine_layer_split()
+    entry = _entry(layer)
+    # (the split forward also returns x @ w, which cos reads)
+    assert len(entry.split.forward.function.outputs) == 2
+    with tr.no_grad():
+        y = layer(x, w)
+    assert not y.requires_grad
+    np.testing.assert_allclose(y.numpy(), np.sin(x.numpy() @ w.detach().numpy()), rtol=1e-14)
+    assert len(entry.executable.function.outputs) == 1
+
+
+def test_the_split_programs_compute_what_the_whole_backward_computes():
+    """ir/partition.py on a traced graph, by the reference interpreter: the forward's outputs are
+    the function's, and the backward on its residuals gives float64 central differences."""
+    @tr.trace
+    def function(x, w):
+        h = (x @ w).tanh()
+        return (h * h.sigmoid()).sum(1), h.max(1).values
+
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    tx, tw = tr.tensor(x), tr.tensor(w, requires_grad=True)
+    function(tx, tw)
+    entry = _entry(function)
+    parts = split(entry.grad_graph, entry.differentiable, [("parameter", 1)], ir.optimize,
+                  shared=entry.result_count)
+    forward = run_function(parts.forward, [x, w])
+    expected = run_function(entry.executable.function, [x, w])
+    for a, e in zip(forward, expected):
+        np.testing.assert_array_equal(a, e)
+    cotangents = [rng.standard_normal(forward[i].shape) for i in entry.differentiable]
+    arguments = [cotangents[i] if kind == "cotangent" else forward[i] if kind == "output"
+                 else [x, w][i] for kind, i in parts.sources]
+    gradient = run_function(parts.backward, arguments)[parts.gradients[0]]
+
+    def loss(weights):
+        outputs = run_function(entry.executable.function, [x, weights])
+        return sum((outputs[i] * c).sum() for i, c in zip(entry.differentiable, cotangents))
+
+    numeric = np.zeros_like(w)
+    for index in np.ndindex(w.shape):
+        step = np.zeros_like(w)
+        step[index] = 1e-6
+        numeric[index] = (loss(w + step) - loss(w - step)) / 2e-6
+    np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-8)
+    assert all(kind != "cotangent" for kind, _ in parts.sources[len(cotangents):])
+    assert not {id(p) for p in parts.forward.parameters} & {
+        id(v) for i in parts.backward.instructions for v in i.inputs}
+
+
+def test_a_calls_tape_node_and_saved_values_are_freed_without_the_cycle_collector():
+    """The node holds the rule that holds what the backward reads (the forward's residuals): if
+    the rule held the results, whose node it is, they would stay until the collector ran, and
+    every call would allocate its outputs afresh."""
+    import gc
+    import weakref
+
+    layer, x, w = _sine_layer_split()
+    gc.disable()
+    try:
+        y = layer(x, w)
+        node = weakref.ref(y._node)
+        del y
+        assert node() is None
+    finally:
+        gc.enable()
