@@ -51,11 +51,9 @@ class Entry:
     differentiable: list[int] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)
     backward: Any = None  # (a TracedFunction)
-    # The grad stage, kept (for signatures with differentiable results) to make `split` from at
-    # the first backward: the forward that also returns what its backward reads, and that
-    # backward (runtime/differentiable.py); False where it cannot be made (the backward then
-    # runs the function again: `backward`).
-    grad_graph: Any = None
+    # Where the results are differentiated: the forward that `executable` is also returns what
+    # the backward reads, and this (runtime/split_code.SplitCode) runs that backward; None where
+    # the backward runs the function again (`backward`).
     split: Any = None
     # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
     # tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and whether
@@ -72,6 +70,16 @@ class Entry:
     reason: str = ""  # why this signature compiled (see runtime/signatures.py)
 
 
+def differentiable_results(recording: Recording) -> list[int]:
+    """The results through which eager autograd differentiates a call (Entry.differentiable): those
+    that require grad, but Recording.stale ones and those that are an argument itself (which keep
+    that tensor's own history)."""
+    returned_as_is = {position for position, _, _ in recording.aliases}
+    return [i for i, value in enumerate(recording.result_leaves)
+            if isinstance(value, Tensor) and value.requires_grad
+            and i not in recording.stale and i not in returned_as_is]
+
+
 def build_entry(recording: Recording, executable: Any, leaves: Sequence,
                 stages: Mapping[str, str], timings: dict[str, float]) -> Entry:
     """The entry of a signature whose trace is `recording` (made from the argument `leaves`) and
@@ -81,11 +89,7 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry = Entry(recording.result_structure, executable, len(recording.result_leaves),
                   recording.writebacks, recording.cleared, recording.sources, captured,
                   captured_state(captured), stages=stages, rules=recording.rules)
-    # (a result that is an argument itself keeps that tensor's own history)
-    returned_as_is = {position for position, _, _ in recording.aliases}
-    entry.differentiable = [i for i, value in enumerate(recording.result_leaves)
-                            if isinstance(value, Tensor) and value.requires_grad
-                            and i not in recording.stale and i not in returned_as_is]
+    entry.differentiable = differentiable_results(recording)
     entry.replayed = sorted(recording.replayed) if entry.differentiable else []
     entry.unread = frozenset(recording.unread)
     entry.unread_captured = [len(leaves) + k in entry.unread for k in range(len(captured))]

@@ -2,7 +2,7 @@
 its signature, stage by stage, each timed and printable (`f.ir(*args, stage=...)`, TRACER_DUMP,
 the compile report).
 
-    compile_signature   trace → grad → optimize (→ check_grads) → back end → the signature's Entry
+    compile_signature   trace → grad → optimize (→ check_grads) (→ split) → back end → its Entry
     compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
 
 (Schedule and render go kernel by kernel, and a kernel module's LLVM compile starts, in the
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from tracer import ir
+from tracer.context import is_grad_enabled
 from tracer.codegen.bounds import RECORD_BYTES
 from tracer.errors import ArgumentError, BoundsError
 from tracer.ir.fusion import FusedFunction, fuse
@@ -43,12 +44,12 @@ from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
-from tracer.runtime.entry import Entry, build_entry
+from tracer.runtime.entry import Entry, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
+from tracer.runtime.split_code import SplitCode, split_signature
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
-    from tracer.ir.partition import Split
     from tracer.codegen.module import GeneratedCode, KernelModule
     from tracer.ir.loops import LoopKernel, LoopProgram
 
@@ -108,31 +109,26 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
             check_custom_backwards(unexpanded, parameter_arrays(recording.sources, [
                 *(value for value, _ in leaves), *recording.captured,
                 *(np.array(float_input.value) for float_input in recording.floats)]))
+    # A call that will be differentiated runs the forward that also returns what its backward
+    # reads (runtime/split_code.py), the backward compiled at the first backward.
+    split, compiled = None, optimized
+    differentiable = differentiable_results(recording)
+    if differentiable and is_grad_enabled():
+        with step("split"):
+            values = [*(value for value, _ in leaves), *recording.captured]
+            split = split_signature(recording, expanded, values, differentiable, ir.optimize)
+            if split is not None:
+                compiled = split[0].forward
+                ir.verify(compiled)
     with step("backend"):
-        executable = compile_function(optimized, write_into=_written_in_place(recording))
+        executable = compile_function(compiled, write_into=_written_in_place(recording))
     stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
     entry = build_entry(recording, executable, leaves, stages, step.timings)
-    if entry.differentiable:
-        entry.grad_graph = expanded  # (compile_split, at the first backward)
+    if split is not None:
+        parts, wrt = split
+        entry.split = SplitCode(parts, wrt, entry.result_count, recording.sources,
+                                compile_function)
     return entry
-
-
-def compile_split(entry: Entry, wrt: Sequence[tuple[str, int]]) -> tuple[Split, CompiledFunction,
-                                                               CompiledFunction]:
-    """The forward of `entry`'s signature that also returns its residuals, and the backward that
-    computes the gradients with respect to `wrt` from them (see ir/partition.split),
-    each compiled. Raises partition.Unsplittable where the backward cannot run on its own."""
-    from tracer.ir.partition import split
-    started = time.perf_counter()
-    parts = split(entry.grad_graph, entry.differentiable, wrt, ir.optimize, entry.result_count)
-    ir.verify(parts.forward)
-    ir.verify(parts.backward)
-    forward = compile_function(parts.forward, write_into=dict(entry.executable.in_place))
-    backward = compile_function(parts.backward)
-    native.LOG.info("%s: forward and backward split and compiled in %.3f s (%d values saved for "
-                    "the backward)", entry.grad_graph.name, time.perf_counter() - started,
-                    sum(kind == "output" for kind, _ in parts.sources))
-    return parts, forward, backward
 
 
 class StageTexts(Mapping[str, str]):

@@ -243,19 +243,13 @@ class TracedFunction:
         arrays = call_arrays(entry, values)
         if entry.writebacks:
             check_targets(entry, values, arrays)
-        # From the first backward on, a call whose results are differentiated runs the forward
-        # that also returns what their backward reads (runtime/differentiable.py).
         differentiated = bool(entry.differentiable) and state.grad_enabled
-        split = entry.split if differentiated else None
-        if split:
-            executable, shares = split.forward, split.shares_outputs
-            entered = None
-        else:
-            executable, shares = entry.executable, entry.shares_outputs
-            # (the data on entry that the results' backward reads, where the call overwrites it)
-            entered = ([buffer_of(values[index]).copy() for index in entry.replayed]
-                       if entry.replayed and differentiated else None)
-        outputs = executable.run(arrays, shares)
+        # (the data on entry that the results' backward reads, where the call overwrites it and
+        # the backward runs the function again)
+        entered = ([buffer_of(values[index]).copy() for index in entry.replayed]
+                   if entry.replayed and differentiated and entry.split is None else None)
+        executable = entry.executable
+        outputs = executable.run(arrays, entry.shares_outputs)
         # the arguments' arrays, where an output may be one of them (see buffers.owned)
         inputs = None if executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
@@ -271,8 +265,8 @@ class TracedFunction:
         if differentiated:
             if leaves is None:  # (the argument leaves: `values` then holds the captured tensors)
                 leaves = [(value, None) for value in quick[1]]
-            record_backward(self, entry, args, kwargs, leaves, tensors, values, arrays, entered,
-                            outputs if split else None)
+            record_backward(self, entry, args, kwargs, leaves, tensors, values, arrays, outputs,
+                            entered)
         if entry.structure == ("leaf",):
             return tensors[0]
         return unflatten(entry.structure, tensors)

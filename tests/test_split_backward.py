@@ -1,7 +1,7 @@
 """A compiled function's backward runs on what its forward saved (AOTAutograd's scheme,
-ir/partition.py): from the first backward on, each call runs a forward that also returns its
-residuals, and the backward reads them instead of running the function again. Checked against
-PyTorch over several steps (the first backward makes the split; the later ones run on it)."""
+ir/partition.py, runtime/split_code.py): a grad-enabled call runs a forward that also returns its
+residuals, and the backward reads them instead of running the function again (the first
+backward compiles it). Checked against PyTorch over several steps."""
 import numpy as np
 import pytest
 
@@ -74,7 +74,7 @@ def test_two_calls_then_one_backward_each_read_their_own_residuals():
     ours, theirs = _pair(MODELS["mlp"])
     compiled = tr.trace(ours)
     rng = np.random.default_rng(2)
-    compiled(tr.tensor(rng.standard_normal((5, 6)))).sum().backward()  # (makes the split)
+    compiled(tr.tensor(rng.standard_normal((5, 6)))).sum().backward()  # (compiles the backward)
     ours.zero_grad()
     a, b = rng.standard_normal((5, 6)), rng.standard_normal((5, 6))
     loss = compiled(tr.tensor(a)).pow(2).sum() + 3 * compiled(tr.tensor(b)).sin().sum()
@@ -119,7 +119,7 @@ def test_a_dropout_mask_is_saved_not_drawn_again():
     model = tr.nn.Sequential(tr.nn.Linear(4, 6, dtype=tr.float64), tr.nn.Dropout(0.5))
     compiled = tr.trace(model)
     x = tr.tensor(np.random.default_rng(7).standard_normal((8, 4)))
-    compiled(x).sum().backward()  # (makes the split)
+    compiled(x).sum().backward()  # (compiles the backward)
     model.zero_grad()
     second = compiled(x)
     compiled(x)
@@ -189,7 +189,8 @@ def test_a_numpy_argument_changed_after_the_call_is_read_as_at_the_call():
 
 
 def _sine_layer_split():
-    """A traced layer whose first backward has made its split, and its arguments."""
+    """A traced layer whose first backward has compiled its split backward, and its
+    arguments."""
     @tr.trace
     def layer(x, w):
         return (x @ w).sin()
@@ -202,14 +203,14 @@ def _sine_layer_split():
 
 def test_no_grad_calls_run_the_forward_alone():
     layer, x, w = _sine_layer_split()
-    entry = _entry(layer)
     # (the split forward also returns x @ w, which cos reads)
-    assert len(entry.split.forward.function.outputs) == 2
+    assert len(_entry(layer).executable.function.outputs) == 2
     with tr.no_grad():
         y = layer(x, w)
     assert not y.requires_grad
     np.testing.assert_allclose(y.numpy(), np.sin(x.numpy() @ w.detach().numpy()), rtol=1e-14)
-    assert len(entry.executable.function.outputs) == 1
+    assert _entry(layer).split is None
+    assert len(_entry(layer).executable.function.outputs) == 1
 
 
 def test_the_split_programs_compute_what_the_whole_backward_computes():
@@ -225,10 +226,12 @@ def test_the_split_programs_compute_what_the_whole_backward_computes():
     tx, tw = tr.tensor(x), tr.tensor(w, requires_grad=True)
     function(tx, tw)
     entry = _entry(function)
-    parts = split(entry.grad_graph, entry.differentiable, [("parameter", 1)], ir.optimize,
+    grad_stage = ir.parse_function(function.ir(tx, tw, stage="grad"))
+    optimized = ir.parse_function(function.ir(tx, tw, stage="optimized"))
+    parts = split(grad_stage, entry.differentiable, [("parameter", 1)], ir.optimize,
                   shared=entry.result_count)
     forward = run_function(parts.forward, [x, w])
-    expected = run_function(entry.executable.function, [x, w])
+    expected = run_function(optimized, [x, w])
     for a, e in zip(forward, expected):
         np.testing.assert_array_equal(a, e)
     cotangents = [rng.standard_normal(forward[i].shape) for i in entry.differentiable]
@@ -237,7 +240,7 @@ def test_the_split_programs_compute_what_the_whole_backward_computes():
     gradient = run_function(parts.backward, arguments)[parts.gradients[0]]
 
     def loss(weights):
-        outputs = run_function(entry.executable.function, [x, weights])
+        outputs = run_function(optimized, [x, weights])
         return sum((outputs[i] * c).sum() for i, c in zip(entry.differentiable, cotangents))
 
     numeric = np.zeros_like(w)
@@ -267,3 +270,31 @@ def test_a_calls_tape_node_and_saved_values_are_freed_without_the_cycle_collecto
         assert node() is None
     finally:
         gc.enable()
+
+
+def test_a_custom_backward_reading_a_tensor_the_forward_did_not_runs_the_function_again():
+    """Its backward cannot be a program of its own (the tensor is no input of the forward): the
+    signature is not split, and the backward runs the function again, reading the tensor then."""
+    scale = tr.tensor(3.0, dtype=tr.float64)
+
+    class Scaled(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * scale
+
+    @tr.trace
+    def layer(x, w):
+        return Scaled.apply(x @ w).sin()
+
+    x, w = tr.randn(4, 3, dtype=tr.float64), tr.randn(3, 2, dtype=tr.float64, requires_grad=True)
+    for _ in range(2):
+        layer(x, w).sum().backward()
+        expected = 3.0 * x.numpy().T @ np.cos(x.numpy() @ w.detach().numpy())
+        np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
+        w.grad = None
+    assert _entry(layer).split is None
+    assert not scale.requires_grad and scale._trace is None  # (left as it was)

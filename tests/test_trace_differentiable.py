@@ -235,15 +235,53 @@ def test_a_written_argument_changed_between_the_call_and_the_backward_is_read_as
 
 
 @pytest.mark.parametrize("first", ["train", "eval"])
-def test_a_backward_after_the_model_changed_mode_since_the_call_is_refused(first):
-    """The backward runs the function again: after model.eval() (or .train()) it would run other
-    code and give another function's gradient (found by review: tracer's weight gradient was
-    [-45.7, 33.4, 23.0] where PyTorch's, which recorded the call, is [-0.47, -0.79, 5.96])."""
+def test_a_backward_after_the_model_changed_mode_gives_the_gradient_of_the_call(first):
+    """The backward runs on what the call's forward saved: after model.eval() (or .train()) it
+    gives the gradient of the call, as PyTorch, which recorded the call (found by review when the
+    backward ran the function again: tracer's weight gradient was [-45.7, 33.4, 23.0] where
+    PyTorch's is [-0.47, -0.79, 5.96])."""
+    torch = pytest.importorskip("torch")
+    tr.manual_seed(0)
+    model = tr.nn.Sequential(tr.nn.Linear(3, 3), tr.nn.BatchNorm1d(3))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    for m in (model, theirs):
+        getattr(m, first)()
+    y, y_theirs = tr.trace(model)(tr.tensor(x)), theirs(torch.tensor(x))
+    for m in (model, theirs):
+        m.train(first == "eval")
+    (y ** 3).sum().backward()
+    (y_theirs ** 3).sum().backward()
+    for p, q in zip(model.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _ScaledByAGlobal(tr.autograd.Function):
+    """Its backward reads a tensor its forward does not: the compiled function cannot be split
+    (runtime/split_code.py), so its backward runs it again."""
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * SCALE
+
+
+SCALE = tr.tensor(3.0)
+
+
+@pytest.mark.parametrize("first", ["train", "eval"])
+def test_a_backward_that_runs_the_function_again_after_the_model_changed_mode_is_refused(first):
+    """Run again after model.eval() (or .train()), the function would run other code and give
+    another function's gradient."""
     tr.manual_seed(0)
     model = tr.nn.Sequential(tr.nn.Linear(3, 3), tr.nn.BatchNorm1d(3))
     getattr(model, first)()
-    forward = tr.trace(model)
+    forward = tr.trace(lambda x: _ScaledByAGlobal.apply(model(x)))
     y = forward(tr.tensor(np.random.default_rng(0).standard_normal((5, 3)), dtype=tr.float32))
+    assert list(forward._signatures.entries.values())[-1].split is None
     model.train(first == "eval")
     with pytest.raises(tr.FunctionBackwardError, match=r"training: .* call backward\(\) before"):
         (y ** 3).sum().backward()

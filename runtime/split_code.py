@@ -1,0 +1,127 @@
+"""The forward and backward of a signature whose results are differentiated (AOTAutograd's
+scheme, ir/partition.py): the signature's code is the forward that also returns what the backward
+reads (its residuals); the backward, compiled at the first backward, computes the gradients of the
+call's inputs from the cotangents, those residuals and the parameters it reads."""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from tracer.buffers import buffer_of, results
+from tracer.errors import TracerError
+from tracer.ir.partition import Split, Unsplittable, split
+from tracer.tensor import Tensor
+
+if TYPE_CHECKING:
+    from tracer.ir.graph import Graph
+    from tracer.runtime.recording import Recording
+
+
+def gradient_inputs(leaves: Sequence, captured: Sequence[Tensor]) -> list[Tensor]:
+    """The tensors a call's tape node sends gradients to: the argument leaves that require grad
+    (each tensor once, in order), then the captured tensors that do."""
+    return list({id(v): v for v in leaves if isinstance(v, Tensor) and v.requires_grad}.values()
+                ) + [t for t in captured if t.requires_grad]
+
+
+class SplitCode:
+    """A signature's split: where the backward's parameters come from, which of its outputs is
+    each input's gradient, and the backward's code (compiled when first needed)."""
+
+    def __init__(self, parts: Split, wrt: list[tuple[str, int] | None], result_count: int,
+                 sources: list[tuple[str, int]], compile_function: Callable[["Graph"], object]):
+        self.sources = parts.sources
+        self._graph, self._compile = parts.backward, compile_function
+        self._code = None
+        self._lock = threading.Lock()
+        gradient_of = iter(parts.gradients)
+        self.gradients = [None if position is None else next(gradient_of) for position in wrt]
+        self.shapes = [p.shape for p in parts.backward.parameters]
+        # results the backward reads: changing one in place before it is an error (as PyTorch's
+        # tanh's output)
+        self.saved_results = sorted({index for kind, index in self.sources
+                                     if kind == "output" and index < result_count})
+        # the parameters the backward reads, and the leaf each comes from
+        self._parameters = [index for kind, index in self.sources if kind == "parameter"]
+        self._leaves = [sources[p][1] for p in self._parameters]
+
+    def read(self, arrays: list[np.ndarray], values: list) -> list[np.ndarray]:
+        """Of a call's `arrays`, those the backward reads; numpy arrays copied (the user may
+        change them before the backward, and they have no version counter)."""
+        return [arrays[p] if isinstance(values[leaf], Tensor) else arrays[p].copy()
+                for p, leaf in zip(self._parameters, self._leaves)]
+
+    @property
+    def backward(self):
+        """The backward's compiled code (the first backward compiles it)."""
+        with self._lock:
+            if self._code is None:
+                self._code = self._compile(self._graph)
+            return self._code
+
+    def gradients_of(self, parameters: list[np.ndarray], outputs: list[np.ndarray],
+                     cotangents: list[Tensor]) -> list[Tensor | None]:
+        """The gradients of one call from its cotangents, its forward's `outputs` (the
+        residuals) and the `parameters` the backward reads (`read`)."""
+        read = iter(parameters)
+        arrays = []
+        for (kind, index), shape in zip(self.sources, self.shapes):
+            if kind == "cotangent":
+                cotangent = buffer_of(cotangents[index])  # (the compiled code converts its type)
+                arrays.append(cotangent if cotangent.shape == shape
+                              else np.broadcast_to(cotangent, shape))
+            elif kind == "output":
+                arrays.append(outputs[index])
+            else:
+                arrays.append(next(read))
+        code = self.backward
+        gradients = code.run(arrays)
+        # (a gradient that is a cotangent as it came is copied)
+        tensors = results(gradients, None if code.fresh_results else set(map(id, arrays)))
+        return [None if g is None else tensors[g] for g in self.gradients]
+
+
+def split_signature(recording: "Recording", function: "Graph", values: list,
+                    differentiable: list[int], optimize: Callable[["Graph"], "Graph"]
+                    ) -> tuple[Split, list[tuple[str, int] | None]] | None:
+    """The split of a traced call (`function` its grad stage, `values` its argument leaves then
+    its captured tensors) and what each input's gradient is taken with respect to; None where its
+    backward cannot run on its own (it then runs the function again: runtime/differentiable.py),
+    or reads a parameter the function writes (weights clipped in place then used) or a .grad."""
+    wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
+        recording.captured)], recording.captured))
+    try:
+        parts = split(function, differentiable, [p for p in wrt if p is not None], optimize,
+                      len(recording.result_leaves))
+    except (Unsplittable, TracerError):  # (TracerError: a custom backward the trace refuses)
+        return None
+    written = {index for index, _, _ in recording.writebacks}
+    reads = [recording.sources[index] for kind, index in parts.sources if kind == "parameter"]
+    if any(kind == "grad" or leaf in written for kind, leaf in reads):
+        return None
+    return parts, wrt
+
+
+def _positions(recording: "Recording", values: list, inputs: list[Tensor]
+               ) -> list[tuple[str, int] | None]:
+    """What the gradient of each of `inputs` is taken with respect to: ("parameter", p) its data
+    as the function reads it; ("output", i) as the function leaves it, where it changes it (a
+    tensor that requires grad changed under no_grad: PyTorch differentiates its new data); None
+    for one the function does not read."""
+    first: dict[int, int] = {}
+    for index, value in enumerate(values):
+        first.setdefault(id(value), index)
+    position = {source: p for p, source in enumerate(recording.sources)}
+    rewritten = {index: output for index, kind, output in recording.writebacks if kind == "data"}
+    result: list[tuple[str, int] | None] = []
+    for tensor in inputs:
+        leaf = first[id(tensor)]
+        if leaf in rewritten:
+            result.append(("output", rewritten[leaf]))
+        elif ("leaf", leaf) in position:
+            result.append(("parameter", position[("leaf", leaf)]))
+        else:
+            result.append(None)
+    return result
