@@ -29,7 +29,7 @@ def applies(input: Tensor, labels: Tensor, weight: Tensor | None) -> bool:
     """Whether a fused eager loss computes this call: eager (2-D, float) input and labels, and no
     class weight that would want a gradient (the composition gives it one; PyTorch refuses)."""
     return (state.trace is None and input._trace is None and labels._trace is None
-            and input.ndim == 2 and input.numel() > 0 and input.dtype in (float32, float64)
+            and input.ndim == 2 and 0 not in input.shape and input.dtype in (float32, float64)
             and (weight is None or (weight._trace is None and not weight.requires_grad)))
 
 
