@@ -1,8 +1,9 @@
-"""Eager cross_entropy and nll_loss of (N, C) inputs and integer labels, each of which runs as
-one tape node (tracer/nn/fused_losses.py), against torch: values and gradients in float64 (to
-1e-12) and float32 (to a few ulp), every reduction, class weights, ignored labels, non-finite
-logits, second-order gradients; and the values of the composition of primitives they replace
-(which other ranks and traced code run) to the last bit."""
+"""Eager cross_entropy and nll_loss of (N, C) inputs and integer labels, and log_softmax, each
+of which runs as one tape node (tracer/nn/fused_losses.py, tracer/reductions.py), against
+torch: values and gradients in float64 (to 1e-12) and float32 (to a few ulp), every reduction,
+class weights, ignored labels, non-finite logits, second-order gradients, in-place changes; and
+the values of the composition of primitives they replace (which traced code runs) to the last
+bit."""
 import numpy as np
 import pytest
 import torch
@@ -183,3 +184,53 @@ def test_one_node_between_the_input_and_the_loss(loss):
     assert value.grad_fn.edges[-1] == (h.grad_fn, 0)
     with tr.no_grad():
         assert getattr(F, loss)(h, tr.tensor([0, 1, 2, 0])).grad_fn is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape,dim", [((64, 10), 1), ((256, 1000), -1), ((7, 5), 0),
+                                       ((3, 4, 5), 1), ((6,), 0)])
+def test_log_softmax_matches_torch_and_the_composition(dtype, shape, dim):
+    """Eager log_softmax (one tape node, tracer/reductions.py): torch's values and gradients;
+    the composition's values (what traced code computes) to the last bit."""
+    generator = np.random.default_rng(4)
+    values = (generator.standard_normal(shape) * 3).astype(dtype)
+    seed = generator.standard_normal(shape).astype(dtype)
+    results = []
+    for lib in (tr, torch):
+        x = lib.tensor(values, requires_grad=True)
+        y = lib.nn.functional.log_softmax(x, dim)
+        (y * lib.tensor(seed)).sum().backward()
+        results.append((y.detach().numpy(), x.grad.numpy()))
+    (value, gradient), (expected, expected_gradient) = results
+    _assert_close(value, expected, dtype)
+    _assert_close(gradient, expected_gradient, dtype)
+    np.testing.assert_array_equal(value, tr.tensor(values)._composed_log_softmax(dim).numpy())
+
+
+def test_log_softmax_second_order_and_in_place_changes_are_torchs():
+    """create_graph through the node; changing the input after it is allowed (PyTorch's backward
+    reads the result), changing the result is an error at backward, in both."""
+    values = np.random.default_rng(8).standard_normal((4, 6))
+    results = []
+    for lib in (tr, torch):
+        x = lib.tensor(values, requires_grad=True)
+        y = lib.nn.functional.log_softmax(x * 1.0, 1)
+        (gradient,) = lib.autograd.grad((y * y).sum(), x, create_graph=True)
+        (gradient * gradient).sum().backward()
+        results.append((gradient.detach().numpy(), x.grad.numpy()))
+        h = x * 1.0
+        y = h.log_softmax(1)
+        with lib.no_grad():
+            h.mul_(2.0)
+        y.sum().backward()
+        results.append(x.grad.numpy().copy())
+        y = (x * 1.0).log_softmax(1)
+        with lib.no_grad():
+            y.mul_(2.0)
+        with pytest.raises((tr.InplaceError, RuntimeError),
+                           match="modified by an inplace|changed in place"):
+            y.sum().backward()
+    (gradient, second), changed, (expected, expected_second), expected_changed = results
+    np.testing.assert_allclose(gradient, expected, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(second, expected_second, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(changed, expected_changed, rtol=1e-12, atol=1e-15)

@@ -17,19 +17,15 @@ from typing import Callable
 
 import numpy as np
 
-from tracer.ir.vjp import CustomRule
 from tracer.arithmetic import where
-from tracer.autograd import ARRAYS, attach, changed_for_backward, custom_node, edge_of
-from tracer.context import is_grad_enabled, state
-from tracer.dtypes import float32, float64
+from tracer.eager_nodes import eager_float, one_node, unchanged
 from tracer.tensor import Tensor
 
 
 def applies(input: Tensor, labels: Tensor, weight: Tensor | None) -> bool:
     """Whether a fused eager loss computes this call: eager (2-D, float) input and labels, and no
     class weight that would want a gradient (the composition gives it one; PyTorch refuses)."""
-    return (state.trace is None and input._trace is None and labels._trace is None
-            and input.ndim == 2 and 0 not in input.shape and input.dtype in (float32, float64)
+    return (eager_float(input) and labels._trace is None and input.ndim == 2
             and (weight is None or (weight._trace is None and not weight.requires_grad)))
 
 
@@ -77,29 +73,6 @@ def _constant(array) -> Tensor:
     return Tensor._make(np.asarray(array), None, False)
 
 
-def _recorded(name: str, input: Tensor, array: np.ndarray, value: np.ndarray,
-              backward: Callable[[np.ndarray], np.ndarray],
-              recorded_backward: Callable[[Tensor], Tensor], saves_input: bool) -> Tensor:
-    """The loss tensor holding `value`, on the tape as one node if `input` (holding `array`)
-    requires grad: its gradient is `backward(cotangent)` on arrays, or with create_graph
-    `recorded_backward` of the cotangent tensor (differentiable again). Where PyTorch's backward
-    `saves_input`, changing it in place before the backward is an error, as there."""
-    result = Tensor._make(value, None, False)
-    if not (is_grad_enabled() and input.requires_grad):
-        return result
-
-    def rule(builder, cotangents: list, needs: list[bool]) -> list:
-        if not needs[0]:
-            return [None]
-        return [(backward if builder is ARRAYS else recorded_backward)(cotangents[0])]
-
-    node = custom_node(name, CustomRule(name, rule), [value], [array], [edge_of(input)])
-    if saves_input:
-        node.save([input])
-    attach(result, node, 0)
-    return result
-
-
 def cross_entropy(input: Tensor, labels: Tensor, weight: Tensor | None, ignore_index: int,
                   reduction: str) -> Tensor:
     """cross_entropy(input, labels, weight) with `labels` and `weight` as `_Labels` takes them."""
@@ -120,10 +93,7 @@ def cross_entropy(input: Tensor, labels: Tensor, weight: Tensor | None, ignore_i
         return gradient
 
     def recorded_backward(cotangent: Tensor) -> Tensor:
-        # (softmax of the logits again, on the tape: so they must be those the loss read)
-        if input._version != version:
-            raise changed_for_backward(input.dtype, input.shape, "cross_entropy (create_graph)",
-                                       input._changed_at)
+        unchanged(input, version, "cross_entropy")  # (softmax of them again, on the tape)
         shares = taken.shares(cotangent, _constant)
         probabilities = input.softmax(1)
         return (where(taken.at_label(logits.shape[1]), probabilities - 1.0, probabilities)
@@ -131,8 +101,8 @@ def cross_entropy(input: Tensor, labels: Tensor, weight: Tensor | None, ignore_i
 
     version = input._version
     # (PyTorch's saves log_softmax's result, not the logits)
-    return _recorded("cross_entropy", input, logits, taken.reduced(losses), backward,
-                     recorded_backward, saves_input=False)
+    return one_node("cross_entropy", input, logits, taken.reduced(losses), backward,
+                    recorded_backward)
 
 
 def nll_loss(input: Tensor, labels: Tensor, weight: Tensor | None, ignore_index: int,
@@ -154,5 +124,5 @@ def nll_loss(input: Tensor, labels: Tensor, weight: Tensor | None, ignore_index:
         shares = taken.shares(cotangent, _constant)
         return where(taken.at_label(log_probabilities.shape[1]), -shares.unsqueeze(1), 0.0)
 
-    return _recorded("nll_loss", input, log_probabilities, taken.reduced(losses), backward,
-                     recorded_backward, saves_input=True)
+    return one_node("nll_loss", input, log_probabilities, taken.reduced(losses), backward,
+                    recorded_backward, saves_input=True)
