@@ -14,6 +14,7 @@ from tracer.derivatives import evenly_distributed, selected
 from tracer.dimensions import as_dim, dim_or_axis, normalize_dim, normalize_dims
 from tracer.dispatch import apply
 from tracer.dtypes import as_dtype, bool, int64
+from tracer.eager_nodes import eager_float, one_node, unchanged
 from tracer.errors import ArgumentError
 from tracer.function import NativeFunction
 from tracer.layout import fresh
@@ -128,8 +129,37 @@ class ReductionMethods:
         return _Softmax.apply(self, dim)
 
     def log_softmax(self, dim: int) -> Tensor:
+        if self.ndim and eager_float(self):
+            return _eager_log_softmax(self, normalize_dim(as_dim(dim), self.ndim))
+        return self._composed_log_softmax(dim)
+
+    def _composed_log_softmax(self, dim: int) -> Tensor:
         shifted = self._shifted_down(dim)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def _eager_log_softmax(x: Tensor, axis: int) -> Tensor:
+    """log_softmax as one node of the eager tape: the composition's numpy operations in its
+    order (the same values to the last bit), without its 8 dispatched primitives and 6 tape
+    nodes (1.0 ms at (256, 10) where torch takes 0.1). The backward is PyTorch's, from the
+    result alone: g - exp(y) * sum(g)."""
+    array = x._eager_array("log_softmax")
+    with np.errstate(all="ignore"):  # (nan and infinities propagate, as in PyTorch)
+        shifted = array - np.max(array, axis=axis, keepdims=True)
+        value = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True,
+                                        dtype=array.dtype))
+    version = x._version
+
+    def backward(cotangent: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return cotangent - np.exp(value) * np.sum(cotangent, axis=axis, keepdims=True)
+
+    def recorded_backward(cotangent: Tensor) -> Tensor:
+        unchanged(x, version, "log_softmax")  # (the result again, on the tape)
+        return cotangent - x._composed_log_softmax(axis).exp() * cotangent.sum(axis, keepdim=True)
+
+    return one_node("log_softmax", x, array, value, backward, recorded_backward,
+                    saves_output=True)
 
 
 class _Softmax(NativeFunction):

@@ -39,6 +39,7 @@ from tracer.nn import activations as _activations
 from tracer.nn.loss_reduction import check_reduction as _check_reduction
 from tracer.nn.loss_reduction import reduce as _reduce
 from tracer.nn import loss_functions as _loss_functions
+from tracer.nn import fused_losses as _fused
 from tracer.nn import distances as _distances
 
 
@@ -147,10 +148,9 @@ def _along(weight: Tensor, input: Tensor, axis: int) -> Tensor:
     return weight.reshape(weight.shape + (1,) * (input.ndim - axis - 1))
 
 
-def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
-                   ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per label: -weight * input at the label (0 where ignored), the label's weight (what the
-    mean divides by) and whether it counts."""
+def _checked_labels(input: Tensor, target, ignore_index: int) -> Tensor:
+    """`target` as int64 class labels, one per position of `input` outside its class dimension,
+    each in range or `ignore_index` (else the error PyTorch raises)."""
     target = as_tensor(target)
     axis = _class_dim(input)
     if target.dtype != irtypes.int64:
@@ -158,8 +158,16 @@ def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
     if input.ndim == 0 or target.shape != input.shape[:axis] + input.shape[axis + 1:]:
         raise ShapeMismatchError(f"labels of shape {list(target.shape)} do not fit an input of "
                                  f"shape {list(input.shape)} (classes along dimension {axis})")
-    classes = input.shape[axis]
-    _check_labels(target, classes, "nll_loss label", ignore_index)
+    _check_labels(target, input.shape[axis], "nll_loss label", ignore_index)
+    return target
+
+
+def _picked_losses(input: Tensor, target: Tensor, weight: Tensor | None,
+                   ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per label: -weight * input at the label (0 where ignored), the label's weight (what the
+    mean divides by) and whether it counts."""
+    target = _checked_labels(input, target, ignore_index)
+    axis = _class_dim(input)
     counted = target != ignore_index
     index = where(counted, target, 0)  # gather refuses a negative label, as PyTorch's losses
     picked = input.gather(axis, index.unsqueeze(axis)).squeeze(axis)
@@ -174,6 +182,11 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
     """The negative log-likelihood of integer class labels, given log-probabilities `input` of
     shape (N, C, ...) or (C,); the mean is weighted by the labels' weights."""
     _check_reduction(reduction, size_average, reduce)
+    target = as_tensor(target)
+    if _fused.applies(input, target, weight):
+        return _fused.nll_loss(input, _checked_labels(input, target, ignore_index),
+                               None if weight is None else _class_weights(weight, input, 1),
+                               ignore_index, reduction)
     losses, weights, _ = _picked_losses(input, target, weight, ignore_index)
     return _reduce(losses, reduction, weights.sum())
 
@@ -188,10 +201,16 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
     axis = _class_dim(input)
+    target = as_tensor(target)
+    if (not irtypes.is_float(target.dtype) and label_smoothing == 0.0
+            and _fused.applies(input, target, weight)):
+        return _fused.cross_entropy(
+            input, _checked_labels(input, target, ignore_index),
+            None if weight is None else _class_weights(weight, input, axis), ignore_index,
+            reduction)
     log_probabilities = input.log_softmax(axis)
     along = (_along(_class_weights(weight, input, axis), input, axis)
              if input.ndim and weight is not None else None)
-    target = as_tensor(target)
     classes = input.shape[axis] if input.ndim else 0
     if not irtypes.is_float(target.dtype):
         losses, weights, counted = _picked_losses(log_probabilities, target, weight, ignore_index)
