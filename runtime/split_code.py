@@ -11,6 +11,7 @@ import numpy as np
 
 from tracer.buffers import buffer_of, results
 from tracer.errors import TracerError
+from tracer.host_function import HostBackward
 from tracer.ir.partition import Split, Unsplittable, split
 from tracer.tensor import Tensor
 
@@ -89,7 +90,11 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     """The split of a traced call (`function` its grad stage, `values` its argument leaves then
     its captured tensors) and what each input's gradient is taken with respect to; None where its
     backward cannot run on its own (it then runs the function again: runtime/differentiable.py),
-    or reads a parameter the function writes (weights clipped in place then used) or a .grad."""
+    or reads a parameter the function writes (weights clipped in place then used) or a .grad,
+    or a Function on the host differentiates it (its backward reads the ctx its forward's run
+    left in Python until the next run: it must run in the call of that run)."""
+    if any(isinstance(rule.backward, HostBackward) for rule in recording.rules):
+        return None
     wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
         recording.captured)], recording.captured))
     try:

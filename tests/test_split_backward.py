@@ -298,3 +298,38 @@ def test_a_custom_backward_reading_a_tensor_the_forward_did_not_runs_the_functio
         w.grad = None
     assert _entry(layer).split is None
     assert not scale.requires_grad and scale._trace is None  # (left as it was)
+
+
+def test_a_function_on_the_host_is_differentiated_with_the_ctx_of_its_own_call():
+    """A host Function's backward reads the ctx its forward's run filled, which lives in Python
+    until the next run: two calls then the first call's backward, or a backward in another
+    thread, must still see the first call's ctx (d/dx sum(x**2) = 2x)."""
+    import threading
+
+    class HostSquare(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.values = x.numpy().copy()  # (reads values: the forward runs on the host)
+            return tr.tensor(ctx.values ** 2)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * tr.tensor(2 * ctx.values)
+
+    @tr.trace
+    def squares(x):
+        return HostSquare.apply(x * 1.0).sum(1)
+
+    rng = np.random.default_rng(9)
+    for _ in range(2):
+        a, b = rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+        first, second = tr.tensor(a, requires_grad=True), tr.tensor(b, requires_grad=True)
+        y = squares(first)
+        squares(second)
+        y.sum().backward()
+        np.testing.assert_allclose(first.grad.numpy(), 2 * a, rtol=1e-15)
+    y = squares(second)
+    thread = threading.Thread(target=lambda: y.sum().backward())
+    thread.start()
+    thread.join()
+    np.testing.assert_allclose(second.grad.numpy(), 2 * b, rtol=1e-15)
