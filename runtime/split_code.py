@@ -92,8 +92,10 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     backward cannot run on its own (it then runs the function again: runtime/differentiable.py),
     or reads a parameter the function writes (weights clipped in place then used) or a .grad,
     or a Function on the host differentiates it (its backward reads the ctx its forward's run
-    left in Python until the next run: it must run in the call of that run)."""
-    if any(isinstance(rule.backward, HostBackward) for rule in recording.rules):
+    left in Python until the next run: it must run in the call of that run), or the function
+    registers gradient hooks (kept by the trace's values, which the split's copy has not)."""
+    if recording.hooked or any(isinstance(rule.backward, HostBackward)
+                               for rule in recording.rules):
         return None
     wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
         recording.captured)], recording.captured))

@@ -333,3 +333,25 @@ def test_a_function_on_the_host_is_differentiated_with_the_ctx_of_its_own_call()
     thread.start()
     thread.join()
     np.testing.assert_allclose(second.grad.numpy(), 2 * b, rtol=1e-15)
+
+
+def test_gradient_hooks_registered_inside_the_function_change_its_gradients_as_in_pytorch():
+    """The trace keeps a hook by the traced value it watches; the split differentiates a copy of
+    the graph, where no hook would run: such a function keeps the backward that runs it again."""
+    def layer(x, w):
+        w.register_hook(lambda grad: grad * 5)
+        hidden = x @ w
+        hidden.register_hook(lambda grad: grad * 3)
+        return hidden.tanh()
+
+    compiled = tr.trace(layer)
+    rng = np.random.default_rng(10)
+    for _ in range(2):
+        x_values, w_values = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+        x, w = tr.tensor(x_values, requires_grad=True), tr.tensor(w_values, requires_grad=True)
+        theirs_x = torch.tensor(x_values, requires_grad=True)
+        theirs_w = torch.tensor(w_values, requires_grad=True)
+        compiled(x, w).pow(2).sum().backward()
+        layer(theirs_x, theirs_w).pow(2).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), theirs_w.grad.numpy(), rtol=1e-12)
