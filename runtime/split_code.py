@@ -46,13 +46,13 @@ class SplitCode:
                                      if kind == "output" and index < result_count})
         # the parameters the backward reads, and the leaf each comes from
         self._parameters = [index for kind, index in self.sources if kind == "parameter"]
-        self._leaves = [sources[p][1] for p in self._parameters]
+        self.leaves = [sources[p][1] for p in self._parameters]
 
     def read(self, arrays: list[np.ndarray], values: list) -> list[np.ndarray]:
         """Of a call's `arrays`, those the backward reads; numpy arrays copied (the user may
         change them before the backward, and they have no version counter)."""
         return [arrays[p] if isinstance(values[leaf], Tensor) else arrays[p].copy()
-                for p, leaf in zip(self._parameters, self._leaves)]
+                for p, leaf in zip(self._parameters, self.leaves)]
 
     @property
     def backward(self):

@@ -355,3 +355,35 @@ def test_gradient_hooks_registered_inside_the_function_change_its_gradients_as_i
         layer(theirs_x, theirs_w).pow(2).sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12)
         np.testing.assert_allclose(w.grad.numpy(), theirs_w.grad.numpy(), rtol=1e-12)
+
+
+def test_a_tensor_the_backward_reads_changed_in_place_first_is_an_error_as_in_pytorch():
+    """What the split backward reads of the call's tensors, it reads as they are then: changing
+    one before it is PyTorch's error, also a tensor the function reads from outside that
+    requires no grad (a frozen scale); changing one it does not read (the added bias) is no
+    error in either."""
+    rng = np.random.default_rng(11)
+    x_values, scale_values = rng.standard_normal((4, 3)), rng.standard_normal(3)
+    scale = tr.tensor(scale_values)
+    compiled = tr.trace(lambda x, bias: (x * scale).sin() + bias)
+    for _ in range(2):
+        x = tr.tensor(x_values, requires_grad=True)
+        bias = tr.zeros(3, dtype=tr.float64, requires_grad=True)
+        y = compiled(x, bias)
+        with tr.no_grad():
+            scale.mul_(2)
+        with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+            y.sum().backward()
+    theirs_x, theirs_scale = torch.tensor(x_values, requires_grad=True), torch.tensor(scale_values)
+    theirs = (theirs_x * theirs_scale).sin()
+    with torch.no_grad():
+        theirs_scale.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        theirs.sum().backward()
+    y = compiled(x, bias)
+    with tr.no_grad():
+        bias.add_(1)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(x_values * 4 * scale_values) * 4 *
+                               scale_values, rtol=1e-12)
+    np.testing.assert_allclose(bias.grad.numpy(), [4.0, 4.0, 4.0], rtol=1e-15)
