@@ -387,3 +387,21 @@ def test_a_tensor_the_backward_reads_changed_in_place_first_is_an_error_as_in_py
     np.testing.assert_allclose(x.grad.numpy(), np.cos(x_values * 4 * scale_values) * 4 *
                                scale_values, rtol=1e-12)
     np.testing.assert_allclose(bias.grad.numpy(), [4.0, 4.0, 4.0], rtol=1e-15)
+
+
+def test_an_out_of_range_index_nothing_reads_raises_at_the_call_as_eagerly():
+    """The split forward computes what the results need; an index check whose result nothing
+    reads is still the function's: it raises at the call (as PyTorch's x[i]), not at backward."""
+    @tr.trace
+    def function(x, index):
+        x[index]  # (read only to be checked)
+        return x.sin()
+
+    x = tr.tensor([0.0, 1.0, 2.0, 3.0], dtype=tr.float64, requires_grad=True)
+    function(x, tr.tensor([1, 2])).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cos([0.0, 1.0, 2.0, 3.0]), rtol=1e-15)
+    assert _entry(function).split
+    with pytest.raises(tr.IndexOutOfRangeError, match="out of bounds"):
+        function(x, tr.tensor([1, 7]))
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.arange(4.0)[torch.tensor([1, 7])]
