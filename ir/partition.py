@@ -80,6 +80,9 @@ def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int
     own = {id(v) for v in joint.values()}
     named = {v.name: v for v in joint.values()}
     for instruction in emitted:
+        if any(id(v) not in own and v.name not in named for v in instruction.inputs):
+            # (a gradient the Function's forward took: the autodiff pass replaced its value)
+            raise Unsplittable("a custom backward reads a value the function no longer has")
         instruction.inputs = [v if id(v) in own else named[v.name] for v in instruction.inputs]
         own.update(id(v) for v in instruction.outputs)
     joint.instructions += emitted

@@ -405,3 +405,33 @@ def test_an_out_of_range_index_nothing_reads_raises_at_the_call_as_eagerly():
         function(x, tr.tensor([1, 7]))
     with pytest.raises(IndexError, match="out of bounds"):
         torch.arange(4.0)[torch.tensor([1, 7])]
+
+
+def test_a_function_whose_forward_takes_a_gradient_that_its_backward_reads_is_differentiated():
+    """The Function's forward saves d/dz sum(z sin z), taken by tr.autograd.grad: the autodiff
+    pass replaced that value, so its backward cannot be cut from the traced one (it crashed the
+    call): it runs the function again, and gives PyTorch's gradient."""
+    def make(module):
+        class InnerGradient(module.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                with module.enable_grad():
+                    z = x.detach().requires_grad_(True)
+                    energy = (z.sin() * z).sum()
+                    gradient, = module.autograd.grad(energy, [z])
+                ctx.save_for_backward(gradient)
+                return energy.detach()
+
+            @staticmethod
+            def backward(ctx, grad):
+                gradient, = ctx.saved_tensors
+                return grad * gradient
+        return InnerGradient
+
+    ours, theirs = make(tr), make(torch)
+    compiled = tr.trace(lambda x: ours.apply(x * 2).exp())
+    for values in np.random.default_rng(12).standard_normal((2, 3)):
+        x, theirs_x = tr.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+        compiled(x).backward()
+        theirs.apply(theirs_x * 2).exp().backward()
+        np.testing.assert_allclose(x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12)
