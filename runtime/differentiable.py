@@ -51,7 +51,8 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
         saved = [values[leaf] for leaf in split.leaves if isinstance(values[leaf], Tensor)]
         saved += [results[i] for i in split.saved_results]
         record_call(name, functools.partial(split.gradients_of, split.read(arrays, values),
-                                            outputs), differentiated, inputs, saved)
+                                            split.residuals(outputs)),
+                    differentiated, inputs, saved)
         return
     written = {index for index, _, _ in entry.writebacks}
     # The backward reads the arguments again: changing one in place first is an error.

@@ -44,6 +44,7 @@ class SplitCode:
         # tanh's output)
         self.saved_results = sorted({index for kind, index in self.sources
                                      if kind == "output" and index < result_count})
+        self._outputs = sorted({index for kind, index in self.sources if kind == "output"})
         # the parameters the backward reads, and the leaf each comes from
         self._parameters = [index for kind, index in self.sources if kind == "parameter"]
         self.leaves = [sources[p][1] for p in self._parameters]
@@ -54,6 +55,11 @@ class SplitCode:
         return [arrays[p] if isinstance(values[leaf], Tensor) else arrays[p].copy()
                 for p, leaf in zip(self._parameters, self.leaves)]
 
+    def residuals(self, outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Of a call's forward `outputs`, those the backward reads, by index (the tape node
+        keeps these alone: not a result the user dropped)."""
+        return {index: outputs[index] for index in self._outputs}
+
     @property
     def backward(self):
         """The backward's compiled code (the first backward compiles it)."""
@@ -62,10 +68,10 @@ class SplitCode:
                 self._code = self._compile(self._graph)
             return self._code
 
-    def gradients_of(self, parameters: list[np.ndarray], outputs: list[np.ndarray],
+    def gradients_of(self, parameters: list[np.ndarray], outputs: dict[int, np.ndarray],
                      cotangents: list[Tensor]) -> list[Tensor | None]:
-        """The gradients of one call from its cotangents, its forward's `outputs` (the
-        residuals) and the `parameters` the backward reads (`read`)."""
+        """The gradients of one call from its cotangents, its forward's `outputs` that the
+        backward reads (`residuals`) and the `parameters` it reads (`read`)."""
         read = iter(parameters)
         arrays = []
         for (kind, index), shape in zip(self.sources, self.shapes):
