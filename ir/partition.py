@@ -69,10 +69,14 @@ def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int
                   for k, i in enumerate(outputs)]
     emitted: list[Instruction] = []
     builder = GraphBuilder(joint, instructions=emitted)
-    gradients = vector_jacobian_product(builder, list(joint.instructions),
-                                        [joint.outputs[i] for i in outputs], cotangents,
-                                        [(joint.parameters if kind == "parameter" else
-                                          joint.outputs)[index] for kind, index in wrt])
+    try:
+        gradients = vector_jacobian_product(builder, list(joint.instructions),
+                                            [joint.outputs[i] for i in outputs], cotangents,
+                                            [(joint.parameters if kind == "parameter" else
+                                              joint.outputs)[index] for kind, index in wrt])
+    except Exception as error:  # a custom backward's (raise NotImplementedError): PyTorch raises
+        # it at backward(), where the function run again raises it, not at the call
+        raise Unsplittable(f"a custom backward raised {error!r}") from error
     if len(function.parameters) != parameters:
         raise Unsplittable("a custom backward reads a tensor the forward did not")
     # A custom Function's backward reads the values its ctx saved: those of `function`, whose

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from tracer.buffers import buffer_of, results
-from tracer.errors import TracerError
 from tracer.host_function import HostBackward
 from tracer.ir.partition import Split, Unsplittable, split
 from tracer.tensor import Tensor
@@ -108,7 +107,7 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     try:
         parts = split(function, differentiable, [p for p in wrt if p is not None], optimize,
                       len(recording.result_leaves))
-    except (Unsplittable, TracerError):  # (TracerError: a custom backward the trace refuses)
+    except Unsplittable:  # (also a custom backward that raised, or that the trace refuses)
         return None
     written = {index for index, _, _ in recording.writebacks}
     reads = [recording.sources[index] for kind, index in parts.sources if kind == "parameter"]

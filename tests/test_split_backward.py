@@ -462,3 +462,23 @@ def test_a_calls_tape_node_keeps_only_the_forward_outputs_its_backward_reads():
     sum(pending).backward()
     np.testing.assert_allclose(w.grad.numpy(), 5 * x.numpy().sum(0)[:, None] * np.ones((1, 64)),
                                rtol=1e-12)
+
+
+def test_a_custom_backward_that_raises_raises_at_backward_not_at_the_call():
+    """A Function written for inference only: PyTorch runs its forward and raises at
+    backward(); the split traces that backward at the first call, which must not fail."""
+    class InferenceOnly(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise NotImplementedError("inference only")
+
+    compiled = tr.trace(lambda x: InferenceOnly.apply(x).sin())
+    x = tr.tensor([0.5, 1.0], dtype=tr.float64, requires_grad=True)
+    y = compiled(x)
+    np.testing.assert_allclose(y.detach().numpy(), np.sin([1.0, 2.0]), rtol=1e-15)
+    with pytest.raises(NotImplementedError, match="inference only"):
+        y.sum().backward()
