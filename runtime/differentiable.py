@@ -55,12 +55,14 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
                     differentiated, inputs, saved)
         return
     written = {index for index, _, _ in entry.writebacks}
-    # The backward reads the arguments again: changing one in place first is an error.
-    # (not the tensors the call writes: the backward reads those as they were on entry, or not
-    # at all, so a second call or the user changing them before the backward is no error)
+    # The backward reads the arguments and captured tensors again: changing one in place first
+    # is an error (also a captured one that requires no grad: its change would silently change
+    # the gradient). (not the tensors the call writes: the backward reads those as they were on
+    # entry, or not at all, so a second call or the user changing them before the backward is
+    # no error)
+    saved = [v for index, v in enumerate([*(v for v, _ in leaves), *entry.captured])
+             if isinstance(v, Tensor) and index not in written]
     captured = [t for t in entry.captured if t.requires_grad]
-    saved = [v for index, (v, _) in enumerate(leaves)
-             if isinstance(v, Tensor) and index not in written] + captured
     # (numpy arrays the call overwrote, as the call found them)
     as_entered = None
     if entry.writebacks:

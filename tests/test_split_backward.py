@@ -482,3 +482,28 @@ def test_a_custom_backward_that_raises_raises_at_backward_not_at_the_call():
     np.testing.assert_allclose(y.detach().numpy(), np.sin([1.0, 2.0]), rtol=1e-15)
     with pytest.raises(NotImplementedError, match="inference only"):
         y.sum().backward()
+
+
+def test_a_tensor_read_from_outside_changed_before_a_backward_that_runs_the_function_again():
+    """A function that keeps the replay (here: it registers a hook) reads its captured tensors
+    again at backward: one that requires no grad, changed in place first, silently gave the
+    gradient of its new value; it is PyTorch's error, as for a saved tensor."""
+    scale = tr.tensor([1.0, 2.0, 3.0], dtype=tr.float64)
+
+    @tr.trace
+    def function(x):
+        scaled = x * scale
+        scaled.register_hook(lambda grad: grad * 2)
+        return scaled.sin()
+
+    x = tr.tensor([0.5, -1.0, 2.0], dtype=tr.float64, requires_grad=True)
+    y = function(x)
+    with tr.no_grad():
+        scale.mul_(2)
+    with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+        y.sum().backward()
+    y = function(x)
+    y.sum().backward()
+    values, factors = np.array([0.5, -1.0, 2.0]), np.array([2.0, 4.0, 6.0])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(values * factors) * factors, rtol=1e-14)
+    assert _entry(function).split is None
