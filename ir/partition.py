@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from tracer.ir.autodiff import vector_jacobian_product
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Graph, Instruction, Value
-from tracer.ir.primitives import LAYOUT, SOURCES
+from tracer.ir.primitives import CHECKS, LAYOUT, SOURCES
 
 
 @dataclass
@@ -51,8 +51,11 @@ def split(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int]
     argument, which the next call overwrites) is returned again, as a residual of its own.
     `optimize` is ir.optimize."""
     joint, forward_count, flowing = _joint(function, outputs, wrt)
+    # (the function's index checks stay in the forward, whose call raises, as eagerly, where an
+    # index is out of range that nothing reads; the copies keep their names)
+    checks = {v.name for i in function.instructions if i.primitive in CHECKS for v in i.outputs}
     return _cut(optimize(joint), len(function.parameters), forward_count, shared,
-                len(outputs), flowing)
+                len(outputs), flowing, checks)
 
 
 def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int]]
@@ -66,10 +69,14 @@ def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int
                   for k, i in enumerate(outputs)]
     emitted: list[Instruction] = []
     builder = GraphBuilder(joint, instructions=emitted)
-    gradients = vector_jacobian_product(builder, list(joint.instructions),
-                                        [joint.outputs[i] for i in outputs], cotangents,
-                                        [(joint.parameters if kind == "parameter" else
-                                          joint.outputs)[index] for kind, index in wrt])
+    try:
+        gradients = vector_jacobian_product(builder, list(joint.instructions),
+                                            [joint.outputs[i] for i in outputs], cotangents,
+                                            [(joint.parameters if kind == "parameter" else
+                                              joint.outputs)[index] for kind, index in wrt])
+    except Exception as error:  # a custom backward's (raise NotImplementedError): PyTorch raises
+        # it at backward(), where the function run again raises it, not at the call
+        raise Unsplittable(f"a custom backward raised {error!r}") from error
     if len(function.parameters) != parameters:
         raise Unsplittable("a custom backward reads a tensor the forward did not")
     # A custom Function's backward reads the values its ctx saved: those of `function`, whose
@@ -77,6 +84,9 @@ def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int
     own = {id(v) for v in joint.values()}
     named = {v.name: v for v in joint.values()}
     for instruction in emitted:
+        if any(id(v) not in own and v.name not in named for v in instruction.inputs):
+            # (a gradient the Function's forward took: the autodiff pass replaced its value)
+            raise Unsplittable("a custom backward reads a value the function no longer has")
         instruction.inputs = [v if id(v) in own else named[v.name] for v in instruction.inputs]
         own.update(id(v) for v in instruction.outputs)
     joint.instructions += emitted
@@ -86,16 +96,17 @@ def _joint(function: Graph, outputs: Sequence[int], wrt: Sequence[tuple[str, int
 
 
 def _cut(joint: Graph, parameters: int, forward_count: int, shared: int, cotangent_count: int,
-         flowing: Sequence[bool]) -> Split:
-    """`joint` (optimized) cut in two. The forward is what the function's own outputs need: it
-    computes nothing more, and saves those of its values the backward reads. The backward is all
+         flowing: Sequence[bool], checks: set[str]) -> Split:
+    """`joint` (optimized) cut in two. The forward is what the function's own outputs and its
+    index `checks` (by name) need: it computes nothing more, and saves those of its values the
+    backward reads. The backward is all
     the rest, and computes again what is cheaper to compute than to save: constants, and layout
     changes (a transposed weight, a broadcast) of what it has anyway."""
     present = iter(range(len(flowing)))
     gradients = [next(present) if flows else None for flows in flowing]
     cotangents = joint.parameters[parameters:]
     producer = {id(v): i for i in joint.instructions for v in i.outputs}
-    forward_instructions = _live(joint.instructions, joint.outputs[:forward_count])
+    forward_instructions = _live(joint.instructions, joint.outputs[:forward_count], checks)
     in_forward = {id(i) for i in forward_instructions}
     backward_outputs = joint.outputs[forward_count:]
     if any(id(v) in {id(c) for c in cotangents} for i in forward_instructions for v in i.inputs):
@@ -138,12 +149,14 @@ def _cut(joint: Graph, parameters: int, forward_count: int, shared: int, cotange
     return Split(forward, backward, sources, gradients)
 
 
-def _live(instructions: list[Instruction], outputs: Sequence[Value]) -> list[Instruction]:
-    """The instructions some output needs, in order."""
+def _live(instructions: list[Instruction], outputs: Sequence[Value], checks: set[str]
+          ) -> list[Instruction]:
+    """The instructions some output or one of the `checks` (by name) needs, in order."""
     needed = {id(v) for v in outputs}
     kept = []
     for instruction in reversed(instructions):
-        if any(id(v) in needed for v in instruction.outputs):
+        if any(id(v) in needed or (instruction.primitive in CHECKS and v.name in checks)
+               for v in instruction.outputs):
             kept.append(instruction)
             needed.update(id(v) for v in instruction.inputs)
     return kept[::-1]

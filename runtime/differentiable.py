@@ -43,19 +43,26 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
     inputs = gradient_inputs([v for v, _ in leaves], entry.captured)
     differentiated = [results[i] for i in entry.differentiable]
     name = traced._name
-    written = {index for index, _, _ in entry.writebacks}
-    # The backward reads the arguments again: changing one in place first is an error.
-    # (not the tensors the call writes: the backward reads those as they were on entry, or not
-    # at all, so a second call or the user changing them before the backward is no error)
-    captured = [t for t in entry.captured if t.requires_grad]
-    saved = [v for index, (v, _) in enumerate(leaves)
-             if isinstance(v, Tensor) and index not in written] + captured
     split = entry.split
     if split is not None:
+        # The backward reads these tensors' data as the call left it: changing one in place
+        # first is an error, as PyTorch's for a saved tensor (a captured tensor that does not
+        # require grad too: a buffer, a frozen weight).
+        saved = [values[leaf] for leaf in split.leaves if isinstance(values[leaf], Tensor)]
         saved += [results[i] for i in split.saved_results]
         record_call(name, functools.partial(split.gradients_of, split.read(arrays, values),
-                                            outputs), differentiated, inputs, saved)
+                                            split.residuals(outputs)),
+                    differentiated, inputs, saved)
         return
+    written = {index for index, _, _ in entry.writebacks}
+    # The backward reads the arguments and captured tensors again: changing one in place first
+    # is an error (also a captured one that requires no grad: its change would silently change
+    # the gradient). (not the tensors the call writes: the backward reads those as they were on
+    # entry, or not at all, so a second call or the user changing them before the backward is
+    # no error)
+    saved = [v for index, v in enumerate([*(v for v, _ in leaves), *entry.captured])
+             if isinstance(v, Tensor) and index not in written]
+    captured = [t for t in entry.captured if t.requires_grad]
     # (numpy arrays the call overwrote, as the call found them)
     as_entered = None
     if entry.writebacks:

@@ -48,6 +48,7 @@ class Recording:
     # backward reads (see result_dependence)
     stale: frozenset[int] = frozenset()
     replayed: frozenset[int] = frozenset()
+    hooked: bool = False  # whether the function registered gradient hooks (Tensor.register_hook)
 
 
 class Specialize(Exception):
@@ -192,7 +193,8 @@ class Recorder:
         return Recording(self._traced, self.result_structure, self.result_leaves,
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
-                         self.floats.inputs, self.rules, self.aliases, stale, replayed)
+                         self.floats.inputs, self.rules, self.aliases, stale, replayed,
+                         any(self.trace_state.gradient_hooks.values()))
 
 
 def _requiring_grad(values: Sequence) -> list[bool]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from tracer.buffers import buffer_of, results
-from tracer.errors import TracerError
+from tracer.host_function import HostBackward
 from tracer.ir.partition import Split, Unsplittable, split
 from tracer.tensor import Tensor
 
@@ -43,15 +43,21 @@ class SplitCode:
         # tanh's output)
         self.saved_results = sorted({index for kind, index in self.sources
                                      if kind == "output" and index < result_count})
+        self._outputs = sorted({index for kind, index in self.sources if kind == "output"})
         # the parameters the backward reads, and the leaf each comes from
         self._parameters = [index for kind, index in self.sources if kind == "parameter"]
-        self._leaves = [sources[p][1] for p in self._parameters]
+        self.leaves = [sources[p][1] for p in self._parameters]
 
     def read(self, arrays: list[np.ndarray], values: list) -> list[np.ndarray]:
         """Of a call's `arrays`, those the backward reads; numpy arrays copied (the user may
         change them before the backward, and they have no version counter)."""
         return [arrays[p] if isinstance(values[leaf], Tensor) else arrays[p].copy()
-                for p, leaf in zip(self._parameters, self._leaves)]
+                for p, leaf in zip(self._parameters, self.leaves)]
+
+    def residuals(self, outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Of a call's forward `outputs`, those the backward reads, by index (the tape node
+        keeps these alone: not a result the user dropped)."""
+        return {index: outputs[index] for index in self._outputs}
 
     @property
     def backward(self):
@@ -61,10 +67,10 @@ class SplitCode:
                 self._code = self._compile(self._graph)
             return self._code
 
-    def gradients_of(self, parameters: list[np.ndarray], outputs: list[np.ndarray],
+    def gradients_of(self, parameters: list[np.ndarray], outputs: dict[int, np.ndarray],
                      cotangents: list[Tensor]) -> list[Tensor | None]:
-        """The gradients of one call from its cotangents, its forward's `outputs` (the
-        residuals) and the `parameters` the backward reads (`read`)."""
+        """The gradients of one call from its cotangents, its forward's `outputs` that the
+        backward reads (`residuals`) and the `parameters` it reads (`read`)."""
         read = iter(parameters)
         arrays = []
         for (kind, index), shape in zip(self.sources, self.shapes):
@@ -89,13 +95,19 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     """The split of a traced call (`function` its grad stage, `values` its argument leaves then
     its captured tensors) and what each input's gradient is taken with respect to; None where its
     backward cannot run on its own (it then runs the function again: runtime/differentiable.py),
-    or reads a parameter the function writes (weights clipped in place then used) or a .grad."""
+    or reads a parameter the function writes (weights clipped in place then used) or a .grad,
+    or a Function on the host differentiates it (its backward reads the ctx its forward's run
+    left in Python until the next run: it must run in the call of that run), or the function
+    registers gradient hooks (kept by the trace's values, which the split's copy has not)."""
+    if recording.hooked or any(isinstance(rule.backward, HostBackward)
+                               for rule in recording.rules):
+        return None
     wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
         recording.captured)], recording.captured))
     try:
         parts = split(function, differentiable, [p for p in wrt if p is not None], optimize,
                       len(recording.result_leaves))
-    except (Unsplittable, TracerError):  # (TracerError: a custom backward the trace refuses)
+    except Unsplittable:  # (also a custom backward that raised, or that the trace refuses)
         return None
     written = {index for index, _, _ in recording.writebacks}
     reads = [recording.sources[index] for kind, index in parts.sources if kind == "parameter"]

@@ -298,3 +298,212 @@ def test_a_custom_backward_reading_a_tensor_the_forward_did_not_runs_the_functio
         w.grad = None
     assert _entry(layer).split is None
     assert not scale.requires_grad and scale._trace is None  # (left as it was)
+
+
+def test_a_function_on_the_host_is_differentiated_with_the_ctx_of_its_own_call():
+    """A host Function's backward reads the ctx its forward's run filled, which lives in Python
+    until the next run: two calls then the first call's backward, or a backward in another
+    thread, must still see the first call's ctx (d/dx sum(x**2) = 2x)."""
+    import threading
+
+    class HostSquare(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.values = x.numpy().copy()  # (reads values: the forward runs on the host)
+            return tr.tensor(ctx.values ** 2)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * tr.tensor(2 * ctx.values)
+
+    @tr.trace
+    def squares(x):
+        return HostSquare.apply(x * 1.0).sum(1)
+
+    rng = np.random.default_rng(9)
+    for _ in range(2):
+        a, b = rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+        first, second = tr.tensor(a, requires_grad=True), tr.tensor(b, requires_grad=True)
+        y = squares(first)
+        squares(second)
+        y.sum().backward()
+        np.testing.assert_allclose(first.grad.numpy(), 2 * a, rtol=1e-15)
+    y = squares(second)
+    thread = threading.Thread(target=lambda: y.sum().backward())
+    thread.start()
+    thread.join()
+    np.testing.assert_allclose(second.grad.numpy(), 2 * b, rtol=1e-15)
+
+
+def test_gradient_hooks_registered_inside_the_function_change_its_gradients_as_in_pytorch():
+    """The trace keeps a hook by the traced value it watches; the split differentiates a copy of
+    the graph, where no hook would run: such a function keeps the backward that runs it again."""
+    def layer(x, w):
+        w.register_hook(lambda grad: grad * 5)
+        hidden = x @ w
+        hidden.register_hook(lambda grad: grad * 3)
+        return hidden.tanh()
+
+    compiled = tr.trace(layer)
+    rng = np.random.default_rng(10)
+    for _ in range(2):
+        x_values, w_values = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+        x, w = tr.tensor(x_values, requires_grad=True), tr.tensor(w_values, requires_grad=True)
+        theirs_x = torch.tensor(x_values, requires_grad=True)
+        theirs_w = torch.tensor(w_values, requires_grad=True)
+        compiled(x, w).pow(2).sum().backward()
+        layer(theirs_x, theirs_w).pow(2).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(w.grad.numpy(), theirs_w.grad.numpy(), rtol=1e-12)
+
+
+def test_a_tensor_the_backward_reads_changed_in_place_first_is_an_error_as_in_pytorch():
+    """What the split backward reads of the call's tensors, it reads as they are then: changing
+    one before it is PyTorch's error, also a tensor the function reads from outside that
+    requires no grad (a frozen scale); changing one it does not read (the added bias) is no
+    error in either."""
+    rng = np.random.default_rng(11)
+    x_values, scale_values = rng.standard_normal((4, 3)), rng.standard_normal(3)
+    scale = tr.tensor(scale_values)
+    compiled = tr.trace(lambda x, bias: (x * scale).sin() + bias)
+    for _ in range(2):
+        x = tr.tensor(x_values, requires_grad=True)
+        bias = tr.zeros(3, dtype=tr.float64, requires_grad=True)
+        y = compiled(x, bias)
+        with tr.no_grad():
+            scale.mul_(2)
+        with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+            y.sum().backward()
+    theirs_x, theirs_scale = torch.tensor(x_values, requires_grad=True), torch.tensor(scale_values)
+    theirs = (theirs_x * theirs_scale).sin()
+    with torch.no_grad():
+        theirs_scale.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        theirs.sum().backward()
+    y = compiled(x, bias)
+    with tr.no_grad():
+        bias.add_(1)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(x_values * 4 * scale_values) * 4 *
+                               scale_values, rtol=1e-12)
+    np.testing.assert_allclose(bias.grad.numpy(), [4.0, 4.0, 4.0], rtol=1e-15)
+
+
+def test_an_out_of_range_index_nothing_reads_raises_at_the_call_as_eagerly():
+    """The split forward computes what the results need; an index check whose result nothing
+    reads is still the function's: it raises at the call (as PyTorch's x[i]), not at backward."""
+    @tr.trace
+    def function(x, index):
+        x[index]  # (read only to be checked)
+        return x.sin()
+
+    x = tr.tensor([0.0, 1.0, 2.0, 3.0], dtype=tr.float64, requires_grad=True)
+    function(x, tr.tensor([1, 2])).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cos([0.0, 1.0, 2.0, 3.0]), rtol=1e-15)
+    assert _entry(function).split
+    with pytest.raises(tr.IndexOutOfRangeError, match="out of bounds"):
+        function(x, tr.tensor([1, 7]))
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.arange(4.0)[torch.tensor([1, 7])]
+
+
+def test_a_function_whose_forward_takes_a_gradient_that_its_backward_reads_is_differentiated():
+    """The Function's forward saves d/dz sum(z sin z), taken by tr.autograd.grad: the autodiff
+    pass replaced that value, so its backward cannot be cut from the traced one (it crashed the
+    call): it runs the function again, and gives PyTorch's gradient."""
+    def make(module):
+        class InnerGradient(module.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                with module.enable_grad():
+                    z = x.detach().requires_grad_(True)
+                    energy = (z.sin() * z).sum()
+                    gradient, = module.autograd.grad(energy, [z])
+                ctx.save_for_backward(gradient)
+                return energy.detach()
+
+            @staticmethod
+            def backward(ctx, grad):
+                gradient, = ctx.saved_tensors
+                return grad * gradient
+        return InnerGradient
+
+    ours, theirs = make(tr), make(torch)
+    compiled = tr.trace(lambda x: ours.apply(x * 2).exp())
+    for values in np.random.default_rng(12).standard_normal((2, 3)):
+        x, theirs_x = tr.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+        compiled(x).backward()
+        theirs.apply(theirs_x * 2).exp().backward()
+        np.testing.assert_allclose(x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-12)
+
+
+def test_a_calls_tape_node_keeps_only_the_forward_outputs_its_backward_reads():
+    """A result the user dropped, that the backward does not read (here one computed from x
+    alone), is freed: four calls waiting for their backward hold less than two of them."""
+    import tracemalloc
+
+    w = tr.randn(64, 64, dtype=tr.float64, requires_grad=True)
+
+    @tr.trace
+    def function(x):
+        return (x @ w).sum(), x * 2 + 1
+
+    x = tr.randn(4096, 64, dtype=tr.float64)
+    function(x)[0].backward()
+    size = 4096 * 64 * 8
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        pending = [function(x)[0] for _ in range(4)]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * size, f"{held / size:.1f} dropped results held"
+    sum(pending).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 5 * x.numpy().sum(0)[:, None] * np.ones((1, 64)),
+                               rtol=1e-12)
+
+
+def test_a_custom_backward_that_raises_raises_at_backward_not_at_the_call():
+    """A Function written for inference only: PyTorch runs its forward and raises at
+    backward(); the split traces that backward at the first call, which must not fail."""
+    class InferenceOnly(tr.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise NotImplementedError("inference only")
+
+    compiled = tr.trace(lambda x: InferenceOnly.apply(x).sin())
+    x = tr.tensor([0.5, 1.0], dtype=tr.float64, requires_grad=True)
+    y = compiled(x)
+    np.testing.assert_allclose(y.detach().numpy(), np.sin([1.0, 2.0]), rtol=1e-15)
+    with pytest.raises(NotImplementedError, match="inference only"):
+        y.sum().backward()
+
+
+def test_a_tensor_read_from_outside_changed_before_a_backward_that_runs_the_function_again():
+    """A function that keeps the replay (here: it registers a hook) reads its captured tensors
+    again at backward: one that requires no grad, changed in place first, silently gave the
+    gradient of its new value; it is PyTorch's error, as for a saved tensor."""
+    scale = tr.tensor([1.0, 2.0, 3.0], dtype=tr.float64)
+
+    @tr.trace
+    def function(x):
+        scaled = x * scale
+        scaled.register_hook(lambda grad: grad * 2)
+        return scaled.sin()
+
+    x = tr.tensor([0.5, -1.0, 2.0], dtype=tr.float64, requires_grad=True)
+    y = function(x)
+    with tr.no_grad():
+        scale.mul_(2)
+    with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+        y.sum().backward()
+    y = function(x)
+    y.sum().backward()
+    values, factors = np.array([0.5, -1.0, 2.0]), np.array([2.0, 4.0, 6.0])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(values * factors) * factors, rtol=1e-14)
+    assert _entry(function).split is None

@@ -40,14 +40,23 @@ def test_gradcheck_of_traced_layer():
     assert tr.gradcheck(layer, _data())
 
 
-def test_in_place_change_before_backward_is_an_error():
+def test_in_place_change_before_backward_is_an_error_where_it_is_in_pytorch():
+    """The backward of x @ w reads x (for w's gradient) and not w (x requires no grad): PyTorch
+    refuses a change of x before it, not one of w."""
     x, w, b = _data()
     out = layer(x, w, b).sum()
     with tr.no_grad():
-        w.add_(1.0)
+        x.add_(1.0)
     with pytest.raises(tr.InplaceError, match="test_trace_differentiable.py"):
         out.backward()
     assert w.grad is None
+    x, w, b = _data()
+    pre = x.numpy() @ w.detach().numpy() + b.detach().numpy()
+    out = layer(x, w, b).sum()
+    with tr.no_grad():
+        w.add_(1.0)
+    out.backward()
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().T @ (1 - np.tanh(pre) ** 2), rtol=1e-12)
 
 
 def test_step_with_in_place_updates_returns_detached_result():
