@@ -158,6 +158,8 @@ def _set(container, kind: str, key, value) -> None:
     if kind == "attr":
         if isinstance(container, types.CellType):
             container.cell_contents = value
+        elif isinstance(container, type):  # (a class's namespace is read-only as a mapping)
+            type.__setattr__(container, key, value)
         else:
             vars(container)[key] = value
     elif isinstance(container, dict):

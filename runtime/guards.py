@@ -249,6 +249,9 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         reached.hook_changes = HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
+    if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
+        _walk_class(value, reached, depth)
+        return
     # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
     # of its param_groups hold the one betas tuple), and its items are guarded at every path.
     if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)
@@ -314,15 +317,23 @@ def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> No
 
 
 def _walk_class(cls: type, reached: Reached, depth: int) -> None:
-    """The globals the methods of an object's class read (those of user code)."""
+    """What a user's class (an object's, or one reached by name) holds: the globals its methods
+    read, and the numbers and strings in its body (`class Config: scale = 2.0`, read as
+    `Config.scale` or `self.scale`), each by the path from the class itself."""
+    if depth >= MAX_DEPTH:
+        return
     for klass in cls.__mro__:
         if id(klass) in reached._seen or _library_class(klass):
             continue
         reached._seen.add(id(klass))
-        for member in vars(klass).values():
-            member = getattr(member, "__func__", getattr(member, "fget", member))
-            if isinstance(member, types.FunctionType):
-                _walk_callable(member, reached, depth, "self")
+        for key, member in list(vars(klass).items()):
+            function = getattr(member, "__func__", getattr(member, "fget", member))
+            if isinstance(function, types.FunctionType):
+                _walk_callable(function, reached, depth, "self")
+            elif not key.startswith("__") and _is_value(member):  # (not a Function's
+                # class-level list that a backward appends to: state, not configuration)
+                _walk(member, (f"{klass.__qualname__}.{key}", klass, (("attr", key),)),
+                      reached, depth + 1)
 
 
 def _same(current, traced) -> bool:

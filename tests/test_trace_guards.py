@@ -317,3 +317,33 @@ def test_a_setting_in_a_namespace_is_guarded_or_a_runtime_input(settings):
     options.scale = 3  # an int: traced again (before: 2, stale)
     np.testing.assert_array_equal(f(tr.ones(2)).numpy(), [0.75, 0.75])
     assert f.cache_info().misses == 2
+
+
+class _Config:
+    scale = 2.0
+
+
+class _Scaled(tr.nn.Module):
+    power = 2
+
+    def forward(self, x):
+        return (x * _Config.scale) ** self.power
+
+
+def test_numbers_in_a_class_body_are_read_on_every_call():
+    """A float a class holds (`Config.scale`, found by the class's name) is a runtime input, an
+    int (`self.power`, through an instance) is guarded: changing either after the first call
+    gives the new value, as eagerly (found by review: both were baked in, silently)."""
+    model = _Scaled()
+    compiled = tr.trace(model)
+    x = tr.tensor([1.0, 2.0], dtype=tr.float64)
+    try:
+        np.testing.assert_array_equal(compiled(x).numpy(), [4.0, 16.0])
+        _Config.scale = 3.0
+        np.testing.assert_array_equal(compiled(x).numpy(), [9.0, 36.0])
+        assert compiled.cache_info().misses == 1  # (a runtime input: no new signature)
+        _Scaled.power = 3
+        np.testing.assert_array_equal(compiled(x).numpy(), [27.0, 216.0])
+        assert compiled.cache_info().misses == 2
+    finally:
+        _Config.scale, _Scaled.power = 2.0, 2
