@@ -1,5 +1,5 @@
 """Which names the Python code that runs while tracing reads: what decides which paths of what a
-traced function can reach are guarded (runtime/guards.py). The globals of a function are those
+traced function can reach are guarded (runtime/reach.py, runtime/guards.py). The globals of a function are those
 its code reads or writes as globals; an attribute or dict item on a path is read if some code that
 ran names it so (by name, not as a method it calls; or by a string)."""
 from __future__ import annotations

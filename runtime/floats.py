@@ -3,7 +3,7 @@
 global's value -- are runtime inputs, as float arguments are: a scheduler's new learning rate
 reaches the compiled code on the next call, with no new trace.
 
-While the function is traced, each float the guards' walk reached (runtime/guards.py) is replaced
+While the function is traced, each float the guards' walk reached (runtime/reach.py) is replaced
 where it lives by a proxy, a 0-d float64 parameter of the trace (a "weak" number, as a float
 argument's proxy is: it does not widen float32 tensors), and put back afterwards. Proxies the
 trace used stay parameters, read from their paths on every call; the others are dropped and their

@@ -17,7 +17,8 @@ from tracer.runtime.arguments import flatten, parameter_name
 from tracer.runtime.floats import FloatInput, RuntimeFloats, decide
 from tracer.runtime.code_names import recording_names
 from tracer.runtime.random_draws import Draws
-from tracer.runtime.guards import Reached, captured_names, reachable, stored_tensors
+from tracer.runtime.guards import captured_names, stored_tensors
+from tracer.runtime.reach import Reached, reachable
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
 from tracer.tensor import Tensor, check_current

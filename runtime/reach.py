@@ -1,0 +1,221 @@
+"""What a traced function can reach besides its arguments, walked once before tracing
+(runtime/guards.py guards it): the globals it names (and those of the functions and methods it can
+call), its closure, its `self`, the objects passed to it as static arguments, and from there
+attributes, list and dict items and the numbers in user classes' bodies. Every path is
+(what to call it, the object it starts at, the steps from there: ("attr" | "item", key))."""
+from __future__ import annotations
+
+import argparse
+import functools
+import numbers
+import os
+import site
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tracer.errors import project_file
+from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
+from tracer.runtime.code_names import global_names
+from tracer.runtime.random_draws import GENERATORS
+from tracer.tensor import Tensor
+
+# The walk's bounds: deeper objects, longer containers and more objects than this are not looked
+# into (a tensor found only there is guarded by identity only).
+MAX_DEPTH = 8
+MAX_ITEMS = 64
+MAX_OBJECTS = 2000
+
+# Objects of the standard library and of installed packages hold no user state worth guarding,
+# nor do the globals of their code or of the project's own code (the project's objects, a
+# tr.nn.Module or an optimizer, do).
+@functools.cache
+def _libraries() -> tuple[str, ...]:
+    # The standard library's folder and site-packages (sysconfig's stdlib, purelib and platlib,
+    # without importing sysconfig: 2.5 ms of a process's first trace)
+    folders = [os.path.dirname(os.__file__), *site.getsitepackages()]
+    return tuple({os.path.realpath(folder) + os.sep for folder in folders})
+
+
+def _library_file(filename: str) -> bool:
+    return filename.startswith(_libraries()) and not project_file(filename)
+
+
+# The standard library's bags of settings, walked as a user's objects are: `args.lr` of
+# argparse's parse_args(), a SimpleNamespace config.
+_SETTINGS = (types.SimpleNamespace, argparse.Namespace)
+
+
+def _user_module(module: types.ModuleType) -> bool:
+    """A module of the user's own files (walked as an object: its settings are read as
+    `config.scale`), not of a library or of this project."""
+    filename = getattr(module, "__file__", None)
+    return isinstance(filename, str) and not _library_file(filename) and not project_file(filename)
+
+
+def _library_class(cls: type) -> bool:
+    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if filename is None:  # a builtin, or the code typed into an interactive interpreter
+        return cls.__module__ != "__main__"
+    return _library_file(filename)
+
+
+@dataclass
+class Reached:
+    """What a walk found: every tensor and the paths to it, and the value at the end of every
+    other guarded path; a path is (name, root, steps)."""
+    tensors: dict[int, Tensor] = field(default_factory=dict)
+    paths: dict[int, list[tuple]] = field(default_factory=dict)  # by id of the tensor
+    values: list[tuple[tuple, Any]] = field(default_factory=list)
+    # Python's and numpy's random generators, by id, with the name of the first path to each
+    # (runtime/random_draws.py)
+    generators: dict[int, tuple[str, Any]] = field(default_factory=dict)
+    _seen: set[int] = field(default_factory=set)
+    hook_changes: int | None = None  # HOOK_CHANGES.hook_changes if a Module was reached
+
+    def floats(self) -> list[tuple[tuple, float]]:
+        """The paths that end at a float (runtime inputs: see runtime/floats.py)."""
+        return [(path, value) for path, value in self.values if isinstance(value, float)]
+
+
+def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -> Reached:
+    """Walk what `function` (a function, bound method or callable object) and the objects passed
+    to it as static arguments, named, can reach."""
+    reached = Reached()
+    _walk_callable(function, reached, 0, "self")
+    for name, value in static_arguments:
+        if not _is_value(value):
+            _walk(value, (name, value, ()), reached, 0)
+    return reached
+
+
+# A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
+# one is written as the user writes it (model.blocks[0].attn.weight).
+_REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
+
+
+def named_steps(steps: tuple) -> tuple:
+    """The steps whose names the code must have used to read by them: not the keys of a Module's
+    registries, whose containers reach their items by iterating (Sequential's forward names no
+    '1', yet `model[1].eval()` must trace again)."""
+    return tuple(step for number, step in enumerate(steps)
+                 if not (number and steps[number - 1] in _REGISTRIES))
+
+
+def _child(path: tuple, kind: str, key) -> tuple:
+    name, root, steps = path
+    if kind == "item" and isinstance(key, str) and steps and steps[-1] in _REGISTRIES:
+        name = name[:-len(steps[-1][1]) - 1]
+        text = f"[{key}]" if key.isdigit() else f".{key}"
+    else:
+        text = (f".{key}" if kind == "attr" else f"[{key!r}]" if not isinstance(key, Tensor)
+                else f"[<tensor of shape {list(key.shape)}>]")
+    return f"{name}{text}", root, (*steps, (kind, key))
+
+
+def _is_value(value) -> bool:
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray))
+
+
+def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
+    if isinstance(value, Tensor):
+        reached.tensors[id(value)] = value
+        reached.paths.setdefault(id(value), []).append(path)
+        return
+    if _is_value(value):
+        reached.values.append((path, value))
+        return
+    if isinstance(value, ModuleApi) and reached.hook_changes is None:
+        reached.hook_changes = HOOK_CHANGES.hook_changes
+    if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
+        reached.generators.setdefault(id(value), (path[0], value))
+    if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
+        _walk_class(value, reached, depth)
+        return
+    # A tuple is walked wherever it is reached: it is a value (an optimizer's defaults and each
+    # of its param_groups hold the one betas tuple), and its items are guarded at every path.
+    if (depth >= MAX_DEPTH or (id(value) in reached._seen and type(value) is not tuple)
+            or len(reached._seen) >= MAX_OBJECTS
+            or isinstance(value, (type, types.BuiltinFunctionType))
+            or (isinstance(value, types.ModuleType) and not _user_module(value))):
+        return
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        _walk_callable(value, reached, depth, path[0])
+        return
+    reached._seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        if len(value) <= MAX_ITEMS:
+            for index, item in enumerate(value):
+                _walk(item, _child(path, "item", index), reached, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) <= MAX_ITEMS:
+            for key, item in list(value.items()):
+                if isinstance(key, (str, int, Tensor)):
+                    _walk(item, _child(path, "item", key), reached, depth + 1)
+    elif isinstance(value, types.ModuleType):  # a user's module: `import config; config.scale`
+        for key, item in list(vars(value).items()):
+            if not key.startswith("__"):
+                _walk(item, _child(path, "attr", key), reached, depth + 1)
+    elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
+        _walk_callable(value.python_function, reached, depth, path[0])
+    elif hasattr(value, "__dict__") and (not _library_class(type(value))
+                                         or isinstance(value, _SETTINGS)):
+        for key, item in list(vars(value).items()):
+            if not key.startswith("__"):
+                _walk(item, _child(path, "attr", key), reached, depth + 1)
+        _walk_class(type(value), reached, depth)
+
+
+def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:
+    """The globals and closure of a function; the object and function of a bound method; the
+    attributes and methods of a callable object."""
+    if isinstance(function, types.MethodType):
+        _walk(function.__self__, (self_name, function.__self__, ()), reached, depth + 1)
+        function = function.__func__
+    if not isinstance(function, types.FunctionType):
+        if not isinstance(function, type):  # a callable object
+            _walk(function, (self_name, function, ()), reached, depth)
+        return
+    if id(function) in reached._seen:
+        return
+    reached._seen.add(id(function))
+    code = function.__code__
+    if _library_file(code.co_filename) or project_file(code.co_filename):
+        return
+    namespace = function.__globals__
+    for name in sorted(global_names(code)):
+        if name in namespace:
+            _walk(namespace[name], (f"global {name}", namespace, (("item", name),)),
+                  reached, depth + 1)
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not bound yet
+            continue
+        _walk(value, (f"closure variable {name}", cell, (("attr", "cell_contents"),)),
+              reached, depth + 1)
+
+
+def _walk_class(cls: type, reached: Reached, depth: int) -> None:
+    """What a user's class (an object's, or one reached by name) holds: the globals its methods
+    read, and the numbers and strings in its body (`class Config: scale = 2.0`, read as
+    `Config.scale` or `self.scale`), each by the path from the class itself."""
+    if depth >= MAX_DEPTH:
+        return
+    for klass in cls.__mro__:
+        if id(klass) in reached._seen or _library_class(klass):
+            continue
+        reached._seen.add(id(klass))
+        for key, member in list(vars(klass).items()):
+            function = getattr(member, "__func__", getattr(member, "fget", member))
+            if isinstance(function, types.FunctionType):
+                _walk_callable(function, reached, depth, "self")
+            elif not key.startswith("__") and _is_value(member):  # (not a Function's
+                # class-level list that a backward appends to: state, not configuration)
+                _walk(member, (f"{klass.__qualname__}.{key}", klass, (("attr", key),)),
+                      reached, depth + 1)
+
+
