@@ -1,8 +1,9 @@
 """What a traced function can reach besides its arguments, walked once before tracing
 (runtime/guards.py guards it): the globals it names (and those of the functions and methods it can
 call), its closure, its `self`, the objects passed to it as static arguments, and from there
-attributes, list and dict items and the floats in user classes' bodies. Every path is
-(what to call it, the object it starts at, the steps from there: ("attr" | "item", key))."""
+attributes, list and dict items and the numbers, strings and tuples in user classes' bodies.
+Every path is (what to call it, the object it starts at, the steps from there: ("attr" | "item",
+key))."""
 from __future__ import annotations
 
 import argparse
@@ -201,8 +202,8 @@ def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> No
 
 def _walk_class(cls: type, reached: Reached, depth: int) -> None:
     """What a user's class (an object's, or one reached by name) holds: the globals its methods
-    read, and the floats in its body (`class Config: scale = 2.0`, read as `Config.scale` or
-    `self.scale`: runtime inputs), each by the path from the class itself."""
+    read, and the numbers, strings and tuples in its body (`class Config: scale = 2.0`, read as
+    `Config.scale` or `self.scale`), each by the path from the class itself."""
     if depth >= MAX_DEPTH:
         return
     for klass in cls.__mro__:
@@ -213,9 +214,10 @@ def _walk_class(cls: type, reached: Reached, depth: int) -> None:
             function = getattr(member, "__func__", getattr(member, "fget", member))
             if isinstance(function, types.FunctionType):
                 _walk_callable(function, reached, depth, "self")
-            elif not key.startswith("__") and isinstance(member, float):  # (runtime inputs;
-                # not ints or lists: a class-level counter a Function's forward increments is
-                # state, and guarding it would trace again on every call)
+            elif not key.startswith("__") and (_is_value(member) or isinstance(member, tuple)):
+                # floats are runtime inputs, ints, strings and tuples guarded (a class-level
+                # counter the function increments then traces again on every call, as a global
+                # one does: its value may be computed with); lists and dicts are state
                 _walk(member, (f"{klass.__qualname__}.{key}", klass, (("attr", key),)),
                       reached, depth + 1)
 

@@ -346,3 +346,47 @@ def test_floats_in_a_class_body_are_read_on_every_call():
         assert compiled.cache_info().misses == 1
     finally:
         _Config.scale, _Scaled.shift = 2.0, 1.0
+
+
+class _Shape:
+    repeats = 2
+    mode = "sum"
+    axes = (0,)
+
+
+class _Repeated(tr.nn.Module):
+    offset = 1
+
+    def forward(self, x):
+        y = x.repeat(1, _Shape.repeats) + self.offset
+        return y.sum(_Shape.axes) if _Shape.mode == "sum" else y.amax(_Shape.axes)
+
+
+@pytest.mark.parametrize("change", ["int by class name", "int through self", "string", "tuple"])
+def test_ints_strings_and_tuples_in_a_class_body_trace_again_when_changed(change):
+    """An int, a string or a tuple a class holds shapes the code: compiled in and guarded, so
+    changing it traces again and gives eager's value (they were compiled in unguarded: silently
+    the old result)."""
+    model = _Repeated()
+    compiled = tr.trace(model)
+    x = tr.tensor([[1.0, 2.0], [3.0, -4.0]], dtype=tr.float64)
+    saved = (_Shape.repeats, _Shape.mode, _Shape.axes, _Repeated.offset)
+    try:
+        np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+        if change == "int by class name":
+            _Shape.repeats = 3
+        elif change == "int through self":
+            _Repeated.offset = 5
+        elif change == "string":
+            _Shape.mode = "max"
+        else:
+            _Shape.axes = (1,)
+        expected = model(x).numpy()
+        # hand-computed: the eager composition of numpy's own operations
+        repeated = np.tile(x.numpy(), (1, _Shape.repeats)) + _Repeated.offset
+        np.testing.assert_array_equal(
+            expected, repeated.sum(_Shape.axes) if _Shape.mode == "sum" else repeated.max(_Shape.axes))
+        np.testing.assert_array_equal(compiled(x).numpy(), expected)
+        assert compiled.cache_info().misses == 2
+    finally:
+        _Shape.repeats, _Shape.mode, _Shape.axes, _Repeated.offset = saved
