@@ -5,7 +5,6 @@ attributes, list and dict items and the floats in user classes' bodies. Every pa
 (what to call it, the object it starts at, the steps from there: ("attr" | "item", key))."""
 from __future__ import annotations
 
-import argparse
 import functools
 import numbers
 import os
@@ -18,7 +17,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tracer.errors import project_file
-from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
 from tracer.runtime.code_names import global_names
 from tracer.runtime.random_draws import GENERATORS
 from tracer.tensor import Tensor
@@ -44,9 +42,13 @@ def _library_file(filename: str) -> bool:
     return filename.startswith(_libraries()) and not project_file(filename)
 
 
-# The standard library's bags of settings, walked as a user's objects are: `args.lr` of
-# argparse's parse_args(), a SimpleNamespace config.
-_SETTINGS = (types.SimpleNamespace, argparse.Namespace)
+def _settings(value) -> bool:
+    """One of the standard library's bags of settings, walked as a user's objects are: `args.lr`
+    of argparse's parse_args(), a SimpleNamespace config. (argparse is asked only if imported:
+    without it no Namespace exists, and importing it cost 3-4 ms of a fresh process's tr.trace.)"""
+    argparse = sys.modules.get("argparse")
+    return isinstance(value, types.SimpleNamespace) or (
+        argparse is not None and isinstance(value, argparse.Namespace))
 
 
 def _user_module(module: types.ModuleType) -> bool:
@@ -128,8 +130,12 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
-    if isinstance(value, ModuleApi) and reached.hook_changes is None:
-        reached.hook_changes = HOOK_CHANGES.hook_changes
+    # (tr.nn asked only if imported: without it no Module exists, and importing it for this
+    # check cost ~15 ms of a fresh process's tr.trace)
+    module_api = sys.modules.get("tracer.nn.module_api")
+    if (module_api is not None and isinstance(value, module_api.ModuleApi)
+            and reached.hook_changes is None):
+        reached.hook_changes = module_api.HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
     if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
@@ -162,7 +168,7 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif hasattr(value, "__dict__") and (not _library_class(type(value))
-                                         or isinstance(value, _SETTINGS)):
+                                         or _settings(value)):
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
