@@ -39,7 +39,6 @@ stays linear in the size of the graph. Instructions are grouped, never renamed, 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Callable
 
 from tracer.ir.costs import CODE_COST, EXPENSIVE
@@ -72,29 +71,31 @@ def code_cost(instruction: Instruction) -> int:
     return CODE_COST[instruction.primitive]
 
 
-@dataclass(eq=False)
 class Kernel:
     """One unit of native code: computes `results` (stored to memory) from the buffers `inputs`.
 
     `instructions` are the instructions it evaluates, in program order (the inline ones and the
-    ones that produce its results)."""
+    ones that produce its results). (This class and FusedFunction are not dataclasses: making
+    their methods took ~1 ms each of every fresh process's tr.trace.)"""
 
-    kind: str  # "loop", "accumulate", "scatter", "matmul", "all_reduce", "host_callback", or
-    # (ir/rows.py) "rows", "combine"
-    results: list[Value]
-    instructions: list[Instruction] = field(default_factory=list)
-    inputs: list[Value] = field(default_factory=list)
-    update: MatmulUpdate | None = None  # a matmul kernel that accumulates into its result
-    # A row kernel runs its `parts` (loop and reduction kernels) on each row of shape `rows` in
-    # turn, its range being `chunks` chunks of rows. `partials` pairs each value its reduction
-    # parts reduce across the rows with the value holding one partial result per chunk: a row
-    # kernel writes those, the combine kernel after it adds them up into the values. `kept`
-    # pairs each value several parts read with its buffer of one row per chunk.
-    parts: list["Kernel"] = field(default_factory=list)
-    rows: tuple[int, ...] = ()
-    chunks: int = 0
-    partials: list[tuple[Value, Value]] = field(default_factory=list)
-    kept: list[tuple[Value, Value]] = field(default_factory=list)
+    def __init__(self, kind: str, results: list[Value], instructions: list[Instruction] | None = None,
+                 inputs: list[Value] | None = None, update: MatmulUpdate | None = None,
+                 parts: list[Kernel] | None = None, rows: tuple[int, ...] = (), chunks: int = 0,
+                 partials: list[tuple[Value, Value]] | None = None,
+                 kept: list[tuple[Value, Value]] | None = None):
+        # `kind`: "loop", "accumulate", "scatter", "matmul", "all_reduce", "host_callback", or
+        # (ir/rows.py) "rows", "combine"; `update`: a matmul kernel that accumulates into its result
+        self.kind, self.results, self.update = kind, results, update
+        self.instructions = [] if instructions is None else instructions
+        self.inputs = [] if inputs is None else inputs
+        # A row kernel runs its `parts` (loop and reduction kernels) on each row of shape `rows`
+        # in turn, its range being `chunks` chunks of rows. `partials` pairs each value its
+        # reduction parts reduce across the rows with the value holding one partial result per
+        # chunk: a row kernel writes those, the combine kernel after it adds them up into the
+        # values. `kept` pairs each value several parts read with its buffer of one row per chunk.
+        self.parts, self.rows, self.chunks = [] if parts is None else parts, rows, chunks
+        self.partials = [] if partials is None else partials
+        self.kept = [] if kept is None else kept
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -102,11 +103,12 @@ class Kernel:
         return self.results[0].shape
 
 
-@dataclass(eq=False)
 class FusedFunction:
-    function: Graph
-    kernels: list[Kernel]
-    materialized: set[int]  # ids of values stored in memory (parameters included)
+    """The kernels of `function`; `materialized` holds the ids of the values stored in memory
+    (parameters included)."""
+
+    def __init__(self, function: Graph, kernels: list[Kernel], materialized: set[int]):
+        self.function, self.kernels, self.materialized = function, kernels, materialized
 
     def is_materialized(self, value: Value) -> bool:
         return id(value) in self.materialized

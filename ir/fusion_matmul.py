@@ -3,23 +3,24 @@ kernels): `w - lr * (x^T @ g)`, the SGD update of a gradient used for nothing el
 gemm that adds into the rest of the expression, so the gradient never reaches memory."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from tracer.ir.graph import Instruction, Value
 from tracer.ir.types import FLOAT_DTYPES
 
 
-@dataclass(eq=False)
 class MatmulUpdate:
     """result = rest + alpha * matmul(a, b), where `rest` is the result's expression with the
     matmul's value replaced by zero and alpha the product of the 0-d `factors` (and `sign`): the
     kernel stores `rest` into the result, then one gemm adds alpha * a @ b to it (beta = 1), so the
-    matmul's value is never stored."""
+    matmul's value is never stored. (A plain class: @dataclass generating its methods took ~1 ms
+    of every fresh process's tr.trace.)"""
 
-    matmul: Instruction
-    factors: list[Value]
-    sign: int
-    rest_is: Value | None  # the parameter `rest` is equal to, if it is just one (no loop needed)
+    def __init__(self, matmul: Instruction, factors: list[Value], sign: int,
+                 rest_is: Value | None):
+        self.matmul = matmul
+        self.factors = factors
+        self.sign = sign
+        self.rest_is = rest_is  # the parameter `rest` is equal to, if it is just one (no loop)
 
 
 def matmul_update(value: Value, users: dict[int, list[Instruction]], materialized: set[int],

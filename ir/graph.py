@@ -5,19 +5,18 @@ import contextlib
 import gc
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tracer.ir.types import TensorType
 
 
-@dataclass(eq=False)
+# Value, Instruction and Graph are plain classes, not dataclasses: generating their methods took
+# ~3-6 ms of every `import tracer`.
 class Value:
     """One SSA value: defined once, by a parameter or by exactly one instruction."""
 
-    name: str
-    type: TensorType
-    producer: "Instruction | None" = None
+    def __init__(self, name: str, type: TensorType, producer: Instruction | None = None):
+        self.name, self.type, self.producer = name, type, producer
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -31,28 +30,39 @@ class Value:
         return f"%{self.name}"
 
 
-@dataclass(eq=False)
 class Instruction:
     """`outputs = primitive(inputs) {attributes}`, recorded at the user's `location` ('file.py:12')."""
 
-    primitive: str
-    inputs: list[Value]
-    attributes: dict[str, Any]
-    outputs: list[Value] = field(default_factory=list)
-    location: str = ""
+    def __init__(self, primitive: str, inputs: list[Value], attributes: dict[str, Any],
+                 outputs: list[Value] | None = None, location: str = ""):
+        self.primitive, self.inputs, self.attributes = primitive, inputs, attributes
+        self.outputs = [] if outputs is None else outputs
+        self.location = location
+
+    def __repr__(self) -> str:
+        return (f"Instruction(primitive={self.primitive!r}, inputs={self.inputs!r}, "
+                f"attributes={self.attributes!r}, outputs={self.outputs!r}, "
+                f"location={self.location!r})")
 
 
-@dataclass(eq=False)
 class Graph:
-    name: str
-    parameters: list[Value] = field(default_factory=list)
-    instructions: list[Instruction] = field(default_factory=list)
-    outputs: list[Value] = field(default_factory=list)
-    _counter: int = 0
-    # Backward instructions already traced for a `gradient` directive (by id of the directive):
-    # the autodiff pass splices them in (see ir/autodiff.py). Not part of the printed graph.
-    expansions: dict[int, tuple[list[Instruction], list[Value | None]]] = field(
-        default_factory=dict, repr=False)
+    def __init__(self, name: str, parameters: list[Value] | None = None,
+                 instructions: list[Instruction] | None = None,
+                 outputs: list[Value] | None = None, _counter: int = 0):
+        self.name = name
+        self.parameters = [] if parameters is None else parameters
+        self.instructions = [] if instructions is None else instructions
+        self.outputs = [] if outputs is None else outputs
+        self._counter = _counter
+        # Backward instructions already traced for a `gradient` directive (by id of the
+        # directive): the autodiff pass splices them in (see ir/autodiff.py). Not part of the
+        # printed graph.
+        self.expansions: dict[int, tuple[list[Instruction], list[Value | None]]] = {}
+
+    def __repr__(self) -> str:
+        return (f"Graph(name={self.name!r}, parameters={self.parameters!r}, "
+                f"instructions={self.instructions!r}, outputs={self.outputs!r}, "
+                f"_counter={self._counter!r})")
 
     def new_name(self) -> str:
         # No parameter has a number for a name unless parse_function made it, and it starts the

@@ -10,7 +10,6 @@ the backward reads of it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tracer.ir.autodiff import vector_jacobian_product
@@ -19,16 +18,21 @@ from tracer.ir.graph import Graph, Instruction, Value
 from tracer.ir.primitives import CHECKS, LAYOUT, SOURCES
 
 
-@dataclass
 class Split:
-    """The two programs of one function and how the backward's parameters are found."""
-    forward: Graph   # the function's parameters; its outputs, then the residuals
-    backward: Graph  # its parameters are `sources`; its outputs the gradients that flow
-    # Where each parameter of `backward` comes from: ("cotangent", k), the cotangent of the k-th
-    # differentiated output; ("output", i), the forward's output i (a residual, or an output of
-    # the function itself); ("parameter", p), the function's parameter p.
-    sources: list[tuple[str, int]]
-    gradients: list[int | None]  # per `wrt`: the backward's output that is its gradient, or None
+    """The two programs of one function and how the backward's parameters are found.
+    (A plain class: @dataclass generating its methods took ~1 ms of every fresh process's
+    tr.trace.)"""
+
+    def __init__(self, forward: Graph, backward: Graph, sources: list[tuple[str, int]],
+                 gradients: list[int | None]):
+        self.forward = forward  # the function's parameters; its outputs, then the residuals
+        self.backward = backward  # its parameters are `sources`; its outputs the gradients that flow
+        # Where each parameter of `backward` comes from: ("cotangent", k), the cotangent of the
+        # k-th differentiated output; ("output", i), the forward's output i (a residual, or an
+        # output of the function itself); ("parameter", p), the function's parameter p.
+        self.sources = sources
+        # per `wrt`: the backward's output that is its gradient, or None
+        self.gradients = gradients
 
 
 class Unsplittable(Exception):

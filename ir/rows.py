@@ -36,7 +36,6 @@ result runs after the group (it then runs later, with the group).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from tracer.ir.costs import TIME_COST
 from tracer.ir.fusion import FusedFunction, Kernel
@@ -58,16 +57,18 @@ ROW_CHUNKS = 32
 KEEP_COST = 20
 
 
-@dataclass(eq=False)
 class _Group:
-    """Kernels (by number) that run row by row, from the `start`-th kernel's position on."""
+    """Kernels (by number) that run row by row, from the `start`-th kernel's position on.
+    (A plain class: @dataclass generating its methods took ~1 ms of every fresh process's
+    tr.trace.)"""
 
-    rows: tuple[int, ...]
-    start: int
-    members: list[int] = field(default_factory=list)
-    row_values: set[int] = field(default_factory=set)  # ids: results of row parts
-    reduced: set[int] = field(default_factory=set)  # ids: results of reduction parts
-    bytes: dict[int, int] = field(default_factory=dict)  # id of a buffer -> its bytes per row
+    def __init__(self, rows: tuple[int, ...], start: int):
+        self.rows = rows
+        self.start = start
+        self.members: list[int] = []
+        self.row_values: set[int] = set()  # ids: results of row parts
+        self.reduced: set[int] = set()  # ids: results of reduction parts
+        self.bytes: dict[int, int] = {}  # id of a buffer -> its bytes per row
 
 
 def _seed_rows(kernel: Kernel) -> tuple[int, ...] | None:

@@ -2,7 +2,6 @@
 compiled code with the guards that say when it still applies (`build_entry`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from tracer.runtime.arguments import zeros_for
@@ -12,62 +11,73 @@ from tracer.runtime.recording import Recording
 from tracer.tensor import Tensor
 
 
-@dataclass
 class Entry:
-    """What a call of one compiled signature needs."""
-    structure: tuple                      # of the results
-    executable: Any
-    result_count: int
-    # (argument leaf index, "data" | "grad", output index) for every value written back.
-    writebacks: list[tuple[int, str, int]]
-    cleared_grads: list[int]              # argument leaves whose .grad the function set to None
-    # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
-    parameter_sources: list[tuple[str, int]]
-    captured: list[Tensor]    # tensors read from outside: leaves after the arguments' leaves
-    captured_state: list[tuple]  # their shape, dtype, requires_grad and .grad when traced
-    # Argument leaves and captured tensors whose .grad on entry the trace did not read: whether
-    # they have one is no part of the signature (see Trace.writebacks).
-    unread: frozenset[int] = frozenset()
-    unread_captured: list[bool] = field(default_factory=list)
-    # Floats read from outside (runtime/floats.py): the values after the captured tensors, read
-    # by `read_floats()` on every call.
-    floats: list = field(default_factory=list)
-    read_floats: Callable[[], list] | None = None
-    stages: Mapping[str, str] = field(default_factory=dict)  # printed when read (StageTexts)
-    leaf_names: dict[int, str] = field(default_factory=dict)  # leaf index -> its path
-    # Paths to what the function reads from its globals, closure and objects, with the value
-    # when traced: a tensor, array or number there that changes means tracing again (see
-    # runtime/guards.py).
-    guards: list[tuple] = field(default_factory=list)
-    # True while the guards hold and the captured tensors are as traced (runs on every call);
-    # None when there is nothing to check (no guards, captured tensors or floats)
-    check: Callable[[], bool] | None = None
-    captured_names: list[str] = field(default_factory=list)  # what messages call them
-    rules: list = field(default_factory=list)  # custom rules the stage texts name, kept alive
-    # Results through which eager autograd can differentiate the call (those that require grad,
-    # but Recording.stale ones), the leaves whose data the call overwrites and their backward
-    # reads as it was on entry (Recording.replayed), and the traced forward+backward that does
-    # it, made on demand.
-    differentiable: list[int] = field(default_factory=list)
-    replayed: list[int] = field(default_factory=list)
-    backward: Any = None  # (a TracedFunction)
-    # Where the results are differentiated: the forward that `executable` is also returns what
-    # the backward reads, and this (runtime/split_code.SplitCode) runs that backward; None where
-    # the backward runs the function again (`backward`).
-    split: Any = None
-    # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
-    # tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and whether
-    # every output the compiled code returns twice is such a result and its write-back, so that
-    # one array serves both (else each is a copy)
-    aliases: list[tuple[int, int, str]] = field(default_factory=list)
-    shares_outputs: bool = False
-    # Whether the parameters are the data of the argument leaves and captured tensors, in order,
-    # every one a Tensor (buffers.tensor_buffers gives them; else arguments.parameter_arrays)
-    tensors_in_order: bool = False
-    # Read-only zeros passed for a .grad that is None, by parameter position (arguments.zeros_for)
-    zeros: dict = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per front-end stage
-    reason: str = ""  # why this signature compiled (see runtime/signatures.py)
+    """What a call of one compiled signature needs. (A plain class: @dataclass generating its
+    methods took ~2.5 ms of a fresh process's tr.trace, which imports this module.)"""
+
+    def __init__(self, structure: tuple, executable: Any, result_count: int,
+                 writebacks: list[tuple[int, str, int]], cleared_grads: list[int],
+                 parameter_sources: list[tuple[str, int]], captured: list[Tensor],
+                 captured_state: list[tuple], stages: Mapping[str, str] | None = None,
+                 rules: list | None = None):
+        self.structure = structure  # of the results
+        self.executable = executable
+        self.result_count = result_count
+        # (argument leaf index, "data" | "grad", output index) for every value written back.
+        self.writebacks = writebacks
+        self.cleared_grads = cleared_grads  # argument leaves whose .grad the function set to None
+        # Where each parameter comes from: ("leaf" | "number" | "grad", leaf index).
+        self.parameter_sources = parameter_sources
+        self.captured = captured  # tensors read from outside: leaves after the arguments' leaves
+        # their shape, dtype, requires_grad and .grad when traced
+        self.captured_state = captured_state
+        # Argument leaves and captured tensors whose .grad on entry the trace did not read: whether
+        # they have one is no part of the signature (see Trace.writebacks).
+        self.unread: frozenset[int] = frozenset()
+        self.unread_captured: list[bool] = []
+        # Floats read from outside (runtime/floats.py): the values after the captured tensors, read
+        # by `read_floats()` on every call.
+        self.floats: list = []
+        self.read_floats: Callable[[], list] | None = None
+        # printed when read (StageTexts)
+        self.stages: Mapping[str, str] = stages if stages is not None else {}
+        self.leaf_names: dict[int, str] = {}  # leaf index -> its path
+        # Paths to what the function reads from its globals, closure and objects, with the value
+        # when traced: a tensor, array or number there that changes means tracing again (see
+        # runtime/guards.py).
+        self.guards: list[tuple] = []
+        # True while the guards hold and the captured tensors are as traced (runs on every call);
+        # None when there is nothing to check (no guards, captured tensors or floats)
+        self.check: Callable[[], bool] | None = None
+        self.captured_names: list[str] = []  # what messages call them
+        # custom rules the stage texts name, kept alive
+        self.rules: list = rules if rules is not None else []
+        # Results through which eager autograd can differentiate the call (those that require
+        # grad, but Recording.stale ones), the leaves whose data the call overwrites and their
+        # backward reads as it was on entry (Recording.replayed), and the traced forward+backward
+        # that does it, made on demand.
+        self.differentiable: list[int] = []
+        self.replayed: list[int] = []
+        self.backward: Any = None  # (a TracedFunction)
+        # Where the results are differentiated: the forward that `executable` is also returns
+        # what the backward reads, and this (runtime/split_code.SplitCode) runs that backward;
+        # None where the backward runs the function again (`backward`).
+        self.split: Any = None
+        # (result position, leaf index, "data" | "grad"): results that are an argument's or
+        # captured tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and
+        # whether every output the compiled code returns twice is such a result and its
+        # write-back, so that one array serves both (else each is a copy)
+        self.aliases: list[tuple[int, int, str]] = []
+        self.shares_outputs = False
+        # Whether the parameters are the data of the argument leaves and captured tensors, in
+        # order, every one a Tensor (buffers.tensor_buffers gives them; else
+        # arguments.parameter_arrays)
+        self.tensors_in_order = False
+        # Read-only zeros passed for a .grad that is None, by parameter position
+        # (arguments.zeros_for)
+        self.zeros: dict = {}
+        self.timings: dict[str, float] = {}  # seconds per front-end stage
+        self.reason = ""  # why this signature compiled (see runtime/signatures.py)
 
 
 def differentiable_results(recording: Recording) -> list[int]:

@@ -18,7 +18,6 @@ import contextlib
 import operator
 import re
 import types
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -32,17 +31,20 @@ _COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": o
 _MIRRORED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
-@dataclass
 class FloatInput:
-    """A float read from `root` by `steps` (as a guard's path), a runtime input of the trace."""
-    name: str                    # the path as messages show it: "global opt.param_groups[0]['lr']"
-    root: Any
-    steps: tuple
-    value: float                 # when traced
-    parameter: ir.Value | None = None
-    proxy: Tensor | None = None  # what stands for it where it lives while tracing
-    # (comparison, constant, outcome) the trace decided on this float's value (see `decide`)
-    decisions: list[tuple[str, float, bool]] = field(default_factory=list)
+    """A float read from `root` by `steps` (as a guard's path), a runtime input of the trace. (A
+    plain class: @dataclass generating its methods took ~1 ms of a fresh process's tr.trace.)"""
+
+    def __init__(self, name: str, root: Any, steps: tuple, value: float,
+                 parameter: ir.Value | None = None, proxy: Tensor | None = None):
+        self.name = name  # the path as messages show it: "global opt.param_groups[0]['lr']"
+        self.root = root
+        self.steps = steps
+        self.value = value  # when traced
+        self.parameter = parameter
+        self.proxy = proxy  # what stands for it where it lives while tracing
+        # (comparison, constant, outcome) the trace decided on this float's value (see `decide`)
+        self.decisions: list[tuple[str, float, bool]] = []
 
 
 class RuntimeFloats:

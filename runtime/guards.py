@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from tracer.buffers import state_of
-from tracer.nn.module_api import HOOK_CHANGES
 from tracer.runtime.code_names import UsedNames, may_read
 from tracer.runtime.reach import Reached, named_steps
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
@@ -47,6 +46,7 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
               and (used is None or may_read(named_steps(path[2]), value, used))]
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
+        from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 

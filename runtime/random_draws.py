@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import random
 import threading
 from types import CodeType
@@ -20,14 +21,19 @@ from tracer.errors import project_file
 
 # What a walk of the traced function's globals, closure and objects keeps as a generator.
 GENERATORS = (random.Random, np.random.RandomState, np.random.Generator)
-# The methods and functions that draw or reseed (np.random.rand, random.randint, rng.normal,
-# seed, ...): not those that read the state, nor names of builtins (`bytes`) or as common as
-# `f` (the F distribution's) and `test` (numpy's test runner).
-METHODS = frozenset(
-    name for kind in (*GENERATORS, np.random, random) for name in dir(kind)
-    if name[0].islower() and len(name) > 1 and callable(getattr(kind, name))
-    and not hasattr(builtins, name)
-    and name not in {"getstate", "get_state", "get_bit_generator", "default_rng", "test"})
+
+
+@functools.cache
+def methods() -> frozenset[str]:
+    """The methods and functions that draw or reseed (np.random.rand, random.randint, rng.normal,
+    seed, ...): not those that read the state, nor names of builtins (`bytes`) or as common as
+    `f` (the F distribution's) and `test` (numpy's test runner). Listed when first needed, which
+    is rarely (listing them took ~1 ms of every fresh process's tr.trace)."""
+    return frozenset(
+        name for kind in (*GENERATORS, np.random, random) for name in dir(kind)
+        if name[0].islower() and len(name) > 1 and callable(getattr(kind, name))
+        and not hasattr(builtins, name)
+        and name not in {"getstate", "get_state", "get_bit_generator", "default_rng", "test"})
 
 
 def _global_generators() -> list[tuple[str, Any]]:
@@ -96,7 +102,7 @@ class Draws:
                    if not _same(_state(generator), saved)]
         others = max(self.threads, threading.active_count()) > 1
         if not changed or (codes is not None and others and all(
-                METHODS.isdisjoint(code.co_names) or project_file(code.co_filename)
+                methods().isdisjoint(code.co_names) or project_file(code.co_filename)
                 for code in codes)):
             return None
         for generator, saved in changed:

@@ -6,20 +6,17 @@ Every path is (what to call it, the object it starts at, the steps from there: (
 key))."""
 from __future__ import annotations
 
-import argparse
 import functools
 import numbers
 import os
 import site
 import sys
 import types
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tracer.errors import project_file
-from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
 from tracer.runtime.code_names import global_names
 from tracer.runtime.random_draws import GENERATORS
 from tracer.tensor import Tensor
@@ -45,9 +42,13 @@ def _library_file(filename: str) -> bool:
     return filename.startswith(_libraries()) and not project_file(filename)
 
 
-# The standard library's bags of settings, walked as a user's objects are: `args.lr` of
-# argparse's parse_args(), a SimpleNamespace config.
-_SETTINGS = (types.SimpleNamespace, argparse.Namespace)
+def _settings(value) -> bool:
+    """One of the standard library's bags of settings, walked as a user's objects are: `args.lr`
+    of argparse's parse_args(), a SimpleNamespace config. (argparse is asked only if imported:
+    without it no Namespace exists, and importing it cost 3-4 ms of a fresh process's tr.trace.)"""
+    argparse = sys.modules.get("argparse")
+    return isinstance(value, types.SimpleNamespace) or (
+        argparse is not None and isinstance(value, argparse.Namespace))
 
 
 def _user_module(module: types.ModuleType) -> bool:
@@ -64,18 +65,20 @@ def _library_class(cls: type) -> bool:
     return _library_file(filename)
 
 
-@dataclass
 class Reached:
     """What a walk found: every tensor and the paths to it, and the value at the end of every
-    other guarded path; a path is (name, root, steps)."""
-    tensors: dict[int, Tensor] = field(default_factory=dict)
-    paths: dict[int, list[tuple]] = field(default_factory=dict)  # by id of the tensor
-    values: list[tuple[tuple, Any]] = field(default_factory=list)
-    # Python's and numpy's random generators, by id, with the name of the first path to each
-    # (runtime/random_draws.py)
-    generators: dict[int, tuple[str, Any]] = field(default_factory=dict)
-    _seen: set[int] = field(default_factory=set)
-    hook_changes: int | None = None  # HOOK_CHANGES.hook_changes if a Module was reached
+    other guarded path; a path is (name, root, steps). (A plain class: @dataclass generating its
+    methods took ~1 ms of a fresh process's tr.trace.)"""
+
+    def __init__(self):
+        self.tensors: dict[int, Tensor] = {}
+        self.paths: dict[int, list[tuple]] = {}  # by id of the tensor
+        self.values: list[tuple[tuple, Any]] = []
+        # Python's and numpy's random generators, by id, with the name of the first path to each
+        # (runtime/random_draws.py)
+        self.generators: dict[int, tuple[str, Any]] = {}
+        self._seen: set[int] = set()
+        self.hook_changes: int | None = None  # HOOK_CHANGES.hook_changes if a Module was reached
 
     def floats(self) -> list[tuple[tuple, float]]:
         """The paths that end at a float (runtime inputs: see runtime/floats.py)."""
@@ -129,8 +132,12 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     if _is_value(value):
         reached.values.append((path, value))
         return
-    if isinstance(value, ModuleApi) and reached.hook_changes is None:
-        reached.hook_changes = HOOK_CHANGES.hook_changes
+    # (tr.nn asked only if imported: without it no Module exists, and importing it for this
+    # check cost ~15 ms of a fresh process's tr.trace)
+    module_api = sys.modules.get("tracer.nn.module_api")
+    if (module_api is not None and isinstance(value, module_api.ModuleApi)
+            and reached.hook_changes is None):
+        reached.hook_changes = module_api.HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
     if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
@@ -163,7 +170,7 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif hasattr(value, "__dict__") and (not _library_class(type(value))
-                                         or isinstance(value, _SETTINGS)):
+                                         or _settings(value)):
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import numbers
 import re
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -25,31 +24,39 @@ from tracer.tensor import Tensor, check_current
 from tracer.tracing import Trace, tracing
 
 
-@dataclass
 class Recording:
-    """A traced call, its gradients expanded."""
-    function: ir.Graph
-    result_structure: tuple
-    result_leaves: list           # the result's leaves, traced
-    # (leaf index, "data" | "grad", output index) for every value written back; leaf indices
-    # past the arguments' leaves are the captured tensors'
-    writebacks: list[tuple[int, str, int]]
-    cleared: list[int]            # leaves whose .grad the function set to None
-    unread: list[int]             # leaves whose .grad on entry the function did not read
-    sources: list[tuple[str, int]]  # where each parameter comes from (see Entry)
-    captured: list[Tensor]
-    reached: Reached              # what the function could reach before tracing
-    used: set[str] | None         # the names of the code run while tracing (see guards_for)
-    floats: list[FloatInput]      # floats read from outside: parameters after the captured ones
-    rules: list = field(default_factory=list)  # custom rules the traced text names
-    # (result position, leaf index, "data" | "grad"): results that are an argument's or captured
-    # tensor's stand-in or its .grad (Trace.result_aliases), in a function that writes back
-    aliases: list[tuple[int, int, str]] = field(default_factory=list)
-    # results not differentiated after the call, and the leaves whose data on entry their
-    # backward reads (see result_dependence)
-    stale: frozenset[int] = frozenset()
-    replayed: frozenset[int] = frozenset()
-    hooked: bool = False  # whether the function registered gradient hooks (Tensor.register_hook)
+    """A traced call, its gradients expanded. (A plain class: @dataclass generating its methods
+    took ~2 ms of a fresh process's tr.trace, which imports this module.)"""
+
+    def __init__(self, function: ir.Graph, result_structure: tuple, result_leaves: list,
+                 writebacks: list[tuple[int, str, int]], cleared: list[int], unread: list[int],
+                 sources: list[tuple[str, int]], captured: list[Tensor], reached: Reached,
+                 used: set[str] | None, floats: list[FloatInput], rules: list,
+                 aliases: list[tuple[int, int, str]], stale: frozenset[int],
+                 replayed: frozenset[int], hooked: bool):
+        self.function = function
+        self.result_structure = result_structure
+        self.result_leaves = result_leaves  # the result's leaves, traced
+        # (leaf index, "data" | "grad", output index) for every value written back; leaf indices
+        # past the arguments' leaves are the captured tensors'
+        self.writebacks = writebacks
+        self.cleared = cleared  # leaves whose .grad the function set to None
+        self.unread = unread  # leaves whose .grad on entry the function did not read
+        self.sources = sources  # where each parameter comes from (see Entry)
+        self.captured = captured
+        self.reached = reached  # what the function could reach before tracing
+        self.used = used  # the names of the code run while tracing (see guards_for)
+        self.floats = floats  # floats read from outside: parameters after the captured ones
+        self.rules = rules  # custom rules the traced text names
+        # (result position, leaf index, "data" | "grad"): results that are an argument's or
+        # captured tensor's stand-in or its .grad (Trace.result_aliases), in a function that
+        # writes back
+        self.aliases = aliases
+        # results not differentiated after the call, and the leaves whose data on entry their
+        # backward reads (see result_dependence)
+        self.stale = stale
+        self.replayed = replayed
+        self.hooked = hooked  # whether the function registered gradient hooks (register_hook)
 
 
 class Specialize(Exception):

@@ -226,6 +226,36 @@ def test_a_profile_hook_that_cannot_be_linked_leaves_the_recording_in_python(mon
     assert isinstance(profile_hook._unavailable[0], ZeroDivisionError)
 
 
+def test_the_global_names_read_off_the_bytecode_are_those_dis_names():
+    import argparse
+    import dis
+    import json
+    import types
+    from tracer.runtime import code_names
+
+    def by_dis(code: types.CodeType) -> frozenset[str]:
+        names = {instruction.argval for instruction in dis.get_instructions(code)
+                 if instruction.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL",
+                                           "LOAD_NAME", "STORE_NAME", "DELETE_NAME")}
+        return frozenset(names.union(*(by_dis(c) for c in code.co_consts
+                                       if isinstance(c, types.CodeType))))
+
+    # a function naming 300 globals (indices past 255 take an EXTENDED_ARG), and a module body
+    # with a class (LOAD_NAME, STORE_NAME)
+    many = compile("def f():\n    return [" + ", ".join(f"g{i}" for i in range(300)) + "]\n"
+                   "global h\nh = 1\nclass C:\n    x = len\n    del x\n", "<test>", "exec")
+    # the functions and methods of tracer's modules, json's and argparse's
+    modules = [m for name, m in sys.modules.items() if name.startswith(("tracer", "json", "argparse"))]
+    members = [v for m in modules for v in vars(m).values()]
+    members += [v for cls in members if isinstance(cls, type) for v in vars(cls).values()]
+    codes = [many, *{id(f.__code__): f.__code__ for f in members
+                     if isinstance(f, types.FunctionType)}.values()]
+    assert len(codes) > 1000 and argparse and json
+    assert {"g0", "g299", "h", "len", "x", "C"} <= code_names.global_names(many)
+    for code in codes:
+        assert code_names.global_names(code) == by_dis(code), code
+
+
 class Options(dict):
     """A configuration read as attributes (`options.scale`) that are its items."""
 

@@ -6,7 +6,6 @@ broadcast shape replaces them in place, otherwise it comes first."""
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,14 +23,15 @@ from tracer.layout import shapes_broadcast
 from tracer.tensor import Tensor, mark_view
 
 
-@dataclass
 class _Region:
-    """What a basic index selects: a strided box of the tensor, and how the result is shaped."""
-    starts: list[int]
-    stops: list[int]
-    steps: list[int]
-    box_shape: list[int]       # the selected box, integer-indexed dimensions kept as size 1
-    result_shape: list[int]    # what x[key] returns: integer dimensions dropped, None inserted
+    """What a basic index selects: a strided box of the tensor, and how the result is shaped. (This
+    class and _Advanced are not dataclasses: making their methods took ~2 ms of `import tracer`.)"""
+
+    def __init__(self, starts: list[int], stops: list[int], steps: list[int],
+                 box_shape: list[int], result_shape: list[int]):
+        self.starts, self.stops, self.steps = starts, stops, steps
+        self.box_shape = box_shape  # the selected box, integer-indexed dimensions kept as size 1
+        self.result_shape = result_shape  # what x[key] returns: integer dimensions dropped, None inserted
 
 
 def _index_tensor(entry) -> Tensor:
@@ -123,15 +123,15 @@ def _basic_getitem(x: Tensor, key: tuple) -> Tensor:
     return result
 
 
-@dataclass
 class _Advanced:
     """A key with index tensors: first the basic key (each index tensor replaced by a full slice),
     then a gather of its result along `axes` at `indices`, whose broadcast dimensions
     `permutation` (if any) moves to where the index tensors stood."""
-    basic_key: tuple
-    indices: list[Tensor]
-    axes: tuple[int, ...]
-    permutation: tuple[int, ...] | None
+
+    def __init__(self, basic_key: tuple, indices: list[Tensor], axes: tuple[int, ...],
+                 permutation: tuple[int, ...] | None):
+        self.basic_key, self.indices, self.axes, self.permutation = (basic_key, indices, axes,
+                                                                     permutation)
 
 
 def _mask_indices(mask: Tensor, shape: tuple[int, ...], dim: int) -> list[Tensor]:

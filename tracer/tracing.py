@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-from dataclasses import dataclass
 
 from tracer.ir.builder import GraphBuilder
 from tracer.ir.graph import Graph, Instruction, Value
@@ -18,14 +17,17 @@ _CAPTURED_SLOTS = ("_handle", "_trace", "_node", "_output_index", "_grad", "_bas
                    "_version", "_changed_at", "_saved_by", "_leaf", "_accumulator")
 
 
-@dataclass
 class Captured:
-    """A tensor from outside the traced function that is a runtime input of it."""
-    tensor: Tensor
-    saved: tuple           # its _CAPTURED_SLOTS on entry
-    value: Value           # the parameter holding its data
-    grad: Value | None     # the parameter holding its .grad, if it had one
-    constant: bool         # made inside the traced function (tr.tensor): never written back
+    """A tensor from outside the traced function that is a runtime input of it. (Not a
+    dataclass: making its methods took ~1 ms of `import tracer`.)"""
+
+    def __init__(self, tensor: Tensor, saved: tuple, value: Value, grad: Value | None,
+                 constant: bool):
+        self.tensor = tensor
+        self.saved = saved  # its _CAPTURED_SLOTS on entry
+        self.value = value  # the parameter holding its data
+        self.grad = grad  # the parameter holding its .grad, if it had one
+        self.constant = constant  # made inside the traced function (tr.tensor): never written back
 
 
 class Trace:
