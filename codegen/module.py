@@ -216,7 +216,7 @@ def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata:
     arguments = ", ".join([*(f"ptr %b{i}" for i in range(pointers)),
                            *(["i64 %extent"] if parallel else [])])
     placeholder = "tracer_kernel_"
-    export = (f"define void @{placeholder}({arguments}) #3 {{\nentry:\n"
+    export = (f"define void @{placeholder}({arguments}) #6 {{\nentry:\n"
               f"  {call}\n  ret void\n}}")
     text = unoptimized_out_of_line(
         "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n")

@@ -65,6 +65,9 @@ STAGES = (
 FRONT_END_STAGES = STAGES[:STAGES.index("fused")]  # kept as text by each signature's Entry
 BACK_END_STAGES = STAGES[STAGES.index("fused"):]  # printed on demand by the BackEnd
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
+# An optimized graph this large missing from the disk cache starts the compile worker before it is
+# fused, so that the worker has imported LLVM when the first kernels are rendered.
+EARLY_WORKER = 500
 
 
 class Steps:
@@ -214,28 +217,37 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
     `write_into={output index: parameter index}` asks for outputs written directly into the
     buffers of parameters (an in-place update; see CompiledFunction); `program` is its
     program_text if the caller has it."""
-    back_end = BackEnd(function, write_into, settings or CodeSettings.current(), program)
-    step = back_end.step
-    cache = open_entry(back_end.disk_key)
+    settings = settings or CodeSettings.current()
+    if program is None:
+        program = program_text(function, dict(write_into or {}), settings)
+    host = native.host()  # (the disk key is known before fusing: a miss may start the worker)
+    disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
+                         host.llvm_version)
+    cache = open_entry(disk_key)
     cached = cache.load() if cache is not None else None
     objects = unpack_objects(cached) if cached is not None else None
+    early = objects is None and len(function.instructions) >= EARLY_WORKER
+    if early:  # (imports subprocess: on a miss only)
+        from tracer.runtime import compile_worker
+        compile_worker.start()  # it imports LLVM while the kernels are fused
+    back_end = BackEnd(function, write_into, settings, disk_key)
     compiled = None
     if objects is not None:
-        with step("load"):
+        with back_end.step("load"):
             compiled = back_end.load(objects, str(cache.path))
     if compiled is None:
-        from tracer.runtime import compile_worker  # (imports subprocess: on a miss only)
+        from tracer.runtime import compile_worker
         from tracer.runtime.kernels import ProgramCompilation  # (and llvmlite)
         arena = ArenaAhead(back_end.arena_size) if back_end.arena_size >= AHEAD_BYTES else None
         worker = None
-        if len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
-            worker = compile_worker.start()  # it starts while the kernels are scheduled
+        if early or len(back_end.fused.kernels) >= compile_worker.MIN_MODULES:
+            worker = compile_worker.start()  # (it starts while the kernels are scheduled)
         with ProgramCompilation(back_end.settings.checked, worker) as compilation:
             # scheduled and rendered on a miss only, each kernel compiled from when it is rendered
             code = back_end.render(compilation.add)
-            with step("llvm"):
+            with back_end.step("llvm"):
                 objects = compilation.finish(code, cache)
-        with step("load"):
+        with back_end.step("load"):
             compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
     back_end.compile_steps = tuple(back_end.timings)
     return compiled
@@ -251,8 +263,8 @@ class BackEnd:
     stages = BACK_END_STAGES  # what `stage_text` prints
 
     def __init__(self, function: Graph, write_into: dict[int, int] | None,
-                 settings: CodeSettings, program: str | None = None):
-        self.function, self.settings = function, settings
+                 settings: CodeSettings, disk_key: bytes):
+        self.function, self.settings, self.disk_key = function, settings, disk_key
         self.host = native.host()
         self.step = Steps()
         self.timings = self.step.timings
@@ -276,12 +288,6 @@ class BackEnd:
             overflow = arena_overflow(self.fused, self.plan) if settings.checked else None
             if overflow is not None:
                 raise BoundsError(f"compiling {function.name}: {overflow}")
-        # The disk key comes from the program and the settings, so a hit needs neither the loop
-        # IR nor the LLVM text.
-        if program is None:
-            program = program_text(function, dict(write_into or {}), settings)
-        self.disk_key = cache_key(program, self.host.triple, self.host.cpu, self.host.features,
-                                  settings.checked, self.host.llvm_version)
 
     def load(self, objects: list[bytes], path: str) -> CompiledFunction | None:
         """The CompiledFunction of `objects` from the disk cache; None if LLVM refuses them (an
