@@ -49,6 +49,9 @@ class Entry:
     # reads as it was on entry (Recording.replayed), and the traced forward+backward that does
     # it, made on demand.
     differentiable: list[int] = field(default_factory=list)
+    # per input of the call's tape node, the `differentiable` results (positions) computed from
+    # it (split_code.reached_results)
+    reached: list[frozenset[int]] = field(default_factory=list)
     replayed: list[int] = field(default_factory=list)
     backward: Any = None  # (a TracedFunction)
     # Where the results are differentiated: the forward that `executable` is also returns what

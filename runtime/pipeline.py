@@ -46,7 +46,7 @@ from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
-from tracer.runtime.split_code import SplitCode, split_signature
+from tracer.runtime.split_code import SplitCode, reached_results, split_signature
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
@@ -111,11 +111,12 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
                 *(np.array(float_input.value) for float_input in recording.floats)]))
     # A call that will be differentiated runs the forward that also returns what its backward
     # reads (runtime/split_code.py), the backward compiled at the first backward.
-    split, compiled = None, optimized
+    split, compiled, reached = None, optimized, []
     differentiable = differentiable_results(recording)
     if differentiable and is_grad_enabled():
         with step("split"):
             values = [*(value for value, _ in leaves), *recording.captured]
+            reached = reached_results(recording, expanded, values, differentiable)
             split = split_signature(recording, expanded, values, differentiable, ir.optimize)
             if split is not None:
                 compiled = split[0].forward
@@ -124,6 +125,7 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
         executable = compile_function(compiled, write_into=_written_in_place(recording))
     stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
     entry = build_entry(recording, executable, leaves, stages, step.timings)
+    entry.reached = reached
     if split is not None:
         parts, wrt = split
         entry.split = SplitCode(parts, wrt, entry.result_count, recording.sources,

@@ -116,6 +116,32 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     return parts, wrt
 
 
+def reached_results(recording: "Recording", function: "Graph", values: list,
+                    differentiable: list[int]) -> list[frozenset[int]]:
+    """Per input of a call's tape node (gradient_inputs' order), the differentiated results (by
+    position in `differentiable`) whose value `function` (the grad stage) computes from it:
+    autograd.record_call leaves its gradient None where none of those is given one."""
+    producer = {id(v): i for i in function.instructions for v in i.outputs}
+    depends_on = []
+    for result in differentiable:
+        seen: set[int] = set()
+        pending = [function.outputs[result]]
+        while pending:
+            value = pending.pop()
+            if id(value) not in seen:
+                seen.add(id(value))
+                if id(value) in producer:
+                    pending += producer[id(value)].inputs
+        depends_on.append(seen)
+    wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
+        recording.captured)], recording.captured))
+    targets = [None if position is None else
+               id((function.parameters if position[0] == "parameter" else function.outputs)[
+                   position[1]]) for position in wrt]
+    return [frozenset(k for k, seen in enumerate(depends_on) if target in seen)
+            for target in targets]
+
+
 def _positions(recording: "Recording", values: list, inputs: list[Tensor]
                ) -> list[tuple[str, int] | None]:
     """What the gradient of each of `inputs` is taken with respect to: ("parameter", p) its data
