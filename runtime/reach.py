@@ -98,11 +98,12 @@ _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules
 
 
 def named_steps(steps: tuple) -> tuple:
-    """The steps whose names the code must have used to read by them: not the keys of a Module's
-    registries, whose containers reach their items by iterating (Sequential's forward names no
+    """The steps whose names the code must have used to read by them: not a Module's registries,
+    which its __getattr__ reads by a name in a tuple (`self.block.k` reads `_modules` so), nor
+    their keys, whose containers reach their items by iterating (Sequential's forward names no
     '1', yet `model[1].eval()` must trace again)."""
     return tuple(step for number, step in enumerate(steps)
-                 if not (number and steps[number - 1] in _REGISTRIES))
+                 if step not in _REGISTRIES and not (number and steps[number - 1] in _REGISTRIES))
 
 
 def _child(path: tuple, kind: str, key) -> tuple:

@@ -553,3 +553,48 @@ def test_parameters_only_an_unused_result_reads_keep_no_gradient_as_in_pytorch(h
             np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12,
                                        err_msg=f"step {step}: {label}")
     assert (_entry(compiled).split is None) == hooked
+
+
+def _convolution_with_batch_norm(m):
+    class Network(m.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convolution = m.nn.Conv2d(2, 3, 3, dtype=m.float64)
+            self.norm = m.nn.BatchNorm2d(3, dtype=m.float64)
+            self.head = m.nn.Linear(12, 2, dtype=m.float64)
+
+        def forward(self, x):
+            return self.head(self.norm(self.convolution(x)).relu().flatten(1))
+    return Network()
+
+
+def test_a_batch_norm_submodule_frozen_with_eval_between_steps_matches_pytorch():
+    """The fine-tuning idiom `for m in model.modules(): if isinstance(m, BatchNorm2d): m.eval()`
+    on a model of the user's own class: the submodule's `training` (self.norm.training) was not
+    guarded (its path runs through `_modules`), so the compiled model kept normalizing with the
+    batch's statistics and updating the running ones (measured on a Dropout submodule: 1.25 off
+    eager's output)."""
+    ours, theirs = _pair(_convolution_with_batch_norm)
+    compiled = tr.trace(ours)
+    ours_optimizer = tr.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    theirs_optimizer = torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(13)
+    for step in range(4):
+        if step == 2:
+            for model, kind in ((ours, tr.nn.BatchNorm2d), (theirs, torch.nn.BatchNorm2d)):
+                for module in model.modules():
+                    if isinstance(module, kind):
+                        module.eval()
+        x_values = rng.standard_normal((3, 2, 4, 4))
+        ours_optimizer.zero_grad()
+        theirs_optimizer.zero_grad()
+        ours_loss = compiled(tr.tensor(x_values)).pow(2).mean()
+        theirs_loss = theirs(torch.tensor(x_values)).pow(2).mean()
+        np.testing.assert_allclose(ours_loss.item(), theirs_loss.item(), rtol=1e-12)
+        ours_loss.backward()
+        theirs_loss.backward()
+        ours_optimizer.step()
+        theirs_optimizer.step()
+        for (label, p), q in zip(ours.state_dict().items(), theirs.state_dict().values()):
+            np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-11, atol=1e-13,
+                                       err_msg=f"step {step}: {label}")

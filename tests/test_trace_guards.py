@@ -346,3 +346,33 @@ def test_floats_in_a_class_body_are_read_on_every_call():
         assert compiled.cache_info().misses == 1
     finally:
         _Config.scale, _Scaled.shift = 2.0, 1.0
+
+
+def test_an_int_of_a_submodule_reached_through_its_attribute_is_guarded():
+    """`self.block.width`: the path runs through the module's registry (`_modules`), which its
+    __getattr__ reads by a name in a tuple, so the walk's requirement that the code name every
+    step dropped the guard, and a changed width silently kept the traced one (measured: the
+    compiled model returned 2 columns where eager returned 3)."""
+    class Block(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.width = 2
+
+        def forward(self, x):
+            return x[:, :self.width] * 2
+
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(x) + 1
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor(np.arange(8.0).reshape(2, 4))
+    np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    model.block.width = 3
+    np.testing.assert_array_equal(compiled(x).numpy(), x.numpy()[:, :3] * 2 + 1)
+    assert compiled.cache_info().misses == 2
