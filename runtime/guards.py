@@ -5,7 +5,8 @@ Before tracing, everything the function can reach is walked once (runtime/reach.
 path that ends at a tensor the function then captured, the guard checks that the path still
 reaches that very tensor (`model.w = new_tensor` traces again); for every path that ends at a
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
-module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py); if a
+module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
+at a function or class, that it is the same one, as is the class of every object on a path; if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.

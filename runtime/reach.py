@@ -92,6 +92,10 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     return reached
 
 
+# What a path may end at whose identity is guarded: code the function may run.
+_CODE = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+         functools.partial)
+
 # A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
 # one is written as the user writes it (model.blocks[0].attn.weight).
 _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
@@ -103,7 +107,8 @@ def named_steps(steps: tuple) -> tuple:
     their keys, whose containers reach their items by iterating (Sequential's forward names no
     '1', yet `model[1].eval()` must trace again)."""
     return tuple(step for number, step in enumerate(steps)
-                 if step not in _REGISTRIES and not (number and steps[number - 1] in _REGISTRIES))
+                 if step not in _REGISTRIES and not (number and steps[number - 1] in _REGISTRIES)
+                 and step != ("attr", "__class__"))  # (read by calling the object's methods)
 
 
 def _child(path: tuple, kind: str, key) -> tuple:
@@ -133,6 +138,9 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         reached.hook_changes = HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
+    if isinstance(value, _CODE) and path[2]:
+        # (the code the function runs: `model.activation = F.gelu` traces again)
+        reached.values.append((path, value))
     if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
         _walk_class(value, reached, depth)
         return
@@ -164,6 +172,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         _walk_callable(value.python_function, reached, depth, path[0])
     elif hasattr(value, "__dict__") and (not _library_class(type(value))
                                          or isinstance(value, _SETTINGS)):
+        if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
+            reached.values.append((_child(path, "attr", "__class__"), type(value)))
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)

@@ -376,3 +376,38 @@ def test_an_int_of_a_submodule_reached_through_its_attribute_is_guarded():
     model.block.width = 3
     np.testing.assert_array_equal(compiled(x).numpy(), x.numpy()[:, :3] * 2 + 1)
     assert compiled.cache_info().misses == 2
+
+
+def test_replacing_a_layer_without_tensors_or_a_function_traces_again():
+    """A module or function the model calls, replaced after the first call: nothing on its path
+    is a tensor or a number, so nothing was guarded and the compiled model silently kept the old
+    one (measured: ReLU kept after `model.activation = nn.Tanh()`, 0.15 off eager; F.relu kept
+    after `model.gate = F.silu`, 0.32 off; in a Sequential, `model[1] = nn.Tanh()`, 0.24 off).
+    The class of each object on a path and each function are guarded, as torch.compile guards
+    them."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = tr.nn.Linear(4, 4, dtype=tr.float64)
+            self.activation = tr.nn.ReLU()
+            self.gate = tr.nn.functional.relu
+
+        def forward(self, x):
+            return self.gate(self.activation(self.linear(x)) - 0.3)
+
+    tr.manual_seed(0)
+    model = Model()
+    sequential = tr.nn.Sequential(tr.nn.Linear(4, 4, dtype=tr.float64), tr.nn.ReLU())
+    compiled, compiled_sequential = tr.trace(model), tr.trace(sequential)
+    x = tr.tensor(np.random.default_rng(0).standard_normal((3, 4)))
+    compiled(x), compiled_sequential(x)
+    for change in (lambda: setattr(model, "activation", tr.nn.Tanh()),
+                   lambda: setattr(model, "activation", tr.nn.GELU()),
+                   lambda: setattr(model, "gate", tr.nn.functional.silu),
+                   lambda: sequential.__setitem__(1, tr.nn.Tanh())):
+        change()
+        for traced, module in ((compiled, model), (compiled_sequential, sequential)):
+            # (the compiled tanh and exp are a few ulp from numpy's)
+            np.testing.assert_allclose(traced(x).detach().numpy(), module(x).detach().numpy(),
+                                       rtol=1e-14, atol=1e-15)
+    assert compiled.cache_info().misses == 4
