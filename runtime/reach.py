@@ -6,6 +6,7 @@ attributes, list and dict items and the floats in user classes' bodies. Every pa
 from __future__ import annotations
 
 import argparse
+import enum
 import functools
 import numbers
 import os
@@ -123,7 +124,8 @@ def _child(path: tuple, kind: str, key) -> tuple:
 
 
 def _is_value(value) -> bool:
-    return value is None or isinstance(value, (numbers.Number, str, np.ndarray))
+    # (an Enum member is compared as a value, `self.mode is Mode.SUM`, not walked into)
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray, enum.Enum))
 
 
 def _walk(value, path: tuple, reached: Reached, depth: int) -> None:

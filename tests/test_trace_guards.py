@@ -411,3 +411,29 @@ def test_replacing_a_layer_without_tensors_or_a_function_traces_again():
             np.testing.assert_allclose(traced(x).detach().numpy(), module(x).detach().numpy(),
                                        rtol=1e-14, atol=1e-15)
     assert compiled.cache_info().misses == 4
+
+
+def test_an_enum_setting_is_guarded():
+    """`if self.reduction is Reduction.SUM:` on a module's Enum attribute: the member was walked
+    into as an object (its `_value_`, which the code does not name) and nothing was guarded, so
+    changing it kept the traced branch (measured: the compiled block still returned the mean)."""
+    import enum
+
+    class Reduction(enum.Enum):
+        MEAN = "mean"
+        SUM = "sum"
+
+    class Pool(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.reduction = Reduction.MEAN
+
+        def forward(self, x):
+            return x.sum(1) if self.reduction is Reduction.SUM else x.mean(1)
+
+    pool = Pool()
+    compiled = tr.trace(pool)
+    x = tr.tensor([[1.0, 2.0, 6.0]])
+    assert compiled(x).item() == 3.0
+    pool.reduction = Reduction.SUM
+    assert compiled(x).item() == 9.0
