@@ -124,8 +124,13 @@ def _child(path: tuple, kind: str, key) -> tuple:
 
 
 def _is_value(value) -> bool:
-    # (an Enum member is compared as a value, `self.mode is Mode.SUM`, not walked into)
-    return value is None or isinstance(value, (numbers.Number, str, np.ndarray, enum.Enum))
+    # (an Enum member is compared as a value, `self.mode is Mode.SUM`, not walked into; so are
+    # a range and a set of numbers or strings, `if i in self.skipped:`)
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray, enum.Enum, range)
+                                       ) or (isinstance(value, (set, frozenset))
+                                             and len(value) <= MAX_ITEMS
+                                             and all(isinstance(item, (numbers.Number, str))
+                                                     for item in value))
 
 
 def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
@@ -133,8 +138,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         reached.tensors[id(value)] = value
         reached.paths.setdefault(id(value), []).append(path)
         return
-    if _is_value(value):
-        reached.values.append((path, value))
+    if _is_value(value):  # (a set as it is now: the guard compares the set it finds with it)
+        reached.values.append((path, set(value) if type(value) is set else value))
         return
     if isinstance(value, ModuleApi) and reached.hook_changes is None:
         reached.hook_changes = HOOK_CHANGES.hook_changes

@@ -437,3 +437,32 @@ def test_an_enum_setting_is_guarded():
     assert compiled(x).item() == 3.0
     pool.reduction = Reduction.SUM
     assert compiled(x).item() == 9.0
+
+
+def test_a_set_or_range_setting_changed_traces_again():
+    """`if index in self.skipped:` and `for _ in self.repeats:`: sets and ranges were neither
+    walked nor guarded, so adding a layer to skip, or another repeat, kept the traced loop
+    (measured: the compiled model returned the old values)."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.skipped, self.frozen, self.repeats = {1}, frozenset({0}), range(2)
+
+        def forward(self, x):
+            for index in range(3):
+                if index not in self.skipped:
+                    x = x * 3 if index in self.frozen else x + 1
+            for _ in self.repeats:
+                x = x * 2
+            return x
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    for change in (lambda: model.skipped.add(2), lambda: model.skipped.discard(1),
+                   lambda: setattr(model, "frozen", frozenset({1})),
+                   lambda: setattr(model, "repeats", range(3))):
+        change()
+        np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    assert compiled.cache_info().misses == 5
