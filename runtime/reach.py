@@ -177,14 +177,26 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
-    elif hasattr(value, "__dict__") and (not _library_class(type(value))
-                                         or isinstance(value, _SETTINGS)):
+    elif ((hasattr(value, "__dict__") or hasattr(type(value), "__slots__"))
+          and (not _library_class(type(value)) or isinstance(value, _SETTINGS))):
         if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
             reached.values.append((_child(path, "attr", "__class__"), type(value)))
-        for key, item in list(vars(value).items()):
+        for key, item in _attributes(value):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
         _walk_class(type(value), reached, depth)
+
+
+def _attributes(value) -> list[tuple[str, Any]]:
+    """An object's attributes: those in its __dict__ and in the __slots__ of its classes (a
+    `dataclass(slots=True)` config has no __dict__)."""
+    attributes = list(vars(value).items()) if hasattr(value, "__dict__") else []
+    for klass in type(value).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if hasattr(value, name):  # (a slot not set yet has no value)
+                attributes.append((name, getattr(value, name)))
+    return attributes
 
 
 def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:

@@ -466,3 +466,31 @@ def test_a_set_or_range_setting_changed_traces_again():
         change()
         np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
     assert compiled.cache_info().misses == 5
+
+
+def test_settings_in_an_object_with_slots_are_guarded():
+    """A `dataclass(slots=True)` config has no __dict__: the walk did not look into it, so its
+    ints and strings were not guarded and a changed one kept the traced code (measured: the
+    compiled model kept 2 elements and relu after the config said 3 and tanh)."""
+    @dataclasses.dataclass(slots=True)
+    class Settings:
+        width: int = 2
+        activation: str = "relu"
+
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.settings = Settings()
+
+        def forward(self, x):
+            y = x[:self.settings.width] * 2
+            return y.relu() if self.settings.activation == "relu" else y.tanh()
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor([-1.0, 2.0, -3.0, 4.0], dtype=tr.float64)
+    np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 4.0])
+    model.settings.width = 3
+    np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 4.0, 0.0])
+    model.settings.activation = "tanh"
+    np.testing.assert_allclose(compiled(x).numpy(), np.tanh([-2.0, 4.0, -6.0]), rtol=1e-14)
