@@ -6,7 +6,8 @@ path that ends at a tensor the function then captured, the guard checks that the
 reaches that very tensor (`model.w = new_tensor` traces again); for every path that ends at a
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
-at a function or class, that it is the same one, as is the class of every object on a path; if a
+at a function or class, that it is the same one, as is the class of every object on a path and
+the length (keys) of every list or tuple (dict); if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
@@ -80,7 +81,9 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
         namespace[f"root{number}"] = root
         expression = f"root{number}"
         for step, (kind, key) in enumerate(steps):
-            if kind == "attr" and key.isidentifier():
+            if kind in _SIZES:
+                expression = f"{_SIZES[kind]}({expression})"
+            elif kind == "attr" and key.isidentifier():
                 expression += f".{key}"
             else:
                 namespace[f"key{number}_{step}"] = key
@@ -128,8 +131,14 @@ def state_matches(now: tuple, traced: tuple, unread: bool) -> bool:
 def _read(root, steps: tuple):
     value = root
     for kind, key in steps:
-        value = getattr(value, key) if kind == "attr" else value[key]
+        value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
+                 if kind == "attr" else value[key])
     return value
+
+
+# How a guard reads the size of a container (reach._SIZES)
+_SIZES = {"length": "len", "keys": "tuple"}
+_SIZE_OF = {"length": len, "keys": tuple}
 
 
 def _same(current, traced) -> bool:

@@ -102,6 +102,11 @@ _CODE = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
 _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
 
 
+# Steps that end a path at the size of a container the code iterates: a list's or tuple's
+# length, a dict's keys (`self.layers.append(block)` traces again).
+_SIZES = {"length": "__len__()", "keys": "keys()"}
+
+
 def named_steps(steps: tuple) -> tuple:
     """The steps whose names the code must have used to read by them: not a Module's registries,
     which its __getattr__ reads by a name in a tuple (`self.block.k` reads `_modules` so), nor
@@ -109,11 +114,14 @@ def named_steps(steps: tuple) -> tuple:
     '1', yet `model[1].eval()` must trace again)."""
     return tuple(step for number, step in enumerate(steps)
                  if step not in _REGISTRIES and not (number and steps[number - 1] in _REGISTRIES)
-                 and step != ("attr", "__class__"))  # (read by calling the object's methods)
+                 and step != ("attr", "__class__")  # (read by calling the object's methods)
+                 and step[0] not in _SIZES)
 
 
 def _child(path: tuple, kind: str, key) -> tuple:
     name, root, steps = path
+    if kind in _SIZES:  # (the guard reads len(list) or tuple(dict) there)
+        return f"{name}.{_SIZES[kind]}", root, (*steps, (kind, None))
     if kind == "item" and isinstance(key, str) and steps and steps[-1] in _REGISTRIES:
         name = name[:-len(steps[-1][1]) - 1]
         text = f"[{key}]" if key.isdigit() else f".{key}"
@@ -163,10 +171,15 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         return
     reached._seen.add(id(value))
     if isinstance(value, (list, tuple)):
+        if path[2]:
+            reached.values.append((_child(path, "length", None), len(value)))
         if len(value) <= MAX_ITEMS:
             for index, item in enumerate(value):
                 _walk(item, _child(path, "item", index), reached, depth + 1)
     elif isinstance(value, dict):
+        if path[2] and not _module_internal(path[2]) and all(
+                isinstance(key, (str, int)) for key in value):
+            reached.values.append((_child(path, "keys", None), tuple(value)))
         if len(value) <= MAX_ITEMS:
             for key, item in list(value.items()):
                 if isinstance(key, (str, int, Tensor)):
@@ -185,6 +198,14 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
         _walk_class(type(value), reached, depth)
+
+
+def _module_internal(steps: tuple) -> bool:
+    """Whether `steps` end at a Module's own dict other than its submodules: its parameters and
+    buffers (a new one is read by name, guarded as a path) and its hooks (guarded by
+    HOOK_CHANGES)."""
+    kind, key = steps[-1]
+    return kind == "attr" and key.startswith("_") and key != "_modules"
 
 
 def _attributes(value) -> list[tuple[str, Any]]:

@@ -494,3 +494,43 @@ def test_settings_in_an_object_with_slots_are_guarded():
     np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 4.0, 0.0])
     model.settings.activation = "tanh"
     np.testing.assert_allclose(compiled(x).numpy(), np.tanh([-2.0, 4.0, -6.0]), rtol=1e-14)
+
+
+def test_a_container_the_model_iterates_grown_or_shrunk_traces_again(monkeypatch):
+    """`for block in self.blocks:` over a ModuleList, a list, a dict or a Sequential: only the
+    items' paths were guarded, so an item added (or a dict key removed) after the first call
+    kept the traced loop (measured: every one of these changes returned the old result)."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = tr.nn.ModuleList([tr.nn.Linear(3, 3, dtype=tr.float64)])
+            self.scales = [1.0]
+            self.offsets = {"first": 1}
+            self.tail = tr.nn.Sequential(tr.nn.Tanh())
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            for scale in self.scales:
+                x = x * scale
+            for offset in self.offsets.values():
+                x = x + offset
+            return self.tail(x)
+
+    monkeypatch.setenv("TRACER_RECOMPILE_WARNING", "10")  # (each change is meant to recompile)
+    tr.manual_seed(0)
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor(np.ones((2, 3)))
+    changes = (lambda: model.blocks.append(tr.nn.Linear(3, 3, dtype=tr.float64)),
+               lambda: model.scales.append(3.0), lambda: model.offsets.__setitem__("second", 4),
+               lambda: model.tail.append(tr.nn.ReLU()), lambda: model.offsets.pop("first"),
+               lambda: model.scales.pop(0))
+    np.testing.assert_allclose(compiled(x).detach().numpy(), model(x).detach().numpy(),
+                               rtol=1e-14)
+    for change in changes:
+        change()
+        # (the compiled tanh is a few ulp from numpy's)
+        np.testing.assert_allclose(compiled(x).detach().numpy(), model(x).detach().numpy(),
+                                   rtol=1e-14)
+    assert compiled.cache_info().misses == 1 + len(changes)
