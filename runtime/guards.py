@@ -43,11 +43,15 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     """The guards of a signature whose trace captured `captured`: every path to those tensors,
     and the paths to other values whose attribute names and dict keys are all in `used` (the
     names and string constants of the code that ran while tracing; None: all paths), but those
-    of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them)."""
+    of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them).
+    A container whose size the trace changed is not guarded so: a list the function appends to
+    (a log of its calls) grows only while tracing, as other state it changes, and is no reason
+    to trace again on every call."""
     runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
-              and (used is None or may_read(named_steps(path[2]), value, used))]
+              and (used is None or may_read(named_steps(path[2]), value, used))
+              and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
@@ -134,6 +138,13 @@ def _read(root, steps: tuple):
         value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
                  if kind == "attr" else value[key])
     return value
+
+
+def _size_now(path: tuple):
+    try:
+        return _read(path[1], path[2])
+    except Exception:  # (gone since the walk: the guard fails, and the next call traces again)
+        return None
 
 
 # How a guard reads the size of a container (reach._SIZES)

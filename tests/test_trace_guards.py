@@ -534,3 +534,23 @@ def test_a_container_the_model_iterates_grown_or_shrunk_traces_again(monkeypatch
         np.testing.assert_allclose(compiled(x).detach().numpy(), model(x).detach().numpy(),
                                    rtol=1e-14)
     assert compiled.cache_info().misses == 1 + len(changes)
+
+
+def test_a_list_the_function_appends_to_while_tracing_does_not_trace_again():
+    """A log the function itself appends to grows while tracing only (as other Python state it
+    changes); guarding its length would trace again on every call."""
+    log = []
+    scales = [2.0]
+
+    @tr.trace
+    def scaled(x):
+        log.append("traced")
+        for scale in scales:
+            x = x * scale
+        return x
+
+    for _ in range(3):
+        np.testing.assert_array_equal(scaled(tr.tensor([1.0])).numpy(), [2.0])
+    assert scaled.cache_info().misses == 1 and log == ["traced"]
+    scales.append(3.0)  # (a list it only reads: guarded)
+    np.testing.assert_array_equal(scaled(tr.tensor([1.0])).numpy(), [6.0])
