@@ -598,3 +598,24 @@ def test_a_batch_norm_submodule_frozen_with_eval_between_steps_matches_pytorch()
         for (label, p), q in zip(ours.state_dict().items(), theirs.state_dict().values()):
             np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-11, atol=1e-13,
                                        err_msg=f"step {step}: {label}")
+
+
+def test_a_tensor_only_detached_or_compared_in_the_used_result_keeps_no_gradient():
+    """The used result reads w only through w.detach() and w > 0, the unused one through w * 3:
+    PyTorch never reaches w from the used result, so w.grad stays None (it was zeros: the
+    dependence went through the detach and the comparison)."""
+    def function(m):
+        def body(x, w):
+            return x * 2 + w.detach() + (w > 0).to(x.dtype), w * 3
+        return body
+
+    compiled = tr.trace(function(tr))
+    for _ in range(2):
+        x, w = (tr.tensor([1.0, 2.0], dtype=tr.float64, requires_grad=True),
+                tr.tensor([0.5, -1.0], dtype=tr.float64, requires_grad=True))
+        theirs_x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        theirs_w = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+        compiled(x, w)[0].sum().backward()
+        function(torch)(theirs_x, theirs_w)[0].sum().backward()
+        assert w.grad is None and theirs_w.grad is None
+        np.testing.assert_array_equal(x.grad.numpy(), theirs_x.grad.numpy())
