@@ -22,6 +22,8 @@ def may_read(steps: tuple, value: Any, used: UsedNames) -> bool:
     is not read)."""
     if not all(not isinstance(key, str) or key in used for _, key in steps):
         return False
+    if not steps:  # (a Module's entry, `self.block`, read through its __getattr__)
+        return True
     kind, key = steps[-1]
     return callable(value) or not isinstance(key, str) or used.read(key, kind)
 

@@ -52,7 +52,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
         saved += [results[i] for i in split.saved_results]
         record_call(name, functools.partial(split.gradients_of, split.read(arrays, values),
                                             split.residuals(outputs)),
-                    differentiated, inputs, saved)
+                    differentiated, inputs, saved, entry.reached)
         return
     written = {index for index, _, _ in entry.writebacks}
     # The backward reads the arguments and captured tensors again: changing one in place first
@@ -84,7 +84,7 @@ def record_backward(traced: "TracedFunction", entry: "Entry", args, kwargs, leav
         with enable_grad(), _restoring(entry, values, entered):  # (no_grad in the engine)
             return entry.backward(cotangents, *args, **kwargs)
 
-    record_call(name, backward, differentiated, inputs, saved)
+    record_call(name, backward, differentiated, inputs, saved, entry.reached)
 
 
 def _vector_jacobian_product(function: Callable, differentiable: list[int],

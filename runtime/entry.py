@@ -57,6 +57,9 @@ class Entry:
         # backward reads as it was on entry (Recording.replayed), and the traced forward+backward
         # that does it, made on demand.
         self.differentiable: list[int] = []
+        # per input of the call's tape node, the `differentiable` results (positions) computed
+        # from it (split_code.reached_results)
+        self.reached: list[frozenset[int]] = []
         self.replayed: list[int] = []
         self.backward: Any = None  # (a TracedFunction)
         # Where the results are differentiated: the forward that `executable` is also returns

@@ -5,7 +5,9 @@ Before tracing, everything the function can reach is walked once (runtime/reach.
 path that ends at a tensor the function then captured, the guard checks that the path still
 reaches that very tensor (`model.w = new_tensor` traces again); for every path that ends at a
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
-module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py); if a
+module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
+at a function or class, that it is the same one, as is the class of every object on a path and
+the length (keys) of every list or tuple (dict); if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
@@ -40,11 +42,15 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     """The guards of a signature whose trace captured `captured`: every path to those tensors,
     and the paths to other values whose attribute names and dict keys are all in `used` (the
     names and string constants of the code that ran while tracing; None: all paths), but those
-    of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them)."""
+    of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them).
+    A container whose size the trace changed is not guarded so: a list the function appends to
+    (a log of its calls) grows only while tracing, as other state it changes, and is no reason
+    to trace again on every call."""
     runtime = set(runtime)
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
-              and (used is None or may_read(named_steps(path[2]), value, used))]
+              and (used is None or may_read(named_steps(path[2]), value, used))
+              and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
@@ -79,7 +85,9 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
         namespace[f"root{number}"] = root
         expression = f"root{number}"
         for step, (kind, key) in enumerate(steps):
-            if kind == "attr" and key.isidentifier():
+            if kind in _SIZES:
+                expression = f"{_SIZES[kind]}({expression})"
+            elif kind == "attr" and key.isidentifier():
                 expression += f".{key}"
             else:
                 namespace[f"key{number}_{step}"] = key
@@ -127,8 +135,21 @@ def state_matches(now: tuple, traced: tuple, unread: bool) -> bool:
 def _read(root, steps: tuple):
     value = root
     for kind, key in steps:
-        value = getattr(value, key) if kind == "attr" else value[key]
+        value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
+                 if kind == "attr" else value[key])
     return value
+
+
+def _size_now(path: tuple):
+    try:
+        return _read(path[1], path[2])
+    except Exception:  # (gone since the walk: the guard fails, and the next call traces again)
+        return None
+
+
+# How a guard reads the size of a container (reach._SIZES)
+_SIZES = {"length": "len", "keys": "tuple"}
+_SIZE_OF = {"length": len, "keys": tuple}
 
 
 def _same(current, traced) -> bool:

@@ -46,7 +46,7 @@ from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
-from tracer.runtime.split_code import SplitCode, split_signature
+from tracer.runtime.split_code import SplitCode, reached_results, split_signature
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
@@ -65,9 +65,7 @@ STAGES = (
 FRONT_END_STAGES = STAGES[:STAGES.index("fused")]  # kept as text by each signature's Entry
 BACK_END_STAGES = STAGES[STAGES.index("fused"):]  # printed on demand by the BackEnd
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
-# An optimized graph this large missing from the disk cache starts the compile worker before it is
-# fused, so that the worker has imported LLVM when the first kernels are rendered.
-EARLY_WORKER = 500
+EARLY_WORKER = 500  # a graph this large, not in the disk cache, starts the worker before fusing
 
 
 class Steps:
@@ -114,11 +112,12 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
                 *(np.array(float_input.value) for float_input in recording.floats)]))
     # A call that will be differentiated runs the forward that also returns what its backward
     # reads (runtime/split_code.py), the backward compiled at the first backward.
-    split, compiled = None, optimized
+    split, compiled, reached = None, optimized, []
     differentiable = differentiable_results(recording)
     if differentiable and is_grad_enabled():
         with step("split"):
             values = [*(value for value, _ in leaves), *recording.captured]
+            reached = reached_results(recording, expanded, values, differentiable)
             split = split_signature(recording, expanded, values, differentiable, ir.optimize)
             if split is not None:
                 compiled = split[0].forward
@@ -127,6 +126,7 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
         executable = compile_function(compiled, write_into=_written_in_place(recording))
     stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
     entry = build_entry(recording, executable, leaves, stages, step.timings)
+    entry.reached = reached
     if split is not None:
         parts, wrt = split
         entry.split = SplitCode(parts, wrt, entry.result_count, recording.sources,
@@ -201,10 +201,9 @@ def compile_function(function: Graph, write_into: dict[int, int] | None = None) 
 
 
 def program_text(function: Graph, write_into: dict[int, int], settings: CodeSettings) -> str:
-    """What the object code of `function` is made from: its text without the user's lines, the
-    in-place pairs and the settings. The user's lines do not change the object code (the table of
-    bounds-checked accesses that names them is made from `function` when needed): an edit that
-    moves the code still hits the disk cache."""
+    """What the object code of `function` is made from: its text without the user's lines (which
+    only the table of checked accesses names, made when needed: moved code still hits the disk
+    cache), the in-place pairs and the settings."""
     return "\n".join([format_function(function, locations=False),
                       f"write_into={sorted(write_into.items())}", repr(settings)])
 

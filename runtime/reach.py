@@ -6,6 +6,7 @@ Every path is (what to call it, the object it starts at, the steps from there: (
 key))."""
 from __future__ import annotations
 
+import enum
 import functools
 import numbers
 import os
@@ -96,21 +97,35 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     return reached
 
 
+# What a path may end at whose identity is guarded: code the function may run.
+_CODE = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+         functools.partial)
+
 # A tr.nn.Module keeps its parameters, buffers and submodules in these dicts: a path through
 # one is written as the user writes it (model.blocks[0].attn.weight).
 _REGISTRIES = {("attr", "_parameters"), ("attr", "_buffers"), ("attr", "_modules")}
 
 
+# Steps that end a path at the size of a container the code iterates: a list's or tuple's
+# length, a dict's keys (`self.layers.append(block)` traces again).
+_SIZES = {"length": "__len__()", "keys": "keys()"}
+
+
 def named_steps(steps: tuple) -> tuple:
-    """The steps whose names the code must have used to read by them: not the keys of a Module's
-    registries, whose containers reach their items by iterating (Sequential's forward names no
+    """The steps whose names the code must have used to read by them: not a Module's registries,
+    which its __getattr__ reads by a name in a tuple (`self.block.k` reads `_modules` so), nor
+    their keys, whose containers reach their items by iterating (Sequential's forward names no
     '1', yet `model[1].eval()` must trace again)."""
     return tuple(step for number, step in enumerate(steps)
-                 if not (number and steps[number - 1] in _REGISTRIES))
+                 if step not in _REGISTRIES and not (number and steps[number - 1] in _REGISTRIES)
+                 and step != ("attr", "__class__")  # (read by calling the object's methods)
+                 and step[0] not in _SIZES)
 
 
 def _child(path: tuple, kind: str, key) -> tuple:
     name, root, steps = path
+    if kind in _SIZES:  # (the guard reads len(list) or tuple(dict) there)
+        return f"{name}.{_SIZES[kind]}", root, (*steps, (kind, None))
     if kind == "item" and isinstance(key, str) and steps and steps[-1] in _REGISTRIES:
         name = name[:-len(steps[-1][1]) - 1]
         text = f"[{key}]" if key.isdigit() else f".{key}"
@@ -121,7 +136,13 @@ def _child(path: tuple, kind: str, key) -> tuple:
 
 
 def _is_value(value) -> bool:
-    return value is None or isinstance(value, (numbers.Number, str, np.ndarray))
+    # (an Enum member is compared as a value, `self.mode is Mode.SUM`, not walked into; so are
+    # a range and a set of numbers or strings, `if i in self.skipped:`)
+    return value is None or isinstance(value, (numbers.Number, str, np.ndarray, enum.Enum, range)
+                                       ) or (isinstance(value, (set, frozenset))
+                                             and len(value) <= MAX_ITEMS
+                                             and all(isinstance(item, (numbers.Number, str))
+                                                     for item in value))
 
 
 def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
@@ -129,8 +150,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         reached.tensors[id(value)] = value
         reached.paths.setdefault(id(value), []).append(path)
         return
-    if _is_value(value):
-        reached.values.append((path, value))
+    if _is_value(value):  # (a set as it is now: the guard compares the set it finds with it)
+        reached.values.append((path, set(value) if type(value) is set else value))
         return
     # (tr.nn asked only if imported: without it no Module exists, and importing it for this
     # check cost ~15 ms of a fresh process's tr.trace)
@@ -140,6 +161,9 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         reached.hook_changes = module_api.HOOK_CHANGES.hook_changes
     if isinstance(value, GENERATORS):  # (and walked on: a user's subclass holds attributes)
         reached.generators.setdefault(id(value), (path[0], value))
+    if isinstance(value, _CODE) and path[2]:
+        # (the code the function runs: `model.activation = F.gelu` traces again)
+        reached.values.append((path, value))
     if isinstance(value, type):  # a user's class reached by name (`Config.scale`)
         _walk_class(value, reached, depth)
         return
@@ -155,10 +179,15 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         return
     reached._seen.add(id(value))
     if isinstance(value, (list, tuple)):
+        if path[2]:
+            reached.values.append((_child(path, "length", None), len(value)))
         if len(value) <= MAX_ITEMS:
             for index, item in enumerate(value):
                 _walk(item, _child(path, "item", index), reached, depth + 1)
     elif isinstance(value, dict):
+        if path[2] and not _module_internal(path[2]) and all(
+                isinstance(key, (str, int)) for key in value):
+            reached.values.append((_child(path, "keys", None), tuple(value)))
         if len(value) <= MAX_ITEMS:
             for key, item in list(value.items()):
                 if isinstance(key, (str, int, Tensor)):
@@ -169,12 +198,34 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
     elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
         _walk_callable(value.python_function, reached, depth, path[0])
-    elif hasattr(value, "__dict__") and (not _library_class(type(value))
-                                         or _settings(value)):
-        for key, item in list(vars(value).items()):
+    elif ((hasattr(value, "__dict__") or hasattr(type(value), "__slots__"))
+          and (not _library_class(type(value)) or _settings(value))):
+        if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
+            reached.values.append((_child(path, "attr", "__class__"), type(value)))
+        for key, item in _attributes(value):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
         _walk_class(type(value), reached, depth)
+
+
+def _module_internal(steps: tuple) -> bool:
+    """Whether `steps` end at a Module's own dict other than its submodules: its parameters and
+    buffers (a new one is read by name, guarded as a path) and its hooks (guarded by
+    HOOK_CHANGES)."""
+    kind, key = steps[-1]
+    return kind == "attr" and key.startswith("_") and key != "_modules"
+
+
+def _attributes(value) -> list[tuple[str, Any]]:
+    """An object's attributes: those in its __dict__ and in the __slots__ of its classes (a
+    `dataclass(slots=True)` config has no __dict__)."""
+    attributes = list(vars(value).items()) if hasattr(value, "__dict__") else []
+    for klass in type(value).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if hasattr(value, name):  # (a slot not set yet has no value)
+                attributes.append((name, getattr(value, name)))
+    return attributes
 
 
 def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 from tracer.buffers import buffer_of, results
 from tracer.host_function import HostBackward
 from tracer.ir.partition import Split, Unsplittable, split
+from tracer.ir.types import is_float
 from tracer.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -114,6 +115,36 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     if any(kind == "grad" or leaf in written for kind, leaf in reads):
         return None
     return parts, wrt
+
+
+def reached_results(recording: "Recording", function: "Graph", values: list,
+                    differentiable: list[int]) -> list[frozenset[int]]:
+    """Per input of a call's tape node (gradient_inputs' order), the differentiated results (by
+    position in `differentiable`) whose value `function` (the grad stage) computes from it:
+    autograd.record_call leaves its gradient None where none of those is given one. (As
+    PyTorch's graph, it runs through neither a detach nor a comparison.)"""
+    producer = {id(v): i for i in function.instructions for v in i.outputs}
+    depends_on = []
+    for result in differentiable:
+        seen: set[int] = set()
+        pending = [function.outputs[result]]
+        while pending:
+            value = pending.pop()
+            if id(value) not in seen:
+                seen.add(id(value))
+                instruction = producer.get(id(value))
+                # (no gradient reaches a detached value or one that is not a float, a mask)
+                if (instruction is not None and instruction.primitive != "stop_gradient"
+                        and is_float(value.dtype)):
+                    pending += instruction.inputs
+        depends_on.append(seen)
+    wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
+        recording.captured)], recording.captured))
+    targets = [None if position is None else
+               id((function.parameters if position[0] == "parameter" else function.outputs)[
+                   position[1]]) for position in wrt]
+    return [frozenset(k for k, seen in enumerate(depends_on) if target in seen)
+            for target in targets]
 
 
 def _positions(recording: "Recording", values: list, inputs: list[Tensor]

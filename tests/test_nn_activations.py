@@ -104,12 +104,15 @@ def test_gradients_at_the_kinks_are_pytorchs():
 
 @pytest.mark.parametrize("name, module_arguments", [
     ("LeakyReLU", (0.2,)), ("ELU", (0.5,)), ("CELU", (2.0,)), ("SELU", ()), ("Mish", ()),
-    ("Hardswish", ()), ("Hardsigmoid", ()), ("Threshold", (0.1, 20.0))])
+    ("Hardswish", ()), ("Hardsigmoid", ()), ("Threshold", (0.1, 20.0)), ("ReLU", ()),
+    ("SiLU", ()), ("Hardtanh", (-0.5, 0.5)), ("ReLU6", ()), ("Dropout", (0.0,))])
 def test_in_place_forms_change_their_input(name, module_arguments):
     ours = tr.tensor(VALUES) * 1
     theirs = torch.tensor(VALUES)
-    result = getattr(nn, name)(*module_arguments, inplace=True)(ours)
-    expected = getattr(torch.nn, name)(*module_arguments, inplace=True)(theirs)
+    module = getattr(nn, name)(*module_arguments, inplace=True)
+    their_module = getattr(torch.nn, name)(*module_arguments, inplace=True)
+    assert repr(module) == repr(their_module)
+    result, expected = module(ours), their_module(theirs)
     assert result is ours
     np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=1e-12, atol=1e-15)
 
@@ -120,7 +123,8 @@ MODULES = [("Sigmoid", {}), ("LogSigmoid", {}), ("Softsign", {}), ("Tanhshrink",
            ("CELU", dict(alpha=0.5)), ("Threshold", dict(threshold=0.5, value=-1.0)),
            ("GLU", dict(dim=0)), ("GLU", {}), ("Softmax", dict(dim=1)), ("LogSoftmax", dict(dim=0)),
            ("Softmin", dict(dim=1)), ("Softmax", {}), ("PReLU", {}),
-           ("PReLU", dict(num_parameters=8, init=0.1))]
+           ("PReLU", dict(num_parameters=8, init=0.1)), ("ReLU", {}), ("SiLU", {}),
+           ("Hardtanh", dict(min_val=-0.5, max_val=2.0)), ("ReLU6", {})]
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])

@@ -420,3 +420,211 @@ def test_ints_strings_and_tuples_in_a_class_body_trace_again_when_changed(change
         assert compiled.cache_info().misses == 2
     finally:
         _Shape.repeats, _Shape.mode, _Shape.axes, _Repeated.offset = saved
+
+
+def test_an_int_of_a_submodule_reached_through_its_attribute_is_guarded():
+    """`self.block.width`: the path runs through the module's registry (`_modules`), which its
+    __getattr__ reads by a name in a tuple, so the walk's requirement that the code name every
+    step dropped the guard, and a changed width silently kept the traced one (measured: the
+    compiled model returned 2 columns where eager returned 3)."""
+    class Block(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.width = 2
+
+        def forward(self, x):
+            return x[:, :self.width] * 2
+
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(x) + 1
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor(np.arange(8.0).reshape(2, 4))
+    np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    model.block.width = 3
+    np.testing.assert_array_equal(compiled(x).numpy(), x.numpy()[:, :3] * 2 + 1)
+    assert compiled.cache_info().misses == 2
+
+
+def test_replacing_a_layer_without_tensors_or_a_function_traces_again():
+    """A module or function the model calls, replaced after the first call: nothing on its path
+    is a tensor or a number, so nothing was guarded and the compiled model silently kept the old
+    one (measured: ReLU kept after `model.activation = nn.Tanh()`, 0.15 off eager; F.relu kept
+    after `model.gate = F.silu`, 0.32 off; in a Sequential, `model[1] = nn.Tanh()`, 0.24 off).
+    The class of each object on a path and each function are guarded, as torch.compile guards
+    them."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = tr.nn.Linear(4, 4, dtype=tr.float64)
+            self.activation = tr.nn.ReLU()
+            self.gate = tr.nn.functional.relu
+
+        def forward(self, x):
+            return self.gate(self.activation(self.linear(x)) - 0.3)
+
+    tr.manual_seed(0)
+    model = Model()
+    sequential = tr.nn.Sequential(tr.nn.Linear(4, 4, dtype=tr.float64), tr.nn.ReLU())
+    compiled, compiled_sequential = tr.trace(model), tr.trace(sequential)
+    x = tr.tensor(np.random.default_rng(0).standard_normal((3, 4)))
+    compiled(x), compiled_sequential(x)
+    for change in (lambda: setattr(model, "activation", tr.nn.Tanh()),
+                   lambda: setattr(model, "activation", tr.nn.GELU()),
+                   lambda: setattr(model, "gate", tr.nn.functional.silu),
+                   lambda: sequential.__setitem__(1, tr.nn.Tanh())):
+        change()
+        for traced, module in ((compiled, model), (compiled_sequential, sequential)):
+            # (the compiled tanh and exp are a few ulp from numpy's)
+            np.testing.assert_allclose(traced(x).detach().numpy(), module(x).detach().numpy(),
+                                       rtol=1e-14, atol=1e-15)
+    assert compiled.cache_info().misses == 4
+
+
+def test_an_enum_setting_is_guarded():
+    """`if self.reduction is Reduction.SUM:` on a module's Enum attribute: the member was walked
+    into as an object (its `_value_`, which the code does not name) and nothing was guarded, so
+    changing it kept the traced branch (measured: the compiled block still returned the mean)."""
+    import enum
+
+    class Reduction(enum.Enum):
+        MEAN = "mean"
+        SUM = "sum"
+
+    class Pool(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.reduction = Reduction.MEAN
+
+        def forward(self, x):
+            return x.sum(1) if self.reduction is Reduction.SUM else x.mean(1)
+
+    pool = Pool()
+    compiled = tr.trace(pool)
+    x = tr.tensor([[1.0, 2.0, 6.0]])
+    assert compiled(x).item() == 3.0
+    pool.reduction = Reduction.SUM
+    assert compiled(x).item() == 9.0
+
+
+def test_a_set_or_range_setting_changed_traces_again():
+    """`if index in self.skipped:` and `for _ in self.repeats:`: sets and ranges were neither
+    walked nor guarded, so adding a layer to skip, or another repeat, kept the traced loop
+    (measured: the compiled model returned the old values)."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.skipped, self.frozen, self.repeats = {1}, frozenset({0}), range(2)
+
+        def forward(self, x):
+            for index in range(3):
+                if index not in self.skipped:
+                    x = x * 3 if index in self.frozen else x + 1
+            for _ in self.repeats:
+                x = x * 2
+            return x
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    for change in (lambda: model.skipped.add(2), lambda: model.skipped.discard(1),
+                   lambda: setattr(model, "frozen", frozenset({1})),
+                   lambda: setattr(model, "repeats", range(3))):
+        change()
+        np.testing.assert_array_equal(compiled(x).numpy(), model(x).numpy())
+    assert compiled.cache_info().misses == 5
+
+
+def test_settings_in_an_object_with_slots_are_guarded():
+    """A `dataclass(slots=True)` config has no __dict__: the walk did not look into it, so its
+    ints and strings were not guarded and a changed one kept the traced code (measured: the
+    compiled model kept 2 elements and relu after the config said 3 and tanh)."""
+    @dataclasses.dataclass(slots=True)
+    class Settings:
+        width: int = 2
+        activation: str = "relu"
+
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.settings = Settings()
+
+        def forward(self, x):
+            y = x[:self.settings.width] * 2
+            return y.relu() if self.settings.activation == "relu" else y.tanh()
+
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor([-1.0, 2.0, -3.0, 4.0], dtype=tr.float64)
+    np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 4.0])
+    model.settings.width = 3
+    np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 4.0, 0.0])
+    model.settings.activation = "tanh"
+    np.testing.assert_allclose(compiled(x).numpy(), np.tanh([-2.0, 4.0, -6.0]), rtol=1e-14)
+
+
+def test_a_container_the_model_iterates_grown_or_shrunk_traces_again(monkeypatch):
+    """`for block in self.blocks:` over a ModuleList, a list, a dict or a Sequential: only the
+    items' paths were guarded, so an item added (or a dict key removed) after the first call
+    kept the traced loop (measured: every one of these changes returned the old result)."""
+    class Model(tr.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = tr.nn.ModuleList([tr.nn.Linear(3, 3, dtype=tr.float64)])
+            self.scales = [1.0]
+            self.offsets = {"first": 1}
+            self.tail = tr.nn.Sequential(tr.nn.Tanh())
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            for scale in self.scales:
+                x = x * scale
+            for offset in self.offsets.values():
+                x = x + offset
+            return self.tail(x)
+
+    monkeypatch.setenv("TRACER_RECOMPILE_WARNING", "10")  # (each change is meant to recompile)
+    tr.manual_seed(0)
+    model = Model()
+    compiled = tr.trace(model)
+    x = tr.tensor(np.ones((2, 3)))
+    changes = (lambda: model.blocks.append(tr.nn.Linear(3, 3, dtype=tr.float64)),
+               lambda: model.scales.append(3.0), lambda: model.offsets.__setitem__("second", 4),
+               lambda: model.tail.append(tr.nn.ReLU()), lambda: model.offsets.pop("first"),
+               lambda: model.scales.pop(0))
+    np.testing.assert_allclose(compiled(x).detach().numpy(), model(x).detach().numpy(),
+                               rtol=1e-14)
+    for change in changes:
+        change()
+        # (the compiled tanh is a few ulp from numpy's)
+        np.testing.assert_allclose(compiled(x).detach().numpy(), model(x).detach().numpy(),
+                                   rtol=1e-14)
+    assert compiled.cache_info().misses == 1 + len(changes)
+
+
+def test_a_list_the_function_appends_to_while_tracing_does_not_trace_again():
+    """A log the function itself appends to grows while tracing only (as other Python state it
+    changes); guarding its length would trace again on every call."""
+    log = []
+    scales = [2.0]
+
+    @tr.trace
+    def scaled(x):
+        log.append("traced")
+        for scale in scales:
+            x = x * scale
+        return x
+
+    for _ in range(3):
+        np.testing.assert_array_equal(scaled(tr.tensor([1.0])).numpy(), [2.0])
+    assert scaled.cache_info().misses == 1 and log == ["traced"]
+    scales.append(3.0)  # (a list it only reads: guarded)
+    np.testing.assert_array_equal(scaled(tr.tensor([1.0])).numpy(), [6.0])

@@ -146,11 +146,14 @@ def custom_node(name: str, rule, outputs: list[np.ndarray], inputs: list[np.ndar
 
 def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None]],
                 outputs: Sequence[Tensor], inputs: Sequence[Tensor],
-                saved: Sequence[Tensor]) -> None:
+                saved: Sequence[Tensor], reached: Sequence[frozenset[int]]) -> None:
     """Make the eager `outputs` the results of one call on the tape, whose gradients
     `backward(cotangents)` computes: one cotangent tensor per output (zeros where none flows) in,
     one gradient tensor (or None) per input out. A tensor in `saved` changed in place before the
-    backward runs is an error then."""
+    backward runs is an error then. `reached[j]` holds the outputs (positions) that depend on
+    input j: its gradient is None where none of them has a cotangent, as PyTorch's where the
+    nodes between them never run (a parameter only an unused result reads keeps .grad None, so
+    an optimizer leaves it alone), where `backward` computes zeros."""
     # (the types only: the rule is held by the outputs' node, and holding them would make a
     # cycle that keeps what `backward` holds alive until the collector runs)
     types = [(o.shape, o.dtype) for o in outputs]
@@ -159,7 +162,8 @@ def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None
         seeds = [c if isinstance(c, Tensor) else Tensor._make(
             np.zeros(shape, dtype) if c is None else c, None, False)
             for (shape, dtype), c in zip(types, cotangents)]
-        gradients = backward(seeds)
+        gradients = [None if g is None or not any(cotangents[k] is not None for k in outputs)
+                     else g for g, outputs in zip(backward(seeds), reached, strict=True)]
         if builder is ARRAYS:
             return [None if g is None else g._handle for g in gradients]
         # create_graph: the compiled backward is not differentiable again

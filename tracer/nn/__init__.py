@@ -1,9 +1,9 @@
 """`tr.nn`: PyTorch's Module, Parameter and layers; `tr.nn.functional` holds the functions."""
 from tracer.nn import functional, init, parallel, utils
 from tracer.nn.activation_modules import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish,
-                                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
-                                          Sigmoid, Softmax, Softmin, Softsign, Tanhshrink,
-                                          Threshold)
+                                          Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+                                          PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin,
+                                          Softsign, Tanhshrink, Threshold)
 from tracer.nn.distance_modules import CosineSimilarity, PairwiseDistance
 from tracer.nn.containers import ModuleDict, ModuleList, Sequential
 from tracer.nn.loss_modules import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss,
@@ -11,8 +11,8 @@ from tracer.nn.loss_modules import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingL
 from tracer.nn.losses import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from tracer.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d,
                               Conv2d, ConvTranspose2d, EmbeddingBag, MaxPool2d)
-from tracer.nn.modules import (GELU, Dropout, Embedding, Hardtanh, LayerNorm, Linear, Module,
-                               Parameter, ReLU, ReLU6, SiLU, Softplus, Tanh)
+from tracer.nn.modules import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, Parameter,
+                               Softplus, Tanh)
 from tracer.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from tracer.nn.multihead import MultiheadAttention
 from tracer.nn.norm_layers import GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm

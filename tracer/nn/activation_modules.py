@@ -56,6 +56,35 @@ class Tanhshrink(_Elementwise):
     function = staticmethod(F.tanhshrink)
 
 
+class ReLU(_InPlaceElementwise):
+    function = staticmethod(F.relu)
+
+
+class SiLU(_InPlaceElementwise):
+    function = staticmethod(F.silu)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0,
+                 inplace: builtins.bool = False) -> None:
+        super().__init__()
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _with_inplace(f"min_val={self.min_val}, max_val={self.max_val}", self.inplace)
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace: builtins.bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace)
+
+
 class SELU(_InPlaceElementwise):
     function = staticmethod(F.selu)
 

@@ -334,22 +334,17 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, p: float = 0.5, inplace: builtins.bool = False) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ArgumentError(f"dropout probability must be between 0 and 1, got {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.dropout(input, self.p, self.training)
+        return F.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-class ReLU(Module):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.relu(input)
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class GELU(Module):
@@ -359,11 +354,6 @@ class GELU(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.gelu(input, self.approximate)
-
-
-class SiLU(Module):
-    def forward(self, input: Tensor) -> Tensor:
-        return F.silu(input)
 
 
 class Tanh(Module):
@@ -378,17 +368,3 @@ class Softplus(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.softplus(input, self.beta, self.threshold)
-
-
-class Hardtanh(Module):
-    def __init__(self, min_val: float = -1.0, max_val: float = 1.0) -> None:
-        super().__init__()
-        self.min_val, self.max_val = min_val, max_val
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.hardtanh(input, self.min_val, self.max_val)
-
-
-class ReLU6(Hardtanh):
-    def __init__(self) -> None:
-        super().__init__(0.0, 6.0)
