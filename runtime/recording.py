@@ -151,7 +151,7 @@ class Recorder:
                                f"was traced: they would be compiled in, the same on every call. "
                                f"Draw them outside and pass them as an argument, or draw them "
                                f"inside with tracer's generator, which draws new ones on every "
-                               f"call: tr.empty(shape).uniform_() or .normal_(), nn.Dropout")
+                               f"call: tr.randn_like(x), tr.rand(shape), .normal_(), nn.Dropout")
         rebound = floats.rebound()
         if rebound:  # as an int would be: compiled in, and its change seen while tracing
             raise Specialize(frozenset(), rebound, "the traced function changes them")

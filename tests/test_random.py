@@ -1,5 +1,7 @@
 """The counter-based generator (tracer/random.py): bit-exact to Squares computed in numpy's
 uint64 arithmetic, exact 32-bit halves, uniform statistics, seeding and the state's advance."""
+import math
+
 import numpy as np
 import pytest
 
@@ -211,3 +213,43 @@ def test_a_draw_is_put_back_when_the_function_is_traced_again():
     with pytest.raises(tr.TracingError, match="drew random numbers from numpy.random's global"):
         tr.trace(reshaped)(tr.zeros(4), 2)
     assert numpy_state() == state
+
+
+def test_randn_and_rand_inside_a_traced_function_draw_anew_on_every_call():
+    """The VAE's and the diffusion step's `eps = torch.randn_like(std)` inside a compiled
+    function: tr.randn, tr.rand and their _like forms draw from the counter-based generator there
+    (they raised TracingError): new numbers on every call, the same after tr.manual_seed, and the
+    numbers `empty_like(x).normal_()` and `uniform_()` draw from the same state; the gradient of
+    the reparameterized sample is the hand-computed one."""
+    @tr.trace
+    def sample(mean, log_variance):
+        std = (0.5 * log_variance).exp()
+        z = mean + std * tr.randn_like(std)
+        (z * z).sum().backward()
+        return z.detach(), tr.rand(3, 2, dtype=tr.float64)
+
+    def call():
+        mean = tr.zeros(5000, dtype=tr.float64, requires_grad=True)
+        log_variance = tr.full_like(mean, math.log(4.0)).detach().requires_grad_()
+        z, uniform = sample(mean, log_variance)
+        return z.numpy(), uniform.numpy(), mean.grad.numpy(), log_variance.grad.numpy()
+
+    tr.manual_seed(5)
+    z, uniform, grad_mean, grad_log_variance = call()
+    z_next, uniform_next, _, _ = call()
+    assert not np.array_equal(z, z_next) and not np.array_equal(uniform, uniform_next)
+    # z = 2 eps: mean 0 and standard deviation 2 within 5 standard errors of 5000 draws
+    assert abs(z.mean()) < 5 * 2 / math.sqrt(5000) and abs(z.std() - 2) < 5 * 2 / math.sqrt(10000)
+    assert uniform.dtype == np.float64 and 0 <= uniform.min() and uniform.max() < 1
+    # d(sum z^2)/d mean = 2 z; d/d log_variance = 2 z * std * eps / 2 = z^2 (std * eps = z - 0)
+    np.testing.assert_allclose(grad_mean, 2 * z, rtol=1e-14)
+    np.testing.assert_allclose(grad_log_variance, z * z, rtol=1e-12)
+    tr.manual_seed(5)
+    again, uniform_again, _, _ = call()
+    np.testing.assert_array_equal(again, z)
+    np.testing.assert_array_equal(uniform_again, uniform)
+    tr.manual_seed(5)
+    eps = tr.empty(5000, dtype=tr.float64).normal_().numpy()
+    drawn = tr.empty(3, 2, dtype=tr.float64).uniform_().numpy()
+    np.testing.assert_allclose(z, 2 * eps, rtol=1e-13, atol=1e-13)  # (log and cos: a few ulp)
+    np.testing.assert_array_equal(uniform, drawn)

@@ -40,11 +40,10 @@ from tracer.interop import from_dlpack
 from tracer.logs import configure_from_environment as _configure_logging
 from tracer.arithmetic import where
 from tracer.creation import (arange, as_tensor, empty_like, from_numpy, full, full_like, ones,
-                             ones_like, rand, rand_like, randn, randn_like, tensor, zeros,
-                             zeros_like)
+                             ones_like, tensor, zeros, zeros_like)
 from tracer.dtypes import bool, float32, float64, int64
-from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, randint,
-                           randperm, set_rng_state)
+from tracer.random import (Generator, default_generator, get_rng_state, manual_seed, rand,
+                           rand_like, randint, randn, randn_like, randperm, set_rng_state)
 from tracer.transforms import grad, jvp, value_and_grad, vjp
 from tracer.jacobians import hessian, jacrev
 from tracer.vmapping import vmap

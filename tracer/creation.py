@@ -132,31 +132,6 @@ def eager_generator(kind: str) -> np.random.Generator:
     return _generator()
 
 
-def _random(kind: str, shape, dtype, requires_grad) -> Tensor:
-    generator = eager_generator(kind)
-    shape = shape_arguments(shape)
-    sample = generator.standard_normal(shape) if kind == "randn" else generator.random(shape)
-    return leaf(sample.astype(as_dtype(dtype)), requires_grad)
-
-
-def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
-    """Standard normal samples from the generator seeded by `tr.manual_seed`."""
-    return _random("randn", shape, dtype, requires_grad)
-
-
-def rand(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
-    """Uniform samples in [0, 1) from the generator seeded by `tr.manual_seed`."""
-    return _random("rand", shape, dtype, requires_grad)
-
-
-def randn_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
-    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def rand_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
-    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
 def iota(shape: Sequence[int], dimension: int, dtype=int64) -> Tensor:
     """The index along `dimension`, broadcast to `shape`."""
     return apply("iota", [], shape=tuple(shape), dimension=dimension, dtype=dtype)

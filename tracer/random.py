@@ -1,7 +1,11 @@
-"""Randomness: integers and permutations from the numpy generator `tr.manual_seed` seeds (eager
-only: a traced function would bake the numbers in, so there they raise, as tr.randn does), and
-`Generator`, a counter-based generator built from primitives, whose numbers are the same eagerly
-and traced and whose state is a tensor advanced in place (dropout's masks).
+"""Randomness: `Generator`, a counter-based generator built from primitives, whose numbers are
+the same eagerly and traced and whose state is a tensor advanced in place (dropout's masks); and
+the numpy generator `tr.manual_seed` also seeds, which tr.randn and tr.rand draw from eagerly
+(numpy's samplers are ~6x faster than the counter-based one there) and integers and permutations
+come from (eager only: a traced function would bake the numbers in, so there they raise). Inside
+a traced function tr.randn and tr.rand draw from the counter-based generator: new numbers on
+every call, as `empty(shape).normal_()` does -- other numbers than eagerly for the same seed, as
+torch.compile's are than PyTorch eager's.
 
 A Generator's state is one int64 counter. Drawing n numbers hashes the counters state .. state+n-1
 and adds n to the state, so a traced draw reads the state as a runtime input and writes it back
@@ -24,8 +28,37 @@ from tracer.creation import eager_generator, iota
 from tracer.creation import manual_seed as _seed_numpy_generator
 from tracer.dimensions import shape_arguments
 from tracer.dispatch import leaf
-from tracer.dtypes import as_dtype, float64, int64
+from tracer.dtypes import as_dtype, float32, float64, int64
 from tracer.tensor import Tensor
+
+
+def randn(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Standard normal samples from the generator seeded by `tr.manual_seed`."""
+    return _random("randn", shape, dtype, requires_grad)
+
+
+def rand(*shape, dtype=float32, requires_grad: builtins.bool = False) -> Tensor:
+    """Uniform samples in [0, 1) from the generator seeded by `tr.manual_seed`."""
+    return _random("rand", shape, dtype, requires_grad)
+
+
+def randn_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def rand_like(x: Tensor, dtype=None, requires_grad: builtins.bool = False) -> Tensor:
+    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def _random(kind: str, shape, dtype, requires_grad: builtins.bool) -> Tensor:
+    shape, dtype = shape_arguments(shape), as_dtype(dtype)
+    if state.trace is not None:  # (see the module's docstring)
+        sample = (_normal(default_generator, shape, kind) if kind == "randn"
+                  else default_generator.uniform(shape, kind)).to(dtype)
+        return sample.requires_grad_() if requires_grad else sample
+    generator = eager_generator(kind)
+    sample = generator.standard_normal(shape) if kind == "randn" else generator.random(shape)
+    return leaf(sample.astype(dtype), requires_grad)
 
 
 def randint(*args, size=None, dtype=int64, requires_grad: builtins.bool = False) -> Tensor:

@@ -10,7 +10,8 @@ import builtins
 import math
 
 from tracer.context import no_grad
-from tracer.creation import ones, randn, zeros
+from tracer.creation import ones, zeros
+from tracer.random import randn
 from tracer.dtypes import float32, int64
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh

@@ -12,7 +12,8 @@ from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
 from tracer.nn.module_api import ModuleApi, RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
-from tracer.creation import ones, rand, randn, zeros
+from tracer.creation import ones, zeros
+from tracer.random import rand, randn
 from tracer.interop import loaded_tensor
 from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
