@@ -46,7 +46,8 @@ from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
-from tracer.runtime.split_code import SplitCode, reached_results, split_signature
+from tracer.runtime.split_code import (SplitCode, gradient_positions, reached_results,
+                                        split_signature)
 
 if TYPE_CHECKING:
     from tracer.codegen.bounds import Sites
@@ -117,10 +118,11 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     if differentiable and is_grad_enabled():
         with step("split"):
             values = [*(value for value, _ in leaves), *recording.captured]
-            reached = reached_results(recording, expanded, values, differentiable)
-            split = split_signature(recording, expanded, values, differentiable, ir.optimize)
+            wrt = gradient_positions(recording, values)
+            reached = reached_results(expanded, wrt, differentiable)
+            split = split_signature(recording, expanded, wrt, differentiable, ir.optimize)
             if split is not None:
-                compiled = split[0].forward
+                compiled = split.forward
                 ir.verify(compiled)
     with step("backend"):
         executable = compile_function(compiled, write_into=_written_in_place(recording))
@@ -128,8 +130,7 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     entry = build_entry(recording, executable, leaves, stages, step.timings)
     entry.reached = reached
     if split is not None:
-        parts, wrt = split
-        entry.split = SplitCode(parts, wrt, entry.result_count, recording.sources,
+        entry.split = SplitCode(split, wrt, entry.result_count, recording.sources,
                                 compile_function)
     return entry
 

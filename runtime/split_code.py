@@ -90,11 +90,11 @@ class SplitCode:
         return [None if g is None else tensors[g] for g in self.gradients]
 
 
-def split_signature(recording: "Recording", function: "Graph", values: list,
+def split_signature(recording: "Recording", function: "Graph", wrt: list[tuple[str, int] | None],
                     differentiable: list[int], optimize: Callable[["Graph"], "Graph"]
-                    ) -> tuple[Split, list[tuple[str, int] | None]] | None:
-    """The split of a traced call (`function` its grad stage, `values` its argument leaves then
-    its captured tensors) and what each input's gradient is taken with respect to; None where its
+                    ) -> Split | None:
+    """The split of a traced call (`function` its grad stage, `wrt` what each input's gradient is
+    taken with respect to: gradient_positions); None where its
     backward cannot run on its own (it then runs the function again: runtime/differentiable.py),
     or reads a parameter the function writes (weights clipped in place then used) or a .grad,
     or a Function on the host differentiates it (its backward reads the ctx its forward's run
@@ -103,8 +103,6 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     if recording.hooked or any(isinstance(rule.backward, HostBackward)
                                for rule in recording.rules):
         return None
-    wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
-        recording.captured)], recording.captured))
     try:
         parts = split(function, differentiable, [p for p in wrt if p is not None], optimize,
                       len(recording.result_leaves))
@@ -114,13 +112,13 @@ def split_signature(recording: "Recording", function: "Graph", values: list,
     reads = [recording.sources[index] for kind, index in parts.sources if kind == "parameter"]
     if any(kind == "grad" or leaf in written for kind, leaf in reads):
         return None
-    return parts, wrt
+    return parts
 
 
-def reached_results(recording: "Recording", function: "Graph", values: list,
+def reached_results(function: "Graph", wrt: list[tuple[str, int] | None],
                     differentiable: list[int]) -> list[frozenset[int]]:
-    """Per input of a call's tape node (gradient_inputs' order), the differentiated results (by
-    position in `differentiable`) whose value `function` (the grad stage) computes from it:
+    """Per input of a call's tape node (`wrt`: gradient_positions), the differentiated results
+    (by position in `differentiable`) whose value `function` (the grad stage) computes from it:
     autograd.record_call leaves its gradient None where none of those is given one. (As
     PyTorch's graph, it runs through neither a detach nor a comparison.)"""
     producer = {id(v): i for i in function.instructions for v in i.outputs}
@@ -138,8 +136,6 @@ def reached_results(recording: "Recording", function: "Graph", values: list,
                         and is_float(value.dtype)):
                     pending += instruction.inputs
         depends_on.append(seen)
-    wrt = _positions(recording, values, gradient_inputs(values[:len(values) - len(
-        recording.captured)], recording.captured))
     targets = [None if position is None else
                id((function.parameters if position[0] == "parameter" else function.outputs)[
                    position[1]]) for position in wrt]
@@ -147,9 +143,9 @@ def reached_results(recording: "Recording", function: "Graph", values: list,
             for target in targets]
 
 
-def _positions(recording: "Recording", values: list, inputs: list[Tensor]
-               ) -> list[tuple[str, int] | None]:
-    """What the gradient of each of `inputs` is taken with respect to: ("parameter", p) its data
+def gradient_positions(recording: "Recording", values: list) -> list[tuple[str, int] | None]:
+    """What the gradient of each input of a call's tape node (gradient_inputs of `values`, its
+    argument leaves then its captured tensors) is taken with respect to: ("parameter", p) its data
     as the function reads it; ("output", i) as the function leaves it, where it changes it (a
     tensor that requires grad changed under no_grad: PyTorch differentiates its new data); None
     for one the function does not read."""
@@ -159,7 +155,8 @@ def _positions(recording: "Recording", values: list, inputs: list[Tensor]
     position = {source: p for p, source in enumerate(recording.sources)}
     rewritten = {index: output for index, kind, output in recording.writebacks if kind == "data"}
     result: list[tuple[str, int] | None] = []
-    for tensor in inputs:
+    for tensor in gradient_inputs(values[:len(values) - len(recording.captured)],
+                                  recording.captured):
         leaf = first[id(tensor)]
         if leaf in rewritten:
             result.append(("output", rewritten[leaf]))

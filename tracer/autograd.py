@@ -162,8 +162,8 @@ def record_call(name: str, backward: Callable[[list[Tensor]], list[Tensor | None
         seeds = [c if isinstance(c, Tensor) else Tensor._make(
             np.zeros(shape, dtype) if c is None else c, None, False)
             for (shape, dtype), c in zip(types, cotangents)]
-        gradients = [None if g is None or not any(cotangents[k] is not None for k in outputs)
-                     else g for g, outputs in zip(backward(seeds), reached, strict=True)]
+        gradients = [None if g is None or not any(cotangents[k] is not None for k in dependents)
+                     else g for g, dependents in zip(backward(seeds), reached, strict=True)]
         if builder is ARRAYS:
             return [None if g is None else g._handle for g in gradients]
         # create_graph: the compiled backward is not differentiable again
