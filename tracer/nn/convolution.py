@@ -136,7 +136,7 @@ def _check_operands(name: str, input: Tensor, weight: Tensor, bias, spatial: int
                             f"got {input.dtype} and {weight.dtype}; convert with .to(...)")
 
 
-def _padding(padding, kernel, stride, dilation, name: str) -> tuple[list[int], list[int]]:
+def padding_amounts(padding, kernel, stride, dilation, name: str) -> tuple[list[int], list[int]]:
     """(low, high) padding per spatial dimension; 'same' pads the odd one after, as PyTorch."""
     if padding == "valid":
         return [0, 0], [0, 0]
@@ -203,7 +203,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     """PyTorch's F.conv2d: input (N, C, H, W), weight (O, C / groups, KH, KW)."""
     _check_operands("conv2d", input, weight, bias, 2)
     stride, dilation = pair(stride, 2, "conv2d stride"), pair(dilation, 2, "conv2d dilation")
-    low, high = _padding(padding, weight.shape[2:], stride, dilation, "conv2d")
+    low, high = padding_amounts(padding, weight.shape[2:], stride, dilation, "conv2d")
     return _convolve(input, weight, bias, stride, low, high, dilation, groups, "conv2d")
 
 
@@ -214,7 +214,7 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     stride = (1, *pair(stride, 1, "conv1d stride"))
     dilation = (1, *pair(dilation, 1, "conv1d dilation"))
     if isinstance(padding, str):
-        low, high = _padding(padding, (1, weight.shape[2]), stride, dilation, "conv1d")
+        low, high = padding_amounts(padding, (1, weight.shape[2]), stride, dilation, "conv1d")
     else:
         amount = pair(padding, 1, "conv1d padding")[0]
         low = high = [0, amount]

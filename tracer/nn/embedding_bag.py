@@ -24,6 +24,7 @@ from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchErro
 from tracer.functional import cat
 from tracer.ir import types as irtypes
 from tracer.layout import fresh
+from tracer.nn.embedding_rows import check_sparse, renormalize, scaled_by_frequency
 from tracer.tensor import Tensor
 
 _MODES = ("sum", "mean", "max")
@@ -39,7 +40,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
     of a 2-D `input` (bags, length), or of a 1-D `input` cut at `offsets` (each bag's first
     position; with `include_last_offset`, one more: the end of the last bag). `per_sample_weights`
     (input's shape, mode 'sum') scales each row. Returns (bags, dim)."""
-    check_options(mode, max_norm, scale_grad_by_freq, sparse)
+    check_options(mode, scale_grad_by_freq, sparse)
     input = as_tensor(input)
     if weight.ndim != 2:
         raise ShapeMismatchError(f"embedding_bag: weight has to be 2-D (num_embeddings, "
@@ -54,40 +55,37 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
         if offsets is not None:
             raise ArgumentError("embedding_bag: a 2-D input is a batch of bags of its length; "
                                 "offsets has to be None")
-        if mode != "max":
-            return _equal_bags(input, weight, mode, per_sample_weights, padding_idx)
-        # as bags at offsets, for PyTorch's maxima (_bag_maxima), not a reduction's
-        bags, length = input.shape
-        return fresh(_offset_bags(input.reshape(-1), weight, iota((bags,), 0) * length, mode,
-                                  None, False, padding_idx))
-    if input.ndim != 1:
+    elif input.ndim != 1:
         raise ShapeMismatchError(f"embedding_bag: input has to be 1-D or 2-D, got shape "
                                  f"{list(input.shape)}")
-    if offsets is None or as_tensor(offsets).ndim != 1:
+    elif offsets is None or as_tensor(offsets).ndim != 1:
         raise ArgumentError("embedding_bag: a 1-D input needs offsets, a 1-D tensor of each "
                             "bag's first position")
-    offsets = as_tensor(offsets)
-    _check_offsets(offsets, input.shape[0], include_last_offset)
+    else:
+        offsets = as_tensor(offsets)
+        _check_offsets(offsets, input.shape[0], include_last_offset)
+    if max_norm is not None:
+        renormalize(weight, input.reshape(-1), max_norm, norm_type)
+    if input.ndim == 2 and mode != "max":
+        return _equal_bags(input, weight, mode, per_sample_weights, padding_idx,
+                           scale_grad_by_freq)
+    if input.ndim == 2:  # as bags at offsets, for PyTorch's maxima (_bag_maxima), not a reduction's
+        bags, length = input.shape
+        input, offsets, include_last_offset = input.reshape(-1), iota((bags,), 0) * length, False
     # (a new tensor, as PyTorch's: not the view-copy of the slice that drops the extra bag)
     return fresh(_offset_bags(input, weight, offsets, mode, per_sample_weights,
-                              include_last_offset, padding_idx))
+                              include_last_offset, padding_idx, scale_grad_by_freq))
 
 
-def check_options(mode: str, max_norm: float | None, scale_grad_by_freq: builtins.bool,
-                  sparse: builtins.bool) -> None:
-    """The mode, and a refusal of the options that would cost more than they are worth here."""
+def check_options(mode: str, scale_grad_by_freq: builtins.bool, sparse: builtins.bool) -> None:
+    """The mode, and a refusal of what PyTorch refuses and of sparse gradients."""
     if mode not in _MODES:
         raise ArgumentError(f"embedding_bag: mode is one of {list(_MODES)}, got {mode!r}")
-    if max_norm is not None:
-        raise ArgumentError("embedding_bag: max_norm (renormalizing the weight's rows in place "
-                            "on every call) is not supported; renormalize the rows yourself "
-                            "under tr.no_grad() before the call, or leave max_norm=None")
-    if scale_grad_by_freq:
-        raise ArgumentError("embedding_bag: scale_grad_by_freq is not supported; leave it False "
-                            "(or divide the weight's gradient by the indices' counts yourself)")
-    if sparse:
-        raise ArgumentError("embedding_bag: sparse gradients are not supported (tracer's "
-                            "gradients are dense tensors); use sparse=False")
+    if scale_grad_by_freq and mode == "max":
+        raise ArgumentError("embedding_bag: mode='max' does not scale the gradient by the "
+                            "frequency (as in PyTorch); use mode 'sum' or 'mean', or leave "
+                            "scale_grad_by_freq False")
+    check_sparse(sparse, "embedding_bag")
 
 
 def _checked_sample_weights(weights, input: Tensor, weight: Tensor, mode: str) -> Tensor:
@@ -133,10 +131,15 @@ def _check_offsets(offsets: Tensor, length: int, include_last_offset: builtins.b
 
 
 def _rows_and_scales(input: Tensor, weight: Tensor, per_sample_weights: Tensor | None,
-                     padding_idx: int | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The rows of `weight` at the flattened `input`, each row's scale (None: all 1) and whether
-    it counts (None: all do), for rows at padding_idx 0 and False."""
-    rows = weight.index_select(0, input.reshape(-1))  # (which refuses negative indices)
+                     padding_idx: int | None, by_frequency: builtins.bool
+                     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The rows of `weight` at the flattened `input` (their gradients divided by their indices'
+    counts if `by_frequency`), each row's scale (None: all 1) and whether it counts (None: all
+    do), for rows at padding_idx 0 and False."""
+    indices = input.reshape(-1)
+    rows = weight.index_select(0, indices)  # (which refuses negative indices)
+    if by_frequency:
+        rows = scaled_by_frequency(rows, indices, weight.shape[0])
     kept = None if padding_idx is None else (input != padding_idx).reshape(-1)
     scales = None if per_sample_weights is None else per_sample_weights.reshape(-1)
     if kept is not None:
@@ -146,9 +149,10 @@ def _rows_and_scales(input: Tensor, weight: Tensor, per_sample_weights: Tensor |
 
 
 def _equal_bags(input: Tensor, weight: Tensor, mode: str, per_sample_weights: Tensor | None,
-                padding_idx: int | None) -> Tensor:
+                padding_idx: int | None, by_frequency: builtins.bool) -> Tensor:
     bags, length = input.shape
-    rows, scales, kept = _rows_and_scales(input, weight, per_sample_weights, padding_idx)
+    rows, scales, kept = _rows_and_scales(input, weight, per_sample_weights, padding_idx,
+                                          by_frequency)
     rows = rows.reshape(bags, length, weight.shape[1])
     if kept is not None:
         kept = kept.reshape(bags, length, 1)
@@ -170,10 +174,11 @@ def _bag_of_each_row(offsets: Tensor, length: int) -> Tensor:
 
 def _offset_bags(input: Tensor, weight: Tensor, offsets: Tensor, mode: str,
                  per_sample_weights: Tensor | None, include_last_offset: builtins.bool,
-                 padding_idx: int | None) -> Tensor:
+                 padding_idx: int | None, by_frequency: builtins.bool) -> Tensor:
     length, dimension = input.shape[0], weight.shape[1]
     bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
-    rows, scales, kept = _rows_and_scales(input, weight, per_sample_weights, padding_idx)
+    rows, scales, kept = _rows_and_scales(input, weight, per_sample_weights, padding_idx,
+                                          by_frequency)
     bag = _bag_of_each_row(offsets, length)
     counted = ones(length, dtype=weight.dtype) if kept is None else kept.to(weight.dtype)
     counts = zeros(bags + 1, dtype=weight.dtype).index_add(0, bag, counted)[:bags, None]

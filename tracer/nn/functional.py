@@ -28,6 +28,7 @@ from tracer.nn import attention as _attention
 from tracer.nn import convolution as _convolution
 from tracer.nn import dropout as _dropout
 from tracer.nn import embedding_bag as _embedding_bag
+from tracer.nn import embedding_rows as _embedding_rows
 from tracer.nn import normalization as _normalization
 from tracer.nn import norms as _norms
 from tracer.nn import pooling as _pooling
@@ -299,19 +300,29 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return (tensor.unsqueeze(-1) == iota(shape, tensor.ndim)).to(irtypes.int64)
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """The rows of `weight` at the int64 indices `input`; the row `padding_idx` gets no gradient."""
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float = 2.0,
+              scale_grad_by_freq: builtins.bool = False, sparse: builtins.bool = False) -> Tensor:
+    """The rows of `weight` at the int64 indices `input`; the row `padding_idx` gets no gradient.
+    `max_norm` first scales down, in place, the rows indexed whose `norm_type`-norm exceeds it;
+    `scale_grad_by_freq` divides each row's gradient by its index's count in `input`."""
     if input.dtype != irtypes.int64:
         raise ArgumentError(f"embedding needs int64 indices, got {input.dtype}")
+    _embedding_rows.check_sparse(sparse, "embedding")
     rows = weight.shape[0]
     _check_labels(input, rows, "embedding index")
+    indices = input.reshape(-1)
+    if max_norm is not None:
+        _embedding_rows.renormalize(weight, indices, max_norm, norm_type)
     if padding_idx is not None:
         padding_idx = _normalize_dim(padding_idx, rows)
         padding = iota((rows, 1), 0) == padding_idx
         weight = where(padding, weight.detach(), weight)
     # index_select refuses negative indices, as PyTorch's embedding does (weight[input] would
     # count them from the end)
-    rows = weight.index_select(0, input.reshape(-1))
+    rows = weight.index_select(0, indices)
+    if scale_grad_by_freq:
+        rows = _embedding_rows.scaled_by_frequency(rows, indices, weight.shape[0])
     # a new tensor, as PyTorch's (not a view-copy of the reshape)
     return _fresh(rows.reshape(*input.shape, *weight.shape[1:]))
 

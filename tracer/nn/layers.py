@@ -15,7 +15,7 @@ from tracer.random import randn
 from tracer.dtypes import float32, int64
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
-from tracer.nn.convolution import conv2d, conv_transpose2d, pad, pair
+from tracer.nn.convolution import conv2d, conv_transpose2d, pad, padding_amounts, pair
 from tracer.nn.embedding_bag import check_options, embedding_bag
 from tracer.nn.modules import Module, Parameter, _uniform
 from tracer.nn.normalization import batch_norm
@@ -63,11 +63,14 @@ class _ConvNd(Module):
         weight, padding = self.weight, self.padding
         if self.spatial == 1:
             x, weight = x.unsqueeze(2), weight.unsqueeze(2)
-        if self.padding_mode != "zeros":
-            if isinstance(padding, str):
-                raise ArgumentError(f"padding_mode={self.padding_mode!r} needs the padding in "
-                                    f"numbers")
-            amounts = [a for p in reversed(padding) for a in (p, p)]
+        if self.padding_mode != "zeros" and padding != "valid":
+            # (PyTorch pads in the mode first, then convolves without padding)
+            numbers = padding if isinstance(padding, str) else self._as_2d(padding, 0)
+            low, high = padding_amounts(numbers, self._as_2d(self.kernel_size, 1),
+                                 self._as_2d(self.stride, 1), self._as_2d(self.dilation, 1),
+                                 type(self).__name__)
+            amounts = [a for before, after in zip(reversed(low), reversed(high))
+                       for a in (before, after)]
             x, padding = pad(x, amounts, self.padding_mode), 0
         elif not isinstance(padding, str):
             padding = self._as_2d(padding, 0)
@@ -241,8 +244,7 @@ class BatchNorm2d(_BatchNorm):
 class EmbeddingBag(Module):
     """Sums, means or maxima of bags of `num_embeddings` vectors (standard normal at first, the
     padding row zero): `forward(input, offsets=None, per_sample_weights=None)` as
-    F.embedding_bag. max_norm, scale_grad_by_freq and sparse gradients are refused when the
-    module is made."""
+    F.embedding_bag (sparse gradients are refused when the module is made)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
                  norm_type: float = 2.0, scale_grad_by_freq: builtins.bool = False,
@@ -250,7 +252,7 @@ class EmbeddingBag(Module):
                  include_last_offset: builtins.bool = False, padding_idx: int | None = None,
                  dtype=None) -> None:
         super().__init__()
-        check_options(mode, max_norm, scale_grad_by_freq, sparse)
+        check_options(mode, scale_grad_by_freq, sparse)
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -270,9 +272,25 @@ class EmbeddingBag(Module):
             weight[self.padding_idx] = 0
         self.weight = Parameter(weight)
 
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: builtins.bool = True,
+                        max_norm: float | None = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: builtins.bool = False, mode: str = "mean",
+                        sparse: builtins.bool = False, include_last_offset: builtins.bool = False,
+                        padding_idx: int | None = None) -> "EmbeddingBag":
+        """An EmbeddingBag holding the 2-D `embeddings` (its buffer), trained unless `freeze`."""
+        if embeddings.ndim != 2:
+            raise ShapeMismatchError(f"EmbeddingBag.from_pretrained needs 2-D embeddings, got "
+                                     f"shape {list(embeddings.shape)}")
+        bag = cls(*embeddings.shape, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                  embeddings, include_last_offset, padding_idx)
+        bag.weight.requires_grad_(not freeze)
+        return bag
+
     def forward(self, input: Tensor, offsets: Tensor | None = None,
                 per_sample_weights: Tensor | None = None) -> Tensor:
-        return embedding_bag(input, self.weight, offsets, mode=self.mode,
+        return embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                             self.scale_grad_by_freq, self.mode,
                              per_sample_weights=per_sample_weights,
                              include_last_offset=self.include_last_offset,
                              padding_idx=self.padding_idx)

@@ -10,6 +10,7 @@ from typing import Iterator, NamedTuple
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
+from tracer.nn.embedding_rows import check_sparse
 from tracer.nn.module_api import ModuleApi, RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
 from tracer.creation import ones, zeros
@@ -292,25 +293,53 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """A table of `num_embeddings` vectors, standard normal at first (the padding row zero)."""
+    """A table of `num_embeddings` vectors, standard normal at first (the padding row zero), or
+    `_weight`; `max_norm`, `norm_type`, `scale_grad_by_freq` as F.embedding's."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm: float | None = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: builtins.bool = False, sparse: builtins.bool = False,
+                 _weight: Tensor | None = None, _freeze: builtins.bool = False,
                  dtype=None) -> None:
         super().__init__()
+        check_sparse(sparse, "Embedding")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
-        if padding_idx is not None:
-            weight[padding_idx] = 0  # (refuses an index out of range)
-            padding_idx %= num_embeddings  # PyTorch keeps -1 as num_embeddings - 1
-        self.padding_idx = padding_idx
-        self.weight = Parameter(weight)
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise ArgumentError(f"Embedding: padding_idx must be within num_embeddings "
+                                f"({num_embeddings}), got {padding_idx}")
+        self.padding_idx = None if padding_idx is None else padding_idx % num_embeddings
+        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise ShapeMismatchError(f"Embedding: _weight of shape {list(_weight.shape)} for "
+                                     f"({num_embeddings}, {embedding_dim})")
+        weight = randn(num_embeddings, embedding_dim, dtype=dtype or float32) if _weight is None \
+            else _weight
+        if _weight is None and self.padding_idx is not None:
+            weight[self.padding_idx] = 0
+        self.weight = Parameter(weight, requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: builtins.bool = True,
+                        padding_idx: int | None = None, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: builtins.bool = False,
+                        sparse: builtins.bool = False) -> "Embedding":
+        """An Embedding holding the 2-D `embeddings` (its buffer, as PyTorch's), trained unless
+        `freeze`."""
+        if embeddings.ndim != 2:
+            raise ShapeMismatchError(f"Embedding.from_pretrained needs 2-D embeddings, got shape "
+                                     f"{list(embeddings.shape)}")
+        return cls(*embeddings.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                   sparse, _weight=embeddings, _freeze=freeze)
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self) -> str:
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
-        return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
+        norm = "" if self.max_norm is None else f", max_norm={self.max_norm}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{padding}{norm}"
 
 
 class LayerNorm(Module):
