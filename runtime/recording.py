@@ -18,6 +18,7 @@ from tracer.runtime.code_names import recording_names
 from tracer.runtime.random_draws import Draws
 from tracer.runtime.guards import captured_names, stored_tensors
 from tracer.runtime.reach import Reached, reachable
+from tracer.backward import changed_for_backward_error
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
 from tracer.tensor import Tensor, check_current
@@ -33,7 +34,7 @@ class Recording:
                  sources: list[tuple[str, int]], captured: list[Tensor], reached: Reached,
                  used: set[str] | None, floats: list[FloatInput], rules: list,
                  aliases: list[tuple[int, int, str]], stale: frozenset[int],
-                 replayed: frozenset[int], hooked: bool):
+                 replayed: frozenset[int], replays_backward: bool):
         self.function = function
         self.result_structure = result_structure
         self.result_leaves = result_leaves  # the result's leaves, traced
@@ -56,7 +57,10 @@ class Recording:
         # backward reads (see result_dependence)
         self.stale = stale
         self.replayed = replayed
-        self.hooked = hooked  # whether the function registered gradient hooks (register_hook)
+        # whether the backward must run the function again: it registered gradient hooks
+        # (register_hook), or changed in place a value its backward reads
+        # (_backward_reads_a_change)
+        self.replays_backward = replays_backward
 
 
 class Specialize(Exception):
@@ -202,7 +206,22 @@ class Recorder:
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
                          self.floats.inputs, self.rules, self.aliases, stale, replayed,
-                         any(self.trace_state.gradient_hooks.values()))
+                         any(self.trace_state.gradient_hooks.values())
+                         or _backward_reads_a_change(self.trace_state, self.result_leaves, stale))
+
+
+def _backward_reads_a_change(trace: Trace, results: list, stale: frozenset[int]) -> bool:
+    """Whether eager backward from a differentiated result would find a value it reads changed in
+    place after it was read (a softmax's result, which its backward reads, changed by the
+    function): PyTorch's backward raises there. A split backward would read the values as they
+    were computed and raise nothing; running the function again with its backward raises as
+    eager mode does (split_code.split_signature)."""
+    outputs = [value._handle for position, value in enumerate(results)
+               if isinstance(value, Tensor) and value.requires_grad and value._trace is trace
+               and position not in stale]
+    wrt = [value for tensor in trace.leaves if tensor.requires_grad
+           for value in trace.leaf_values(tensor)]
+    return bool(outputs) and changed_for_backward_error(trace, outputs, wrt) is not None
 
 
 def _requiring_grad(values: Sequence) -> list[bool]:

@@ -99,8 +99,9 @@ def split_signature(recording: "Recording", function: "Graph", wrt: list[tuple[s
     or reads a parameter the function writes (weights clipped in place then used) or a .grad,
     or a Function on the host differentiates it (its backward reads the ctx its forward's run
     left in Python until the next run: it must run in the call of that run), or the function
-    registers gradient hooks (kept by the trace's values, which the split's copy has not)."""
-    if recording.hooked or any(isinstance(rule.backward, HostBackward)
+    registers gradient hooks (kept by the trace's values, which the split's copy has not) or
+    changes in place a value its backward reads (Recording.replays_backward)."""
+    if recording.replays_backward or any(isinstance(rule.backward, HostBackward)
                                for rule in recording.rules):
         return None
     try:

@@ -155,6 +155,48 @@ def test_a_result_the_backward_reads_changed_in_place_is_an_error_as_in_pytorch(
         theirs.sum().backward()
 
 
+# A value of the function that its backward reads (a result of exp, tanh, sigmoid, softmax or
+# sqrt, an operand of a product), changed in place further on inside the function, by an in-place
+# operation, a masked assignment that matches nothing or a write to one element
+CHANGED_INSIDE = {
+    "exp add_": lambda x: x.exp().add_(1),
+    "tanh masked": lambda x: _masked(x.tanh()),
+    "sigmoid mul_": lambda x: x.sigmoid().mul_(2),
+    "softmax masked": lambda x: _masked(x.softmax(0)),
+    "sqrt element": lambda x: _element(x.abs().sqrt()),
+    "operand of a product": lambda x: (lambda y: (y * y.sum(), y.add_(1))[0])(x * 3),
+}
+
+
+def _masked(y):
+    y[y < -10] = 0.0  # (no element matches: still an in-place change, as in PyTorch)
+    return y
+
+
+def _element(y):
+    y[0] = 2.0
+    return y
+
+
+@pytest.mark.parametrize("name", CHANGED_INSIDE)
+def test_a_value_the_backward_reads_changed_inside_the_function_is_an_error_at_backward(name):
+    """PyTorch's backward through the result raises (its saved tensor was modified by an in-place
+    operation), as eager tracer's and a backward inside the traced function do; the call itself
+    raises nothing. (The split backward read the values as computed and raised nothing.)"""
+    function = CHANGED_INSIDE[name]
+    for library, error in ((tr, tr.InplaceError), (torch, RuntimeError)):
+        x = library.linspace(0.1, 0.9, 3, dtype=library.float64).requires_grad_()
+        result = function(x)
+        with pytest.raises(error):
+            result.sum().backward()
+    traced = tr.trace(function)
+    x = tr.linspace(0.1, 0.9, 3, dtype=tr.float64).requires_grad_()
+    result = traced(x)
+    np.testing.assert_allclose(result.detach().numpy(), function(x.detach()).numpy(), rtol=1e-15)
+    with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+        result.sum().backward()
+
+
 def test_a_result_changed_in_place_that_the_backward_does_not_read_keeps_its_gradient():
     @tr.trace
     def layer(x, w):

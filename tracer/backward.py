@@ -16,7 +16,7 @@ from tracer.hooks import hook_runners
 from tracer.context import state
 from tracer.creation import ones
 from tracer.dispatch import as_tensor
-from tracer.errors import ArgumentError, ShapeMismatchError
+from tracer.errors import ArgumentError, InplaceError, ShapeMismatchError
 from tracer.tensor import Tensor
 from tracer.tracing import current_tensor, escaped_error
 
@@ -31,7 +31,9 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
     trace = output._trace
     groups = [trace.leaf_values(t) for t in wrt]
     values = [v for group in groups for v in group]
-    _check_unchanged(trace, output, values)
+    changed = changed_for_backward_error(trace, [output._handle], values)
+    if changed is not None:
+        raise changed
     hooks = hook_runners(trace)
     # (hooks may keep values of the backward, as retain_grad does: it joins the trace at once too)
     if create_graph or hooks:
@@ -68,14 +70,18 @@ def _requiring_grad(trace, values: list) -> list[bool]:
     return [value is not None and id(value) in active for value in values]
 
 
-def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
-    """As eager backward would now: a value that the backward reads must not have been changed in
-    place since it was used (a saved tensor of a Function, or an operand of a primitive)."""
+def changed_for_backward_error(trace, outputs: list, wrt_values: list) -> InplaceError | None:
+    """What eager backward from the traced `outputs` to `wrt_values` would raise now, if a value it
+    reads was changed in place since it was used (a saved tensor of a Function, or an operand of
+    a primitive); None if none was."""
     instructions = trace.function.instructions
-    path = gradient_path(instructions, [output._handle], wrt_values)
+    path = gradient_path(instructions, outputs, wrt_values)
     for ctx, values in trace.custom_calls:
         if any(id(v) in path for v in values):
-            ctx.check_saved()
+            try:
+                ctx.check_saved()
+            except InplaceError as error:
+                return error
     # An instruction reads a value as it was when it ran; a change recorded before it (possible
     # only for the backward of a create_graph gradient, which reads the values the forward
     # used) is no change for it.
@@ -91,8 +97,9 @@ def _check_unchanged(trace, output: Tensor, wrt_values: list) -> None:
             changed = trace.changed_since(value)
             if changed is not None and positions.get(id(changed[2]), len(instructions)) > index:
                 changed_value, where, _ = changed
-                raise changed_for_backward(changed_value.type.dtype, changed_value.type.shape,
-                                           instruction.primitive, where)
+                return changed_for_backward(changed_value.type.dtype, changed_value.type.shape,
+                                            instruction.primitive, where)
+    return None
 
 
 def traced_leaf_gradients(output: Tensor, gradient: Tensor, create_graph: bool = False
