@@ -244,7 +244,10 @@ def dce(function: Graph) -> Graph:
     return function
 
 
-PIPELINE = (simplify, simplify_algebra, fold_constants, cse, dce, fuse_all_reduces)
+# simplify runs again after simplify_algebra, which leaves layout changes that change nothing
+# (a reshape of a reshape back to the first shape): the GPT step's graph then reached its fixed
+# point in 3 rounds of `optimize` instead of 4 (each ~20 ms of CPU), with the same result.
+PIPELINE = (simplify, simplify_algebra, simplify, fold_constants, cse, dce, fuse_all_reduces)
 
 
 def _fingerprint(function: Graph) -> tuple:

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Sequence
 
-from tracer.runtime import jit, object_code
+from tracer.runtime import jit, object_code, pool
 from tracer.runtime.compile_server import read, write
 
 # Below this many modules the worker's start (a Python process importing LLVM, ~0.1 s of CPU)
@@ -31,6 +31,8 @@ MIN_MODULES = 16
 # (a thread of this process that renders holds the interpreter's lock for up to 5 ms at a time).
 AHEAD = 2
 Job = tuple[str, dict]  # a module's LLVM IR text and the options of object_code.compile_object
+# What reading a reply raises when the worker is gone or its pipe broken.
+_BROKEN = (OSError, ValueError, EOFError, pickle.UnpicklingError)
 _SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_server.py")
 
 
@@ -44,7 +46,35 @@ class Worker:
         self.process = subprocess.Popen([sys.executable, "-c", command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, close_fds=True)
         self.cpu_seconds = 0.0  # the worker's CPU time so far, as it last reported it
+        # The thread pool's module, sent first (`compile_pool_first`): its reply comes before any
+        # job's; `receive` keeps it (None if LLVM or the worker failed) for `take_pool`.
+        self.pool_sent = self._pool_due = False
+        self._pool_code: bytes | None = None
+        self.speculative = False  # started ahead of a compilation, none has used it yet (`start`)
         atexit.register(self.close)
+
+    def compile_pool_first(self) -> None:
+        """Send the thread pool's module (runtime/pool.py), unless this process or the disk cache
+        has it: the worker compiles it as soon as it has imported LLVM, while this process
+        still fuses the program, where it was the first job of the program's compilation and
+        took ~90 ms of the worker's time while this process rendered the kernels."""
+        text = pool.compile_job() if pool.SUPPORTED else None
+        if text is not None:
+            self.pool_sent = self._pool_due = self.send((text, pool.COMPILE_OPTIONS))
+
+    def take_pool(self) -> bytes | None:
+        """The thread pool's object code from `compile_pool_first` (None if it failed), read now
+        if no reply was read since. Called with no compilation running."""
+        if self._pool_due:
+            try:
+                self._read_pool()
+            except _BROKEN:
+                pass
+        return self._pool_code
+
+    def _read_pool(self) -> None:
+        self._pool_due = False
+        self._pool_code, self.cpu_seconds = read(self.process.stdout)
 
     def close(self, kill: bool = False) -> None:
         """End the worker (closing its pipe ends it) and wait for it."""
@@ -69,8 +99,10 @@ class Worker:
         """The object code of the oldest job sent and not yet received; None if the worker failed
         (it is then not used again)."""
         try:
+            if self._pool_due:
+                self._read_pool()
             compiled, self.cpu_seconds = read(self.process.stdout)
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+        except _BROKEN:
             compiled = None
         return compiled
 
@@ -79,9 +111,14 @@ _worker: Worker | None = None
 _worker_lock = threading.Lock()
 
 
-def start() -> Worker | None:
+def start(threaded: bool = False, speculative: bool = False) -> Worker | None:
     """The worker, started if it is not running; None on a machine with one processor for this
-    process, or if it cannot start."""
+    process, or if it cannot start. A worker started for a program that may split kernels across
+    threads (`threaded`) compiles the thread pool first (Worker.compile_pool_first). One started
+    `speculative`ly (runtime/pipeline.py: at the end of a large trace, before its program is
+    known to miss the disk cache) is stopped by `stop_speculative` unless a compilation uses
+    it first: started after the optimizer and the disk cache's lookup, it was still importing
+    LLVM when the GPT step's first kernel module came (0.4-0.5 s later on the loaded machine)."""
     global _worker
     with _worker_lock:
         if _worker is not None and _worker.owner == os.getpid():
@@ -93,7 +130,19 @@ def start() -> Worker | None:
             _worker = Worker()
         except OSError as error:
             jit.LOG.debug("no compile worker: %s", error)
+        else:
+            _worker.speculative = speculative
+            if threaded:
+                _worker.compile_pool_first()
         return _worker
+
+
+def stop_speculative() -> None:
+    """Stop the worker if it was started speculatively and no compilation has used it (its
+    program was in the disk cache): a disk-cache hit leaves no worker running."""
+    worker = _worker
+    if worker is not None and worker.owner == os.getpid() and worker.speculative:
+        _stop(worker)
 
 
 def _stop(worker: Worker) -> None:
@@ -116,6 +165,8 @@ class Compilation:
 
     def __init__(self, worker: Worker | None):
         self.worker = worker
+        if worker is not None:
+            worker.speculative = False  # used: kept for the process's later compiles
         self.jobs: list[Job] = []
         self.results: list[bytes | None] = []
         self.pending: collections.deque[int] = collections.deque()  # not yet taken

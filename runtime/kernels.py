@@ -52,8 +52,9 @@ class ProgramCompilation:
     rendered (`add`): found compiled, or compiled from then on (runtime/compile_worker.py: by
     `worker` if there is one, while the rest are rendered); `finish` adds the entry, compiles
     what is left and returns them. The thread pool's module, if the kernels call it and this
-    process has none yet, is compiled with them (pool.compile_job), first, and started before
-    they are loaded. Used as a context manager: leaving it by an exception stops the
+    process has none yet, is compiled with them (pool.compile_job), first -- or by the worker
+    before them, if it was started so (Worker.compile_pool_first) -- and started before they are
+    loaded. Used as a context manager: leaving it by an exception stops the
     compilation."""
 
     def __init__(self, checked: bool, worker: Worker | None = None):
@@ -64,6 +65,8 @@ class ProgramCompilation:
         self.jobs: dict[str, int] = {}  # the compilation's job of each kernel not found, by symbol
         self.pool_job: int | None = None  # the compilation's job of the thread pool, if any
         self.pool_asked = False
+        # whether the worker compiles the pool apart from the jobs (Worker.compile_pool_first)
+        self.pool_in_worker = worker is not None and worker.pool_sent
 
     def __enter__(self) -> ProgramCompilation:
         return self
@@ -76,11 +79,11 @@ class ProgramCompilation:
             return
         if not self.pool_asked and pool.needed_by(kernel.text):
             self.pool_asked = True
-            text = pool.compile_job()
+            text = None if self.pool_in_worker else pool.compile_job()
             if text is not None:
                 self.pool_job = len(self.jobs)
                 self.jobs[pool.SYMBOL] = self.pool_job
-                self.compilation.add((text, {"optimized": True, "strength_reduction": True}))
+                self.compilation.add((text, pool.COMPILE_OPTIONS))
         compiled = found_object(kernel, self.checked)
         if compiled is not None:
             self.found[kernel.symbol] = compiled
@@ -95,6 +98,8 @@ class ProgramCompilation:
         compiled = self.compilation.finish()
         if self.pool_job is not None:
             pool.start(compiled[self.pool_job])
+        elif self.pool_asked and self.pool_in_worker:
+            pool.start(self.compilation.worker.take_pool())  # (None: compiled here)
         for kernel in code.kernels:
             if kernel.symbol in self.jobs:
                 made = compiled[self.jobs[kernel.symbol]]

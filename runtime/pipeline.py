@@ -24,7 +24,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
 from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
-from tracer.runtime.entry import Entry, build_entry, differentiable_results
+from tracer.runtime.entry import Entry, StageTexts, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
 from tracer.runtime.split_code import (SplitCode, gradient_positions, reached_results,
                                         split_signature)
@@ -66,7 +66,10 @@ STAGES = (
 FRONT_END_STAGES = STAGES[:STAGES.index("fused")]  # kept as text by each signature's Entry
 BACK_END_STAGES = STAGES[STAGES.index("fused"):]  # printed on demand by the BackEnd
 REPORT_STAGES = STAGES[:STAGES.index("asm")]  # side by side in the compile report
-EARLY_WORKER = 500  # a graph this large, not in the disk cache, starts the worker before fusing
+# A trace this large starts the compile worker before the autodiff pass, which a disk-cache hit
+# then stops unused (compile_worker.stop_speculative); an optimized graph this large, not in the
+# disk cache, starts it before fusing if it is not running.
+EARLY_WORKER = 500
 
 
 class Steps:
@@ -96,6 +99,8 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     with Recorder(python_function, name, leaves, rebuild, static_objects, static_floats) as recorder:
         with step("trace", pause_collector=False):
             traced = recorder.trace()
+            if len(traced.instructions) >= EARLY_WORKER:  # (a miss is likely: it imports LLVM)
+                _compile_worker().start(CodeSettings.current().threads > 1, speculative=True)
             # the autodiff pass rewrites the graph: the `traced` stage and the check keep a copy
             with gc_paused():
                 unexpanded = traced.copy()
@@ -135,27 +140,9 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
     return entry
 
 
-class StageTexts(Mapping[str, str]):
-    """The printed front-end stages of a signature, by name, each printed when first read from
-    the graph the stage made: nobody reads them unless asked (`f.ir`, TRACER_DUMP, the report,
-    the tests): printing and verifying the traced and grad stages took 45-270 ms of CPU of the GPT
-    step's compile (the more, the busier the machine) against 6 ms to copy the traced graph, which
-    the autodiff pass rewrites. (The graph compiled, the optimized one, is verified.)"""
-
-    def __init__(self, graphs: dict[str, Graph]):
-        self._graphs = graphs
-        self._texts: dict[str, str] = {}
-
-    def __getitem__(self, stage: str) -> str:
-        if stage not in self._texts:
-            self._texts[stage] = format_function(self._graphs[stage])
-        return self._texts[stage]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._graphs)
-
-    def __len__(self) -> int:
-        return len(self._graphs)
+def _compile_worker():
+    from tracer.runtime import compile_worker  # (imports subprocess: for large graphs only)
+    return compile_worker
 
 
 def _written_in_place(recording: Recording) -> dict[int, int]:
@@ -228,8 +215,9 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
     objects = unpack_objects(cached) if cached is not None else None
     early = objects is None and len(function.instructions) >= EARLY_WORKER
     if early:  # (imports subprocess: on a miss only)
-        from tracer.runtime import compile_worker
-        compile_worker.start()  # it imports LLVM while the kernels are fused
+        _compile_worker().start(settings.threads > 1)  # it imports LLVM while fusing
+    elif len(function.instructions) >= EARLY_WORKER:
+        _compile_worker().stop_speculative()
     back_end = BackEnd(function, write_into, settings, disk_key)
     compiled = None
     if objects is not None:

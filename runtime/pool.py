@@ -45,6 +45,7 @@ SPIN = 2000
 # a stall past twice the caller's mean chunk plus STALL_SLACK nanoseconds (a worker's wake-up).
 BACKOFF, BACKOFF_MAX, STALL_SLACK = 16, 1024, 20000
 LOG = logging.getLogger("tracer.cache")
+COMPILE_OPTIONS = {"optimized": True, "strength_reduction": True}  # of object_code.compile_object
 
 _lock = threading.Lock()
 _pool: list[native.JitModule] = []  # the compiled pool, once there is one (kept to the end)

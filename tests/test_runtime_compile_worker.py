@@ -3,6 +3,7 @@ same object code as this process, a program compiled with its help computes what
 a worker that dies or a module that fails leaves this process to compile or to report the error."""
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -85,3 +86,90 @@ def test_a_module_llvm_refuses_raises_here_as_without_the_worker(monkeypatch):
     with pytest.raises(RuntimeError) as together:
         compile_worker.compile_objects([*jobs, broken])
     assert str(together.value) == str(without.value)
+
+
+@pytest.fixture
+def fresh_worker(monkeypatch):
+    """No worker running and no thread pool in this process (as in a fresh one); the worker the
+    test starts is stopped after it."""
+    from tracer.runtime import pool
+    monkeypatch.setattr(compile_worker, "_worker", None)
+    monkeypatch.setattr(pool, "_pool", [])
+    yield
+    if compile_worker._worker is not None:
+        compile_worker._worker.close(kill=True)
+
+
+def test_a_worker_started_for_a_threaded_program_compiles_the_pool_first(fresh_worker):
+    from tracer.runtime import pool
+    worker = compile_worker.start(threaded=True)
+    if worker is None or not pool.SUPPORTED:
+        pytest.skip("one processor or no thread pool here")
+    assert worker.pool_sent
+    # its reply comes first, kept aside: the jobs' replies are theirs
+    for text, options in kernel_jobs(2):
+        assert worker.send((text, options))
+        assert worker.receive() == object_code.compile_object(text, **options)
+    assert worker.take_pool() == object_code.compile_object(pool._text(), **pool.COMPILE_OPTIONS)
+
+
+def test_the_pool_of_a_dead_worker_is_none_and_compiled_here(fresh_worker):
+    from tracer.runtime import pool
+    worker = compile_worker.start(threaded=True)
+    if worker is None or not pool.SUPPORTED:
+        pytest.skip("one processor or no thread pool here")
+    worker.close(kill=True)
+    assert worker.take_pool() is None
+
+
+def ten_layers(x):
+    for scale in range(10):
+        x = (x * (scale + 0.5)).tanh() + (x * x * -1.0).exp() * 0.25
+    return x
+
+
+def ten_layers_expected(x):
+    for scale in range(10):
+        x = np.tanh(x * (scale + 0.5)) + np.exp(-(x * x)) * 0.25
+    return x
+
+
+def test_a_large_trace_starts_the_worker_and_its_compilation_keeps_it(fresh_worker, monkeypatch):
+    from tracer.runtime import pipeline
+    monkeypatch.setattr(pipeline, "EARLY_WORKER", 2)
+    x = np.linspace(-1, 1, 64)
+    np.testing.assert_allclose(tr.trace(ten_layers)(tr.tensor(x)).numpy(), ten_layers_expected(x),
+                               rtol=1e-12)
+    worker = compile_worker._worker
+    if worker is None:
+        pytest.skip("one processor: no worker is started")
+    assert not worker.speculative  # used by the compilation, kept for the later ones
+    compile_worker.stop_speculative()
+    assert compile_worker._worker is worker
+
+
+def test_a_disk_cache_hit_stops_the_worker_its_trace_started(fresh_worker, monkeypatch):
+    """The program compiled in another process (here: with no worker, the entry then forgotten)
+    is in the disk cache: the worker its large trace started is stopped unused."""
+    import gc
+    from tracer.runtime import pipeline
+    x = np.linspace(-1, 1, 64)
+    monkeypatch.setattr(pipeline, "EARLY_WORKER", 10**9)
+    first = tr.trace(ten_layers)
+    first(tr.tensor(x))
+    assert compile_worker._worker is None
+    del first
+    gc.collect()  # (the in-memory table of compiled programs forgets it)
+    monkeypatch.setattr(pipeline, "EARLY_WORKER", 2)
+    started, original = [], compile_worker.Worker
+
+    def recorded_worker():
+        started.append(original())
+        return started[-1]
+    monkeypatch.setattr(compile_worker, "Worker", recorded_worker)
+    np.testing.assert_allclose(tr.trace(ten_layers)(tr.tensor(x)).numpy(), ten_layers_expected(x),
+                               rtol=1e-12)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one processor: no worker is started")
+    assert len(started) == 1 and compile_worker._worker is None
+    assert started[0].process.wait(timeout=5) is not None  # stopped
