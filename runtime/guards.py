@@ -7,20 +7,24 @@ reaches that very tensor (`model.w = new_tensor` traces again); for every path t
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
 at a function or class, that it is the same one, as is the class of every object on a path and
-the length (keys) of every list or tuple (dict); if a
+the length (keys) of every list or tuple (dict); that no attribute the code may read by a string
+and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the user's
+class defines (`block.act = f`), was set since; if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from tracer.buffers import state_of
+from tracer.errors import project_file
 from tracer.runtime.code_names import UsedNames, may_read
-from tracer.runtime.reach import Reached, named_steps
+from tracer.runtime.reach import Reached, library_file, named_steps, shadowed
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -51,10 +55,43 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
               and (used is None or may_read(named_steps(path[2]), value, used))
               and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
+    paths += _absences(reached, used)
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
+
+
+def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
+    """Guards that names stay unset where the code may read them: on each object, module, class
+    or Module registry the walk reached (Reached.namespaces), the names absent there now that
+    the code may read by a string (getattr with a default, hasattr), and those that would hide
+    what its classes define that the code names (`block.scale = 3` over the class's `scale`,
+    `block.act = f` over the method). Each guard is one `keys().isdisjoint(names)` of the
+    object's own dict: setting one of them traces again."""
+    by_string = used.read_by_string(_not_users) if used is not None else frozenset()
+    guards = []
+    for path, value in reached.namespaces:
+        if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
+            continue
+        registry = isinstance(value, dict)
+        own = value if registry else vars(value)
+        if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
+            continue
+        names = frozenset(name for name in by_string | shadowed(value)
+                          if name not in own and (used is None or name in used))
+        if names:
+            name, root, steps = path
+            steps += () if registry else (("attr", "__dict__"),)
+            guards.append(((f"{name} attribute {', '.join(sorted(names))}", root,
+                            (*steps, ("absent", names))), True))
+    return guards
+
+
+def _not_users(filename: str) -> bool:
+    """Whether code in `filename` is a library's or tracer's own (whose strings name their own
+    attributes)."""
+    return library_file(filename) or project_file(filename)
 
 
 def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
@@ -87,6 +124,9 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
         for step, (kind, key) in enumerate(steps):
             if kind in _SIZES:
                 expression = f"{_SIZES[kind]}({expression})"
+            elif kind == "absent":
+                namespace[f"key{number}_{step}"] = key
+                expression = f"{expression}.keys().isdisjoint(key{number}_{step})"
             elif kind == "attr" and key.isidentifier():
                 expression += f".{key}"
             else:
@@ -136,7 +176,8 @@ def _read(root, steps: tuple):
     value = root
     for kind, key in steps:
         value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
-                 if kind == "attr" else value[key])
+                 if kind == "attr" else value.keys().isdisjoint(key) if kind == "absent"
+                 else value[key])
     return value
 
 
@@ -187,6 +228,8 @@ def captured_change(entry: Entry) -> str:
         except Exception:
             return f"{name}: removed"
         if not _same(current, traced):
+            if steps[-1][0] == "absent":
+                return f"{name}: set since the trace (absent then, or its class's)"
             return f"{name}: {_value_change(traced, current)}"
     for float_input in entry.floats:
         try:
