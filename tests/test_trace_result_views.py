@@ -199,3 +199,25 @@ def test_an_auxiliary_view_of_value_and_grad_is_marked():
 
 def _entry(traced):
     return next(iter(traced._signatures.entries.values()))
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_vjp_output_that_is_a_view_of_its_primal_is_marked(traced):
+    """torch.func.vjp's output `x[0]` is a view of x (checked here: its change reaches x);
+    tracer's is a copy, marked so, eagerly and compiled (it was an unmarked detach of a
+    view-copy of the stand-in: changing it silently missed x)."""
+    torch_x = torch.ones(2, 2)
+    output, _ = torch.func.vjp(lambda x: x[0], torch_x)
+    assert output._base is torch_x
+
+    def first_row(x):
+        output, vjp_function = tr.vjp(lambda x: x[0], x)
+        return output, vjp_function(tr.tensor([1.0, 2.0]))[0]
+
+    x = tr.ones(2, 2)
+    output, gradient = (tr.trace(first_row) if traced else first_row)(x)
+    np.testing.assert_array_equal(gradient.numpy(), [[1.0, 2.0], [0.0, 0.0]])
+    eager = x[0]
+    assert _message(tr.Tensor.add_, output, 1) == _message(tr.Tensor.add_, eager, 1)
+    x.mul_(2)
+    assert _message(operator.add, output, 1) == _message(operator.add, eager, 1)

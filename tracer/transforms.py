@@ -90,12 +90,13 @@ class _Inputs:
         return stand_in
 
     def rebase(self, value):
-        """An aux result that is a view-copy of a stand-in (`x[0]`): a view of the argument, as
-        torch.func's is (its stand-in shares the argument's memory), so changing it in place, or
-        reading it after the argument changed in place, is refused as for `x[0]` itself."""
-        if isinstance(value, Tensor) and id(value._view_base) in self._arguments:
-            mark_view(value, self._arguments[id(value._view_base)], value._view_of,
-                      value._view_shares_version)
+        """A result that is a view-copy of a stand-in (`x[0]`), or its detach(): a view of the
+        argument, as torch.func's is (its stand-in shares the argument's memory), so changing it
+        in place, or reading it after the argument changed in place, is refused as for `x[0]`."""
+        view = value._base if isinstance(value, Tensor) and value._view_base is None else value
+        if isinstance(view, Tensor) and id(view._view_base) in self._arguments:
+            mark_view(value, self._arguments[id(view._view_base)], view._view_of,
+                      view._view_shares_version)
         return value
 
     def gradients(self, outputs: list[Tensor], seeds: list[Tensor]) -> list[Tensor]:
@@ -131,7 +132,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     # the gradient of each differentiated argument has its structure
     flowing = iter(gradients)
     trees = tuple(tree_map(lambda _: next(flowing), args[n]) for n in numbers)
-    value = inputs.result(output)
+    value = inputs.rebase(inputs.result(output))
     return ((value, aux) if has_aux else value), (trees[0] if isinstance(argnums, int) else trees)
 
 
@@ -188,7 +189,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
         flowing = iter(inputs.gradients(outputs, seeds))
         return tuple(tree_map(lambda _: next(flowing), p) for p in arguments)
 
-    value = tree_map(inputs.result, output)
+    value = tree_map(lambda result: inputs.rebase(inputs.result(result)), output)
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
 
 
