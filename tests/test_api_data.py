@@ -2,6 +2,7 @@
 eager and traced alike."""
 import numpy as np
 import pytest
+import torch
 
 import tracer as tr
 
@@ -83,3 +84,52 @@ def test_detach_cuts_the_gradient_when_traced():
     w = tr.tensor([1.0, 3.0], requires_grad=True)
     tr.trace(f)(w)
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 6.0])
+
+
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("alias", ["detach", "data"])
+def test_a_detached_view_copy_is_refused_in_place_as_the_view_copy(alias, traced):
+    """`x[0].detach()` (or `.data`) is a view of x in PyTorch (checked here: its change reaches
+    x); here it detaches the copy `x[0]`, so its change is refused as the copy's own is (it was
+    allowed, and silently missed x)."""
+    torch_x = torch.ones(2, 2)
+    (torch_x[0].detach() if alias == "detach" else torch_x[0].data).add_(1)
+    assert torch_x[0, 0] == 2
+
+    def f(x):
+        row = x[0]
+        detached = row.detach() if alias == "detach" else row.data
+        with pytest.raises(tr.InplaceError, match="result of indexing"):
+            detached.add_(1)
+        return x * 1
+
+    x = tr.ones(2, 2)
+    np.testing.assert_array_equal((tr.trace(f) if traced else f)(x).numpy(), np.ones((2, 2)))
+
+
+def test_a_view_copy_of_a_detached_tensor_is_stale_after_the_original_changes():
+    """PyTorch's `x.detach()` shares x's memory and version counter: a view of it shows x's
+    later in-place change (checked here). Here the view is a copy, so reading it after x (or the
+    detached alias) changed in place is refused, as for `x[0]` (it was read silently stale)."""
+    torch_x = torch.ones(2, 2)
+    torch_view = torch_x.detach()[0]
+    torch_x.add_(1)
+    assert torch_view[0] == 2
+    for change in ("original", "alias"):
+        x = tr.ones(2, 2)
+        detached = x.detach()
+        view = detached[0]
+        (x if change == "original" else detached).add_(1)
+        with pytest.raises(tr.InplaceError, match="changed in place"):
+            view + 1
+
+
+def test_assigning_data_of_a_view_copy_changes_it_alone_as_in_pytorch():
+    torch_x = torch.ones(2, 2)
+    torch_row = torch_x[0]
+    torch_row.data = torch.tensor([5.0, 6.0])
+    x = tr.ones(2, 2)
+    row = x[0]
+    row.data = tr.tensor([5.0, 6.0])
+    np.testing.assert_array_equal(row.numpy(), torch_row.numpy())
+    np.testing.assert_array_equal(x.numpy(), torch_x.numpy())
