@@ -58,12 +58,14 @@ class UsedNames(set):
         (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`): the identifiers among
         the string constants of the code (but in files `library` names) that calls getattr or
         hasattr. (A superset: a name set later that is no such read traces again once.)"""
-        return frozenset(constant for code in self.codes
+        return frozenset(name for code in self.codes
                          if not _ABSENCE_READERS.isdisjoint(code.co_names)
                          and not library(code.co_filename)
                          for constant in code.co_consts
-                         if isinstance(constant, str) and constant.isidentifier()
-                         and not constant.startswith("__"))
+                         # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
+                         for name in (constant if isinstance(constant, tuple) else (constant,))
+                         if isinstance(name, str) and name.isidentifier()
+                         and not name.startswith("__"))
 
 
 # What reads an attribute named by a string.

@@ -7,9 +7,9 @@ reaches that very tensor (`model.w = new_tensor` traces again); for every path t
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
 at a function or class, that it is the same one, as is the class of every object on a path and
-the length (keys) of every list or tuple (dict); that no attribute the code may read by a string
-and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the user's
-class defines (`block.act = f`), was set since; if a
+the length (keys) of every list or tuple (dict); that no attribute the user's code may read by
+a string and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the
+user's class defines (`block.act = f`), was set on a user's object since; if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
@@ -63,29 +63,54 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
 
 
 def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
-    """Guards that names stay unset where the code may read them: on each object, module, class
-    or Module registry the walk reached (Reached.namespaces), the names absent there now that
-    the code may read by a string (getattr with a default, hasattr), and those that would hide
-    what its classes define that the code names (`block.scale = 3` over the class's `scale`,
-    `block.act = f` over the method). Each guard is one `keys().isdisjoint(names)` of the
-    object's own dict: setting one of them traces again."""
+    """Guards that names stay unset where the code may read them: on each user's object,
+    settings, module or class the walk reached (Reached.namespaces), the names absent there now
+    that the user's code may read by a string (getattr with a default, hasattr), and those that
+    would hide what its class defines that the code names (`block.scale = 3` over the class's
+    `scale`, `block.act = f` over the method). One guard an object, one `keys().isdisjoint` of
+    its own dict (and of a Module's registries: `model.temperature = Parameter(...)`)."""
     by_string = used.read_by_string(_not_users) if used is not None else frozenset()
     guards = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        registry = isinstance(value, dict)
-        own = value if registry else vars(value)
+        own = vars(value)
         if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
             continue
         names = frozenset(name for name in by_string | shadowed(value)
                           if name not in own and (used is None or name in used))
+        # (a Module's __setattr__ puts a Parameter, a buffer or a submodule in its registries,
+        # read by its __getattr__: by name only where the attribute is absent)
+        registered = (names & by_string if all(isinstance(own.get(r), dict) for r in _REGISTRIES)
+                      else frozenset())
         if names:
-            name, root, steps = path
-            steps += () if registry else (("attr", "__dict__"),)
-            guards.append(((f"{name} attribute {', '.join(sorted(names))}", root,
-                            (*steps, ("absent", names))), True))
+            guards.append(((f"{path[0]} attribute {', '.join(sorted(names))}", path[1],
+                            (*path[2], ("absent", (names, registered)))), True))
     return guards
+
+
+# A Module's registries, where its __setattr__ puts a Parameter, a buffer or a submodule
+_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
+def _absent(value, names: frozenset[str], registered: frozenset[str]) -> bool:
+    """Whether none of `names` is set on `value`, nor of `registered` in its registries (an
+    "absent" step of a guard)."""
+    own = vars(value)
+    return own.keys().isdisjoint(names) and all(
+        own[registry].keys().isdisjoint(registered) for registry in _REGISTRIES if registered)
+
+
+def _absent_source(expression: str, names: frozenset[str], registered: frozenset[str],
+                   label: str) -> str:
+    """`_absent` as an expression of generated code: a test for each name (`"scale" in d`), as
+    the few names a guard holds cost less so than by one isdisjoint (its views' allocation)."""
+    target, own = f"object{label}", f"own{label}"
+    tests = [f"{name!r} in {own}" for name in sorted(names)]
+    tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
+    tests += [f"{name!r} in {target}.{registry}" for registry in _REGISTRIES
+              for name in sorted(registered)]
+    return f"not ({' or '.join(tests)})"
 
 
 def _not_users(filename: str) -> bool:
@@ -125,8 +150,7 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
             if kind in _SIZES:
                 expression = f"{_SIZES[kind]}({expression})"
             elif kind == "absent":
-                namespace[f"key{number}_{step}"] = key
-                expression = f"{expression}.keys().isdisjoint(key{number}_{step})"
+                expression = _absent_source(expression, *key, f"{number}_{step}")
             elif kind == "attr" and key.isidentifier():
                 expression += f".{key}"
             else:
@@ -176,8 +200,7 @@ def _read(root, steps: tuple):
     value = root
     for kind, key in steps:
         value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
-                 if kind == "attr" else value.keys().isdisjoint(key) if kind == "absent"
-                 else value[key])
+                 if kind == "attr" else _absent(value, *key) if kind == "absent" else value[key])
     return value
 
 

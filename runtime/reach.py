@@ -75,10 +75,11 @@ class Reached:
         self.tensors: dict[int, Tensor] = {}
         self.paths: dict[int, list[tuple]] = {}  # by id of the tensor
         self.values: list[tuple[tuple, Any]] = []
-        # (path, object) of every object whose own names the code may read -- a user's object, a
-        # user's module, a user's class, a Module's registry (a dict) -- and which a name set on
-        # it later could change what the code reads: one absent when traced
-        # (`getattr(model, "temperature", 1.0)`), or one its class defines (`block.act = f`)
+        # (path, object) of every user's object, settings, module and class the walk reached:
+        # a name set on one later may change what the code reads there, one absent when traced
+        # (`getattr(model, "temperature", 1.0)`) or one its class defines (`block.act = f`).
+        # (Not tr.nn's layers and optimizers: a guard on each would cost a model's every call
+        # more than all its others.)
         self.namespaces: list[tuple[tuple, Any]] = []
         # Python's and numpy's random generators, by id, with the name of the first path to each
         # (runtime/random_draws.py)
@@ -190,8 +191,6 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             for index, item in enumerate(value):
                 _walk(item, _child(path, "item", index), reached, depth + 1)
     elif isinstance(value, dict):
-        if path[2] and path[2][-1] in _REGISTRIES:  # (`model.temperature = Parameter(...)`)
-            reached.namespaces.append((path, value))
         if path[2] and not _module_internal(path[2]) and all(
                 isinstance(key, (str, int)) for key in value):
             reached.values.append((_child(path, "keys", None), tuple(value)))
@@ -210,7 +209,7 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
           and (not _library_class(type(value)) or _settings(value))):
         if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
             reached.values.append((_child(path, "attr", "__class__"), type(value)))
-        if hasattr(value, "__dict__"):
+        if hasattr(value, "__dict__") and (_user_class(type(value)) or _settings(value)):
             reached.namespaces.append((path, value))
         for key, item in _attributes(value):
             if not key.startswith("__"):
@@ -272,9 +271,8 @@ def shadowed(value) -> frozenset[str]:
     """The names that, set on the object `value` itself, would hide what its classes define -- a
     method, a class attribute -- from code that reads them through it (`block.act = f`). Not
     dunder names, which Python looks up on the class, nor data descriptors (a property, a slot),
-    which an instance's attribute cannot hide; only what the user's own classes define (a guard
-    for every name of tr.nn.Module's on every module would cost each call more than the rest)."""
-    if isinstance(value, (dict, type, types.ModuleType)):
+    which an instance's attribute cannot hide; only what the user's own classes define."""
+    if isinstance(value, (type, types.ModuleType)):
         return frozenset()
     return frozenset(name for klass in type(value).__mro__ if _user_class(klass)
                      for name, member in list(vars(klass).items())
@@ -282,9 +280,11 @@ def shadowed(value) -> frozenset[str]:
 
 
 def _user_class(cls: type) -> bool:
-    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    return (cls.__module__ == "__main__" if filename is None
-            else not library_file(filename) and not project_file(filename))
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    if filename is None:  # typed in, or run by runpy or exec -- or a builtin's
+        return module is None or cls.__module__ == "__main__"
+    return not library_file(filename) and not project_file(filename)
 
 
 def _walk_class(cls: type, reached: Reached, depth: int) -> None:
@@ -297,8 +297,8 @@ def _walk_class(cls: type, reached: Reached, depth: int) -> None:
         if id(klass) in reached._seen or _library_class(klass):
             continue
         reached._seen.add(id(klass))
-        # (a name set on the class later: `Model.temperature = 0.5` for `getattr(self, ...)`)
-        reached.namespaces.append(((klass.__qualname__, klass, ()), klass))
+        if _user_class(klass):  # (`Model.temperature = 0.5` for `getattr(self, ...)`)
+            reached.namespaces.append(((klass.__qualname__, klass, ()), klass))
         for key, member in list(vars(klass).items()):
             function = getattr(member, "__func__", getattr(member, "fget", member))
             if isinstance(function, types.FunctionType):
