@@ -77,8 +77,8 @@ def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, boo
         own = vars(value)
         if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
             continue
-        names = frozenset(name for name in by_string | shadowed(value)
-                          if name not in own and (used is None or name in used))
+        names = frozenset(name for name in by_string | frozenset(
+            name for name in shadowed(value) if used is None or name in used) if name not in own)
         # (a Module's __setattr__ puts a Parameter, a buffer or a submodule in its registries,
         # read by its __getattr__: by name only where the attribute is absent)
         registered = (names & by_string if all(isinstance(own.get(r), dict) for r in _REGISTRIES)

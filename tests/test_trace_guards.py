@@ -637,12 +637,15 @@ class _Tempered(tr.nn.Module):
 
 class _Switched:
     def __call__(self, x):
+        for name in ("halve",):  # (a name held in a tuple)
+            if hasattr(self, name):
+                x = x / 2
         return x * 2 if hasattr(self, "double") else x - getattr(self, "offset", 0)
 
 
 @pytest.mark.parametrize("change", ["float by getattr", "hasattr", "parameter by getattr",
-                                    "plain object", "int by getattr", "user module",
-                                    "class by name"])
+                                    "plain object", "int by getattr", "name in a tuple",
+                                    "user module", "class by name"])
 def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_path,
                                                                     monkeypatch):
     """`getattr(obj, "name", default)` and `hasattr(obj, "name")` on an attribute absent when
@@ -657,7 +660,7 @@ def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_
 
     model, switched = _Tempered(), _Switched()
     functions = {"float by getattr": model, "hasattr": model, "parameter by getattr": model,
-                 "plain object": switched, "int by getattr": switched,
+                 "plain object": switched, "int by getattr": switched, "name in a tuple": switched,
                  "user module": lambda x: x * getattr(late_settings, "scale", 1),
                  "class by name": lambda x: x * getattr(Late, "scale", 1.0)}
     function = functions[change]
@@ -675,6 +678,8 @@ def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_
             switched.double = True
         elif change == "int by getattr":
             switched.offset = 3
+        elif change == "name in a tuple":
+            switched.halve = True
         elif change == "user module":
             late_settings.scale = 3
         else:
