@@ -221,3 +221,60 @@ def test_a_vjp_output_that_is_a_view_of_its_primal_is_marked(traced):
     assert _message(tr.Tensor.add_, output, 1) == _message(tr.Tensor.add_, eager, 1)
     x.mul_(2)
     assert _message(operator.add, output, 1) == _message(operator.add, eager, 1)
+
+
+def test_a_stale_view_copy_argument_is_refused_as_eagerly():
+    """Passing `row = x[0]` after x changed in place: PyTorch's view shows the change, the copy
+    cannot, so the call is refused as an eager operation on it is (it ran on the old values)."""
+    double = tr.trace(lambda v: v * 2)
+    x = tr.ones(2, 2)
+    row = x[0]
+    np.testing.assert_array_equal(double(row).numpy(), [2.0, 2.0])
+    x.add_(1)
+    assert _message(double, row) == _message(operator.mul, row, 2)
+    weights = tr.ones(2, 2)
+    captured_row = weights[0]  # read from outside: a runtime input, refused the same
+    scaled = tr.trace(lambda v: v * captured_row)
+    np.testing.assert_array_equal(scaled(tr.ones(2)).numpy(), [1.0, 1.0])
+    weights.add_(1)
+    assert _message(scaled, tr.ones(2)) == _message(operator.mul, captured_row, 2)
+
+
+def test_changing_a_view_copy_argument_in_place_is_refused_before_anything_changes():
+    """PyTorch's in-place change of a view argument reaches its base (checked here); the copy's
+    cannot, so the call is refused, as `row.add_(1)` is eagerly (it changed the copy alone)."""
+    def bump(v, w):
+        w.mul_(2)
+        v.add_(1)
+
+    torch_x = torch.ones(2, 2)
+    bump(torch_x[0], torch.ones(2))
+    assert torch_x[0, 0] == 2
+    x, w = tr.ones(2, 2), tr.ones(2)
+    row = x[0]
+    with pytest.raises(InplaceError, match="result of indexing"):
+        tr.trace(bump)(row, w)
+    np.testing.assert_array_equal(row.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(w.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(x.numpy(), np.ones((2, 2)))
+
+
+def test_changing_a_detached_argument_in_place_is_a_change_of_the_original():
+    """`f(w.detach())` changing it in place changes w (shared memory, as eagerly and in PyTorch)
+    and counts as w's change: a backward that reads w is refused after it, as eagerly (it
+    silently used the new values: gradient 4 where 2 was due), and a view-copy of w is stale."""
+    bump = tr.trace(lambda v: v.add_(1))
+    w = tr.ones(3, requires_grad=True)
+    product = (w * w).sum()
+    row = w.detach()[1:]
+    bump(w.detach())
+    np.testing.assert_array_equal(w.detach().numpy(), [2.0, 2.0, 2.0])
+    with pytest.raises(InplaceError):
+        product.backward()
+    with pytest.raises(InplaceError, match="changed in place"):
+        row + 1
+    eager_w = tr.ones(3, requires_grad=True)
+    eager_product = (eager_w * eager_w).sum()
+    eager_w.detach().add_(1)
+    with pytest.raises(InplaceError):
+        eager_product.backward()
