@@ -55,11 +55,12 @@ class UsedNames(set):
 
     def read_by_string(self, library: Callable[[str], bool]) -> frozenset[str]:
         """The names of attributes the code that ran may read by a string it holds
-        (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`): the identifiers among
-        the string constants of the code (but in files `library` names) that calls getattr or
-        hasattr. (A superset: a name set later that is no such read traces again once.)"""
+        (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`, `"cache" in
+        vars(self)`): the identifiers among the string constants of the code (but in files
+        `library` names) that reads attributes by strings (_BY_STRING). (A superset: a name set
+        later that is no such read traces again once.)"""
         return frozenset(name for code in self.codes
-                         if not _ABSENCE_READERS.isdisjoint(code.co_names)
+                         if not _BY_STRING.isdisjoint(code.co_names)
                          and not library(code.co_filename)
                          for constant in code.co_consts
                          # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
@@ -71,8 +72,6 @@ class UsedNames(set):
 # What reads an attribute named by a string.
 _BY_STRING = frozenset({"getattr", "hasattr", "attrgetter", "__getattribute__", "__dict__",
                         "vars"})
-# What reads an attribute that may be absent, by a string.
-_ABSENCE_READERS = frozenset({"getattr", "hasattr"})
 # The instructions that name a name without reading its value: a method's load to call it
 # (LOAD_METHOD in Python 3.11, LOAD_ATTR with its lowest bit set from 3.12, below) and stores.
 _NOT_READS = frozenset(dis.opmap[name] for name in (

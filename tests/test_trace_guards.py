@@ -635,6 +635,11 @@ class _Tempered(tr.nn.Module):
         return x * getattr(self, "temperature", 1.0) + (1.0 if hasattr(self, "shift") else 0.0)
 
 
+class _Cubed:
+    def __call__(self, x):
+        return x ** 3 if "cube" in vars(self) else x
+
+
 class _Switched:
     def __call__(self, x):
         for name in ("halve",):  # (a name held in a tuple)
@@ -644,7 +649,7 @@ class _Switched:
 
 
 @pytest.mark.parametrize("change", ["float by getattr", "hasattr", "parameter by getattr",
-                                    "plain object", "int by getattr", "name in a tuple",
+                                    "plain object", "int by getattr", "name in a tuple", "in vars",
                                     "user module", "class by name"])
 def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_path,
                                                                     monkeypatch):
@@ -658,9 +663,10 @@ def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_
     class Late:
         pass
 
-    model, switched = _Tempered(), _Switched()
+    model, switched, cubed = _Tempered(), _Switched(), _Cubed()
     functions = {"float by getattr": model, "hasattr": model, "parameter by getattr": model,
                  "plain object": switched, "int by getattr": switched, "name in a tuple": switched,
+                 "in vars": cubed,
                  "user module": lambda x: x * getattr(late_settings, "scale", 1),
                  "class by name": lambda x: x * getattr(Late, "scale", 1.0)}
     function = functions[change]
@@ -680,6 +686,8 @@ def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_
             switched.offset = 3
         elif change == "name in a tuple":
             switched.halve = True
+        elif change == "in vars":
+            cubed.cube = True
         elif change == "user module":
             late_settings.scale = 3
         else:
