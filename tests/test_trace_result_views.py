@@ -278,3 +278,17 @@ def test_changing_a_detached_argument_in_place_is_a_change_of_the_original():
     eager_w.detach().add_(1)
     with pytest.raises(InplaceError):
         eager_product.backward()
+
+
+def test_a_view_of_an_argument_s_grad_is_marked():
+    def step(x):
+        (x * x).sum().backward()
+        return x.grad[0]
+
+    x = tr.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    row = tr.trace(step)(x)
+    np.testing.assert_array_equal(row.numpy(), [2.0, 4.0])
+    eager = x.grad[0]
+    assert _message(tr.Tensor.add_, row, 1) == _message(tr.Tensor.add_, eager, 1)
+    x.grad.zero_()  # PyTorch's view of the .grad shows it
+    assert _message(operator.add, row, 1) == _message(operator.add, eager, 1)
