@@ -133,3 +133,23 @@ def test_assigning_data_of_a_view_copy_changes_it_alone_as_in_pytorch():
     row.data = tr.tensor([5.0, 6.0])
     np.testing.assert_array_equal(row.numpy(), torch_row.numpy())
     np.testing.assert_array_equal(x.numpy(), torch_x.numpy())
+
+
+@pytest.mark.parametrize("change", ["original", "alias"])
+def test_a_saved_detached_tensor_changed_through_its_original_is_refused_at_backward(change):
+    """PyTorch's detach() shares its original's version counter: a backward that reads
+    `a = x.detach()` after `x.add_(1)` raises (checked here). It ran on the new values, silently
+    (w.grad 2 where the forward used 1)."""
+    torch_x = torch.ones(3)
+    torch_w = torch.ones(3, requires_grad=True)
+    torch_product = (torch_w * torch_x.detach()).sum()
+    torch_x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch_product.backward()
+    x = tr.ones(3)
+    w = tr.ones(3, requires_grad=True)
+    detached = x.detach()
+    product = (w * detached).sum()
+    (x if change == "original" else detached).add_(1)
+    with pytest.raises(tr.InplaceError):
+        product.backward()
