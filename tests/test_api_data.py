@@ -153,3 +153,19 @@ def test_a_saved_detached_tensor_changed_through_its_original_is_refused_at_back
     (x if change == "original" else detached).add_(1)
     with pytest.raises(tr.InplaceError):
         product.backward()
+
+
+def test_a_buffer_that_is_a_view_copy_loads_in_place_as_in_pytorch():
+    """A mask registered as `tril(ones).view(...)` is a view-copy; load_state_dict copies into
+    it, as PyTorch's does into its view (the detach() of a view-copy is refused in place
+    elsewhere: the state dict's is the buffer itself)."""
+    def build(library):
+        module = library.nn.Module()
+        module.register_buffer("mask", library.tril(library.ones(2, 2)).view(1, 2, 2))
+        return module
+
+    values = np.array([[[5.0, 6.0], [7.0, 8.0]]], np.float32)
+    torch_module, module = build(torch), build(tr)
+    torch_module.load_state_dict({"mask": torch.tensor(values)})
+    module.load_state_dict({"mask": tr.tensor(values)})
+    np.testing.assert_array_equal(module.mask.numpy(), torch_module.mask.numpy())

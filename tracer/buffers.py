@@ -44,6 +44,11 @@ def grad_of(tensor: Tensor) -> Tensor | None:
     return tensor._grad
 
 
+def view_of(value) -> str | None:
+    """The view operation whose copy `value` is (tensor.mark_view), None for anything else."""
+    return value._view_of if isinstance(value, Tensor) else None
+
+
 def state_of(tensor: Tensor) -> tuple:
     """What a compiled signature assumes of a tensor: (shape, dtype, requires_grad, and (shape,
     dtype) of its .grad or None)."""

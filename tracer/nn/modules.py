@@ -15,6 +15,7 @@ from tracer.backward import clear_grads
 from tracer.creation import ones, zeros
 from tracer.random import rand, randn
 from tracer.interop import loaded_tensor
+from tracer.layout import fresh
 from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
 from tracer.dispatch import conversion_arguments
@@ -174,7 +175,9 @@ class Module(ModuleApi):
             for registry in (module._parameters, module._buffers):
                 for name, value in registry.items():
                     if value is not None and name not in module._non_persistent_buffers_set:
-                        state[f"{prefix}.{name}" if prefix else name] = value.detach()
+                        # (fresh: a buffer that is a view-copy, a mask made with .view(), is the
+                        # tensor the module reads, and loads in place as PyTorch's view does)
+                        state[f"{prefix}.{name}" if prefix else name] = fresh(value.detach())
         return state
 
     def load_state_dict(self, state_dict, strict: builtins.bool = True):
