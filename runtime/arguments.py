@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 import numpy as np
 
-from tracer.buffers import buffer_of, grad_buffer_of, is_traced, state_of, tensor_buffers
-from tracer.errors import ArgumentError
+from tracer.buffers import buffer_of, grad_buffer_of, is_traced, state_of, tensor_buffers, view_of
+from tracer.errors import ArgumentError, InplaceError
 from tracer.interop import foreign_to_numpy, is_foreign_array
 from tracer.dtypes import as_dtype
 from tracer.tensor import Tensor
@@ -161,6 +161,12 @@ def check_targets(entry: Entry, values: Sequence, arrays: list) -> None:
         if target is None:
             continue  # a new .grad array is made
         name = entry.leaf_names.get(index, f"number {index}") + ("" if kind == "data" else ".grad")
+        if kind == "data" and view_of(value) is not None:
+            raise InplaceError(
+                f"the traced function changes {name} in place, the result of {view_of(value)}; "
+                f"here that result is a copy, not a view, so the change would not reach the "
+                f"tensor it came from. Assign into that tensor instead (x[0] = x[0] + 1), or "
+                f"pass a clone()")
         if not target.flags.writeable:
             raise ArgumentError(f"the traced function changes {name} in place, but its numpy "
                                 f"buffer is read-only")

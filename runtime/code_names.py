@@ -9,7 +9,7 @@ import dis
 import functools
 import sys
 import types
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from tracer.errors import project_file
 from tracer.runtime import profile_hook
@@ -52,6 +52,21 @@ class UsedNames(set):
                     or not _BY_STRING.isdisjoint(code.co_names)))
                 for code in self.codes if name in code.co_names or name in code.co_consts)
         return self._read[name, kind]
+
+    def read_by_string(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The names of attributes the code that ran may read by a string it holds
+        (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`, `"cache" in
+        vars(self)`): the identifiers among the string constants of the code (but in files
+        `library` names) that reads attributes by strings (_BY_STRING). (A superset: a name set
+        later that is no such read traces again once.)"""
+        return frozenset(name for code in self.codes
+                         if not _BY_STRING.isdisjoint(code.co_names)
+                         and not library(code.co_filename)
+                         for constant in code.co_consts
+                         # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
+                         for name in (constant if isinstance(constant, tuple) else (constant,))
+                         if isinstance(name, str) and name.isidentifier()
+                         and not name.startswith("__"))
 
 
 # What reads an attribute named by a string.

@@ -11,7 +11,8 @@ from tracer.runtime.arguments import zeros_for
 from tracer.runtime.floats import compile_reader
 from tracer.runtime.guards import captured_names, captured_state, compile_check, guards_for
 from tracer.runtime.recording import Recording
-from tracer.tensor import Tensor
+from tracer.buffers import grad_of
+from tracer.tensor import Tensor, mark_view
 
 
 class StageTexts(Mapping[str, str]):
@@ -92,11 +93,21 @@ class Entry:
         # what the backward reads, and this (runtime/split_code.SplitCode) runs that backward;
         # None where the backward runs the function again (`backward`).
         self.split: Any = None
-        # (result position, leaf index, "data" | "grad"): results that are an argument's or
-        # captured tensor's own tensor or .grad, returned as that tensor (Recording.aliases); and
-        # whether every output the compiled code returns twice is such a result and its
-        # write-back, so that one array serves both (else each is a copy)
+        # How the results relate to the tensors the caller holds (see `relate_results`):
+        # (result position, leaf index, "data" | "grad" | "detach") of those returned as an
+        # argument's or captured tensor's own tensor, its .grad or its detach(); (result
+        # position, leaf index, "data" | "grad", view operation, shares version) of those marked
+        # as view-copies of one; (result position, earlier position) of a tensor returned again;
+        # the positions of the first and the last, for which no new tensor is made; and whether
+        # there is any of them
         self.aliases: list[tuple[int, int, str]] = []
+        self.views: list[tuple[int, int, str, str, bool]] = []
+        self.repeats: list[tuple[int, int]] = []
+        self.returned_as_is: frozenset[int] = frozenset()
+        self.related = False
+        # whether every output the compiled code returns twice is an array no tensor keeps but
+        # one (a result returned as it is, an alias and its write-back), so that one array serves
+        # all (else each is a copy)
         self.shares_outputs = False
         # Whether the parameters are the data of the argument leaves and captured tensors, in
         # order, every one a Tensor (buffers.tensor_buffers gives them; else
@@ -109,11 +120,27 @@ class Entry:
         self.reason = ""  # why this signature compiled (see runtime/signatures.py)
 
 
+def relate_results(entry: Entry, tensors: list, values: list) -> None:
+    """Give the call's results (`tensors`, None where `entry.returned_as_is`) the relations to the
+    caller's tensors (`values`: the argument leaves, then the captured tensors) that eager mode's
+    results would have (Entry.aliases, views, repeats), after the call wrote back its changes."""
+    for position, index, kind in entry.aliases:
+        tensor = values[index]
+        tensors[position] = (tensor if kind == "data" else grad_of(tensor) if kind == "grad"
+                             else tensor.detach())
+    for position, index, kind, what, shares in entry.views:
+        mark_view(tensors[position], values[index] if kind == "data" else grad_of(values[index]),
+                  what, shares)
+    for position, earlier in entry.repeats:
+        tensors[position] = tensors[earlier]
+
+
 def differentiable_results(recording: Recording) -> list[int]:
     """The results through which eager autograd differentiates a call (Entry.differentiable): those
-    that require grad, but Recording.stale ones and those that are an argument itself (which keep
-    that tensor's own history)."""
-    returned_as_is = {position for position, _, _ in recording.aliases}
+    that require grad, but Recording.stale ones, those that are an argument itself (which keep
+    that tensor's own history) and those returned again (one tensor)."""
+    returned_as_is = {position for position, _, _ in recording.aliases} | {
+        position for position, _ in recording.repeats}
     return [i for i, value in enumerate(recording.result_leaves)
             if isinstance(value, Tensor) and value.requires_grad
             and i not in recording.stale and i not in returned_as_is]
@@ -140,16 +167,21 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
     entry.leaf_names = {index: path for index, (_, path) in enumerate(leaves)}
     entry.leaf_names.update({len(leaves) + k: name
                              for k, name in enumerate(entry.captured_names)})
-    # (a result aliasing a numpy array argument is a tensor of its own)
+    # (a result aliasing a numpy array argument, or a view of one, is a tensor of its own)
     values = [*(value for value, _ in leaves), *captured]
     entry.aliases = [alias for alias in recording.aliases if isinstance(values[alias[1]], Tensor)]
-    alias_of = {position: (index, kind) for position, index, kind in recording.aliases}
+    entry.views = [view for view in recording.views if isinstance(values[view[1]], Tensor)]
+    entry.repeats = recording.repeats
+    entry.returned_as_is = frozenset([position for position, _, _ in entry.aliases] +
+                                     [position for position, _ in entry.repeats])
+    entry.related = bool(entry.aliases or entry.views or entry.repeats)
+    alias_of = {position: (index, kind) for position, index, kind in entry.aliases}
     written = {output: (index, "data" if kind == "data" else "grad")
                for index, kind, output in recording.writebacks}
     duplicates = executable.duplicates
     entry.shares_outputs = bool(duplicates) and all(
-        earlier in alias_of and written.get(position) == alias_of[earlier]
-        for position, earlier in duplicates)
+        (earlier in alias_of and written.get(position) == alias_of[earlier])
+        or position in entry.returned_as_is for position, earlier in duplicates)
     entry.tensors_in_order = (not entry.floats and all(isinstance(v, Tensor) for v in values)
                               and recording.sources == [("leaf", i) for i in range(len(values))])
     entry.zeros = zeros_for(recording.sources, [(p.shape, p.dtype) for p in

@@ -7,20 +7,24 @@ reaches that very tensor (`model.w = new_tensor` traces again); for every path t
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
 at a function or class, that it is the same one, as is the class of every object on a path and
-the length (keys) of every list or tuple (dict); if a
+the length (keys) of every list or tuple (dict); that no attribute the user's code may read by
+a string and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the
+user's class defines (`block.act = f`), was set on a user's object since; if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from tracer.buffers import state_of
+from tracer.errors import project_file
 from tracer.runtime.code_names import UsedNames, may_read
-from tracer.runtime.reach import Reached, named_steps
+from tracer.runtime.reach import Reached, library_file, named_steps, shadowed
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -51,10 +55,68 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
               and (used is None or may_read(named_steps(path[2]), value, used))
               and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
+    paths += _absences(reached, used)
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         paths.append((("forward hooks", HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
+
+
+def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
+    """Guards that names stay unset where the code may read them: on each user's object,
+    settings, module or class the walk reached (Reached.namespaces), the names absent there now
+    that the user's code may read by a string (getattr with a default, hasattr), and those that
+    would hide what its class defines that the code names (`block.scale = 3` over the class's
+    `scale`, `block.act = f` over the method). One guard an object, one `keys().isdisjoint` of
+    its own dict (and of a Module's registries: `model.temperature = Parameter(...)`)."""
+    by_string = used.read_by_string(_not_users) if used is not None else frozenset()
+    guards = []
+    for path, value in reached.namespaces:
+        if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
+            continue
+        own = vars(value)
+        if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
+            continue
+        names = frozenset(name for name in by_string | frozenset(
+            name for name in shadowed(value) if used is None or name in used) if name not in own)
+        # (a Module's __setattr__ puts a Parameter, a buffer or a submodule in its registries,
+        # read by its __getattr__: by name only where the attribute is absent)
+        registered = (names & by_string if all(isinstance(own.get(r), dict) for r in _REGISTRIES)
+                      else frozenset())
+        if names:
+            guards.append(((f"{path[0]} attribute {', '.join(sorted(names))}", path[1],
+                            (*path[2], ("absent", (names, registered)))), True))
+    return guards
+
+
+# A Module's registries, where its __setattr__ puts a Parameter, a buffer or a submodule
+_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
+def _absent(value, names: frozenset[str], registered: frozenset[str]) -> bool:
+    """Whether none of `names` is set on `value`, nor of `registered` in its registries (an
+    "absent" step of a guard)."""
+    own = vars(value)
+    return own.keys().isdisjoint(names) and all(
+        own[registry].keys().isdisjoint(registered) for registry in _REGISTRIES if registered)
+
+
+def _absent_source(expression: str, names: frozenset[str], registered: frozenset[str],
+                   label: str) -> str:
+    """`_absent` as an expression of generated code: a test for each name (`"scale" in d`), as
+    the few names a guard holds cost less so than by one isdisjoint (its views' allocation)."""
+    target, own = f"object{label}", f"own{label}"
+    tests = [f"{name!r} in {own}" for name in sorted(names)]
+    tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
+    tests += [f"{name!r} in {target}.{registry}" for registry in _REGISTRIES
+              for name in sorted(registered)]
+    return f"not ({' or '.join(tests)})"
+
+
+def _not_users(filename: str) -> bool:
+    """Whether code in `filename` is a library's or tracer's own (whose strings name their own
+    attributes)."""
+    return library_file(filename) or project_file(filename)
 
 
 def stored_tensors(reached: Reached, trace, inputs: Sequence[Tensor]) -> list[tuple[str, Tensor]]:
@@ -87,6 +149,8 @@ def compile_check(guards: Sequence[Guard], captured: Sequence[Tensor], unread: S
         for step, (kind, key) in enumerate(steps):
             if kind in _SIZES:
                 expression = f"{_SIZES[kind]}({expression})"
+            elif kind == "absent":
+                expression = _absent_source(expression, *key, f"{number}_{step}")
             elif kind == "attr" and key.isidentifier():
                 expression += f".{key}"
             else:
@@ -136,7 +200,7 @@ def _read(root, steps: tuple):
     value = root
     for kind, key in steps:
         value = (_SIZE_OF[kind](value) if kind in _SIZES else getattr(value, key)
-                 if kind == "attr" else value[key])
+                 if kind == "attr" else _absent(value, *key) if kind == "absent" else value[key])
     return value
 
 
@@ -187,6 +251,8 @@ def captured_change(entry: Entry) -> str:
         except Exception:
             return f"{name}: removed"
         if not _same(current, traced):
+            if steps[-1][0] == "absent":
+                return f"{name}: set since the trace (absent then, or its class's)"
             return f"{name}: {_value_change(traced, current)}"
     for float_input in entry.floats:
         try:

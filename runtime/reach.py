@@ -39,7 +39,7 @@ def _libraries() -> tuple[str, ...]:
     return tuple({os.path.realpath(folder) + os.sep for folder in folders})
 
 
-def _library_file(filename: str) -> bool:
+def library_file(filename: str) -> bool:
     return filename.startswith(_libraries()) and not project_file(filename)
 
 
@@ -56,14 +56,14 @@ def _user_module(module: types.ModuleType) -> bool:
     """A module of the user's own files (walked as an object: its settings are read as
     `config.scale`), not of a library or of this project."""
     filename = getattr(module, "__file__", None)
-    return isinstance(filename, str) and not _library_file(filename) and not project_file(filename)
+    return isinstance(filename, str) and not library_file(filename) and not project_file(filename)
 
 
 def _library_class(cls: type) -> bool:
     filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
     if filename is None:  # a builtin, or the code typed into an interactive interpreter
         return cls.__module__ != "__main__"
-    return _library_file(filename)
+    return library_file(filename)
 
 
 class Reached:
@@ -75,6 +75,12 @@ class Reached:
         self.tensors: dict[int, Tensor] = {}
         self.paths: dict[int, list[tuple]] = {}  # by id of the tensor
         self.values: list[tuple[tuple, Any]] = []
+        # (path, object) of every user's object, settings, module and class the walk reached:
+        # a name set on one later may change what the code reads there, one absent when traced
+        # (`getattr(model, "temperature", 1.0)`) or one its class defines (`block.act = f`).
+        # (Not tr.nn's layers and optimizers: a guard on each would cost a model's every call
+        # more than all its others.)
+        self.namespaces: list[tuple[tuple, Any]] = []
         # Python's and numpy's random generators, by id, with the name of the first path to each
         # (runtime/random_draws.py)
         self.generators: dict[int, tuple[str, Any]] = {}
@@ -193,6 +199,7 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
                 if isinstance(key, (str, int, Tensor)):
                     _walk(item, _child(path, "item", key), reached, depth + 1)
     elif isinstance(value, types.ModuleType):  # a user's module: `import config; config.scale`
+        reached.namespaces.append((path, value))
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
@@ -202,6 +209,8 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
           and (not _library_class(type(value)) or _settings(value))):
         if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
             reached.values.append((_child(path, "attr", "__class__"), type(value)))
+        if hasattr(value, "__dict__") and (_user_class(type(value)) or _settings(value)):
+            reached.namespaces.append((path, value))
         for key, item in _attributes(value):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
@@ -242,7 +251,7 @@ def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> No
         return
     reached._seen.add(id(function))
     code = function.__code__
-    if _library_file(code.co_filename) or project_file(code.co_filename):
+    if library_file(code.co_filename) or project_file(code.co_filename):
         return
     namespace = function.__globals__
     for name in sorted(global_names(code)):
@@ -258,6 +267,26 @@ def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> No
               reached, depth + 1)
 
 
+def shadowed(value) -> frozenset[str]:
+    """The names that, set on the object `value` itself, would hide what its classes define -- a
+    method, a class attribute -- from code that reads them through it (`block.act = f`). Not
+    dunder names, which Python looks up on the class, nor data descriptors (a property, a slot),
+    which an instance's attribute cannot hide; only what the user's own classes define."""
+    if isinstance(value, (type, types.ModuleType)):
+        return frozenset()
+    return frozenset(name for klass in type(value).__mro__ if _user_class(klass)
+                     for name, member in list(vars(klass).items())
+                     if not name.startswith("__") and not hasattr(type(member), "__set__"))
+
+
+def _user_class(cls: type) -> bool:
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    if filename is None:  # typed in, or run by runpy or exec -- or a builtin's
+        return module is None or cls.__module__ == "__main__"
+    return not library_file(filename) and not project_file(filename)
+
+
 def _walk_class(cls: type, reached: Reached, depth: int) -> None:
     """What a user's class (an object's, or one reached by name) holds: the globals its methods
     read, and the numbers, strings and tuples in its body (`class Config: scale = 2.0`, read as
@@ -268,6 +297,8 @@ def _walk_class(cls: type, reached: Reached, depth: int) -> None:
         if id(klass) in reached._seen or _library_class(klass):
             continue
         reached._seen.add(id(klass))
+        if _user_class(klass):  # (`Model.temperature = 0.5` for `getattr(self, ...)`)
+            reached.namespaces.append(((klass.__qualname__, klass, ()), klass))
         for key, member in list(vars(klass).items()):
             function = getattr(member, "__func__", getattr(member, "fget", member))
             if isinstance(function, types.FunctionType):

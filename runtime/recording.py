@@ -33,8 +33,9 @@ class Recording:
                  writebacks: list[tuple[int, str, int]], cleared: list[int], unread: list[int],
                  sources: list[tuple[str, int]], captured: list[Tensor], reached: Reached,
                  used: set[str] | None, floats: list[FloatInput], rules: list,
-                 aliases: list[tuple[int, int, str]], stale: frozenset[int],
-                 replayed: frozenset[int], replays_backward: bool):
+                 aliases: list[tuple[int, int, str]], views: list[tuple[int, int, str, str, bool]],
+                 repeats: list[tuple[int, int]], stale: frozenset[int], replayed: frozenset[int],
+                 replays_backward: bool):
         self.function = function
         self.result_structure = result_structure
         self.result_leaves = result_leaves  # the result's leaves, traced
@@ -49,10 +50,12 @@ class Recording:
         self.used = used  # the names of the code run while tracing (see guards_for)
         self.floats = floats  # floats read from outside: parameters after the captured ones
         self.rules = rules  # custom rules the traced text names
-        # (result position, leaf index, "data" | "grad"): results that are an argument's or
-        # captured tensor's stand-in or its .grad (Trace.result_aliases), in a function that
-        # writes back
+        # results that are an argument's or captured tensor's stand-in, its .grad or a detach()
+        # of it, and results that are view-copies of one (Trace.result_relations)
         self.aliases = aliases
+        self.views = views
+        # (result position, earlier position): the same traced tensor returned again
+        self.repeats = repeats
         # results not differentiated after the call, and the leaves whose data on entry their
         # backward reads (see result_dependence)
         self.stale = stale
@@ -172,9 +175,11 @@ class Recorder:
         floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
         _check_nothing_stored(trace, reachable(self.function, self.static_objects))
         self.writebacks, self.cleared, self.unread = trace.writebacks(outputs, len(leaves))
-        # (a function that changes nothing in place returns differentiable copies instead)
-        self.aliases = (trace.result_aliases(self.result_leaves, len(leaves))
-                        if self.writebacks or self.cleared else [])
+        self.repeats = _repeats(self.result_leaves)
+        repeated = {position for position, _ in self.repeats}
+        aliases, views = trace.result_relations(self.result_leaves, len(leaves))
+        self.aliases = [alias for alias in aliases if alias[0] not in repeated]
+        self.views = [view for view in views if view[0] not in repeated]
         _name_captured(traced, trace.captured, self.reached)
         floats.order(traced)
         # The traced text names custom rules (@MyReLU.0) that parse back only while they are
@@ -205,7 +210,8 @@ class Recorder:
         return Recording(self._traced, self.result_structure, self.result_leaves,
                          self.writebacks, self.cleared, self.unread, sources,
                          [c.tensor for c in captured], self.reached, self.used,
-                         self.floats.inputs, self.rules, self.aliases, stale, replayed,
+                         self.floats.inputs, self.rules, self.aliases, self.views, self.repeats,
+                         stale, replayed,
                          any(self.trace_state.gradient_hooks.values())
                          or _backward_reads_a_change(self.trace_state, self.result_leaves, stale))
 
@@ -222,6 +228,18 @@ def _backward_reads_a_change(trace: Trace, results: list, stale: frozenset[int])
     wrt = [value for tensor in trace.leaves if tensor.requires_grad
            for value in trace.leaf_values(tensor)]
     return bool(outputs) and changed_for_backward_error(trace, outputs, wrt) is not None
+
+
+def _repeats(results: Sequence) -> list[tuple[int, int]]:
+    """(position, earlier position) of every result tensor returned again: the call returns one
+    tensor there, as eager mode and torch.compile do (`y = x * 2; return y, y`)."""
+    first: dict[int, int] = {}
+    repeats = []
+    for position, value in enumerate(results):
+        earlier = first.setdefault(id(value), position)
+        if earlier != position and isinstance(value, Tensor):
+            repeats.append((position, earlier))
+    return repeats
 
 
 def _requiring_grad(values: Sequence) -> list[bool]:

@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 from tracer.runtime.arguments import (call_arrays, check_targets, flatten, leaf_signature,
                                      unflatten)
 from tracer.runtime.differentiable import record_backward
-from tracer.runtime.entry import Entry
+from tracer.runtime.entry import Entry, relate_results
 from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
 from tracer.runtime.recording import Specialize
 from tracer.runtime.signatures import SignatureCache
-from tracer.buffers import buffer_of, call_state_of, grad_of, results, write_back
+from tracer.buffers import buffer_of, call_state_of, results, write_back
 from tracer.context import is_grad_enabled, state
 from tracer.errors import ArgumentError
 from tracer.interop import is_foreign_array
@@ -254,12 +254,9 @@ class TracedFunction:
         inputs = None if executable.fresh_results else set(map(id, arrays))
         if entry.writebacks or entry.cleared_grads:
             write_back(values, entry.writebacks, entry.cleared_grads, outputs, inputs)
-        if entry.aliases:  # `return x.grad`: that tensor itself, made for no other result
-            tensors = results(outputs[:entry.result_count], inputs,
-                              {position for position, _, _ in entry.aliases})
-            for position, index, kind in entry.aliases:
-                tensor = values[index]
-                tensors[position] = tensor if kind == "data" else grad_of(tensor)
+        if entry.related:  # `return x`, `x.grad`, `x[0]`, `y, y`: as eager mode's results
+            tensors = results(outputs[:entry.result_count], inputs, entry.returned_as_is)
+            relate_results(entry, tensors, values)
         else:
             tensors = results(outputs[:entry.result_count], inputs)
         if differentiated:

@@ -628,3 +628,115 @@ def test_a_list_the_function_appends_to_while_tracing_does_not_trace_again():
     assert scaled.cache_info().misses == 1 and log == ["traced"]
     scales.append(3.0)  # (a list it only reads: guarded)
     np.testing.assert_array_equal(scaled(tr.tensor([1.0])).numpy(), [6.0])
+
+
+class _Tempered(tr.nn.Module):
+    def forward(self, x):
+        return x * getattr(self, "temperature", 1.0) + (1.0 if hasattr(self, "shift") else 0.0)
+
+
+class _Cubed:
+    def __call__(self, x):
+        return x ** 3 if "cube" in vars(self) else x
+
+
+class _Switched:
+    def __call__(self, x):
+        for name in ("halve",):  # (a name held in a tuple)
+            if hasattr(self, name):
+                x = x / 2
+        return x * 2 if hasattr(self, "double") else x - getattr(self, "offset", 0)
+
+
+@pytest.mark.parametrize("change", ["float by getattr", "hasattr", "parameter by getattr",
+                                    "plain object", "int by getattr", "name in a tuple", "in vars",
+                                    "user module", "class by name"])
+def test_an_attribute_absent_when_traced_and_set_later_traces_again(change, tmp_path,
+                                                                    monkeypatch):
+    """`getattr(obj, "name", default)` and `hasattr(obj, "name")` on an attribute absent when
+    traced: setting it later gives eager's result, not the default compiled in (before: silently
+    the old result)."""
+    (tmp_path / "late_settings.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import late_settings
+
+    class Late:
+        pass
+
+    model, switched, cubed = _Tempered(), _Switched(), _Cubed()
+    functions = {"float by getattr": model, "hasattr": model, "parameter by getattr": model,
+                 "plain object": switched, "int by getattr": switched, "name in a tuple": switched,
+                 "in vars": cubed,
+                 "user module": lambda x: x * getattr(late_settings, "scale", 1),
+                 "class by name": lambda x: x * getattr(Late, "scale", 1.0)}
+    function = functions[change]
+    compiled = tr.trace(function)
+    x = tr.tensor([1.0, -2.0], dtype=tr.float64)
+    try:
+        np.testing.assert_array_equal(compiled(x).numpy(), function(x).numpy())
+        if change == "float by getattr":
+            model.temperature = 0.5
+        elif change == "hasattr":
+            model.shift = None
+        elif change == "parameter by getattr":
+            model.temperature = tr.nn.Parameter(tr.tensor([3.0, 4.0], dtype=tr.float64))
+        elif change == "plain object":
+            switched.double = True
+        elif change == "int by getattr":
+            switched.offset = 3
+        elif change == "name in a tuple":
+            switched.halve = True
+        elif change == "in vars":
+            cubed.cube = True
+        elif change == "user module":
+            late_settings.scale = 3
+        else:
+            Late.scale = 0.25
+        expected = function(x).detach().numpy()
+        assert not np.array_equal(expected, x.numpy())  # (the change changes eager's result)
+        np.testing.assert_array_equal(compiled(x).detach().numpy(), expected)
+    finally:
+        sys.modules.pop("late_settings", None)
+
+
+class _Block(tr.nn.Module):
+    scale = 2
+    factor = 0.5
+
+    def act(self, x):
+        return x.relu()
+
+    def forward(self, x):
+        return self.act(x) * self.scale * self.factor
+
+
+def _negate(x):
+    return -x
+
+
+@pytest.mark.parametrize("change", ["int", "float", "method", "forward"])
+def test_an_instance_attribute_shadowing_its_class_s_set_later_is_seen(change):
+    """`block.scale = 3` where the class body holds `scale = 2` (or a float, or a method
+    `act`, or Module's forward): eagerly the instance's attribute wins from then on; compiled, it
+    traces again (or reads the new float as a runtime input). Before: the class's value, guarded
+    at the class, silently stayed."""
+    block = _Block()
+    compiled = tr.trace(block)
+    x = tr.tensor([1.0, -2.0], dtype=tr.float64)
+    np.testing.assert_array_equal(compiled(x).numpy(), block(x).numpy())
+    if change == "int":
+        block.scale = 3
+    elif change == "float":
+        block.factor = 0.25
+    elif change == "method":
+        block.act = _negate
+    else:
+        block.forward = _negate
+    expected = block(x).numpy()
+    np.testing.assert_array_equal(expected, {"int": [1.5, 0.0], "float": [0.5, 0.0],
+                                             "method": [-1.0, 2.0], "forward": [-1.0, 2.0]}[change])
+    np.testing.assert_array_equal(compiled(x).numpy(), expected)
+    if change == "float":  # a float set on the instance: read as a runtime input from then on
+        block.factor = 0.125
+        np.testing.assert_array_equal(compiled(x).numpy(), [0.25, 0.0])
+        assert compiled.cache_info().misses == 2

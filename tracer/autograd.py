@@ -94,7 +94,10 @@ class Node:
         for t in tensors:
             # a view-copy stands for its base, whose in-place change a PyTorch view would share
             shares = t._view_shares_version and t._view_base is not None
-            for tracked in (t, t._view_base) if shares else (t,):
+            tracked_tensors = (t, t._view_base) if shares else (t,)
+            if t._base is not None:  # a detach() alias: PyTorch's shares its original's version
+                tracked_tensors += (t._base,)
+            for tracked in tracked_tensors:
                 self.saved.append(weakref.ref(tracked))
                 # (the nodes gone since are dropped: a weight read by every step would otherwise
                 # collect one reference per step, each walked by every in-place update)

@@ -10,7 +10,7 @@ from typing import Container, Sequence
 import numpy as np
 
 from tracer.errors import user_line
-from tracer.tensor import Tensor
+from tracer.tensor import Tensor, check_current
 
 
 def is_traced(tensor: Tensor) -> bool:
@@ -44,6 +44,11 @@ def grad_of(tensor: Tensor) -> Tensor | None:
     return tensor._grad
 
 
+def view_of(value) -> str | None:
+    """The view operation whose copy `value` is (tensor.mark_view), None for anything else."""
+    return value._view_of if isinstance(value, Tensor) else None
+
+
 def state_of(tensor: Tensor) -> tuple:
     """What a compiled signature assumes of a tensor: (shape, dtype, requires_grad, and (shape,
     dtype) of its .grad or None)."""
@@ -54,6 +59,8 @@ def call_state_of(tensor: Tensor) -> tuple:
     """`state_of(tensor)` and whether it belongs to a trace, in one tuple: what a call's quick key
     holds for a tensor argument (see TracedFunction._quick_key; the one place the fields are
     read, so that the key costs one call a tensor)."""
+    if tensor._view_base is not None:  # a view-copy read after its base changed: refused, as
+        check_current(tensor)  # eager operations refuse it
     array, grad = tensor._handle, tensor._grad
     return (array.shape, array.dtype, tensor._requires_grad,
             None if grad is None else (grad._handle.shape, grad._handle.dtype),
@@ -98,6 +105,8 @@ def write_back(values: Sequence, writebacks: Sequence[tuple[int, str, int]], cle
             if isinstance(target, Tensor):
                 line = line or user_line()
                 target._mark_changed(line)
+                if target._base is not None:  # a detach() alias: its original changed (eager's
+                    target._base._mark_changed(line)  # _assign_data, PyTorch's shared version)
         elif target._grad is None or (kind == "new_grad" and array is not target._grad._handle):
             # a new .grad, as PyTorch's backward makes after zero_grad(set_to_none=True)
             target._grad = Tensor._make(owned(array, inputs), None, False)

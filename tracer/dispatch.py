@@ -18,7 +18,7 @@ from tracer.device import check_device, is_device
 from tracer.dtypes import (CATEGORY, WEAK_OF_CATEGORY, as_dtype, bool, default_dtype, float32,
                            float64, int64, is_scalar, promotion, scalar_category)
 from tracer.errors import ArgumentError, IndexOutOfRangeError, ShapeMismatchError, TracingError
-from tracer.tensor import Tensor, check_current
+from tracer.tensor import Tensor, check_current, mark_view
 from tracer.tracing import escaped_error
 
 # Primitives whose numpy result can be a view of an operand: eager mode copies it, because every
@@ -193,6 +193,8 @@ class DispatchMethods:
             (handle,) = builder.emit("stop_gradient", [handle], {})
         alias = Tensor._make(handle, trace, False)
         alias._base, alias._base_version = self, self._version
+        if self._view_of is not None:  # PyTorch's is a view of the view's base: a copy here too
+            mark_view(alias, self, self._view_of, self._view_shares_version)
         return alias
 
     def clone(self) -> Tensor:

@@ -65,8 +65,10 @@ class InPlaceMethods:
         value = as_tensor(value)
         if (value.dtype, value.shape) != (self.dtype, self.shape):
             self._rebind_data(value)
-        else:
-            self.detach().copy_(value)
+        else:  # (a view-copy's own buffer: PyTorch's `x[0].data = v` leaves x alone too)
+            alias = self.detach()
+            alias._view_of = alias._view_base = None
+            alias.copy_(value)
 
     def _rebind_data(self, value: Tensor) -> None:
         """`w.data = v` of another dtype or shape: as PyTorch's, `w` (the same object, so an

@@ -262,7 +262,10 @@ def mark_view(result: "Tensor", base: "Tensor", what: str, shares_version: bool 
     changed in place (a PyTorch view would show the change): never a silently stale value. With
     `shares_version` (PyTorch's result is surely a view, sharing its base's version counter), a
     backward that reads the copy also refuses an in-place change of the base after it."""
-    root = base if base._view_base is None else base._view_base
+    root = base
+    while root._view_base is None and root._base is not None:
+        root = root._base  # a detach() alias shares its original's memory (and version, PyTorch's)
+    root = root if root._view_base is None else root._view_base
     result._view_of = what
     # A reference, not a weak one, as a PyTorch view keeps its base alive: the check must still
     # see the in-place change after the caller dropped the base.

@@ -216,19 +216,47 @@ class Trace:
                 outputs.append(self.handle_of(tensor._grad))
         return writebacks, cleared, unread
 
-    def result_aliases(self, results: list, first_captured: int) -> list[tuple[int, int, str]]:
-        """(result position, leaf index, "data" | "grad") of every result that is an argument's
-        or captured tensor's stand-in or its .grad: the call returns that tensor itself, as eager
-        mode does (`return x.grad`)."""
-        entries = [(index, tensor) for index, tensor, *_ in self._argument_entries] + [
-            (first_captured + k, c.tensor) for k, c in enumerate(self.captured) if not c.constant]
-        aliases = []
+    def result_relations(self, results: list, first_captured: int
+                         ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str, str, bool]]]:
+        """How the results relate to the arguments' tensors and the captured ones (leaf indices
+        from `first_captured` on), as eager mode's would: (aliases, views).
+
+        aliases: (result position, leaf index, "data" | "grad" | "detach") of every result that
+        is such a tensor's stand-in, its .grad, or a detach() of it: the call returns that tensor
+        itself (`return x`, `return x.grad`, as torch.compile does) or its detach(), which shares
+        its memory as eagerly. views: (result position, leaf index, "data" | "grad", view
+        operation, whether it shares the version) of every result that is a view-copy of one
+        (mark_view): the call marks its result so, and changing it in place, or reading it after
+        its base changed, is refused as eagerly."""
+        entries: dict[int, tuple[int, str]] = {}
+        for index, tensor in [(index, tensor) for index, tensor, *_ in self._argument_entries] + [
+                (first_captured + k, c.tensor) for k, c in enumerate(self.captured)
+                if not c.constant]:
+            entries.setdefault(id(tensor), (index, "data"))
+            if tensor._grad is not None:
+                entries.setdefault(id(tensor._grad), (index, "grad"))
+        aliases, views = [], []
         for position, result in enumerate(results):
-            for index, tensor in entries:
-                if result is tensor or (tensor._grad is not None and result is tensor._grad):
-                    aliases.append((position, index, "data" if result is tensor else "grad"))
-                    break
-        return aliases
+            if not isinstance(result, Tensor):
+                continue
+            # back through view-copies (to their base) and detach() aliases (to what they detach)
+            view, base = None, result
+            while base is not None and id(base) not in entries:
+                if base._view_base is not None:
+                    view = view or base  # the last view operation, whose name eager mode gives
+                    base = base._view_base
+                else:
+                    base = base._base
+            if base is None:
+                continue
+            index, kind = entries[id(base)]
+            if view is not None:
+                views.append((position, index, kind, view._view_of, view._view_shares_version))
+            elif base is result:
+                aliases.append((position, index, kind))
+            elif kind == "data":
+                aliases.append((position, index, "detach"))
+        return aliases, views
 
     def owns(self, tensor: Tensor) -> bool:
         """Whether `tensor` was made by this trace (or stands in it for an input)."""

@@ -23,7 +23,7 @@ from tracer.context import enable_grad, is_grad_enabled, state
 from tracer.creation import ones, zeros_like
 from tracer.dispatch import apply, as_tensor
 from tracer.errors import ArgumentError
-from tracer.tensor import Tensor
+from tracer.tensor import Tensor, mark_view
 
 
 def _argnums(argnums: int | Sequence[int], count: int) -> tuple[int, ...]:
@@ -69,6 +69,7 @@ class _Inputs:
     def __init__(self, what: str):
         self.what = what
         self.tensors: list[Tensor] = []
+        self._arguments: dict[int, Tensor] = {}  # the argument each stand-in stands for, by id
         self.create_graph = state.transforms > 0 and is_grad_enabled()
 
     def make(self, value, position) -> Tensor:
@@ -85,7 +86,18 @@ class _Inputs:
             handle = x._handle if trace is None else trace.handle_of(x)
             stand_in = Tensor._make(handle, trace, True, leaf=True)
         self.tensors.append(stand_in)
+        self._arguments[id(stand_in)] = x
         return stand_in
+
+    def rebase(self, value):
+        """A result that is a view-copy of a stand-in (`x[0]`), or its detach(): a view of the
+        argument, as torch.func's is (its stand-in shares the argument's memory), so changing it
+        in place, or reading it after the argument changed in place, is refused as for `x[0]`."""
+        view = value._base if isinstance(value, Tensor) and value._view_base is None else value
+        if isinstance(view, Tensor) and id(view._view_base) in self._arguments:
+            mark_view(value, self._arguments[id(view._view_base)], view._view_of,
+                      view._view_shares_version)
+        return value
 
     def gradients(self, outputs: list[Tensor], seeds: list[Tensor]) -> list[Tensor]:
         """The gradients of sum(output_i * seed_i) with respect to the inputs (zeros where none
@@ -112,6 +124,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     with _transforming():
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
+    aux = tree_map(inputs.rebase, aux)
     if not isinstance(output, Tensor) or output.numel() != 1 or output.dtype.kind != "f":
         raise ArgumentError("grad needs a function that returns a float tensor with one element"
                             + (" (and an aux value, with has_aux=True)" if has_aux else ""))
@@ -119,7 +132,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     # the gradient of each differentiated argument has its structure
     flowing = iter(gradients)
     trees = tuple(tree_map(lambda _: next(flowing), args[n]) for n in numbers)
-    value = inputs.result(output)
+    value = inputs.rebase(inputs.result(output))
     return ((value, aux) if has_aux else value), (trees[0] if isinstance(argnums, int) else trees)
 
 
@@ -161,6 +174,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
     with _transforming():
         result = f(*arguments)
     output, aux = result if has_aux else (result, None)
+    aux = tree_map(inputs.rebase, aux)
     outputs = _float_outputs(output, "vjp")
 
     def vjp_fn(cotangents):
@@ -175,7 +189,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
         flowing = iter(inputs.gradients(outputs, seeds))
         return tuple(tree_map(lambda _: next(flowing), p) for p in arguments)
 
-    value = tree_map(inputs.result, output)
+    value = tree_map(lambda result: inputs.rebase(inputs.result(result)), output)
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
 
 

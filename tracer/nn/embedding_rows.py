@@ -1,17 +1,41 @@
 """What PyTorch's embedding and embedding_bag do to the rows they look up besides reading them:
 `max_norm` first renormalizes, in place, the rows the input indexes (torch.embedding_renorm_),
 and `scale_grad_by_freq` divides the gradient of each looked-up row by how often its index occurs
-in the input."""
+in the input; and the table Embedding and EmbeddingBag start with."""
 from __future__ import annotations
 
 from tracer.arithmetic import where
 from tracer.context import no_grad
 from tracer.creation import ones, zeros
 from tracer.dispatch import apply
-from tracer.dtypes import float64
-from tracer.errors import ArgumentError
+from tracer.dtypes import float32, float64
+from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.ir.vjp import CustomRule
+from tracer.random import randn
 from tracer.tensor import Tensor
+
+
+def padding_index(padding_idx: int | None, num_embeddings: int, name: str) -> int | None:
+    """`padding_idx` counted from 0 (PyTorch keeps -1 as num_embeddings - 1), checked."""
+    if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+        raise ArgumentError(f"{name}: padding_idx must be within num_embeddings "
+                            f"({num_embeddings}), got {padding_idx}")
+    return None if padding_idx is None else padding_idx % num_embeddings
+
+
+def table(num_embeddings: int, embedding_dim: int, padding_idx: int | None,
+          given: Tensor | None, dtype, name: str) -> Tensor:
+    """An embedding module's weight: `given` (`_weight`: its buffer), or standard normal with the
+    padding row zero."""
+    if given is not None:
+        if tuple(given.shape) != (num_embeddings, embedding_dim):
+            raise ShapeMismatchError(f"{name}: _weight of shape {list(given.shape)} for "
+                                     f"({num_embeddings}, {embedding_dim})")
+        return given
+    weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
+    if padding_idx is not None:
+        weight[padding_idx] = 0
+    return weight
 
 
 def check_sparse(sparse: bool, name: str) -> None:

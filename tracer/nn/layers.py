@@ -11,12 +11,12 @@ import math
 
 from tracer.context import no_grad
 from tracer.creation import ones, zeros
-from tracer.random import randn
 from tracer.dtypes import float32, int64
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
 from tracer.nn.convolution import conv2d, conv_transpose2d, pad, padding_amounts, pair
 from tracer.nn.embedding_bag import check_options, embedding_bag
+from tracer.nn.embedding_rows import padding_index, table
 from tracer.nn.modules import Module, Parameter, _uniform
 from tracer.nn.normalization import batch_norm
 from tracer.nn.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
@@ -257,20 +257,9 @@ class EmbeddingBag(Module):
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse, self.include_last_offset = sparse, include_last_offset
-        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
-            raise ArgumentError(f"EmbeddingBag: padding_idx must be within num_embeddings "
-                                f"({num_embeddings}), got {padding_idx}")
-        self.padding_idx = padding_idx % num_embeddings if padding_idx is not None else None
-        if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise ShapeMismatchError(f"EmbeddingBag: _weight of shape {list(_weight.shape)} "
-                                         f"for ({num_embeddings}, {embedding_dim})")
-            self.weight = Parameter(_weight)
-            return
-        weight = randn(num_embeddings, embedding_dim, dtype=float32 if dtype is None else dtype)
-        if self.padding_idx is not None:
-            weight[self.padding_idx] = 0
-        self.weight = Parameter(weight)
+        self.padding_idx = padding_index(padding_idx, num_embeddings, "EmbeddingBag")
+        self.weight = Parameter(table(num_embeddings, embedding_dim, self.padding_idx, _weight,
+                                      dtype, "EmbeddingBag"))
 
     @classmethod
     def from_pretrained(cls, embeddings: Tensor, freeze: builtins.bool = True,

@@ -10,12 +10,13 @@ from typing import Iterator, NamedTuple
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
-from tracer.nn.embedding_rows import check_sparse
+from tracer.nn.embedding_rows import check_sparse, padding_index, table
 from tracer.nn.module_api import ModuleApi, RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
 from tracer.creation import ones, zeros
-from tracer.random import rand, randn
+from tracer.random import rand
 from tracer.interop import loaded_tensor
+from tracer.layout import fresh
 from tracer.serialization import allow_tensor_class
 from tracer.device import check_device
 from tracer.dispatch import conversion_arguments
@@ -175,7 +176,9 @@ class Module(ModuleApi):
             for registry in (module._parameters, module._buffers):
                 for name, value in registry.items():
                     if value is not None and name not in module._non_persistent_buffers_set:
-                        state[f"{prefix}.{name}" if prefix else name] = value.detach()
+                        # (fresh: a buffer that is a view-copy, a mask made with .view(), is the
+                        # tensor the module reads, and loads in place as PyTorch's view does)
+                        state[f"{prefix}.{name}" if prefix else name] = fresh(value.detach())
         return state
 
     def load_state_dict(self, state_dict, strict: builtins.bool = True):
@@ -306,17 +309,8 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
-        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
-            raise ArgumentError(f"Embedding: padding_idx must be within num_embeddings "
-                                f"({num_embeddings}), got {padding_idx}")
-        self.padding_idx = None if padding_idx is None else padding_idx % num_embeddings
-        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
-            raise ShapeMismatchError(f"Embedding: _weight of shape {list(_weight.shape)} for "
-                                     f"({num_embeddings}, {embedding_dim})")
-        weight = randn(num_embeddings, embedding_dim, dtype=dtype or float32) if _weight is None \
-            else _weight
-        if _weight is None and self.padding_idx is not None:
-            weight[self.padding_idx] = 0
+        self.padding_idx = padding_index(padding_idx, num_embeddings, "Embedding")
+        weight = table(num_embeddings, embedding_dim, self.padding_idx, _weight, dtype, "Embedding")
         self.weight = Parameter(weight, requires_grad=not _freeze)
 
     @classmethod
