@@ -18,7 +18,7 @@ from tracer.runtime.code_names import recording_names
 from tracer.runtime.random_draws import Draws
 from tracer.runtime.guards import captured_names, stored_tensors
 from tracer.runtime.reach import Reached, reachable
-from tracer.backward import changed_for_backward_error
+from tracer.backward import backward_reads_a_change
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
 from tracer.tensor import Tensor, check_current
@@ -213,21 +213,7 @@ class Recorder:
                          self.floats.inputs, self.rules, self.aliases, self.views, self.repeats,
                          stale, replayed,
                          any(self.trace_state.gradient_hooks.values())
-                         or _backward_reads_a_change(self.trace_state, self.result_leaves, stale))
-
-
-def _backward_reads_a_change(trace: Trace, results: list, stale: frozenset[int]) -> bool:
-    """Whether eager backward from a differentiated result would find a value it reads changed in
-    place after it was read (a softmax's result, which its backward reads, changed by the
-    function): PyTorch's backward raises there. A split backward would read the values as they
-    were computed and raise nothing; running the function again with its backward raises as
-    eager mode does (split_code.split_signature)."""
-    outputs = [value._handle for position, value in enumerate(results)
-               if isinstance(value, Tensor) and value.requires_grad and value._trace is trace
-               and position not in stale]
-    wrt = [value for tensor in trace.leaves if tensor.requires_grad
-           for value in trace.leaf_values(tensor)]
-    return bool(outputs) and changed_for_backward_error(trace, outputs, wrt) is not None
+                         or backward_reads_a_change(self.trace_state, self.result_leaves, stale))
 
 
 def _repeats(results: Sequence) -> list[tuple[int, int]]:

@@ -102,6 +102,21 @@ def changed_for_backward_error(trace, outputs: list, wrt_values: list) -> Inplac
     return None
 
 
+def backward_reads_a_change(trace, results: list, stale: frozenset[int]) -> bool:
+    """Whether eager backward from a result of a traced call (those requiring grad, but the
+    `stale` positions) would find a value it reads changed in place after it was read (a
+    softmax's result, which its backward reads, changed by the function): PyTorch's backward
+    raises there. A split backward would read the values as they were computed and raise
+    nothing; running the function again with its backward raises as eager mode does
+    (runtime/split_code.split_signature)."""
+    outputs = [value._handle for position, value in enumerate(results)
+               if isinstance(value, Tensor) and value.requires_grad and value._trace is trace
+               and position not in stale]
+    wrt = [value for tensor in trace.leaves if tensor.requires_grad
+           for value in trace.leaf_values(tensor)]
+    return bool(outputs) and changed_for_backward_error(trace, outputs, wrt) is not None
+
+
 def traced_leaf_gradients(output: Tensor, gradient: Tensor, create_graph: bool = False
                           ) -> list[tuple[Tensor, Tensor]]:
     """`output.backward(gradient)` inside a trace: (leaf, its gradient) for every traced leaf that
