@@ -361,8 +361,31 @@ def test_a_change_of_hooks_is_the_recompile_reason_and_spares_functions_without_
         handle = model.register_forward_hook(lambda module, args, output: output)
         forward(x), scaled(x)
         handle.remove()
-    assert "forward hooks: " in caplog.text
+    assert "forward hooks or module methods: " in caplog.text
     assert forward.cache_info().misses == 2 and scaled.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("replaced", ["first layer", "second layer"])
+def test_a_library_modules_method_replaced_after_compiling_traces_again(replaced):
+    """`lin.forward = f` (a LoRA-style patch, torch.compile's guards see it) on a tr.nn layer after
+    a traced function called it: the function traces again and gives what eager gives, where the
+    old forward stayed compiled in, silently. Setting attributes the class does not define, and
+    model.train()/eval(), change nothing of it."""
+    model = nn.Sequential(nn.Linear(2, 2, dtype=tr.float64), nn.Tanh())
+    traced = tr.trace(lambda x: model(x))
+    x = tr.ones(1, 2, dtype=tr.float64)
+    traced(x)
+    model.note = "set on an instance, no class attribute"
+    model.eval()
+    model.train()
+    traced(x)
+    assert traced.cache_info().misses == 1
+    if replaced == "first layer":
+        model[0].forward = lambda input: input * 3.0
+    else:
+        model[1].forward = lambda input: input.sigmoid()
+    np.testing.assert_allclose(traced(x).detach().numpy(), model(x).detach().numpy(), rtol=1e-15)
+    assert traced.cache_info().misses == 2
 
 
 def test_pickled_modules_keep_non_persistent_buffers_and_older_pickles_get_empty_hooks():

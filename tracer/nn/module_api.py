@@ -22,10 +22,12 @@ HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_
 
 
 class HookChanges:
-    """How many times a forward hook was registered or removed, on any module. runtime/guards.py
-    guards this one number for every traced function that calls a Module: a change of hooks
-    anywhere traces such functions again (one number to check per call, where a guard on every
-    module's hook dicts cost 240 us a call of a 12-layer TransformerEncoder)."""
+    """How many times a forward hook was registered or removed, on any module, or an attribute
+    set on a module over what its class defines (`lin.forward = f`, a method replaced: what
+    calling it runs, as a hook). runtime/guards.py guards this one number for every traced
+    function that calls a Module: such a change anywhere traces those functions again (one number
+    to check per call, where a guard on every module's hook dicts cost 240 us a call of a
+    12-layer TransformerEncoder)."""
 
     def __init__(self) -> None:
         self.hook_changes = 0

@@ -11,7 +11,8 @@ from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
 from tracer.nn.embedding_rows import check_sparse, padding_index, table
-from tracer.nn.module_api import ModuleApi, RemovableHandle  # noqa: F401 (torch's place)
+from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
+from tracer.nn.module_api import RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
 from tracer.creation import ones, zeros
 from tracer.random import rand
@@ -104,6 +105,10 @@ class Module(ModuleApi):
         elif name in buffers:
             buffers[name] = value
         else:
+            if name not in self.__dict__ and hasattr(type(self), name):
+                # over what its class defines (`lin.forward = f`, a method, a class default): what
+                # calling a module runs changed, as with a hook (see HookChanges)
+                HOOK_CHANGES.hook_changes += 1
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str):
