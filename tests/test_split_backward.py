@@ -165,7 +165,15 @@ CHANGED_INSIDE = {
     "softmax masked": lambda x: _masked(x.softmax(0)),
     "sqrt element": lambda x: _element(x.abs().sqrt()),
     "operand of a product": lambda x: (lambda y: (y * y.sum(), y.add_(1))[0])(x * 3),
+    "detach alias of a changed value": lambda x: _aliased(x),
 }
+
+
+def _aliased(x):
+    h = x * 2
+    product = x * h.detach()  # (mul reads the alias, which shares h's version, as in PyTorch)
+    h.add_(1)
+    return product
 
 
 def _masked(y):
@@ -195,6 +203,14 @@ def test_a_value_the_backward_reads_changed_inside_the_function_is_an_error_at_b
     np.testing.assert_allclose(result.detach().numpy(), function(x.detach()).numpy(), rtol=1e-15)
     with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
         result.sum().backward()
+
+    @tr.trace
+    def with_backward_inside(x):
+        function(x).sum().backward()
+        return x.grad
+
+    with pytest.raises(tr.InplaceError, match="test_split_backward.py"):
+        with_backward_inside(tr.linspace(0.1, 0.9, 3, dtype=tr.float64).requires_grad_())
 
 
 def test_a_result_changed_in_place_that_the_backward_does_not_read_keeps_its_gradient():

@@ -190,7 +190,11 @@ class DispatchMethods:
         as they do in PyTorch, whose detach() shares storage."""
         trace, builder, (handle,) = current_handles([self])
         if trace is not None and self.requires_grad:
-            (handle,) = builder.emit("stop_gradient", [handle], {})
+            (cut,) = builder.emit("stop_gradient", [handle], {})
+            # (shares the original's version, as PyTorch's: a backward that reads the alias
+            # refuses an in-place change of the original after it, see Trace.changed_since)
+            trace.note_view(cut, handle)
+            handle = cut
         alias = Tensor._make(handle, trace, False)
         alias._base, alias._base_version = self, self._version
         if self._view_of is not None:  # PyTorch's is a view of the view's base: a copy here too
