@@ -139,19 +139,10 @@ def _math(name: str):
     return emit
 
 
-# float32 additions, subtractions and multiplications may contract into fused multiply-adds where
-# the CPU has them: rounded once instead of twice, each at least as close to the exact result,
-# and one instruction instead of two (GELU's forward and backward, in cache: 1.50 against 1.33 ns
-# an element). float64 keeps numpy's two roundings, the bits float64 users compare against.
-CONTRACTED = {"fadd", "fsub", "fmul"}
-
-
 def _arithmetic(float_opcode: str, int_opcode: str):
     def emit(w: Writer, in_dtypes, out_dtype, operands, attributes) -> str:
         dtype = in_dtypes[0]
         opcode = float_opcode if is_float(dtype) else int_opcode
-        if dtype == float32 and opcode in CONTRACTED:
-            opcode += " contract"
         a, b = operands
         return w.value(f"{opcode} {LLVM_TYPE[dtype]} {a}, {b}")
     return emit
