@@ -1,5 +1,6 @@
 """Sibling loops merged: two loops one after the other over the same bounds, neither reading what
-the other writes, become one loop whose body is the first's then the second's.
+the other writes (but the second reading what the first stores at the same element), become one
+loop whose body is the first's then the second's.
 
 A row kernel computes each part of a row in a loop of its own (ir/schedule_reduce.py): layer
 norm's backward sums the output's gradient for the bias and its product with the normalized row
@@ -13,9 +14,10 @@ and loads the second loop does not read (moved after it, so none may read what i
 one-hot term's sum, ir/one_hot.py), their bounds are the same,
 neither reads an accumulator the other updates (its value is final only after its loop), and no
 buffer one of them stores is read or stored by the other (an element stored at one iteration
-could be read at another), and either both hold loops or neither does (LLVM vectorizes only an
-innermost loop). Loops that
-check indices, call the host, the BLAS or MPI stay as they are. The second loop's counter becomes
+could be read at another) -- except a buffer the first innermost loop stores at one offset and
+the second loads at that same offset only, as functions of their counters -- and either both
+hold loops or neither does (LLVM vectorizes only an innermost loop). Loops that check indices,
+call the host, the BLAS or MPI stay as they are. The second loop's counter becomes
 a copy of the first's (an `add 0` LLVM folds), so its body is kept as it was.
 """
 from __future__ import annotations
@@ -74,7 +76,8 @@ def _merge_with_previous(result: list, loop: Loop) -> bool:
     # an accumulator either loop updates is read by the other, or starts one declared between
     # them, only once it is final
     initials = {d.initial for d in declarations if isinstance(d.initial, str)}
-    if (first_stores & (second_loads | second_stores) or second_stores & first_loads
+    if (first_stores & second_stores or second_stores & first_loads
+            or not _reads_where_stored(first, loop, first_stores & second_loads)
             or first_updates & (second_reads | initials) or second_updates & first_reads):
         return False
     # what the second loop does not read waits for it (reading neither what it changes nor
@@ -92,6 +95,37 @@ def _merge_with_previous(result: list, loop: Loop) -> bool:
     result.extend(reversed(later))
     first.body = first.body + [IndexOp(loop.counter, "add", (first.counter, 0))] + loop.body
     return True
+
+
+def _reads_where_stored(first: Loop, second: Loop, buffers: set[str]) -> bool:
+    """Whether the innermost loop `second` loads each of `buffers` only at the one offset where
+    the innermost loop `first` stores it, as functions of their counters: merged, each iteration
+    then reads what it has just stored (layer norm's normalized row, which its output stores and
+    its weight's gradient reads), never what another iteration stores."""
+    if not buffers:
+        return True
+    if _nests(first) or _nests(second):
+        return False
+    offsets: dict[str, set] = {}
+    for loop, kind in ((first, Store), (second, Load)):
+        definitions = {s.target: s for s in loop.body if isinstance(s, IndexOp)}
+        for statement in loop.body:
+            if isinstance(statement, kind) and statement.buffer in buffers:
+                offsets.setdefault(statement.buffer, set()).add(
+                    _offset_form(statement.offset, definitions, loop.counter))
+    return all(len(forms) == 1 and None not in forms for forms in offsets.values())
+
+
+def _offset_form(operand, definitions: dict, counter: str):
+    """`operand` as a tree of index operations down to the loop's counter, the registers defined
+    before the loop and literals (None where it depends on anything else in the loop)."""
+    if operand == counter:
+        return ("counter",)
+    if not isinstance(operand, str) or operand not in definitions:
+        return operand
+    statement = definitions[operand]
+    forms = tuple(_offset_form(o, definitions, counter) for o in statement.operands)
+    return None if None in forms else (statement.op, *forms)
 
 
 def _nests(loop: Loop) -> bool:

@@ -1,5 +1,6 @@
 """Sibling loops merged (ir/loop_fusion.py): loops over the same bounds, neither reading what the
-other writes, become one; every other pair stays as it is. Each program runs in the loop IR's
+other writes (but the second what the first stores at the same element), become one; every other
+pair stays as it is. Each program runs in the loop IR's
 interpreter against numpy, merged or not; the row kernels of layer norm and cross-entropy through
 the API (conftest.py checks their compiled code against the reference interpreter)."""
 from __future__ import annotations
@@ -42,6 +43,8 @@ def row_program(second: str) -> LoopProgram:
     body = [IndexOp("%q", "add", ("%o", "%j"))]
     if second == "reads the copy backwards":  # out1[r, 3 - j]: stored at another iteration
         body += [IndexOp("%back", "sub", ("%o2", "%j")), Load("%y", "out1", "%back", copy)]
+    elif second == "reads the copy where stored":  # out1[r, j], as the first loop stores it
+        body += [Load("%y", "out1", "%q", copy)]
     else:
         body += [Load("%y", "in1", "%q", b)]
     if second == "reads the sum":
@@ -78,7 +81,7 @@ def row_program(second: str) -> LoopProgram:
 
 def expected(second: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     sums = a.sum(1)
-    if second == "reads the copy backwards":
+    if second in ("reads the copy backwards", "reads the copy where stored"):
         return sums + a.max(1)
     if second == "reads the sum":
         return sums + (b - sums[:, None]).max(1)
@@ -101,6 +104,7 @@ def loops_in_rows(program: LoopProgram) -> int:
     ("independent", True),
     ("reads the sum", False),  # final only after the first loop
     ("reads the copy backwards", False),  # the first loop stores what it loads
+    ("reads the copy where stored", True),  # each iteration reads what it has just stored
     ("fewer elements", False),
     ("a computation between", True),  # not read by the second loop: it waits for it
     ("reads a computation between", False),
@@ -139,9 +143,10 @@ def loops_per_depth(program: LoopProgram) -> list[int]:
 
 
 @pytest.mark.parametrize("step, arrays, separate, merged", [
-    # the chunk's two zero fills; per row, the output with the bias's sum and the weight's sum
-    # with the gradient's row sum
-    (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 8], [1, 2, 6]),
+    # the chunk's two zero fills; per row, the mean, the variance, the output with the bias's
+    # sum, the weight's sum (which reads the normalized row the output's loop stores, at the
+    # same element) and the backward's three row sums (ir/sum_terms.py), the gradient
+    (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 9], [1, 2, 4]),
     # per row, the maximum with the targets' sum, the loss and the gradient's row sum with the
     # gradient (max(dim)'s value read at its index, its gradient stored there after the loop:
     # ir/one_hot.py)
