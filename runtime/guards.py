@@ -58,8 +58,8 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     paths += _absences(reached, used)
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
-        paths.append((("forward hooks or module methods", HOOK_CHANGES, (("attr", "hook_changes"),)),
-                      reached.hook_changes))
+        label = "forward hooks or module methods"
+        paths.append(((label, HOOK_CHANGES, (("attr", "hook_changes"),)), reached.hook_changes))
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 

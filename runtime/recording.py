@@ -62,7 +62,7 @@ class Recording:
         self.replayed = replayed
         # whether the backward must run the function again: it registered gradient hooks
         # (register_hook), or changed in place a value its backward reads
-        # (_backward_reads_a_change)
+        # (tracer.backward.backward_reads_a_change)
         self.replays_backward = replays_backward
 
 

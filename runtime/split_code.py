@@ -102,7 +102,7 @@ def split_signature(recording: "Recording", function: "Graph", wrt: list[tuple[s
     registers gradient hooks (kept by the trace's values, which the split's copy has not) or
     changes in place a value its backward reads (Recording.replays_backward)."""
     if recording.replays_backward or any(isinstance(rule.backward, HostBackward)
-                               for rule in recording.rules):
+                                         for rule in recording.rules):
         return None
     try:
         parts = split(function, differentiable, [p for p in wrt if p is not None], optimize,

@@ -38,6 +38,14 @@ def table(num_embeddings: int, embedding_dim: int, padding_idx: int | None,
     return weight
 
 
+def pretrained_shape(embeddings: Tensor, name: str) -> tuple[int, int]:
+    """(num_embeddings, embedding_dim) of the table given to `name`.from_pretrained, 2-D."""
+    if embeddings.ndim != 2:
+        raise ShapeMismatchError(f"{name}.from_pretrained needs 2-D embeddings, got shape "
+                                 f"{list(embeddings.shape)}")
+    return embeddings.shape
+
+
 def check_sparse(sparse: bool, name: str) -> None:
     if sparse:
         raise ArgumentError(f"{name}: sparse gradients are not supported (tracer's gradients are "
@@ -65,7 +73,8 @@ def scaled_by_frequency(rows: Tensor, indices: Tensor, count: int) -> Tensor:
         return rows
     length = indices.shape[0]
     frequency = zeros(count, dtype=rows.dtype).index_add(0, indices, ones(length, dtype=rows.dtype))
-    inverse = frequency.index_select(0, indices).reciprocal().reshape(length, *[1] * (rows.ndim - 1))
+    inverse = frequency.index_select(0, indices).reciprocal().reshape(
+        length, *[1] * (rows.ndim - 1))
     rows.register_hook(lambda gradient: apply("custom_vjp", [gradient * inverse, gradient],
                                               num_outputs=1, rule=_UNSCALED))
     return rows

@@ -16,7 +16,7 @@ from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.layout import fresh
 from tracer.nn.convolution import conv2d, conv_transpose2d, pad, padding_amounts, pair
 from tracer.nn.embedding_bag import check_options, embedding_bag
-from tracer.nn.embedding_rows import padding_index, table
+from tracer.nn.embedding_rows import padding_index, pretrained_shape, table
 from tracer.nn.modules import Module, Parameter, _uniform
 from tracer.nn.normalization import batch_norm
 from tracer.nn.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
@@ -67,8 +67,8 @@ class _ConvNd(Module):
             # (PyTorch pads in the mode first, then convolves without padding)
             numbers = padding if isinstance(padding, str) else self._as_2d(padding, 0)
             low, high = padding_amounts(numbers, self._as_2d(self.kernel_size, 1),
-                                 self._as_2d(self.stride, 1), self._as_2d(self.dilation, 1),
-                                 type(self).__name__)
+                                        self._as_2d(self.stride, 1), self._as_2d(self.dilation, 1),
+                                        type(self).__name__)
             amounts = [a for before, after in zip(reversed(low), reversed(high))
                        for a in (before, after)]
             x, padding = pad(x, amounts, self.padding_mode), 0
@@ -268,11 +268,8 @@ class EmbeddingBag(Module):
                         sparse: builtins.bool = False, include_last_offset: builtins.bool = False,
                         padding_idx: int | None = None) -> "EmbeddingBag":
         """An EmbeddingBag holding the 2-D `embeddings` (its buffer), trained unless `freeze`."""
-        if embeddings.ndim != 2:
-            raise ShapeMismatchError(f"EmbeddingBag.from_pretrained needs 2-D embeddings, got "
-                                     f"shape {list(embeddings.shape)}")
-        bag = cls(*embeddings.shape, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
-                  embeddings, include_last_offset, padding_idx)
+        bag = cls(*pretrained_shape(embeddings, "EmbeddingBag"), max_norm, norm_type,
+                  scale_grad_by_freq, mode, sparse, embeddings, include_last_offset, padding_idx)
         bag.weight.requires_grad_(not freeze)
         return bag
 

@@ -10,7 +10,7 @@ from typing import Iterator, NamedTuple
 from tracer.context import no_grad
 from tracer.errors import ArgumentError, ShapeMismatchError
 from tracer.nn import functional as F
-from tracer.nn.embedding_rows import check_sparse, padding_index, table
+from tracer.nn.embedding_rows import check_sparse, padding_index, pretrained_shape, table
 from tracer.nn.module_api import HOOK_CHANGES, ModuleApi
 from tracer.nn.module_api import RemovableHandle  # noqa: F401 (torch's place)
 from tracer.backward import clear_grads
@@ -325,11 +325,8 @@ class Embedding(Module):
                         sparse: builtins.bool = False) -> "Embedding":
         """An Embedding holding the 2-D `embeddings` (its buffer, as PyTorch's), trained unless
         `freeze`."""
-        if embeddings.ndim != 2:
-            raise ShapeMismatchError(f"Embedding.from_pretrained needs 2-D embeddings, got shape "
-                                     f"{list(embeddings.shape)}")
-        return cls(*embeddings.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq,
-                   sparse, _weight=embeddings, _freeze=freeze)
+        return cls(*pretrained_shape(embeddings, "Embedding"), padding_idx, max_norm, norm_type,
+                   scale_grad_by_freq, sparse, _weight=embeddings, _freeze=freeze)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
