@@ -24,19 +24,25 @@ MAX_ENTRY_BYTES (64 MiB); anything else (a FIFO, a device, a symlink) is treated
 Writes go to a temporary file in the same directory, then `os.replace`, so readers never see a
 partial entry. A hit touches the entry's modification time; a store that takes the directory's
 entries past TRACER_CACHE_SIZE (default 1 GiB) deletes the least recently used entries until they
-take seven eighths of it. Finding them means a stat of every entry (half a second for 90,000, 2.7 s
-for the 296,000 small entries of a full 1 GiB), so a process does it at its first store and then
-only when its own stores since might have gone past the size, or past an eighth of it (other
-processes store too): the directory goes past its size by at most an eighth for each process
-storing at once, until that process's next store. (Evicting only down to the size itself made
-every store of a full cache count the whole directory again: 2.7 s a store.)
+take seven eighths of it. Finding them means a stat of every entry (half a second for 90,000, 2.9 s
+for the 255,000 small entries of a full 1 GiB), so it is not done to learn the size: the file
+`stored` (LEDGER_NAME) holds the bytes the entries take, which every store adds its entry to under
+an exclusive lock (flock), and which a count sets. A store counts only where the ledger goes past
+the size, or is absent or unreadable (a directory an older version filled: counted once). The
+ledger errs on the safe side where entries leave without it (deleted by hand, rewritten under the
+same key): it counts early; stores made by other processes while one counts may be missed, so the
+directory can go past its size by what they stored, until the next count. (Counting at each
+process's first store cost every process compiling against a full cache 2.9 s; evicting only down
+to the size itself made every store of a full cache count again.)
 
 TRACER_CACHE_DIR sets the directory (default $XDG_CACHE_HOME/tracer or ~/.cache/tracer);
 TRACER_DISABLE_CACHE=1 turns the disk cache off.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import hashlib
 import hmac
@@ -44,7 +50,7 @@ import logging
 import os
 import stat
 import struct
-import threading
+from collections.abc import Iterator
 
 from tracer.runtime.settings import byte_size_setting
 
@@ -54,6 +60,8 @@ _HEADER = struct.Struct("<9sI32sQ32s")  # magic, format, key, payload length, HM
 MAX_ENTRY_BYTES = 64 * 2**20
 DEFAULT_CACHE_SIZE = 2**30
 SECRET_NAME = "secret"
+LEDGER_NAME = "stored"  # the bytes the entries take (see the module's docstring)
+_LEDGER = struct.Struct("<q")
 _SECRET_BYTES = 32
 # Entries holding object code, and those remembering the compiler's fingerprint (see
 # `compiler_fingerprint`): both evicted alike, told apart by name.
@@ -65,9 +73,6 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")
 _reported: set[tuple[str, str]] = set()  # (directory, reason) already logged by this process
-# Per directory: its entries' bytes as this process last counted them, and what it stored since.
-_counted: dict[str, tuple[int, int]] = {}
-_counting = threading.Lock()
 
 
 def _sources(directories: list[str]) -> list[tuple[str, str]]:
@@ -349,14 +354,33 @@ class ObjectCache:
 
 
 def _account_for_store(directory: str, size: int, capacity: int) -> None:
-    with _counting:
-        counted = _counted.get(directory)
-        if counted is not None:
-            total, stored_since = counted[0] + size, counted[1] + size
-            if total <= capacity and stored_since <= capacity // 8:
-                _counted[directory] = (total, stored_since)
+    """Add a stored entry's `size` to the directory's ledger; count and evict where the entries
+    may take more than `capacity` bytes (or the ledger cannot tell)."""
+    descriptor = os.open(os.path.join(directory, LEDGER_NAME),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with _locked(descriptor):
+            recorded = os.pread(descriptor, _LEDGER.size + 1, 0)
+            total = _LEDGER.unpack(recorded)[0] if len(recorded) == _LEDGER.size else -1
+            if 0 <= total <= capacity - size:
+                os.pwrite(descriptor, _LEDGER.pack(total + size), 0)
                 return
-        _counted[directory] = (evict_least_recently_used(directory, capacity - capacity // 8), 0)
+        # (counted unlocked: other processes' stores wait for no count; see the docstring)
+        total = evict_least_recently_used(directory, capacity - capacity // 8)
+        with _locked(descriptor):
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, _LEDGER.pack(total), 0)
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def _locked(descriptor: int) -> Iterator[None]:
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
 
 
 def evict_least_recently_used(directory: str, capacity: int) -> int:

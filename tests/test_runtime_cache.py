@@ -250,34 +250,81 @@ def test_disk_cache_evicts_least_recently_used_past_its_size(directory, monkeypa
     assert (directory / cache.SECRET_NAME).exists()  # the secret is not an entry
 
 
-def test_stores_count_the_directory_once_until_they_might_pass_an_eighth_of_its_size(tmp_path,
-                                                                                   monkeypatch):
-    # Counting stats every entry (half a second for 90,000: the test suite took 560 s instead of
-    # 140 s against a full cache), so it may not happen at every store.
-    scans = []
+def store_numbered(directory, numbers, capacity: int, payload: bytes = b"x" * 1000) -> None:
+    for number in numbers:
+        cache.ObjectCache(directory, number.to_bytes(32, "little"), b"s" * 32, capacity).store(
+            payload)
+
+
+@pytest.fixture
+def scans(monkeypatch) -> list:
+    """The counts of the cache directory made (each stats every entry)."""
+    made = []
     counting = cache.evict_least_recently_used
     monkeypatch.setattr(cache, "evict_least_recently_used",
-                        lambda *arguments: scans.append(arguments) or counting(*arguments))
-    payload = b"x" * 1000
-    entry_bytes = len(payload) + cache._HEADER.size
-    capacity = 80 * entry_bytes  # an eighth of it is 10 entries
-    for number in range(25):
-        cache.ObjectCache(tmp_path, number.to_bytes(32, "little"), b"s" * 32, capacity).store(payload)
-    assert len(scans) == 3  # at the first store, then after 10 more, then 10 more
-    (tmp_path / f"{(0).to_bytes(32, 'little').hex()}.o").unlink()  # as if another process evicted
-    smaller = 20 * entry_bytes
-    cache.ObjectCache(tmp_path, (99).to_bytes(32, "little"), b"s" * 32, smaller).store(payload)
-    assert len(scans) == 4  # the store may go past the new size: count again, evict below it
-    assert sum(path.stat().st_size for path in tmp_path.glob("*.o")) <= smaller - smaller // 8
+                        lambda *arguments: made.append(arguments) or counting(*arguments))
+    return made
+
+
+def entry_bytes(payload_bytes: int = 1000) -> int:
+    return payload_bytes + cache._HEADER.size
+
+
+def entries_size(directory) -> int:
+    return sum(path.stat().st_size for path in directory.glob("*.o"))
+
+
+def test_stores_count_the_directory_only_when_its_ledger_goes_past_the_size(tmp_path, scans):
+    # Counting stats every entry (2.9 s for the 255,000 entries of a full 1 GiB cache), so it may
+    # not happen at every store, nor at each process's first store
+    capacity = 80 * entry_bytes()
+    store_numbered(tmp_path, range(25), capacity)
+    assert len(scans) == 1  # the first store: no ledger yet
+    assert cache._LEDGER.unpack((tmp_path / cache.LEDGER_NAME).read_bytes()) == (
+        (entries_size(tmp_path),))
+    (tmp_path / f"{(0).to_bytes(32, 'little').hex()}.o").unlink()  # as if deleted by hand
+    smaller = 20 * entry_bytes()
+    store_numbered(tmp_path, [99], smaller)
+    assert len(scans) == 2  # the store goes past the new size: count, evict below it
+    assert entries_size(tmp_path) <= smaller - smaller // 8
     assert (tmp_path / f"{(99).to_bytes(32, 'little').hex()}.o").exists()
     # A full cache: eviction leaves room for an eighth of it, so the next count comes an eighth
-    # later, not at every store (which counted the whole directory again each time: 2.7 s a store
-    # for the 296,000 entries of a full 1 GiB cache)
-    for number in range(100, 125):
-        cache.ObjectCache(tmp_path, number.to_bytes(32, "little"), b"s" * 32, smaller).store(
-            payload)
-    assert len(scans) <= 4 + 25 // 2
-    assert sum(path.stat().st_size for path in tmp_path.glob("*.o")) <= smaller
+    # later, not at every store (which counted the whole directory again each time)
+    store_numbered(tmp_path, range(100, 125), smaller)
+    assert len(scans) <= 2 + 25 // 2
+    assert entries_size(tmp_path) <= smaller
+    assert cache._LEDGER.unpack((tmp_path / cache.LEDGER_NAME).read_bytes()) == (
+        (entries_size(tmp_path),))
+
+
+def test_a_new_process_storing_into_a_nearly_full_cache_counts_nothing(tmp_path, scans):
+    store_numbered(tmp_path, range(30), 40 * entry_bytes())
+    assert len(scans) == 1
+    # 31 entries fit 32, but not the seven eighths a count evicts to: a count would delete some
+    command = ("import sys; from tracer.runtime import cache; "
+               "cache.ObjectCache(sys.argv[1], bytes([255]) * 32, b's' * 32, int(sys.argv[2]))"
+               ".store(b'y' * 1000)")
+    before = entries_size(tmp_path)
+    output = subprocess.run([sys.executable, "-c", command, str(tmp_path), str(32 * entry_bytes())],
+                            capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert output.returncode == 0, output.stderr[-2000:]
+    assert entries_size(tmp_path) == before + entry_bytes()  # nothing evicted: not counted
+    assert cache._LEDGER.unpack((tmp_path / cache.LEDGER_NAME).read_bytes()) == (
+        (before + entry_bytes(),))
+
+
+@pytest.mark.parametrize("ledger", [None, b"", b"garbage", cache._LEDGER.pack(-5)])
+def test_a_missing_or_unreadable_ledger_is_counted_again(tmp_path, scans, ledger):
+    capacity = 10 * entry_bytes()
+    store_numbered(tmp_path, range(12), 10**9)  # a cache filled past `capacity` ...
+    path = tmp_path / cache.LEDGER_NAME
+    path.unlink() if ledger is None else path.write_bytes(ledger)  # ... its ledger lost
+    del scans[:]
+    store_numbered(tmp_path, [50], capacity)
+    assert len(scans) == 1
+    assert entries_size(tmp_path) <= capacity - capacity // 8
+    assert cache._LEDGER.unpack(path.read_bytes()) == (entries_size(tmp_path),)
 
 
 @pytest.mark.parametrize("text, size", [("12345", 12345), ("512M", 512 * 2**20),
