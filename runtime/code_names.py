@@ -53,20 +53,27 @@ class UsedNames(set):
                 for code in self.codes if name in code.co_names or name in code.co_consts)
         return self._read[name, kind]
 
-    def read_by_string(self, library: Callable[[str], bool]) -> frozenset[str]:
-        """The names of attributes the code that ran may read by a string it holds
-        (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`, `"cache" in
-        vars(self)`): the identifiers among the string constants of the code (but in files
-        `library` names) that reads attributes by strings (_BY_STRING). (A superset: a name set
-        later that is no such read traces again once.)"""
-        return frozenset(name for code in self.codes
-                         if not _BY_STRING.isdisjoint(code.co_names)
-                         and not library(code.co_filename)
-                         for constant in code.co_consts
-                         # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
-                         for name in (constant if isinstance(constant, tuple) else (constant,))
-                         if isinstance(name, str) and name.isidentifier()
-                         and not name.startswith("__"))
+    def maybe_absent(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The names of attributes the code that ran (but in files `library` names) may read
+        where they are absent: by a string it holds (`getattr(model, "temperature", 1.0)`,
+        `hasattr(self, "cache")`, `"cache" in vars(self)`: the identifiers among the string
+        constants of code that reads attributes by strings, _BY_STRING), or by name where it
+        catches AttributeError (`try: t = self.temperature` / `except AttributeError:`). (A
+        superset: a name set later that is no such read traces again once.)"""
+        names = set()
+        for code in self.codes:
+            by_string = not _BY_STRING.isdisjoint(code.co_names)
+            catching = code.co_exceptiontable and _catches_attribute_errors(code)
+            if not (by_string or catching) or library(code.co_filename):
+                continue
+            if by_string:
+                # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
+                names.update(name for constant in code.co_consts for name in (
+                    constant if isinstance(constant, tuple) else (constant,))
+                    if isinstance(name, str) and name.isidentifier())
+            if catching:
+                names.update(_names_read(code, _ATTRIBUTE_LOADS))
+        return frozenset(name for name in names if not name.startswith("__"))
 
 
 # What reads an attribute named by a string.
@@ -81,14 +88,33 @@ _NAMING = frozenset(dis.hasname) - _NOT_READS
 _LOAD_ATTR = dis.opmap["LOAD_ATTR"]
 
 
+_ATTRIBUTE_LOADS = frozenset({_LOAD_ATTR})
+# What catches an AttributeError by name (`except AttributeError`, `except Exception`,
+# `contextlib.suppress(AttributeError)`); a bare `except:` is its handler's first instruction
+# popping the exception (PUSH_EXC_INFO, POP_TOP), where a `with` or `finally` does otherwise.
+_CATCHING = frozenset({"AttributeError", "Exception", "BaseException"})
+_PUSH_EXC_INFO, _POP_TOP = dis.opmap["PUSH_EXC_INFO"], dis.opmap["POP_TOP"]
+
+
 @functools.lru_cache(maxsize=4096)
-def _names_read(code: types.CodeType) -> frozenset[str]:
-    """The names `code` reads (attributes, globals, imports): not a method it loads to call, nor
-    a name it only stores. Disassembled only for code that names a guarded value's last step
-    (disassembling every code a GPT step runs while tracing took 137 ms)."""
+def _catches_attribute_errors(code: types.CodeType) -> bool:
+    """Whether `code` (which has exception handlers) may catch an AttributeError."""
+    if not _CATCHING.isdisjoint(code.co_names):
+        return True
+    units = code.co_code
+    return any(units[index] == _PUSH_EXC_INFO and units[index + 2] == _POP_TOP
+               for index in range(0, len(units) - 2, 2))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: types.CodeType, opcodes: frozenset[int] = _NAMING) -> frozenset[str]:
+    """The names `code` reads (attributes, globals, imports; by default: those of `opcodes`):
+    not a method it loads to call, nor a name it only stores. Disassembled only for code that
+    names a guarded value's last step (disassembling every code a GPT step runs while tracing took
+    137 ms), or catches an AttributeError."""
     return frozenset(
         instruction.argval for instruction in dis.get_instructions(code)
-        if instruction.opcode in _NAMING and not (
+        if instruction.opcode in opcodes and not (
             instruction.opcode == _LOAD_ATTR and sys.version_info >= (3, 12)
             and instruction.arg & 1))
 

@@ -7,24 +7,27 @@ reaches that very tensor (`model.w = new_tensor` traces again); for every path t
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
 at a function or class, that it is the same one, as is the class of every object on a path and
-the length (keys) of every list or tuple (dict); that no attribute the user's code may read by
-a string and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the
-user's class defines (`block.act = f`), was set on a user's object since; if a
-Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
+the length (keys) of every list or tuple (dict); that no attribute the user's code may read
+where absent when traced (`getattr(model, "temperature", 1.0)`, `try: self.temperature` /
+`except AttributeError`, an unset __slots__ slot), nor one hiding what the user's class defines
+(`block.act = f`), was set on a user's object since, nor one the trace asked of tracer's own
+objects and found absent (`getattr(self.linear, "scale", 1.0)` on a tr.nn layer, an optimizer,
+a scheduler: noted as asked, tracer.context.AbsentNamesNoted); if a Module ran, that no forward
+hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Sequence
 
 import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
 from tracer.runtime.code_names import UsedNames, may_read
-from tracer.runtime.reach import Reached, library_file, named_steps, shadowed
+from tracer.runtime.reach import Reached, library_file, named_steps, shadowed, slot_names
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -66,51 +69,76 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
 def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
     """Guards that names stay unset where the code may read them: on each user's object,
     settings, module or class the walk reached (Reached.namespaces), the names absent there now
-    that the user's code may read by a string (getattr with a default, hasattr), and those that
-    would hide what its class defines that the code names (`block.scale = 3` over the class's
-    `scale`, `block.act = f` over the method). One guard an object, one `keys().isdisjoint` of
-    its own dict (and of a Module's registries: `model.temperature = Parameter(...)`)."""
-    by_string = used.read_by_string(_not_users) if used is not None else frozenset()
+    that the user's code may read where absent (by a string: getattr with a default, hasattr; or
+    inside a try that catches AttributeError: UsedNames.maybe_absent), and those that would hide
+    what its class defines that the code names (`block.scale = 3` over the class's `scale`,
+    `block.act = f` over the method); on tracer's own objects (a Module, an optimizer: not
+    namespaces, for cost), the names the trace asked of them and found absent
+    (Reached.absent_reads). One guard an object (see `_absence`)."""
+    by_string = used.maybe_absent(_not_users) if used is not None else frozenset()
     guards = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        own = vars(value)
-        if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
-            continue
-        names = frozenset(name for name in by_string | frozenset(
-            name for name in shadowed(value) if used is None or name in used) if name not in own)
-        # (a Module's __setattr__ puts a Parameter, a buffer or a submodule in its registries,
-        # read by its __getattr__: by name only where the attribute is absent)
-        registered = (names & by_string if all(isinstance(own.get(r), dict) for r in _REGISTRIES)
-                      else frozenset())
-        if names:
-            guards.append(((f"{path[0]} attribute {', '.join(sorted(names))}", path[1],
-                            (*path[2], ("absent", (names, registered)))), True))
+        guards += _absence(path, value, by_string | frozenset(
+            name for name in shadowed(value) if used is None or name in used), by_string)
+    asked: dict[int, tuple[Any, set[str]]] = {}
+    for owner, name in reached.absent_reads:
+        asked.setdefault(id(owner), (owner, set()))[1].add(name)
+    for owner, names in asked.values():
+        guards += _absence((f"a {type(owner).__name__}'s", owner, ()), owner, names, names)
     return guards
+
+
+def _absence(path: tuple, value, wanted: AbstractSet[str], by_name: AbstractSet[str]
+             ) -> list[tuple[tuple, bool]]:
+    """The guard (none, or one) that the names of `wanted` absent from `value` now stay so: each
+    name not in its own dict (and, for those of `by_name`, not in a Module's registries, where
+    its __setattr__ puts a Parameter, a buffer or a submodule read by its __getattr__:
+    `model.temperature = Parameter(...)`), each slot of `wanted` not set (`getattr(self, "slot",
+    1.0)` on a class with __slots__)."""
+    own = getattr(value, "__dict__", None)
+    if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
+        own = None
+    every_slot = slot_names(type(value))
+    slots = frozenset(name for name in every_slot if name in wanted and not hasattr(value, name))
+    registries = [own[r] for r in _REGISTRIES if own is not None and isinstance(own.get(r), dict)]
+    names = frozenset(name for name in wanted if own is not None and name not in own
+                      and name not in every_slot and not any(name in r for r in registries))
+    registered = names & by_name if len(registries) == len(_REGISTRIES) else frozenset()
+    if not names and not slots:
+        return []
+    return [((f"{path[0]} attribute {', '.join(sorted(names | slots))}", path[1],
+              (*path[2], ("absent", (names, registered, slots)))), True)]
 
 
 # A Module's registries, where its __setattr__ puts a Parameter, a buffer or a submodule
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
 
 
-def _absent(value, names: frozenset[str], registered: frozenset[str]) -> bool:
-    """Whether none of `names` is set on `value`, nor of `registered` in its registries (an
-    "absent" step of a guard)."""
-    own = vars(value)
-    return own.keys().isdisjoint(names) and all(
-        own[registry].keys().isdisjoint(registered) for registry in _REGISTRIES if registered)
+def _absent(value, names: frozenset[str], registered: frozenset[str],
+            slots: frozenset[str]) -> bool:
+    """Whether none of `names` is set on `value`, nor of `registered` in its registries, nor any
+    of its `slots` (an "absent" step of a guard)."""
+    return ((not names or vars(value).keys().isdisjoint(names)) and all(
+        getattr(value, registry).keys().isdisjoint(registered)
+        for registry in _REGISTRIES if registered)
+        and not any(hasattr(value, name) for name in slots))
 
 
 def _absent_source(expression: str, names: frozenset[str], registered: frozenset[str],
-                   label: str) -> str:
+                   slots: frozenset[str], label: str) -> str:
     """`_absent` as an expression of generated code: a test for each name (`"scale" in d`), as
     the few names a guard holds cost less so than by one isdisjoint (its views' allocation)."""
     target, own = f"object{label}", f"own{label}"
     tests = [f"{name!r} in {own}" for name in sorted(names)]
-    tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
     tests += [f"{name!r} in {target}.{registry}" for registry in _REGISTRIES
               for name in sorted(registered)]
+    tests += [f"hasattr({target}, {name!r})" for name in sorted(slots)]
+    if names:
+        tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
+    else:
+        tests[0] = f"hasattr(({target} := {expression}), {sorted(slots)[0]!r})"
     return f"not ({' or '.join(tests)})"
 
 
