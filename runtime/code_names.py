@@ -9,7 +9,7 @@ import dis
 import functools
 import sys
 import types
-from typing import Any, Callable, Iterator
+from typing import AbstractSet, Any, Callable, Iterator
 
 from tracer.errors import project_file
 from tracer.runtime import profile_hook
@@ -36,6 +36,13 @@ class UsedNames(set):
         super().__init__(names)
         self.codes = codes
         self._read: dict[tuple[str, str], bool] = {}
+
+    def assuming(self, names: AbstractSet[str]) -> UsedNames:
+        """These names and `names`, all counted as read (the attributes of the user's objects,
+        where the code builds the names it reads)."""
+        assumed = UsedNames(self | names, self.codes)
+        assumed._read = {(name, kind): True for name in names for kind in ("attr", "item")}
+        return assumed
 
     def read(self, name: str, kind: str) -> bool:
         """Whether some code that ran may read the attribute (`kind` "attr") or the dict item
@@ -66,19 +73,48 @@ class UsedNames(set):
             catching = code.co_exceptiontable and _catches_attribute_errors(code)
             if not (by_string or catching) or library(code.co_filename):
                 continue
-            if by_string:
-                # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
-                names.update(name for constant in code.co_consts for name in (
-                    constant if isinstance(constant, tuple) else (constant,))
-                    if isinstance(name, str) and name.isidentifier())
-            if catching:
-                names.update(_names_read(code, _ATTRIBUTE_LOADS))
+            names.update(_string_names(code) if by_string else ())
+            names.update(_names_read(code, _ATTRIBUTE_LOADS) if catching else ())
         return frozenset(name for name in names if not name.startswith("__"))
 
+    def read_through_dicts(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The names of attributes the code that ran (but in files `library` names) may read
+        from an object's own dict by a string it holds (`vars(layer).get("scale", 1.0)`,
+        `layer.__dict__.get(...)`): reads that pass no __getattr__, which notes those of
+        getattr and hasattr on tracer's objects (tracer.context.AbsentNamesNoted)."""
+        return frozenset(name for code in self.codes
+                         if not _DICT_READERS.isdisjoint(code.co_names)
+                         and not library(code.co_filename) for name in _string_names(code))
 
-# What reads an attribute named by a string.
+    def builds_names(self, library: Callable[[str], bool]) -> bool:
+        """Whether some code that ran (but in files `library` names) reads attributes by names
+        it builds, which the recorded strings do not hold (`getattr(self, f"act{i}")`,
+        `getattr(self, "scale_" + kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
+        return any(_builds_names(code) for code in self.codes
+                   if not _NAMED_READERS.isdisjoint(code.co_names)
+                   and not library(code.co_filename))
+
+
+def attributes_read(function: Any) -> frozenset[str]:
+    """The attributes the code of `function` loads by name (not the methods it calls)."""
+    code = getattr(function, "__code__", None)
+    return _names_read(code, _ATTRIBUTE_LOADS) if code is not None else frozenset()
+
+
+# What reads an attribute named by a string; of those, what reads an object's own dict.
 _BY_STRING = frozenset({"getattr", "hasattr", "attrgetter", "__getattribute__", "__dict__",
                         "vars"})
+_DICT_READERS = frozenset({"__dict__", "vars"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_names(code: types.CodeType) -> frozenset[str]:
+    """The identifiers among the string constants of `code` (and in its tuples: `for name in
+    ("a", "b"): getattr(...)`), but dunder names."""
+    return frozenset(name for constant in code.co_consts
+                     for name in (constant if isinstance(constant, tuple) else (constant,))
+                     if isinstance(name, str) and name.isidentifier()
+                     and not name.startswith("__"))
 # The instructions that name a name without reading its value: a method's load to call it
 # (LOAD_METHOD in Python 3.11, LOAD_ATTR with its lowest bit set from 3.12, below) and stores.
 _NOT_READS = frozenset(dis.opmap[name] for name in (
@@ -104,6 +140,37 @@ def _catches_attribute_errors(code: types.CodeType) -> bool:
     units = code.co_code
     return any(units[index] == _PUSH_EXC_INFO and units[index + 2] == _POP_TOP
                for index in range(0, len(units) - 2, 2))
+
+
+# What reads an attribute by a name given as an argument, and the instructions that call.
+_NAMED_READERS = frozenset({"getattr", "hasattr"})
+_CALLS = frozenset({"PRECALL", "CALL"})  # (3.11 calls with PRECALL first, 3.12 without)
+
+
+@functools.lru_cache(maxsize=4096)
+def _builds_names(code: types.CodeType) -> bool:
+    """Whether `code` calls getattr or hasattr with a name other than a string constant. Read
+    off the stack depths after the reader is loaded: its call is the first call whose argument
+    count is the depth then; the name is what runs between the last depth 1 (the object pushed)
+    and the last depth 2 before it, a constant if that is one LOAD_CONST of a string. (Where an
+    argument jumps, `a if c else b`, the depths overcount: not a constant, the safe side.)"""
+    instructions = list(dis.get_instructions(code))
+    for start, reader in enumerate(instructions):
+        if reader.opcode not in _LOADS_BY_NAME or reader.argval not in _NAMED_READERS:
+            continue
+        depth, last = 0, {}
+        for position in range(start + 1, len(instructions)):
+            instruction = instructions[position]
+            if instruction.opname in _CALLS and instruction.arg == depth:
+                name = instructions[last.get(1, position) + 1:last.get(2, start) + 1]
+                if depth >= 2 and not (len(name) == 1 and name[0].opname == "LOAD_CONST"
+                                       and isinstance(name[0].argval, str)):
+                    return True
+                break
+            depth += dis.stack_effect(instruction.opcode, instruction.arg
+                                      if instruction.opcode >= dis.HAVE_ARGUMENT else None)
+            last[depth] = position
+    return False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,6 +229,7 @@ _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _NAMING_GLOBALS = frozenset(dis.opmap[name] for name in (
     "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME"))
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_LOADS_BY_NAME = frozenset({_LOAD_GLOBAL, dis.opmap["LOAD_NAME"]})
 
 
 @functools.lru_cache(maxsize=4096)

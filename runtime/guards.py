@@ -12,13 +12,16 @@ where absent when traced (`getattr(model, "temperature", 1.0)`, `try: self.tempe
 `except AttributeError`, an unset __slots__ slot), nor one hiding what the user's class defines
 (`block.act = f`), was set on a user's object since, nor one the trace asked of tracer's own
 objects and found absent (`getattr(self.linear, "scale", 1.0)` on a tr.nn layer, an optimizer,
-a scheduler: noted as asked, tracer.context.AbsentNamesNoted); if a Module ran, that no forward
-hook was added or removed since. Captured tensors are runtime inputs,
+a scheduler: noted as asked, tracer.context.AbsentNamesNoted); where the user's code builds the
+names it reads (`getattr(self, f"act{i}")`), that no name at all was set on a user's object; if a
+Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
+import functools
+import numbers
 from types import MappingProxyType
 from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Sequence
 
@@ -26,7 +29,7 @@ import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
-from tracer.runtime.code_names import UsedNames, may_read
+from tracer.runtime.code_names import UsedNames, attributes_read, may_read
 from tracer.runtime.reach import Reached, library_file, named_steps, shadowed, slot_names
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
@@ -52,13 +55,22 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them).
     A container whose size the trace changed is not guarded so: a list the function appends to
     (a log of its calls) grows only while tracing, as other state it changes, and is no reason
-    to trace again on every call."""
+    to trace again on every call.
+
+    Where the user's code reads attributes by names it builds (`getattr(self, f"act{i}")`,
+    UsedNames.builds_names), which of its objects' attributes it read is not known: all count as
+    read, and the keys of each of those objects are guarded (see `_absences`)."""
     runtime = set(runtime)
+    built = used is not None and used.builds_names(_not_users)
+    if built:  # (not the private ones, a Module's `_modules` and the like: no f-string's)
+        used = used.assuming(frozenset(
+            name for _, value in reached.namespaces if hasattr(value, "__dict__")
+            for name in vars(value) if not name.startswith("_")))
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
               and (used is None or may_read(named_steps(path[2]), value, used))
               and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
-    paths += _absences(reached, used)
+    paths += _absences(reached, used, built)
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         label = "forward hooks or module methods"
@@ -66,7 +78,8 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
-def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
+def _absences(reached: Reached, used: UsedNames | None, built: bool
+              ) -> list[tuple[tuple, Any]]:
     """Guards that names stay unset where the code may read them: on each user's object,
     settings, module or class the walk reached (Reached.namespaces), the names absent there now
     that the user's code may read where absent (by a string: getattr with a default, hasattr; or
@@ -74,20 +87,60 @@ def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, boo
     what its class defines that the code names (`block.scale = 3` over the class's `scale`,
     `block.act = f` over the method); on tracer's own objects (a Module, an optimizer: not
     namespaces, for cost), the names the trace asked of them and found absent
-    (Reached.absent_reads). One guard an object (see `_absence`)."""
+    (Reached.absent_reads). One guard an object (see `_absence`); where the code builds the
+    names it reads (`built`), one more: the keys of its dict (and of a Module's registries) stay
+    the ones it has now, whatever name is set."""
     by_string = used.maybe_absent(_not_users) if used is not None else frozenset()
-    guards = []
+    guards: list[tuple[tuple, Any]] = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        guards += _absence(path, value, by_string | frozenset(
-            name for name in shadowed(value) if used is None or name in used), by_string)
+        if built:
+            own = getattr(value, "__dict__", None)
+            guards += [((f"{path[0]}.{name} keys", path[1],
+                         (*path[2], ("attr", name), ("keys", None))), tuple(getattr(value, name)))
+                       for name in ("__dict__", *_REGISTRIES)
+                       if isinstance(own, (dict, MappingProxyType))
+                       and (name == "__dict__" or isinstance(own.get(name), dict))]
+        wanted = by_string | _getters_reads(type(value), by_string) | frozenset(
+            name for name in shadowed(value) if used is None or name in used)
+        guards += _absence(path, value, wanted, by_string)
+        if id(value) in reached.names_then:
+            guards += _made_while_tracing(path, value, reached.names_then[id(value)], used)
+    through_dicts = used.read_through_dicts(_not_users) if used is not None else frozenset()
+    for path, value in reached.own_objects if through_dicts else ():
+        guards += _absence(path, value, through_dicts, frozenset())
     asked: dict[int, tuple[Any, set[str]]] = {}
     for owner, name in reached.absent_reads:
         asked.setdefault(id(owner), (owner, set()))[1].add(name)
     for owner, names in asked.values():
         guards += _absence((f"a {type(owner).__name__}'s", owner, ()), owner, names, names)
     return guards
+
+
+def _getters_reads(cls: type, names: AbstractSet[str]) -> frozenset[str]:
+    """The attributes the getters of the properties of `cls` among `names` read: a property
+    read where absent (`getattr(self, "temperature", 1.0)`) is absent where its getter reads an
+    absent attribute (`return self._temperature`), whose AttributeError passes through it."""
+    getters = (getattr(member, "fget", getattr(member, "func", None))
+               for member in (getattr(cls, name, None) for name in names)
+               if isinstance(member, (property, functools.cached_property)))
+    return frozenset().union(*(attributes_read(getter) for getter in getters
+                               if getter is not None and not _not_users(
+                                   getattr(getattr(getter, "__code__", None), "co_filename", ""))))
+
+
+def _made_while_tracing(path: tuple, value, names_then: frozenset[str], used: UsedNames | None
+                        ) -> list[tuple[tuple, Any]]:
+    """Guards of the numbers, strings and Nones set on a user's object while tracing, under
+    names the code names (a functools.cached_property computed, `self.n = 3` made lazily): the
+    walk before tracing did not see them, and the compiled code may hold them (setting
+    `model.factor = 7.0` over a cached 3.0 traces again)."""
+    return [((f"{path[0]}.{name}", path[1], (*path[2], ("attr", name))), item)
+            for name, item in list(vars(value).items())
+            if name not in names_then and not name.startswith("__")
+            and (used is None or name in used)
+            and (item is None or isinstance(item, (numbers.Number, str)))]
 
 
 def _absence(path: tuple, value, wanted: AbstractSet[str], by_name: AbstractSet[str]

@@ -88,6 +88,13 @@ class Reached:
         # (object, name): what the traced function asked of tracer's own objects and found absent
         # (tracer.context.AbsentNamesNoted), noted while it was traced
         self.absent_reads: list[tuple[Any, str]] = []
+        # (path, object) of tracer's own objects the walk reached, which `vars(layer).get(...)`
+        # may read past their __getattr__
+        self.own_objects: list[tuple[tuple, Any]] = []
+        # The names in the dict of each user's object when walked, by id: a name set while
+        # tracing (a functools.cached_property computed, `self.n = 3` made lazily) holds a value
+        # the compiled code may have taken in, guarded then (guards._made_while_tracing).
+        self.names_then: dict[int, frozenset[str]] = {}
         # Python's and numpy's random generators, by id, with the name of the first path to each
         # (runtime/random_draws.py)
         self.generators: dict[int, tuple[str, Any]] = {}
@@ -219,6 +226,10 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             reached.values.append((_child(path, "attr", "__class__"), type(value)))
         if _user_class(type(value)) or _settings(value):  # (one with __slots__ too)
             reached.namespaces.append((path, value))
+            if hasattr(value, "__dict__"):
+                reached.names_then[id(value)] = frozenset(vars(value))
+        elif hasattr(value, "__dict__"):
+            reached.own_objects.append((path, value))
         for key, item in _attributes(value):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)

@@ -5,6 +5,7 @@ eager mode's (and PyTorch's) result, not the default compiled in. And a step tha
 name gets no guard for one."""
 import contextlib
 import dataclasses
+import functools
 import sys
 
 import numpy as np
@@ -302,3 +303,78 @@ def test_a_module_imported_while_tracing_adds_no_absence_guard(tmp_path, monkeyp
     compiled = tr.trace(_Importing())
     np.testing.assert_array_equal(compiled(tr.tensor([1.0, -2.0])).numpy(), [3.0, -6.0])
     assert _absence_guards(compiled) == []
+
+
+class _Reads:
+    """A user's object reading a name in the other ways the guards must see: by a name it
+    builds, through a property or functools.cached_property, through a layer's own dict."""
+
+    def __init__(self, way: str):
+        # (the names read from a list are no string constant of this code)
+        self.way, self.kind, self.names, self.base = way, "relu", ["gain"], 2
+        self.act0, self.scale0, self.gain = _double, 2, 2
+        self.linear = nn.Linear(2, 2)
+
+    @property
+    def temperature(self):
+        return self._temperature
+
+    @functools.cached_property
+    def factor(self):
+        return self.base * 1.5
+
+    def __call__(self, x):
+        way = self.way
+        if way == "built name absent":
+            activation = getattr(self, "act_" + self.kind, None)
+            return activation(x) if activation is not None else x
+        if way == "built name present function":
+            for index in range(1):
+                x = getattr(self, f"act{index}")(x)
+            return x
+        if way == "built name present int":
+            return x * getattr(self, f"scale{0}")
+        if way == "name from a list":
+            for name in self.names:
+                x = x * getattr(self, name)
+            return x
+        if way == "property over absent state":
+            return x * getattr(self, "temperature", 1.0)
+        if way == "cached_property":
+            return x * self.factor
+        if way == "vars of a layer":
+            return x * vars(self.linear).get("scale", 1.0)
+        return x * self.linear.__dict__.get("scale", 1.0)
+
+
+def _double(x):
+    return x * 2
+
+
+@pytest.mark.parametrize("way, change, before, after", [
+    ("built name absent", ("act_relu", _double), [1.0, -2.0], [2.0, -4.0]),
+    ("built name present function", ("act0", lambda x: x * 5), [2.0, -4.0], [5.0, -10.0]),
+    ("built name present int", ("scale0", 5), [2.0, -4.0], [5.0, -10.0]),
+    ("name from a list", ("gain", 5), [2.0, -4.0], [5.0, -10.0]),
+    ("property over absent state", ("_temperature", 2.0), [1.0, -2.0], [2.0, -4.0]),
+    ("cached_property", ("factor", 7.0), [3.0, -6.0], [7.0, -14.0]),
+    ("vars of a layer", ("scale", 2.0), [1.0, -2.0], [2.0, -4.0]),
+    ("__dict__ of a layer", ("scale", 2.0), [1.0, -2.0], [2.0, -4.0])])
+def test_a_name_read_by_a_built_string_a_property_or_a_layers_dict_set_later_traces_again(
+        way, change, before, after):
+    """The rest of the class: `getattr(self, "act_" + kind, None)` absent, or `getattr(self,
+    f"act{i}")` present, whose name no string constant holds (every path and the keys of every
+    user's object are guarded then); a property read where absent whose getter reads absent
+    state; a cached_property computed while tracing (the walk before did not see it); a tr.nn
+    layer's own dict read by `vars(layer).get` or `layer.__dict__.get` (no __getattr__ runs).
+    Each gave the value compiled in after the change, silently."""
+    function = _Reads(way)
+    compiled = tr.trace(function)
+    x = tr.tensor([1.0, -2.0], dtype=tr.float64)
+    np.testing.assert_array_equal(compiled(x).detach().numpy(), before)
+    np.testing.assert_array_equal(function(x).detach().numpy(), before)
+    name, value = change
+    setattr(function.linear if "layer" in way else function, name, value)
+    np.testing.assert_array_equal(function(x).detach().numpy(), after)
+    np.testing.assert_array_equal(compiled(x).detach().numpy(), after)
+    assert compiled.cache_info().misses == 2
