@@ -77,6 +77,11 @@ class UsedNames(set):
             names.update(_names_read(code, _ATTRIBUTE_LOADS) if catching else ())
         return frozenset(name for name in names if not name.startswith("__"))
 
+    def attributes_loaded(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The attributes the code that ran (but in files `library` names) loads by name."""
+        return frozenset().union(*(_names_read(code, _ATTRIBUTE_LOADS) for code in self.codes
+                                   if not library(code.co_filename)))
+
     def read_through_dicts(self, library: Callable[[str], bool]) -> frozenset[str]:
         """The names of attributes the code that ran (but in files `library` names) may read
         from an object's own dict by a string it holds (`vars(layer).get("scale", 1.0)`,

@@ -30,7 +30,8 @@ import numpy as np
 from tracer.buffers import state_of
 from tracer.errors import project_file
 from tracer.runtime.code_names import UsedNames, attributes_read, may_read
-from tracer.runtime.reach import Reached, library_file, named_steps, shadowed, slot_names
+from tracer.runtime.reach import (Reached, answers_absent, library_file, named_steps, shadowed,
+                                  slot_names)
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -104,6 +105,8 @@ def _absences(reached: Reached, used: UsedNames | None, built: bool
                        and (name == "__dict__" or isinstance(own.get(name), dict))]
         wanted = by_string | _getters_reads(type(value), by_string) | frozenset(
             name for name in shadowed(value) if used is None or name in used)
+        if used is not None and answers_absent(type(value)):  # (any name it lacks it may serve)
+            wanted |= used.attributes_loaded(_not_users)
         guards += _absence(path, value, wanted, by_string)
         if id(value) in reached.names_then:
             guards += _made_while_tracing(path, value, reached.names_then[id(value)], used)

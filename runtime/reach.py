@@ -218,7 +218,7 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
-    elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
+    elif _traced(value):  # its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif ((hasattr(value, "__dict__") or hasattr(type(value), "__slots__"))
           and (not _library_class(type(value)) or _settings(value))):
@@ -234,6 +234,14 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
         _walk_class(type(value), reached, depth)
+
+
+def _traced(value) -> bool:
+    """Whether `value` is a traced function or method (asked of its class, not by hasattr, which
+    an object whose own __getattr__ answers every name answers yes to: an addict-style config)."""
+    traced_function = sys.modules.get("tracer.runtime.traced_function")
+    return traced_function is not None and isinstance(
+        value, (traced_function.TracedFunction, traced_function.BoundTracedFunction))
 
 
 def _module_internal(steps: tuple) -> bool:
@@ -303,6 +311,12 @@ def shadowed(value) -> frozenset[str]:
     return frozenset(name for klass in type(value).__mro__ if _user_class(klass)
                      for name, member in list(vars(klass).items())
                      if not name.startswith("__") and not hasattr(type(member), "__set__"))
+
+
+def answers_absent(cls: type) -> bool:
+    """Whether one of the user's classes among those of `cls` defines __getattr__, which answers
+    for the names its objects lack (`self.temperature` read through it)."""
+    return any("__getattr__" in vars(klass) and _user_class(klass) for klass in cls.__mro__)
 
 
 def _user_class(cls: type) -> bool:

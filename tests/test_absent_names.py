@@ -378,3 +378,41 @@ def test_a_name_read_by_a_built_string_a_property_or_a_layers_dict_set_later_tra
     np.testing.assert_array_equal(function(x).detach().numpy(), after)
     np.testing.assert_array_equal(compiled(x).detach().numpy(), after)
     assert compiled.cache_info().misses == 2
+
+
+class _Defaulting:
+    """A user's class answering for a name it lacks with its own __getattr__."""
+
+    def __getattr__(self, name):
+        if name == "temperature":
+            return 1.0
+        raise AttributeError(name)
+
+    def __call__(self, x):
+        return x * self.temperature
+
+
+class _AnswersEverything:
+    """An addict-style object: its __getattr__ answers every name it lacks (`__name__` too)."""
+
+    def __getattr__(self, name):
+        return 1.0
+
+    def __call__(self, x):
+        return x * self.temperature
+
+
+@pytest.mark.parametrize("kind", [_Defaulting, _AnswersEverything])
+def test_a_name_a_users_getattr_answered_set_later_traces_again(kind):
+    """`self.temperature` answered by the class's own __getattr__ (a default) while absent,
+    then set: eager's result. Before: the default stayed compiled in, silently; and an object
+    answering every name was taken for a traced function (hasattr(value, "python_function")),
+    so none of its attributes was guarded (and tr.trace of one raised on its float __name__)."""
+    function = kind()
+    compiled = tr.trace(function)
+    x = tr.tensor([1.0, -2.0], dtype=tr.float64)
+    np.testing.assert_array_equal(compiled(x).numpy(), [1.0, -2.0])
+    function.temperature = 2.0
+    np.testing.assert_array_equal(function(x).numpy(), [2.0, -4.0])
+    np.testing.assert_array_equal(compiled(x).numpy(), [2.0, -4.0])
+    assert compiled.cache_info().misses == 2
