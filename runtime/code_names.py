@@ -36,12 +36,14 @@ class UsedNames(set):
         super().__init__(names)
         self.codes = codes
         self._read: dict[tuple[str, str], bool] = {}
+        self._user_codes: list[types.CodeType] | None = None
 
     def assuming(self, names: AbstractSet[str]) -> UsedNames:
         """These names and `names`, all counted as read (the attributes of the user's objects,
         where the code builds the names it reads)."""
         assumed = UsedNames(self | names, self.codes)
         assumed._read = {(name, kind): True for name in names for kind in ("attr", "item")}
+        assumed._user_codes = self._user_codes
         return assumed
 
     def read(self, name: str, kind: str) -> bool:
@@ -60,44 +62,50 @@ class UsedNames(set):
                 for code in self.codes if name in code.co_names or name in code.co_consts)
         return self._read[name, kind]
 
+    def user_codes(self, library: Callable[[str], bool]) -> list[types.CodeType]:
+        """The code that ran but that in files `library` names (each file asked once; the
+        answer kept: `library` is the same on every call)."""
+        if self._user_codes is None:
+            verdicts = {filename: library(filename)
+                        for filename in {code.co_filename for code in self.codes}}
+            self._user_codes = [code for code in self.codes if not verdicts[code.co_filename]]
+        return self._user_codes
+
     def maybe_absent(self, library: Callable[[str], bool]) -> frozenset[str]:
-        """The names of attributes the code that ran (but in files `library` names) may read
-        where they are absent: by a string it holds (`getattr(model, "temperature", 1.0)`,
+        """The names of attributes the user's code that ran (see `user_codes`) may read where
+        they are absent: by a string it holds (`getattr(model, "temperature", 1.0)`,
         `hasattr(self, "cache")`, `"cache" in vars(self)`: the identifiers among the string
         constants of code that reads attributes by strings, _BY_STRING), or by name where it
         catches AttributeError (`try: t = self.temperature` / `except AttributeError:`). (A
         superset: a name set later that is no such read traces again once.)"""
         names = set()
-        for code in self.codes:
-            by_string = not _BY_STRING.isdisjoint(code.co_names)
-            catching = code.co_exceptiontable and _catches_attribute_errors(code)
-            if not (by_string or catching) or library(code.co_filename):
-                continue
-            names.update(_string_names(code) if by_string else ())
-            names.update(_names_read(code, _ATTRIBUTE_LOADS) if catching else ())
+        for code in self.user_codes(library):
+            if not _BY_STRING.isdisjoint(code.co_names):
+                names |= _string_names(code)
+            if code.co_exceptiontable and _catches_attribute_errors(code):
+                names |= _names_read(code, _ATTRIBUTE_LOADS)
         return frozenset(name for name in names if not name.startswith("__"))
 
     def attributes_loaded(self, library: Callable[[str], bool]) -> frozenset[str]:
-        """The attributes the code that ran (but in files `library` names) loads by name."""
-        return frozenset().union(*(_names_read(code, _ATTRIBUTE_LOADS) for code in self.codes
-                                   if not library(code.co_filename)))
+        """The attributes the user's code that ran loads by name."""
+        return frozenset().union(*(_names_read(code, _ATTRIBUTE_LOADS)
+                                   for code in self.user_codes(library)))
 
     def read_through_dicts(self, library: Callable[[str], bool]) -> frozenset[str]:
-        """The names of attributes the code that ran (but in files `library` names) may read
-        from an object's own dict by a string it holds (`vars(layer).get("scale", 1.0)`,
-        `layer.__dict__.get(...)`): reads that pass no __getattr__, which notes those of
-        getattr and hasattr on tracer's objects (tracer.context.AbsentNamesNoted)."""
-        return frozenset(name for code in self.codes
+        """The names of attributes the user's code that ran may read from an object's own dict
+        by a string it holds (`vars(layer).get("scale", 1.0)`, `layer.__dict__.get(...)`):
+        reads that pass no __getattr__, which notes those of getattr and hasattr on tracer's
+        objects (tracer.context.AbsentNamesNoted)."""
+        return frozenset(name for code in self.user_codes(library)
                          if not _DICT_READERS.isdisjoint(code.co_names)
-                         and not library(code.co_filename) for name in _string_names(code))
+                         for name in _string_names(code))
 
     def builds_names(self, library: Callable[[str], bool]) -> bool:
-        """Whether some code that ran (but in files `library` names) reads attributes by names
-        it builds, which the recorded strings do not hold (`getattr(self, f"act{i}")`,
-        `getattr(self, "scale_" + kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
-        return any(_builds_names(code) for code in self.codes
-                   if not _NAMED_READERS.isdisjoint(code.co_names)
-                   and not library(code.co_filename))
+        """Whether the user's code that ran reads attributes by names it builds, which the
+        recorded strings do not hold (`getattr(self, f"act{i}")`, `getattr(self, "scale_" +
+        kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
+        return any(_builds_names(code) for code in self.user_codes(library)
+                   if not _NAMED_READERS.isdisjoint(code.co_names))
 
 
 def attributes_read(function: Any) -> frozenset[str]:
