@@ -60,7 +60,7 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
 
     Where the user's code reads attributes by names it builds (`getattr(self, f"act{i}")`,
     UsedNames.builds_names), which of its objects' attributes it read is not known: all count as
-    read, and the keys of each of those objects are guarded (see `_absences`)."""
+    read, and the number of names on each of those objects is guarded (see `_absences`)."""
     runtime = set(runtime)
     built = used is not None and used.builds_names(_not_users)
     if built:  # (not the private ones, a Module's `_modules` and the like: no f-string's)
@@ -89,17 +89,17 @@ def _absences(reached: Reached, used: UsedNames | None, built: bool
     `block.act = f` over the method); on tracer's own objects (a Module, an optimizer: not
     namespaces, for cost), the names the trace asked of them and found absent
     (Reached.absent_reads). One guard an object (see `_absence`); where the code builds the
-    names it reads (`built`), one more: the keys of its dict (and of a Module's registries) stay
-    the ones it has now, whatever name is set."""
+    names it reads (`built`), more: the length of its dict (and of a Module's registries) stays
+    the one it has now, whatever name is set."""
     by_string = used.maybe_absent(_not_users) if used is not None else frozenset()
     guards: list[tuple[tuple, Any]] = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        if built:
+        if built:  # (by length: a name set where none was grows it, and costs least to see)
             own = getattr(value, "__dict__", None)
-            guards += [((f"{path[0]}.{name} keys", path[1],
-                         (*path[2], ("attr", name), ("keys", None))), tuple(getattr(value, name)))
+            guards += [((f"{path[0]}.{name} length", path[1],
+                         (*path[2], ("attr", name), ("length", None))), len(getattr(value, name)))
                        for name in ("__dict__", *_REGISTRIES)
                        if isinstance(own, (dict, MappingProxyType))
                        and (name == "__dict__" or isinstance(own.get(name), dict))]
