@@ -100,12 +100,12 @@ class UsedNames(set):
                          if not _DICT_READERS.isdisjoint(code.co_names)
                          for name in _string_names(code))
 
-    def builds_names(self, library: Callable[[str], bool]) -> bool:
-        """Whether the user's code that ran reads attributes by names it builds, which the
-        recorded strings do not hold (`getattr(self, f"act{i}")`, `getattr(self, "scale_" +
-        kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
-        return any(_builds_names(code) for code in self.user_codes(library)
-                   if not _NAMED_READERS.isdisjoint(code.co_names))
+    def building_names(self, library: Callable[[str], bool]) -> frozenset[types.CodeType]:
+        """The user's code that ran and reads attributes of its `self` by names it builds,
+        which the recorded strings do not hold (`getattr(self, f"act{i}")`, `getattr(self,
+        "scale_" + kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
+        return frozenset(code for code in self.user_codes(library)
+                         if not _NAMED_READERS.isdisjoint(code.co_names) and _builds_names(code))
 
 
 def attributes_read(function: Any) -> frozenset[str]:
@@ -162,11 +162,16 @@ _CALLS = frozenset({"PRECALL", "CALL"})  # (3.11 calls with PRECALL first, 3.12 
 
 @functools.lru_cache(maxsize=4096)
 def _builds_names(code: types.CodeType) -> bool:
-    """Whether `code` calls getattr or hasattr with a name other than a string constant. Read
-    off the stack depths after the reader is loaded: its call is the first call whose argument
-    count is the depth then; the name is what runs between the last depth 1 (the object pushed)
-    and the last depth 2 before it, a constant if that is one LOAD_CONST of a string. (Where an
-    argument jumps, `a if c else b`, the depths overcount: not a constant, the safe side.)"""
+    """Whether `code`, a method, calls getattr or hasattr on its `self` with a name other than a
+    string constant. Read off the stack depths after the reader is loaded: its call is the first
+    call whose argument count is the depth then; the object is what runs until the last depth 1
+    before it (`self` if that is one LOAD_FAST of the first argument), the name what runs from
+    there to the last depth 2, a constant if that is one LOAD_CONST of a string. (Where an
+    argument jumps, `a if c else b`, the depths overcount: not a constant, the safe side. Names
+    built for other objects, `getattr(F, name)` or `getattr(tensor, op)`, are not counted: each
+    would count every attribute of the user's objects as read, guarded on every call.)"""
+    if not code.co_argcount:
+        return False
     instructions = list(dis.get_instructions(code))
     for start, reader in enumerate(instructions):
         if reader.opcode not in _LOADS_BY_NAME or reader.argval not in _NAMED_READERS:
@@ -175,9 +180,12 @@ def _builds_names(code: types.CodeType) -> bool:
         for position in range(start + 1, len(instructions)):
             instruction = instructions[position]
             if instruction.opname in _CALLS and instruction.arg == depth:
+                target = instructions[start + 1:last.get(1, start) + 1]
                 name = instructions[last.get(1, position) + 1:last.get(2, start) + 1]
-                if depth >= 2 and not (len(name) == 1 and name[0].opname == "LOAD_CONST"
-                                       and isinstance(name[0].argval, str)):
+                if depth >= 2 and [(i.opname, i.argval) for i in target] == [
+                        ("LOAD_FAST", code.co_varnames[0])] and not (
+                        len(name) == 1 and name[0].opname == "LOAD_CONST"
+                        and isinstance(name[0].argval, str)):
                     return True
                 break
             depth += dis.stack_effect(instruction.opcode, instruction.arg

@@ -58,14 +58,15 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     (a log of its calls) grows only while tracing, as other state it changes, and is no reason
     to trace again on every call.
 
-    Where the user's code reads attributes by names it builds (`getattr(self, f"act{i}")`,
-    UsedNames.builds_names), which of its objects' attributes it read is not known: all count as
-    read, and the number of names on each of those objects is guarded (see `_absences`)."""
+    Where a method of the user's reads attributes of its `self` by names it builds
+    (`getattr(self, f"act{i}")`, UsedNames.building_names), which of that object's attributes it
+    read is not known: all count as read, and the number of names on it is guarded (see
+    `_absences`)."""
     runtime = set(runtime)
-    built = used is not None and used.builds_names(_not_users)
+    built = _building(reached, used.building_names(_not_users) if used is not None else ())
     if built:  # (not the private ones, a Module's `_modules` and the like: no f-string's)
         used = used.assuming(frozenset(
-            name for _, value in reached.namespaces if hasattr(value, "__dict__")
+            name for value in built.values() if hasattr(value, "__dict__")
             for name in vars(value) if not name.startswith("_")))
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
@@ -79,7 +80,18 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
-def _absences(reached: Reached, used: UsedNames | None, built: bool
+def _building(reached: Reached, codes: AbstractSet) -> dict[int, Any]:
+    """The user's objects (by id) whose class has a method among `codes`: those whose attributes
+    that method reads by names it builds."""
+    if not codes:
+        return {}
+    return {id(value): value for _, value in reached.namespaces
+            if not isinstance(value, type) and any(
+                getattr(member, "__code__", None) in codes
+                for klass in type(value).__mro__ for member in vars(klass).values())}
+
+
+def _absences(reached: Reached, used: UsedNames | None, built: dict[int, Any]
               ) -> list[tuple[tuple, Any]]:
     """Guards that names stay unset where the code may read them: on each user's object,
     settings, module or class the walk reached (Reached.namespaces), the names absent there now
@@ -89,14 +101,14 @@ def _absences(reached: Reached, used: UsedNames | None, built: bool
     `block.act = f` over the method); on tracer's own objects (a Module, an optimizer: not
     namespaces, for cost), the names the trace asked of them and found absent
     (Reached.absent_reads). One guard an object (see `_absence`); where the code builds the
-    names it reads (`built`), more: the length of its dict (and of a Module's registries) stays
-    the one it has now, whatever name is set."""
+    names it reads (`built`, by id), more: the length of its dict (and of a Module's registries)
+    stays the one it has now, whatever name is set."""
     by_string = used.maybe_absent(_not_users) if used is not None else frozenset()
     guards: list[tuple[tuple, Any]] = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        if built:  # (by length: a name set where none was grows it, and costs least to see)
+        if id(value) in built:  # (by length: a name set where none was grows it, cheapest)
             own = getattr(value, "__dict__", None)
             guards += [((f"{path[0]}.{name} length", path[1],
                          (*path[2], ("attr", name), ("length", None))), len(getattr(value, name)))
