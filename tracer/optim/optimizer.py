@@ -25,7 +25,7 @@ import warnings
 from typing import Callable, Iterable
 
 import tracer
-from tracer.context import enable_grad, no_grad, state as mode
+from tracer.context import AbsentNamesNoted, enable_grad, no_grad, state as mode
 from tracer.errors import ArgumentError, TracerWarning, TracingError
 from tracer.ir.types import float64, is_float
 from tracer.backward import clear_grads
@@ -66,7 +66,7 @@ COMPILED_SIGNATURES = 2  # signatures of the update compiled before it runs eage
 EAGER = "eager"
 
 
-class Optimizer:
+class Optimizer(AbsentNamesNoted):
     """Parameter groups (dicts with "params" and the hyperparameters) and per-parameter state."""
 
     def __init__(self, params: Iterable, defaults: dict) -> None:
