@@ -465,7 +465,8 @@ def _own(B, x, result):
     requiring grad into it, then a second in-place change: "a leaf Variable that requires grad is
     being used in an in-place operation"; found by the long run, 2026-11-27). tracer's are tensors
     of their own, as the documentation has them."""
-    made = B.is_torch and result._base is not None and result._base is not (x._base or x)
+    made = B.is_torch and result._base is not None and result._base is not (
+        x if x._base is None else x._base)
     return result.clone() if made else result
 
 
@@ -2275,6 +2276,19 @@ POOLED_VIEW_CHANGED_TWICE = Program(
          ("unary", "abs", 0), ("setitem", 2, "mask", 0), ("unary", "abs", 0)],
     outputs=[8], argnums=(0, 2), updates=("sub", "sub", "sub"), value_and_grad=False)
 
+# A layer of a view (a reshape) at second order: the oracle's copy of views (_own) asked a
+# tensor's truth value, and PyTorch's backend raised (found by a 2-worker run, 2026-11-27).
+LAYER_OF_A_VIEW = Program(
+    kind="grad2",
+    inputs=[Input(shape=(2, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=False, grad=False, seed=0)] * 2,
+    ops=[("arg", 0), ("unary", "abs", 0), ("where3", 1, 0, 0), ("layout", "reshape", 0, (2, -1, 1)),
+         ("arg", 1), ("binary", "add", 0, 4), ("unary", "abs", 0), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("call", "max_pool1d", 3, (), {"kernel_size": 1, "stride": 1,
+                                                             "padding": 0, "ceil_mode": False,
+                                                             "dilation": 1})],
+    outputs=[9], argnums=(0,), updates=("sub", "sub"), value_and_grad=False)
+
 EMPTY_LABELS = Program(
     kind="value",
     inputs=[Input(shape=(), dtype="float32", layout="C", via="from_numpy", requires_grad=True,
@@ -2326,6 +2340,7 @@ CHECKED_INDEX_COMPARED = Program(
 @example(CHECKED_INDEX_COMPARED)
 @example(EMPTY_LAYER_NORM)
 @example(POOLED_VIEW_CHANGED_TWICE)
+@example(LAYER_OF_A_VIEW)
 def test_random_programs_agree(program):
     check_program(program)
 
