@@ -81,9 +81,14 @@ def paired_mlps(seed: int, inputs: int, hidden: int, outputs: int, activation: s
     return ours, theirs
 
 
+def _key_part(packed) -> slice:
+    """Where the key's part lies in an in_proj_bias that packs query, key and value."""
+    return slice(packed.shape[0] // 3, 2 * packed.shape[0] // 3)
+
+
 def key_biases(module) -> dict[str, np.ndarray]:
     """The key's part of each attention's packed in_proj_bias (query, key, value) of `module`."""
-    return {name: value.detach().numpy()[value.shape[0] // 3: 2 * value.shape[0] // 3].copy()
+    return {name: value.detach().numpy()[_key_part(value)].copy()
             for name, value in module.named_parameters() if name.endswith("in_proj_bias")}
 
 
@@ -106,6 +111,5 @@ def assert_trained_like_torch(ours, theirs, key_biases_before: dict[str, np.ndar
     for (name, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
         mine, reference = mine.detach().numpy().copy(), reference.detach().numpy().copy()
         if name.endswith("in_proj_bias"):
-            mine[mine.shape[0] // 3: 2 * mine.shape[0] // 3] = 0
-            reference[reference.shape[0] // 3: 2 * reference.shape[0] // 3] = 0
+            mine[_key_part(mine)] = reference[_key_part(reference)] = 0  # (checked above)
         np.testing.assert_allclose(mine, reference, rtol=1e-9, atol=1e-12, err_msg=name)
