@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -57,9 +56,8 @@ class CodeSettings(NamedTuple):
 
 class ObjectLayout(NamedTuple):
     """Byte offsets in CPython's and numpy's public object structs, which the fast entry reads
-    (codegen.module.fast_entry): an object's reference count and type; an ndarray's data pointer,
+    (codegen.module.fast_entry): an object's type; an ndarray's data pointer,
     rank, dimensions, dtype and flags; a list's size and items pointer, a tuple's first item."""
-    count: int
     type: int
     data: int
     rank: int
@@ -79,7 +77,7 @@ def array_layout() -> ObjectLayout | None:
     entry is not built) if anything does not match."""
     pointer = ctypes.sizeof(ctypes.c_void_p)
     data = object.__basicsize__
-    layout = ObjectLayout(count=0, type=pointer, data=data, rank=data + pointer,
+    layout = ObjectLayout(type=pointer, data=data, rank=data + pointer,
                           dimensions=data + 2 * pointer, dtype=data + 5 * pointer,
                           flags=data + 6 * pointer, size=data, list_items=data + pointer,
                           tuple_items=tuple.__basicsize__)
@@ -111,9 +109,7 @@ def array_layout() -> ObjectLayout | None:
                 or [read(ctypes.c_void_p, listed, pointer * k) for k in range(3)]
                 != [id(item) for item in items]
                 or [read(ctypes.c_void_p, id(known), layout.tuple_items + pointer * k)
-                    for k in range(3)] != [id(item) for item in items]
-                # (getrefcount counts its own argument's reference)
-                or read(ctypes.c_ssize_t, id(known), layout.count) != sys.getrefcount(known) - 1):
+                    for k in range(3)] != [id(item) for item in items]):
             return None
     except (ValueError, OverflowError):
         return None

@@ -214,7 +214,7 @@ _new_builtin = ctypes.pythonapi.PyCFunction_NewEx
 _new_builtin.restype = ctypes.py_object
 _new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 # The C API a fast entry calls (codegen/templates/fast_entry.ll.j2), resolved by name when linked.
-PYTHON_API = ("PyEval_SaveThread", "PyEval_RestoreThread", "PyLong_AsVoidPtr")
+PYTHON_API = ("PyEval_SaveThread", "PyEval_RestoreThread", "PyLong_AsVoidPtr", "Py_IncRef")
 
 
 def register_python_api() -> None:
