@@ -1,6 +1,5 @@
-"""Optimization passes over a Function: simplify, constant folding, the split of sums scaled by
-other sums (ir/sum_terms.py), cse, dce, and the fusion of independent all_reduces into one
-(ir/collectives.py).
+"""Optimization passes over a Function: simplify, constant folding, cse, dce, and the fusion of
+independent all_reduces into one (ir/collectives.py).
 
 Each pass rewrites the function it is given in place and returns it; `optimize` works on a copy.
 """
@@ -14,7 +13,6 @@ from tracer.ir.graph import Graph, Instruction, Value, gc_paused
 from tracer.ir.index_checks import check_is_needed
 from tracer.ir.primitives import CHECKS, ELEMENTWISE
 from tracer.ir.reference import evaluate_primitive
-from tracer.ir.sum_terms import split_scaled_sums
 from tracer.ir.text import format_attribute
 from tracer.ir.types import int64, is_float
 
@@ -249,8 +247,7 @@ def dce(function: Graph) -> Graph:
 # simplify runs again after simplify_algebra, which leaves layout changes that change nothing
 # (a reshape of a reshape back to the first shape): the GPT step's graph then reached its fixed
 # point in 3 rounds of `optimize` instead of 4 (each ~20 ms of CPU), with the same result.
-PIPELINE = (simplify, simplify_algebra, simplify, fold_constants, split_scaled_sums, cse, dce,
-            fuse_all_reduces)
+PIPELINE = (simplify, simplify_algebra, simplify, fold_constants, cse, dce, fuse_all_reduces)
 
 
 def _fingerprint(function: Graph) -> tuple:

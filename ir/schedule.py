@@ -13,8 +13,9 @@ results of the kernel is computed once. An `accumulate` kernel zeroes its result
 operand into it in memory order; a `scatter` kernel copies its target into its result, then stores
 (or adds) each element of the updates at its checked index; a matmul kernel is a gemm, after (for a
 MatmulUpdate) the loop that stores the rest of the expression (ir/schedule_matmul.py).
-ir/schedule_index.py computes the indices; ir/one_hot.py and ir/loop_fusion.py then cut loops, and
-ir/reciprocals.py turns divisions by what a loop does not change into multiplications."""
+ir/schedule_index.py computes the indices; ir/one_hot.py and ir/loop_fusion.py then cut loops,
+ir/reciprocals.py turns divisions by what a loop does not change into multiplications, and
+ir/loop_split.py splits a loop that divides its counter into a quotient and a remainder loop."""
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ from tracer.ir.loops import (COMBINE, Accumulate, Accumulator, AllReduce, Buffer
 from tracer.ir.memory import MemoryPlan, shared_buffers
 from tracer.ir.primitives import ELEMENTWISE, LAYOUT, REDUCE, accumulator_dtype, broadcast_shapes
 from tracer.ir.index_checks import index_in_range
-from tracer.ir import loop_fusion, one_hot, reciprocals
+from tracer.ir import loop_fusion, loop_split, one_hot, reciprocals
 from tracer.ir.schedule_index import Index, IndexBuilder, broadcast_index, is_flat, pad_seams
 from tracer.ir.schedule_matmul import MatmulKernels, scheduled_part
 from tracer.ir.schedule_reduce import ReductionKernels
@@ -371,5 +372,6 @@ def schedule_kernels(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -
             scheduled = schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
         # (the passes take a program: a kernel's own, each kernel's loops rewritten on their own)
         alone = LoopProgram(fused.function.name, [], [], [], plan.arena_size, [scheduled])
-        yield from reciprocals.multiply_by_reciprocals(loop_fusion.fuse_sibling_loops(
-            one_hot.move_one_hot_terms(one_hot.shortcut_one_hot_reductions(alone)))).kernels
+        yield from loop_split.split_divided_loops(reciprocals.multiply_by_reciprocals(
+            loop_fusion.fuse_sibling_loops(one_hot.move_one_hot_terms(
+                one_hot.shortcut_one_hot_reductions(alone))))).kernels

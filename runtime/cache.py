@@ -24,16 +24,11 @@ MAX_ENTRY_BYTES (64 MiB); anything else (a FIFO, a device, a symlink) is treated
 Writes go to a temporary file in the same directory, then `os.replace`, so readers never see a
 partial entry. A hit touches the entry's modification time; a store that takes the directory's
 entries past TRACER_CACHE_SIZE (default 1 GiB) deletes the least recently used entries until they
-take seven eighths of it. Finding them means a stat of every entry (half a second for 90,000, 2.9 s
-for the 255,000 small entries of a full 1 GiB), so it is not done to learn the size: the file
-`stored` (LEDGER_NAME) holds the bytes the entries take, which every store adds its entry to under
-an exclusive lock (flock), and which a count sets. A store counts only where the ledger goes past
-the size, or is absent or unreadable (a directory an older version filled: counted once). The
-ledger errs on the safe side where entries leave without it (deleted by hand, rewritten under the
-same key): it counts early; stores made by other processes while one counts may be missed, so the
-directory can go past its size by what they stored, until the next count. (Counting at each
-process's first store cost every process compiling against a full cache 2.9 s; evicting only down
-to the size itself made every store of a full cache count again.)
+take seven eighths of it. Finding them stats every entry (2.9 s for the 255,000 entries of a full
+1 GiB), so the size is kept in the file `stored` (LEDGER_NAME): each store adds its entry's bytes
+under an exclusive flock, a count sets it, and a store counts only where it goes past the size or
+is absent or unreadable (a directory filled by an older version: once). Entries deleted by hand
+make it count early; stores made while another process counts may be missed until the next count.
 
 TRACER_CACHE_DIR sets the directory (default $XDG_CACHE_HOME/tracer or ~/.cache/tracer);
 TRACER_DISABLE_CACHE=1 turns the disk cache off.

@@ -9,7 +9,7 @@ import dis
 import functools
 import sys
 import types
-from typing import Any, Callable, Iterator
+from typing import AbstractSet, Any, Callable, Iterator
 
 from tracer.errors import project_file
 from tracer.runtime import profile_hook
@@ -36,6 +36,15 @@ class UsedNames(set):
         super().__init__(names)
         self.codes = codes
         self._read: dict[tuple[str, str], bool] = {}
+        self._user_codes: list[types.CodeType] | None = None
+
+    def assuming(self, names: AbstractSet[str]) -> UsedNames:
+        """These names and `names`, all counted as read (the attributes of the user's objects,
+        where the code builds the names it reads)."""
+        assumed = UsedNames(self | names, self.codes)
+        assumed._read = {(name, kind): True for name in names for kind in ("attr", "item")}
+        assumed._user_codes = self._user_codes
+        return assumed
 
     def read(self, name: str, kind: str) -> bool:
         """Whether some code that ran may read the attribute (`kind` "attr") or the dict item
@@ -53,25 +62,72 @@ class UsedNames(set):
                 for code in self.codes if name in code.co_names or name in code.co_consts)
         return self._read[name, kind]
 
-    def read_by_string(self, library: Callable[[str], bool]) -> frozenset[str]:
-        """The names of attributes the code that ran may read by a string it holds
-        (`getattr(model, "temperature", 1.0)`, `hasattr(self, "cache")`, `"cache" in
-        vars(self)`): the identifiers among the string constants of the code (but in files
-        `library` names) that reads attributes by strings (_BY_STRING). (A superset: a name set
-        later that is no such read traces again once.)"""
-        return frozenset(name for code in self.codes
-                         if not _BY_STRING.isdisjoint(code.co_names)
-                         and not library(code.co_filename)
-                         for constant in code.co_consts
-                         # (and the names in a tuple: `for name in ("a", "b"): getattr(...)`)
-                         for name in (constant if isinstance(constant, tuple) else (constant,))
-                         if isinstance(name, str) and name.isidentifier()
-                         and not name.startswith("__"))
+    def user_codes(self, library: Callable[[str], bool]) -> list[types.CodeType]:
+        """The code that ran but that in files `library` names (each file asked once; the
+        answer kept: `library` is the same on every call)."""
+        if self._user_codes is None:
+            verdicts = {filename: library(filename)
+                        for filename in {code.co_filename for code in self.codes}}
+            self._user_codes = [code for code in self.codes if not verdicts[code.co_filename]]
+        return self._user_codes
+
+    def maybe_absent(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The names of attributes the user's code that ran (see `user_codes`) may read where
+        they are absent: by a string it holds (`getattr(model, "temperature", 1.0)`,
+        `hasattr(self, "cache")`, `"cache" in vars(self)`: the identifiers among the string
+        constants of code that reads attributes by strings, _BY_STRING), or by name where it
+        catches AttributeError (`try: t = self.temperature` / `except AttributeError:`). (A
+        superset: a name set later that is no such read traces again once.)"""
+        names = set()
+        for code in self.user_codes(library):
+            if not _BY_STRING.isdisjoint(code.co_names):
+                names |= _string_names(code)
+            if code.co_exceptiontable and _catches_attribute_errors(code):
+                names |= _names_read(code, _ATTRIBUTE_LOADS)
+        return frozenset(name for name in names if not name.startswith("__"))
+
+    def attributes_loaded(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The attributes the user's code that ran loads by name."""
+        return frozenset().union(*(_names_read(code, _ATTRIBUTE_LOADS)
+                                   for code in self.user_codes(library)))
+
+    def read_through_dicts(self, library: Callable[[str], bool]) -> frozenset[str]:
+        """The names of attributes the user's code that ran may read from an object's own dict
+        by a string it holds (`vars(layer).get("scale", 1.0)`, `layer.__dict__.get(...)`):
+        reads that pass no __getattr__, which notes those of getattr and hasattr on tracer's
+        objects (tracer.context.AbsentNamesNoted)."""
+        return frozenset(name for code in self.user_codes(library)
+                         if not _DICT_READERS.isdisjoint(code.co_names)
+                         for name in _string_names(code))
+
+    def building_names(self, library: Callable[[str], bool]) -> frozenset[types.CodeType]:
+        """The user's code that ran and reads attributes of its `self` by names it builds,
+        which the recorded strings do not hold (`getattr(self, f"act{i}")`, `getattr(self,
+        "scale_" + kind, 1.0)`, `getattr(self, name)`: see _builds_names)."""
+        return frozenset(code for code in self.user_codes(library)
+                         if not _NAMED_READERS.isdisjoint(code.co_names) and _builds_names(code))
 
 
-# What reads an attribute named by a string.
+def attributes_read(function: Any) -> frozenset[str]:
+    """The attributes the code of `function` loads by name (not the methods it calls)."""
+    code = getattr(function, "__code__", None)
+    return _names_read(code, _ATTRIBUTE_LOADS) if code is not None else frozenset()
+
+
+# What reads an attribute named by a string; of those, what reads an object's own dict.
 _BY_STRING = frozenset({"getattr", "hasattr", "attrgetter", "__getattribute__", "__dict__",
                         "vars"})
+_DICT_READERS = frozenset({"__dict__", "vars"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_names(code: types.CodeType) -> frozenset[str]:
+    """The identifiers among the string constants of `code` (and in its tuples: `for name in
+    ("a", "b"): getattr(...)`), but dunder names."""
+    return frozenset(name for constant in code.co_consts
+                     for name in (constant if isinstance(constant, tuple) else (constant,))
+                     if isinstance(name, str) and name.isidentifier()
+                     and not name.startswith("__"))
 # The instructions that name a name without reading its value: a method's load to call it
 # (LOAD_METHOD in Python 3.11, LOAD_ATTR with its lowest bit set from 3.12, below) and stores.
 _NOT_READS = frozenset(dis.opmap[name] for name in (
@@ -81,14 +137,72 @@ _NAMING = frozenset(dis.hasname) - _NOT_READS
 _LOAD_ATTR = dis.opmap["LOAD_ATTR"]
 
 
+_ATTRIBUTE_LOADS = frozenset({_LOAD_ATTR})
+# What catches an AttributeError by name (`except AttributeError`, `except Exception`,
+# `contextlib.suppress(AttributeError)`); a bare `except:` is its handler's first instruction
+# popping the exception (PUSH_EXC_INFO, POP_TOP), where a `with` or `finally` does otherwise.
+_CATCHING = frozenset({"AttributeError", "Exception", "BaseException"})
+_PUSH_EXC_INFO, _POP_TOP = dis.opmap["PUSH_EXC_INFO"], dis.opmap["POP_TOP"]
+
+
 @functools.lru_cache(maxsize=4096)
-def _names_read(code: types.CodeType) -> frozenset[str]:
-    """The names `code` reads (attributes, globals, imports): not a method it loads to call, nor
-    a name it only stores. Disassembled only for code that names a guarded value's last step
-    (disassembling every code a GPT step runs while tracing took 137 ms)."""
+def _catches_attribute_errors(code: types.CodeType) -> bool:
+    """Whether `code` (which has exception handlers) may catch an AttributeError."""
+    if not _CATCHING.isdisjoint(code.co_names):
+        return True
+    units = code.co_code
+    return any(units[index] == _PUSH_EXC_INFO and units[index + 2] == _POP_TOP
+               for index in range(0, len(units) - 2, 2))
+
+
+# What reads an attribute by a name given as an argument, and the instructions that call.
+_NAMED_READERS = frozenset({"getattr", "hasattr"})
+_CALLS = frozenset({"PRECALL", "CALL"})  # (3.11 calls with PRECALL first, 3.12 without)
+
+
+@functools.lru_cache(maxsize=4096)
+def _builds_names(code: types.CodeType) -> bool:
+    """Whether `code`, a method, calls getattr or hasattr on its `self` with a name other than a
+    string constant. Read off the stack depths after the reader is loaded: its call is the first
+    call whose argument count is the depth then; the object is what runs until the last depth 1
+    before it (`self` if that is one LOAD_FAST of the first argument), the name what runs from
+    there to the last depth 2, a constant if that is one LOAD_CONST of a string. (Where an
+    argument jumps, `a if c else b`, the depths overcount: not a constant, the safe side. Names
+    built for other objects, `getattr(F, name)` or `getattr(tensor, op)`, are not counted: each
+    would count every attribute of the user's objects as read, guarded on every call.)"""
+    if not code.co_argcount:
+        return False
+    instructions = list(dis.get_instructions(code))
+    for start, reader in enumerate(instructions):
+        if reader.opcode not in _LOADS_BY_NAME or reader.argval not in _NAMED_READERS:
+            continue
+        depth, last = 0, {}
+        for position in range(start + 1, len(instructions)):
+            instruction = instructions[position]
+            if instruction.opname in _CALLS and instruction.arg == depth:
+                target = instructions[start + 1:last.get(1, start) + 1]
+                name = instructions[last.get(1, position) + 1:last.get(2, start) + 1]
+                if depth >= 2 and [(i.opname, i.argval) for i in target] == [
+                        ("LOAD_FAST", code.co_varnames[0])] and not (
+                        len(name) == 1 and name[0].opname == "LOAD_CONST"
+                        and isinstance(name[0].argval, str)):
+                    return True
+                break
+            depth += dis.stack_effect(instruction.opcode, instruction.arg
+                                      if instruction.opcode >= dis.HAVE_ARGUMENT else None)
+            last[depth] = position
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: types.CodeType, opcodes: frozenset[int] = _NAMING) -> frozenset[str]:
+    """The names `code` reads (attributes, globals, imports; by default: those of `opcodes`):
+    not a method it loads to call, nor a name it only stores. Disassembled only for code that
+    names a guarded value's last step (disassembling every code a GPT step runs while tracing took
+    137 ms), or catches an AttributeError."""
     return frozenset(
         instruction.argval for instruction in dis.get_instructions(code)
-        if instruction.opcode in _NAMING and not (
+        if instruction.opcode in opcodes and not (
             instruction.opcode == _LOAD_ATTR and sys.version_info >= (3, 12)
             and instruction.arg & 1))
 
@@ -136,6 +250,7 @@ _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _NAMING_GLOBALS = frozenset(dis.opmap[name] for name in (
     "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME"))
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_LOADS_BY_NAME = frozenset({_LOAD_GLOBAL, dis.opmap["LOAD_NAME"]})
 
 
 @functools.lru_cache(maxsize=4096)

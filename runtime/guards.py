@@ -7,24 +7,31 @@ reaches that very tensor (`model.w = new_tensor` traces again); for every path t
 Python int, string, None or numpy array, that it still holds the value seen before tracing (a
 module's `n_heads = 4`, baked into the code; floats are runtime inputs, runtime/floats.py), or
 at a function or class, that it is the same one, as is the class of every object on a path and
-the length (keys) of every list or tuple (dict); that no attribute the user's code may read by
-a string and absent when traced (`getattr(model, "temperature", 1.0)`), nor one hiding what the
-user's class defines (`block.act = f`), was set on a user's object since; if a
+the length (keys) of every list or tuple (dict); that no attribute the user's code may read
+where absent when traced (`getattr(model, "temperature", 1.0)`, `try: self.temperature` /
+`except AttributeError`, an unset __slots__ slot), nor one hiding what the user's class defines
+(`block.act = f`), was set on a user's object since, nor one the trace asked of tracer's own
+objects and found absent (`getattr(self.linear, "scale", 1.0)` on a tr.nn layer, an optimizer,
+a scheduler: noted as asked, tracer.context.AbsentNamesNoted); where the user's code builds the
+names it reads (`getattr(self, f"act{i}")`), that no name at all was set on a user's object; if a
 Module ran, that no forward hook was added or removed since. Captured tensors are runtime inputs,
 read on every call; their shape, dtype, requires_grad and .grad are checked too. A tensor reached
 otherwise (returned by a method, say) is guarded by identity: rebinding it is unseen.
 """
 from __future__ import annotations
 
+import functools
+import numbers
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Sequence
 
 import numpy as np
 
 from tracer.buffers import state_of
 from tracer.errors import project_file
-from tracer.runtime.code_names import UsedNames, may_read
-from tracer.runtime.reach import Reached, library_file, named_steps, shadowed
+from tracer.runtime.code_names import UsedNames, attributes_read, may_read
+from tracer.runtime.reach import (Reached, answers_absent, library_file, named_steps, shadowed,
+                                  slot_names)
 from tracer.runtime.floats import decided, decides as floats_decides, read_source as floats_source
 from tracer.tensor import Tensor
 
@@ -49,13 +56,23 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     of the floats that are runtime inputs (`runtime`, by name: runtime/floats.py guards them).
     A container whose size the trace changed is not guarded so: a list the function appends to
     (a log of its calls) grows only while tracing, as other state it changes, and is no reason
-    to trace again on every call."""
+    to trace again on every call.
+
+    Where a method of the user's reads attributes of its `self` by names it builds
+    (`getattr(self, f"act{i}")`, UsedNames.building_names), which of that object's attributes it
+    read is not known: all count as read, and the number of names on it is guarded (see
+    `_absences`)."""
     runtime = set(runtime)
+    built = _building(reached, used.building_names(_not_users) if used is not None else ())
+    if built:  # (not the private ones, a Module's `_modules` and the like: no f-string's)
+        used = used.assuming(frozenset(
+            name for value in built.values() if hasattr(value, "__dict__")
+            for name in vars(value) if not name.startswith("_")))
     paths = [(path, tensor) for tensor in captured for path in reached.paths.get(id(tensor), ())]
     paths += [(path, value) for path, value in reached.values if path[0] not in runtime
               and (used is None or may_read(named_steps(path[2]), value, used))
               and (not path[2] or path[2][-1][0] not in _SIZES or _size_now(path) == value)]
-    paths += _absences(reached, used)
+    paths += _absences(reached, used, built)
     if reached.hook_changes is not None and (used is None or used.read("_forward_hooks", "attr")):
         from tracer.nn.module_api import HOOK_CHANGES  # (imported: a Module was reached)
         label = "forward hooks or module methods"
@@ -63,54 +80,133 @@ def guards_for(reached: Reached, captured: Sequence[Tensor], used: UsedNames | N
     return [(*path, value) for path, value in paths if path[2]]  # a root is itself
 
 
-def _absences(reached: Reached, used: UsedNames | None) -> list[tuple[tuple, bool]]:
+def _building(reached: Reached, codes: AbstractSet) -> dict[int, Any]:
+    """The user's objects (by id) whose class has a method among `codes`: those whose attributes
+    that method reads by names it builds."""
+    if not codes:
+        return {}
+    return {id(value): value for _, value in reached.namespaces
+            if not isinstance(value, type) and any(
+                getattr(member, "__code__", None) in codes
+                for klass in type(value).__mro__ for member in vars(klass).values())}
+
+
+def _absences(reached: Reached, used: UsedNames | None, built: dict[int, Any]
+              ) -> list[tuple[tuple, Any]]:
     """Guards that names stay unset where the code may read them: on each user's object,
     settings, module or class the walk reached (Reached.namespaces), the names absent there now
-    that the user's code may read by a string (getattr with a default, hasattr), and those that
-    would hide what its class defines that the code names (`block.scale = 3` over the class's
-    `scale`, `block.act = f` over the method). One guard an object, one `keys().isdisjoint` of
-    its own dict (and of a Module's registries: `model.temperature = Parameter(...)`)."""
-    by_string = used.read_by_string(_not_users) if used is not None else frozenset()
-    guards = []
+    that the user's code may read where absent (by a string: getattr with a default, hasattr; or
+    inside a try that catches AttributeError: UsedNames.maybe_absent), and those that would hide
+    what its class defines that the code names (`block.scale = 3` over the class's `scale`,
+    `block.act = f` over the method); on tracer's own objects (a Module, an optimizer: not
+    namespaces, for cost), the names the trace asked of them and found absent
+    (Reached.absent_reads). One guard an object (see `_absence`); where the code builds the
+    names it reads (`built`, by id), more: the length of its dict (and of a Module's registries)
+    stays the one it has now, whatever name is set."""
+    by_string = used.maybe_absent(_not_users) if used is not None else frozenset()
+    guards: list[tuple[tuple, Any]] = []
     for path, value in reached.namespaces:
         if used is not None and path[2] and not may_read(named_steps(path[2]), value, used):
             continue
-        own = vars(value)
-        if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
-            continue
-        names = frozenset(name for name in by_string | frozenset(
-            name for name in shadowed(value) if used is None or name in used) if name not in own)
-        # (a Module's __setattr__ puts a Parameter, a buffer or a submodule in its registries,
-        # read by its __getattr__: by name only where the attribute is absent)
-        registered = (names & by_string if all(isinstance(own.get(r), dict) for r in _REGISTRIES)
-                      else frozenset())
-        if names:
-            guards.append(((f"{path[0]} attribute {', '.join(sorted(names))}", path[1],
-                            (*path[2], ("absent", (names, registered)))), True))
+        if id(value) in built:  # (by length: a name set where none was grows it, cheapest)
+            own = getattr(value, "__dict__", None)
+            guards += [((f"{path[0]}.{name} length", path[1],
+                         (*path[2], ("attr", name), ("length", None))), len(getattr(value, name)))
+                       for name in ("__dict__", *_REGISTRIES)
+                       if isinstance(own, (dict, MappingProxyType))
+                       and (name == "__dict__" or isinstance(own.get(name), dict))]
+        wanted = by_string | _getters_reads(type(value), by_string) | frozenset(
+            name for name in shadowed(value) if used is None or name in used)
+        if used is not None and answers_absent(type(value)):  # (any name it lacks it may serve)
+            wanted |= used.attributes_loaded(_not_users)
+        guards += _absence(path, value, wanted, by_string)
+        if id(value) in reached.names_then:
+            guards += _made_while_tracing(path, value, reached.names_then[id(value)], used)
+    through_dicts = used.read_through_dicts(_not_users) if used is not None else frozenset()
+    for path, value in reached.own_objects if through_dicts else ():
+        guards += _absence(path, value, through_dicts, frozenset())
+    asked: dict[int, tuple[Any, set[str]]] = {}
+    for owner, name in reached.absent_reads:
+        asked.setdefault(id(owner), (owner, set()))[1].add(name)
+    for owner, names in asked.values():
+        guards += _absence((f"a {type(owner).__name__}'s", owner, ()), owner, names, names)
     return guards
+
+
+def _getters_reads(cls: type, names: AbstractSet[str]) -> frozenset[str]:
+    """The attributes the getters of the properties of `cls` among `names` read: a property
+    read where absent (`getattr(self, "temperature", 1.0)`) is absent where its getter reads an
+    absent attribute (`return self._temperature`), whose AttributeError passes through it."""
+    getters = (getattr(member, "fget", getattr(member, "func", None))
+               for member in (getattr(cls, name, None) for name in names)
+               if isinstance(member, (property, functools.cached_property)))
+    return frozenset().union(*(attributes_read(getter) for getter in getters
+                               if getter is not None and not _not_users(
+                                   getattr(getattr(getter, "__code__", None), "co_filename", ""))))
+
+
+def _made_while_tracing(path: tuple, value, names_then: frozenset[str], used: UsedNames | None
+                        ) -> list[tuple[tuple, Any]]:
+    """Guards of the numbers, strings and Nones set on a user's object while tracing, under
+    names the code names (a functools.cached_property computed, `self.n = 3` made lazily): the
+    walk before tracing did not see them, and the compiled code may hold them (setting
+    `model.factor = 7.0` over a cached 3.0 traces again)."""
+    return [((f"{path[0]}.{name}", path[1], (*path[2], ("attr", name))), item)
+            for name, item in list(vars(value).items())
+            if name not in names_then and not name.startswith("__")
+            and (used is None or name in used)
+            and (item is None or isinstance(item, (numbers.Number, str)))]
+
+
+def _absence(path: tuple, value, wanted: AbstractSet[str], by_name: AbstractSet[str]
+             ) -> list[tuple[tuple, bool]]:
+    """The guard (none, or one) that the names of `wanted` absent from `value` now stay so: each
+    name not in its own dict (and, for those of `by_name`, not in a Module's registries, where
+    its __setattr__ puts a Parameter, a buffer or a submodule read by its __getattr__:
+    `model.temperature = Parameter(...)`), each slot of `wanted` not set (`getattr(self, "slot",
+    1.0)` on a class with __slots__)."""
+    own = getattr(value, "__dict__", None)
+    if not isinstance(own, (dict, MappingProxyType)):  # (no keys() the guard could read)
+        own = None
+    every_slot = slot_names(type(value))
+    slots = frozenset(name for name in every_slot if name in wanted and not hasattr(value, name))
+    registries = [own[r] for r in _REGISTRIES if own is not None and isinstance(own.get(r), dict)]
+    names = frozenset(name for name in wanted if own is not None and name not in own
+                      and name not in every_slot and not any(name in r for r in registries))
+    registered = names & by_name if len(registries) == len(_REGISTRIES) else frozenset()
+    if not names and not slots:
+        return []
+    return [((f"{path[0]} attribute {', '.join(sorted(names | slots))}", path[1],
+              (*path[2], ("absent", (names, registered, slots)))), True)]
 
 
 # A Module's registries, where its __setattr__ puts a Parameter, a buffer or a submodule
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
 
 
-def _absent(value, names: frozenset[str], registered: frozenset[str]) -> bool:
-    """Whether none of `names` is set on `value`, nor of `registered` in its registries (an
-    "absent" step of a guard)."""
-    own = vars(value)
-    return own.keys().isdisjoint(names) and all(
-        own[registry].keys().isdisjoint(registered) for registry in _REGISTRIES if registered)
+def _absent(value, names: frozenset[str], registered: frozenset[str],
+            slots: frozenset[str]) -> bool:
+    """Whether none of `names` is set on `value`, nor of `registered` in its registries, nor any
+    of its `slots` (an "absent" step of a guard)."""
+    return ((not names or vars(value).keys().isdisjoint(names)) and all(
+        getattr(value, registry).keys().isdisjoint(registered)
+        for registry in _REGISTRIES if registered)
+        and not any(hasattr(value, name) for name in slots))
 
 
 def _absent_source(expression: str, names: frozenset[str], registered: frozenset[str],
-                   label: str) -> str:
+                   slots: frozenset[str], label: str) -> str:
     """`_absent` as an expression of generated code: a test for each name (`"scale" in d`), as
     the few names a guard holds cost less so than by one isdisjoint (its views' allocation)."""
     target, own = f"object{label}", f"own{label}"
     tests = [f"{name!r} in {own}" for name in sorted(names)]
-    tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
     tests += [f"{name!r} in {target}.{registry}" for registry in _REGISTRIES
               for name in sorted(registered)]
+    tests += [f"hasattr({target}, {name!r})" for name in sorted(slots)]
+    if names:
+        tests[0] = f"{sorted(names)[0]!r} in ({own} := ({target} := {expression}).__dict__)"
+    else:
+        tests[0] = f"hasattr(({target} := {expression}), {sorted(slots)[0]!r})"
     return f"not ({' or '.join(tests)})"
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tracer.context import noting_absent_reads
 from tracer.errors import project_file
 from tracer.runtime.code_names import global_names
 from tracer.runtime.random_draws import GENERATORS
@@ -40,7 +41,10 @@ def _libraries() -> tuple[str, ...]:
 
 
 def library_file(filename: str) -> bool:
-    return filename.startswith(_libraries()) and not project_file(filename)
+    # (the standard library's frozen modules -- importlib's bootstrap, posixpath -- run from
+    # "<frozen posixpath>": their strings and names are theirs, as the others')
+    return (filename.startswith(_libraries()) and not project_file(filename)
+            or filename.startswith("<frozen "))
 
 
 def _settings(value) -> bool:
@@ -79,8 +83,18 @@ class Reached:
         # a name set on one later may change what the code reads there, one absent when traced
         # (`getattr(model, "temperature", 1.0)`) or one its class defines (`block.act = f`).
         # (Not tr.nn's layers and optimizers: a guard on each would cost a model's every call
-        # more than all its others.)
+        # more than all its others; what the trace asks of them is noted instead, below.)
         self.namespaces: list[tuple[tuple, Any]] = []
+        # (object, name): what the traced function asked of tracer's own objects and found absent
+        # (tracer.context.AbsentNamesNoted), noted while it was traced
+        self.absent_reads: list[tuple[Any, str]] = []
+        # (path, object) of tracer's own objects the walk reached, which `vars(layer).get(...)`
+        # may read past their __getattr__
+        self.own_objects: list[tuple[tuple, Any]] = []
+        # The names in the dict of each user's object when walked, by id: a name set while
+        # tracing (a functools.cached_property computed, `self.n = 3` made lazily) holds a value
+        # the compiled code may have taken in, guarded then (guards._made_while_tracing).
+        self.names_then: dict[int, frozenset[str]] = {}
         # Python's and numpy's random generators, by id, with the name of the first path to each
         # (runtime/random_draws.py)
         self.generators: dict[int, tuple[str, Any]] = {}
@@ -96,10 +110,11 @@ def reachable(function: Callable, static_arguments: Sequence[tuple[str, Any]]) -
     """Walk what `function` (a function, bound method or callable object) and the objects passed
     to it as static arguments, named, can reach."""
     reached = Reached()
-    _walk_callable(function, reached, 0, "self")
-    for name, value in static_arguments:
-        if not _is_value(value):
-            _walk(value, (name, value, ()), reached, 0)
+    with noting_absent_reads(None):  # (its hasattr are not the traced function's)
+        _walk_callable(function, reached, 0, "self")
+        for name, value in static_arguments:
+            if not _is_value(value):
+                _walk(value, (name, value, ()), reached, 0)
     return reached
 
 
@@ -203,18 +218,30 @@ def _walk(value, path: tuple, reached: Reached, depth: int) -> None:
         for key, item in list(vars(value).items()):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
-    elif hasattr(value, "python_function") and hasattr(value, "cache_info"):  # traced: its function
+    elif _traced(value):  # its function
         _walk_callable(value.python_function, reached, depth, path[0])
     elif ((hasattr(value, "__dict__") or hasattr(type(value), "__slots__"))
           and (not _library_class(type(value)) or _settings(value))):
         if path[2]:  # its class, whose code runs (`model.activation = nn.Tanh()` traces again)
             reached.values.append((_child(path, "attr", "__class__"), type(value)))
-        if hasattr(value, "__dict__") and (_user_class(type(value)) or _settings(value)):
+        if _user_class(type(value)) or _settings(value):  # (one with __slots__ too)
             reached.namespaces.append((path, value))
+            if hasattr(value, "__dict__"):
+                reached.names_then[id(value)] = frozenset(vars(value))
+        elif hasattr(value, "__dict__"):
+            reached.own_objects.append((path, value))
         for key, item in _attributes(value):
             if not key.startswith("__"):
                 _walk(item, _child(path, "attr", key), reached, depth + 1)
         _walk_class(type(value), reached, depth)
+
+
+def _traced(value) -> bool:
+    """Whether `value` is a traced function or method (asked of its class, not by hasattr, which
+    an object whose own __getattr__ answers every name answers yes to: an addict-style config)."""
+    traced_function = sys.modules.get("tracer.runtime.traced_function")
+    return traced_function is not None and isinstance(
+        value, (traced_function.TracedFunction, traced_function.BoundTracedFunction))
 
 
 def _module_internal(steps: tuple) -> bool:
@@ -229,12 +256,19 @@ def _attributes(value) -> list[tuple[str, Any]]:
     """An object's attributes: those in its __dict__ and in the __slots__ of its classes (a
     `dataclass(slots=True)` config has no __dict__)."""
     attributes = list(vars(value).items()) if hasattr(value, "__dict__") else []
-    for klass in type(value).__mro__:
-        slots = vars(klass).get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if hasattr(value, name):  # (a slot not set yet has no value)
-                attributes.append((name, getattr(value, name)))
+    for name in slot_names(type(value)):
+        if hasattr(value, name):  # (a slot not set yet has no value)
+            attributes.append((name, getattr(value, name)))
     return attributes
+
+
+def slot_names(cls: type) -> list[str]:
+    """The names of the __slots__ of `cls` and its bases."""
+    names = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else slots
+    return names
 
 
 def _walk_callable(function, reached: Reached, depth: int, self_name: str) -> None:
@@ -277,6 +311,12 @@ def shadowed(value) -> frozenset[str]:
     return frozenset(name for klass in type(value).__mro__ if _user_class(klass)
                      for name, member in list(vars(klass).items())
                      if not name.startswith("__") and not hasattr(type(member), "__set__"))
+
+
+def answers_absent(cls: type) -> bool:
+    """Whether one of the user's classes among those of `cls` defines __getattr__, which answers
+    for the names its objects lack (`self.temperature` read through it)."""
+    return any("__getattr__" in vars(klass) and _user_class(klass) for klass in cls.__mro__)
 
 
 def _user_class(cls: type) -> bool:

@@ -19,6 +19,7 @@ from tracer.runtime.random_draws import Draws
 from tracer.runtime.guards import captured_names, stored_tensors
 from tracer.runtime.reach import Reached, reachable
 from tracer.backward import backward_reads_a_change
+from tracer.context import noting_absent_reads
 from tracer.errors import ArgumentError, SpecializationNeeded, TracingError
 from tracer.creation import from_numpy
 from tracer.tensor import Tensor, check_current
@@ -103,6 +104,7 @@ class Recorder:
 
     def __enter__(self) -> "Recorder":
         self.contexts.enter_context(tracing(self.trace_state))
+        self.contexts.enter_context(noting_absent_reads(self.reached.absent_reads))
         self.used = self.contexts.enter_context(recording_names())
         return self
 

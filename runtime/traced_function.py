@@ -45,8 +45,10 @@ class TracedFunction:
             ("__dict__",) if isinstance(function, types.FunctionType) else ()))
         self.python_function = function
         self.static_argnums = tuple(static_argnums)
-        self._name = getattr(function, "__name__", type(function).__name__)
-        self._signatures = SignatureCache(getattr(function, "__qualname__", self._name))
+        # (a callable object whose own __getattr__ answers every name has no string name)
+        name, qualified = (getattr(function, key, None) for key in ("__name__", "__qualname__"))
+        self._name = name if isinstance(name, str) else type(function).__name__
+        self._signatures = SignatureCache(qualified if isinstance(qualified, str) else self._name)
         self.check_grads = check_grads
         # TRACER_REPORT's folder, when a signature compiled since that page was written
         self._report_due: str | None = None

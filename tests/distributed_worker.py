@@ -126,9 +126,12 @@ def check_ddp() -> None:
 
     initial = [p.detach().numpy().copy() for p in model_and_batch(0)[0].parameters()]
     model, x, y = model_and_batch(RANK)
+    # a buffer made with .view() (a copy in tracer, refused by copy_), as GPT's causal mask is
+    model.register_buffer("mask", tr.tril(tr.full((3, 3), RANK + 1.0)).view(1, 3, 3))
     ddp = nn.parallel.DistributedDataParallel(model)
     for p, q in zip(model.parameters(), initial):
         assert p.detach().numpy().tobytes() == q.tobytes()  # broadcast from rank 0 at wrap
+    np.testing.assert_array_equal(model.mask.numpy(), np.tril(np.ones((3, 3)))[None])
     print("ok ddp broadcast", flush=True)
     optimizer = tr.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     rows = slice(RANK * len(x) // WORLD, (RANK + 1) * len(x) // WORLD)  # this rank's shard

@@ -156,7 +156,8 @@ def loops_not_unrolled(traced) -> list[bool]:
 
 def test_loops_around_long_loops_are_not_unrolled():
     """Splitting heads (a transpose of rows of 32 floats, in loops of 6 x 20 rows), as the GPT
-    step does: LLVM is told not to unroll the loops around the rows, and the copy is right."""
+    step does: LLVM is told not to unroll the loops around the rows, nor the rows themselves (of
+    fixed length) before vectorizing them, and the copy is right."""
     @tr.trace
     def split_heads(x):
         return x.reshape(2, 20, 6, 32).transpose(1, 2).contiguous() * 2.0
@@ -164,7 +165,7 @@ def test_loops_around_long_loops_are_not_unrolled():
     x = np.random.default_rng(5).normal(size=(2, 20, 192)).astype(np.float32)
     expected = x.reshape(2, 20, 6, 32).transpose(0, 2, 1, 3) * np.float32(2.0)
     np.testing.assert_array_equal(split_heads(x).numpy(), expected)
-    assert loops_not_unrolled(split_heads) == [True, True, True, False]
+    assert loops_not_unrolled(split_heads) == [True, True, True, True]
 
 
 def test_loops_around_small_loops_may_be_unrolled():
@@ -198,7 +199,9 @@ def test_long_innermost_loops_are_not_unrolled_once_vectorized(columns):
     vectorized = "llvm.loop.vectorize.followup_all"
     # (the product's row, without a reduction, is not interleaved: see render_kernel.loop_hint)
     single = "llvm.loop.interleave.count"
-    row_loops = [{vectorized, lanes}, {vectorized, single}] if columns == 192 else [set(), set()]
+    # (and, of fixed length, is not unrolled before it is vectorized either)
+    row_loops = ([{vectorized, lanes}, {vectorized, single, unroll}] if columns == 192
+                 else [set(), set()])
     assert loop_hints(scaled) == [{unroll}, {unroll}, *row_loops]
     if columns == 192:
         llvm = scaled.ir(x, stage="llvm")
@@ -213,10 +216,10 @@ def test_long_innermost_loops_are_not_unrolled_once_vectorized(columns):
             assert unroll in {hints.get(item) for item in re.findall(r"!(\d+)", node)}
 
 
-def test_a_row_that_divides_its_counter_is_left_to_llvm_to_unroll():
+def test_a_row_that_divides_its_counter_is_split_into_runs():
     """Merging heads, as the GPT step does: each row of 192 reads 6 runs of 32 (its counter
-    divided by 32); LLVM may unroll it, which leaves no division and reads whole vectors. The
-    values are numpy's."""
+    divided by 32); it is 6 loops of 32 (ir/loop_split.py), each vectorized whole and not
+    unrolled, with no division left. The values are numpy's."""
     @tr.trace
     def merge(q):
         return q.transpose(1, 2).reshape(2, 20, 192) * 2.0
@@ -224,7 +227,11 @@ def test_a_row_that_divides_its_counter_is_left_to_llvm_to_unroll():
     q = np.random.default_rng(8).normal(size=(2, 6, 20, 32)).astype(np.float32)
     np.testing.assert_array_equal(merge(q).numpy(),
                                   q.transpose(0, 2, 1, 3).reshape(2, 20, 192) * np.float32(2.0))
-    assert loop_hints(merge)[-1] == set()
+    assert loop_hints(merge)[-2:] == [{"llvm.loop.unroll.disable"}, {
+        "llvm.loop.unroll.disable", "llvm.loop.vectorize.followup_all",
+        "llvm.loop.interleave.count"}]
+    loops = merge.ir(q, stage="loops")
+    assert ".remainder in [0, 32)" in loops and " div " not in loops and " rem " not in loops
 
 
 def test_kernels_doing_a_negligible_part_of_the_work_are_compiled_quickly():

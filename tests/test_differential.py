@@ -428,15 +428,15 @@ CALLS = {
     # the mask of masked_fill: where another value (broadcast to x's shape) is positive
     "masked_fill": lambda B, x, other, value: x.masked_fill(other > 0, value),
     "masked_fill_": lambda B, x, other, value: x.masked_fill_(other > 0, value),
-    **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x, *args, **kwargs) for name in FUNCTIONAL + LAYERS + IMAGE_LAYERS
+    **{name: lambda B, x, *args, name=name, **kwargs: _own(B, x, getattr(B.m.nn.functional, name)(
+        x, *args, **kwargs)) for name in FUNCTIONAL + LAYERS + IMAGE_LAYERS
         if name not in ("batch_norm", "instance_norm", "gelu")},
     # F30: PyTorch 2.13's batch_norm gradient of a non-contiguous input (a view of a
     # Fortran-ordered tensor) is wrong (float64 central differences agree with tracer's), so
     # PyTorch gets the same values contiguous, which changes no value or gradient (its
     # instance_norm is batch_norm's kernel over N * C channels)
-    **{name: lambda B, x, *args, name=name, **kwargs: getattr(B.m.nn.functional, name)(
-        x.contiguous() if B.is_torch else x, *args, **kwargs)
+    **{name: lambda B, x, *args, name=name, **kwargs: _own(B, x, getattr(B.m.nn.functional, name)(
+        x.contiguous() if B.is_torch else x, *args, **kwargs))
        for name in ("batch_norm", "instance_norm")},
     # the oracle's gelu is x/2 * erfc(-x/sqrt 2), exact where PyTorch's float64 1 + erf(x/sqrt 2)
     # rounds to 0 (below x = -8.3: a documented difference, docs/differences.md); divided by that,
@@ -456,6 +456,18 @@ CALLS = {
     "median_dim": lambda B, x, dim, keepdim: _untied(B, x, dim).median(dim, keepdim)[0],
     "nanmedian_dim": lambda B, x, dim, keepdim: _untied(B, x, dim).nanmedian(dim, keepdim)[0],
 }
+
+
+def _own(B, x, result):
+    """PyTorch's `result` copied where it is a view of a tensor the function made (avg_pool1d's and
+    adaptive_avg_pool1d's squeeze of a 2-d pooling, instance_norm's view of batch_norm's): an
+    undocumented detail, which made a valid program raise in PyTorch (an in-place copy of a value
+    requiring grad into it, then a second in-place change: "a leaf Variable that requires grad is
+    being used in an in-place operation"; found by the long run, 2026-11-27). tracer's are tensors
+    of their own, as the documentation has them."""
+    made = B.is_torch and result._base is not None and result._base is not (
+        x if x._base is None else x._base)
+    return result.clone() if made else result
 
 
 def _untied(B, x, dim=None):
@@ -2234,6 +2246,49 @@ F29_ALL_ELEMENTS = Program(
 # The slow run: the check of zero labels sat in a row kernel of zero rows, which the scheduler
 # leaves out, so the code wrote no error record while the runtime read one (an AttributeError, or
 # a wrong IndexError, from a fresh arena's garbage).
+# The long run (2026-11-27): a layer norm over an empty normalized shape, summed, gave nan for
+# PyTorch's 0 (an optimizer pass scaling sums after summing; removed: tests/test_scaled_sums.py).
+EMPTY_LAYER_NORM = Program(
+    kind="step",
+    inputs=[Input(shape=(1, 1, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=True, grad=True, seed=0),
+            Input(shape=(1, 0, 0), dtype="int64", layout="C", via="from_numpy",
+                  requires_grad=False, grad=False, seed=0, low=-1, high=1)],
+    ops=[("arg", 0), ("call", "median_dim", 0, (0, False), {}),
+         ("call", "gather", 0, (0, ("input", 1)), {}), ("unary", "abs", 0), ("unary", "abs", 0),
+         ("call", "layer_norm", 2, ((0, 0),), {})],
+    outputs=[5], argnums=(), updates=("sub", "sub"), value_and_grad=False)
+
+# The long run (2026-11-27): PyTorch raised on this valid program, its avg_pool1d's result being a
+# view of a tensor it made (see _own).
+POOLED_VIEW_CHANGED_TWICE = Program(
+    kind="grad",
+    inputs=[Input(shape=(), dtype="float32", layout="C", via="from_numpy", requires_grad=False,
+                  grad=False, seed=0),
+            Input(shape=(1, 1, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=False, grad=False, seed=0),
+            Input(shape=(), dtype="float32", layout="C", via="from_numpy", requires_grad=False,
+                  grad=False, seed=0)],
+    ops=[("arg", 0), ("arg", 1),
+         ("call", "avg_pool1d", 1, (), {"kernel_size": 1, "stride": 1, "padding": 0,
+                                        "ceil_mode": False, "count_include_pad": False}),
+         ("arg", 2), ("setitem", 2, (0, 0, 0, "..."), 3), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("setitem", 2, "mask", 0), ("unary", "abs", 0)],
+    outputs=[8], argnums=(0, 2), updates=("sub", "sub", "sub"), value_and_grad=False)
+
+# A layer of a view (a reshape) at second order: the oracle's copy of views (_own) asked a
+# tensor's truth value, and PyTorch's backend raised (found by a 2-worker run, 2026-11-27).
+LAYER_OF_A_VIEW = Program(
+    kind="grad2",
+    inputs=[Input(shape=(2, 1), dtype="float32", layout="C", via="from_numpy",
+                  requires_grad=False, grad=False, seed=0)] * 2,
+    ops=[("arg", 0), ("unary", "abs", 0), ("where3", 1, 0, 0), ("layout", "reshape", 0, (2, -1, 1)),
+         ("arg", 1), ("binary", "add", 0, 4), ("unary", "abs", 0), ("unary", "abs", 0),
+         ("unary", "abs", 0), ("call", "max_pool1d", 3, (), {"kernel_size": 1, "stride": 1,
+                                                             "padding": 0, "ceil_mode": False,
+                                                             "dilation": 1})],
+    outputs=[9], argnums=(0,), updates=("sub", "sub"), value_and_grad=False)
+
 EMPTY_LABELS = Program(
     kind="value",
     inputs=[Input(shape=(), dtype="float32", layout="C", via="from_numpy", requires_grad=True,
@@ -2283,6 +2338,9 @@ CHECKED_INDEX_COMPARED = Program(
 @example(F29_ALL_ELEMENTS)
 @example(EMPTY_LABELS)
 @example(CHECKED_INDEX_COMPARED)
+@example(EMPTY_LAYER_NORM)
+@example(POOLED_VIEW_CHANGED_TWICE)
+@example(LAYER_OF_A_VIEW)
 def test_random_programs_agree(program):
     check_program(program)
 

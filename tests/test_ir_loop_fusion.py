@@ -145,8 +145,9 @@ def loops_per_depth(program: LoopProgram) -> list[int]:
 @pytest.mark.parametrize("step, arrays, separate, merged", [
     # the chunk's two zero fills; per row, the mean, the variance, the output with the bias's
     # sum, the weight's sum (which reads the normalized row the output's loop stores, at the
-    # same element) and the backward's three row sums (ir/sum_terms.py), the gradient
-    (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 9], [1, 2, 4]),
+    # same element) and the backward's first row sum, its second (which needs the first, and
+    # keeps the row it sums), the gradient
+    (layer_norm_step, layer_norm_arrays((37, 24), np.float32), [1, 3, 8], [1, 2, 5]),
     # per row, the maximum with the targets' sum, the loss and the gradient's row sum with the
     # gradient (max(dim)'s value read at its index, its gradient stored there after the loop:
     # ir/one_hot.py)

@@ -112,11 +112,10 @@ def test_layer_norm_forward_and_backward_is_one_row_kernel(dtype):
     # x and grad_output are read once, y and x.grad written once
     assert passes(function, 37 * 24) == 4
     fused = function.stage_text("fused")
-    # kept for the later parts, a division they would each compute again: the normalized row
-    # (%15). (The output's gradient times the weight over the deviation, which the gradient's
-    # row sum read in a pass of its own, is computed by the gradient's loop alone: that sum is
-    # split into sums of its terms, ir/sum_terms.py.)
-    assert "kernel_0 rows[37] in 32 chunks keeping rows of %15(" in fused
+    # kept for the later parts, divisions they would each compute again: the normalized row
+    # (%15) and the output's gradient times the weight over the deviation (%26), which the
+    # gradient's row sum reads in a pass of its own before the gradient's loop
+    assert "kernel_0 rows[37] in 32 chunks keeping rows of %15, %26(" in fused
     assert "kernel_1 combine of 32 chunks(" in fused
     assert_close_to_torch(function(arrays), torch_results(layer_norm_step, arrays), dtype)
     # through the API: the same results (conftest compares them with the reference interpreter)
@@ -140,10 +139,9 @@ def test_softmax_cross_entropy_is_one_row_kernel_and_its_loss_a_total_by_chunks(
     (exponentials,) = set(re.findall(r"(%\d+) : f32\[50,19\] = exp ", fused))
     assert f"keeping rows of {exponentials}(" in fused
     assert text.count(" = exp ") == 1
-    # (and once more at the argmax, where its gradient gets the max's: ir/one_hot.py); the
-    # gradient's row sum is the targets' sum and the exponentials' (ir/sum_terms.py), so no
-    # loop of its own loads them
-    assert text.count("store out1[") == 1 and text.count("= load out1[") == 2
+    # (and once more at the argmax, where its gradient gets the max's: ir/one_hot.py; and by
+    # the gradient's row sum, a loop of its own: tests/test_scaled_sums.py says why)
+    assert text.count("store out1[") == 1 and text.count("= load out1[") == 3
     assert_close_to_torch(function(arrays), torch_results(cross_entropy_step, arrays),
                           np.float32)
     # a float32 loop that sums in float64 runs its float32 work at full width, 8 lanes

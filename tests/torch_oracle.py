@@ -79,3 +79,37 @@ def paired_mlps(seed: int, inputs: int, hidden: int, outputs: int, activation: s
         for mine, reference in zip(ours.parameters(), theirs.parameters()):
             reference.copy_(torch.tensor(mine.detach().numpy()))
     return ours, theirs
+
+
+def _key_part(packed) -> slice:
+    """Where the key's part lies in an in_proj_bias that packs query, key and value."""
+    return slice(packed.shape[0] // 3, 2 * packed.shape[0] // 3)
+
+
+def key_biases(module) -> dict[str, np.ndarray]:
+    """The key's part of each attention's packed in_proj_bias (query, key, value) of `module`."""
+    return {name: value.detach().numpy()[_key_part(value)].copy()
+            for name, value in module.named_parameters() if name.endswith("in_proj_bias")}
+
+
+def assert_trained_like_torch(ours, theirs, key_biases_before: dict[str, np.ndarray],
+                              steps: int, lr: float, eps: float = 1e-8,
+                              decoupled_weight_decay: float = 0.0) -> None:
+    """The parameters of `ours` after `steps` Adam-family steps equal those of `theirs` (float64),
+    but for the keys' biases, compared with their values before (`key_biases`): a key's bias adds
+    q.b_k to every score of a query, which softmax ignores, so its gradient is 0 exactly and both
+    frameworks' are rounding noise (~1e-17, which differs: their sums are ordered differently).
+    Adam divides that noise by eps, so each step moves the bias by at most
+    lr * |noise| / eps: ~1e-9 for noise below 1e-15, far below any real gradient's step (~lr),
+    and far above a tolerance of 1e-9 relative (a flaky failure at 7e-11, 2026-11-27). AdamW's
+    decoupled weight decay shrinks them by (1 - lr * decay) each step meanwhile."""
+    drift, shrunk = steps * lr * 1e-15 / eps, (1 - lr * decoupled_weight_decay) ** steps
+    for module in ours, theirs:
+        for name, after in key_biases(module).items():
+            np.testing.assert_allclose(after, key_biases_before[name] * shrunk, rtol=0, atol=drift,
+                                       err_msg=name)
+    for (name, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
+        mine, reference = mine.detach().numpy().copy(), reference.detach().numpy().copy()
+        if name.endswith("in_proj_bias"):
+            mine[_key_part(mine)] = reference[_key_part(reference)] = 0  # (checked above)
+        np.testing.assert_allclose(mine, reference, rtol=1e-9, atol=1e-12, err_msg=name)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 
 class _State(threading.local):
@@ -14,9 +14,39 @@ class _State(threading.local):
     transforms = 0
     creating_graph = False  # a backward with create_graph=True (eager or traced) is running
     forward_changes = None  # tracer.function_forward.ForwardChanges of the Function forwards running
+    # (object, name) of every attribute asked of tracer's own objects and absent while a traced
+    # function is recorded (see AbsentNamesNoted), or None outside
+    absent_reads = None
 
 
 state = _State()
+
+
+class AbsentNamesNoted:
+    """Base of tracer's own classes whose objects user code may ask for a name they lack
+    (`getattr(self.linear, "scale", 1.0)`, `hasattr(opt, "foo")`, `try: self.temperature`): the
+    ask is noted while a traced function is recorded, and its guards then see the name set later
+    (runtime/guards.py). Python calls __getattr__ only when the name is absent: nothing else pays.
+    """
+
+    def __getattr__(self, name: str):
+        if state.absent_reads is not None and not name.startswith("__"):
+            state.absent_reads.append((self, name))
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+@contextlib.contextmanager
+def noting_absent_reads(reads: list | None) -> Iterator[None]:
+    """Inside the block, AbsentNamesNoted appends to `reads` (and, after it, to the list of a
+    recording around it: a traced function called while another is traced); None: to nothing,
+    while tracer itself looks over the user's objects (runtime/reach.py)."""
+    previous, state.absent_reads = state.absent_reads, reads
+    try:
+        yield
+    finally:
+        state.absent_reads = previous
+        if previous is not None and reads is not None:
+            previous.extend(reads)
 
 
 def is_grad_enabled() -> bool:

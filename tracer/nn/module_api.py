@@ -13,6 +13,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
+from tracer.context import AbsentNamesNoted
 from tracer.errors import TracerError
 from tracer.tensor import Tensor
 
@@ -85,7 +86,7 @@ def typename(value) -> str:
     return name if module in ("", "builtins") else f"{module}.{name}"
 
 
-class ModuleApi:
+class ModuleApi(AbsentNamesNoted):
     """Methods of tr.nn.Module (tracer/nn/modules.py), which inherits them."""
 
     def _init_hooks(self) -> None:

@@ -119,7 +119,7 @@ class Module(ModuleApi):
             if entries is not None and name in entries:
                 value = entries[name]
                 return current_tensor(value) if isinstance(value, Tensor) else value
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        return super().__getattr__(name)  # (AbsentNamesNoted's: noted, and AttributeError)
 
     def __delattr__(self, name: str) -> None:
         for registry in self._registries():

@@ -13,6 +13,7 @@ from tracer.backward import after_backward
 from tracer.context import is_grad_enabled, no_grad
 from tracer.errors import ArgumentError
 from tracer.functional import cat
+from tracer.layout import fresh
 from tracer.nn.modules import Module
 from tracer.tracing import current_tensor
 
@@ -32,8 +33,10 @@ class DistributedDataParallel(Module):
         distributed.check_same_on_every_rank(
             "the wrapped module's parameters and buffers",
             [(name, tuple(t.shape), str(t.dtype)) for name, t in named])
-        for _, tensor in named:  # through an alias: a buffer may be a view's result (a copy here)
-            distributed.broadcast(tensor.detach(), src=0)
+        for _, tensor in named:
+            # fresh: a buffer may be a view's result, a copy here (a mask made with .view()), which
+            # copy_ refuses to change; it is the tensor the module reads, as PyTorch's view is
+            distributed.broadcast(fresh(tensor.detach()), src=0)
 
     def forward(self, *arguments, **keywords):
         if self.training and is_grad_enabled() and any(p.requires_grad

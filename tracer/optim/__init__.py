@@ -13,8 +13,8 @@ from tracer.arithmetic import where
 from tracer.creation import full_like, zeros_like
 from tracer.tensor import Tensor
 from tracer.optim import lr_scheduler  # tr.optim.lr_scheduler, as torch.optim's
-from tracer.optim.optimizer import (Optimizer, _gradient, _implementation, _require_not_negative,
-                                    _step_count)
+from tracer.optim.optimizer import (Optimizer, _adam_moments, _gradient, _implementation,
+                                    _require_not_negative, _step_count)
 from tracer.optim.adam_family import Adamax, NAdam, RAdam
 from tracer.optim.classic import ASGD, Adadelta, Rprop
 
@@ -102,15 +102,8 @@ class Adam(Optimizer):
         return state
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
-        lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
-        decoupled = group["decoupled_weight_decay"]
-        grad = _gradient(parameter, grad, group, l2=not decoupled)
-        step = state["step"].add_(1)
-        if decoupled and weight_decay != 0:
-            parameter.mul_(1 - lr * weight_decay)
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        step, exp_avg, exp_avg_sq = _adam_moments(parameter, grad, state, group)
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = (1 - beta2 ** step).sqrt()
         second_moment = exp_avg_sq

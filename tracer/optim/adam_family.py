@@ -16,8 +16,8 @@ from tracer.arithmetic import where
 from tracer.creation import ones, zeros_like
 from tracer.errors import ArgumentError
 from tracer.ir.types import float32, float64
-from tracer.optim.optimizer import (Optimizer, _gradient, _implementation, _require_not_negative,
-                                    _step_count)
+from tracer.optim.optimizer import (Optimizer, _adam_moments, _gradient, _implementation,
+                                    _require_not_negative, _step_count)
 from tracer.tensor import Tensor
 
 
@@ -126,14 +126,8 @@ class RAdam(Optimizer):
         return _moments(parameter)
 
     def _update(self, parameter: Tensor, grad: Tensor, state: dict, group: dict) -> None:
-        lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
-        decoupled = group["decoupled_weight_decay"]
-        grad = _gradient(parameter, grad, group, l2=not decoupled)
-        step = state["step"].add_(1)
-        if decoupled and weight_decay != 0:
-            parameter.mul_(1 - lr * weight_decay)
-        exp_avg = state["exp_avg"].lerp_(grad, 1 - beta1)
-        exp_avg_sq = state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        step, exp_avg, exp_avg_sq = _adam_moments(parameter, grad, state, group)
         bias_correction2 = 1 - beta2 ** step
         bias_corrected_exp_avg = exp_avg / (1 - beta1 ** step)
         rho_inf = 2 / (1 - beta2) - 1

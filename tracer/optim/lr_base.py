@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracer.context import AbsentNamesNoted
 from tracer.errors import ArgumentError
 from tracer.tensor import Tensor
 
@@ -45,7 +46,7 @@ def _set_group_value(group: dict, key: str, value) -> None:
         group[key] = value
 
 
-class LRScheduler:
+class LRScheduler(AbsentNamesNoted):
     """The base of the schedulers: `step()` advances `last_epoch` by one and writes `get_lr()`
     into every parameter group's "lr" (in place if it is a 0-d tensor)."""
 

@@ -25,7 +25,7 @@ import warnings
 from typing import Callable, Iterable
 
 import tracer
-from tracer.context import enable_grad, no_grad, state as mode
+from tracer.context import AbsentNamesNoted, enable_grad, no_grad, state as mode
 from tracer.errors import ArgumentError, TracerWarning, TracingError
 from tracer.ir.types import float64, is_float
 from tracer.backward import clear_grads
@@ -66,7 +66,7 @@ COMPILED_SIGNATURES = 2  # signatures of the update compiled before it runs eage
 EAGER = "eager"
 
 
-class Optimizer:
+class Optimizer(AbsentNamesNoted):
     """Parameter groups (dicts with "params" and the hyperparameters) and per-parameter state."""
 
     def __init__(self, params: Iterable, defaults: dict) -> None:
@@ -267,3 +267,19 @@ def _gradient(parameter: Tensor, grad: Tensor, group: dict, l2: builtins.bool = 
     if l2 and group["weight_decay"] != 0:
         grad = grad.add(parameter, alpha=group["weight_decay"])
     return grad
+
+
+def _adam_moments(parameter: Tensor, grad: Tensor, state: dict,
+                  group: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """Adam's and RAdam's common start: the weight decay (L2, or decoupled: the parameter shrinks
+    by lr * weight_decay), the step counted, both moments updated; returns (step, exp_avg,
+    exp_avg_sq)."""
+    lr, (beta1, beta2), weight_decay = group["lr"], group["betas"], group["weight_decay"]
+    decoupled = group["decoupled_weight_decay"]
+    grad = _gradient(parameter, grad, group, l2=not decoupled)
+    step = state["step"].add_(1)
+    if decoupled and weight_decay != 0:
+        parameter.mul_(1 - lr * weight_decay)
+    exp_avg = state["exp_avg"].lerp_(grad, 1 - beta1)
+    exp_avg_sq = state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return step, exp_avg, exp_avg_sq
