@@ -36,20 +36,23 @@ def location_register(location: Location) -> str:
 C_CONTIGUOUS, WRITEABLE = 0x1, 0x400  # numpy's NPY_ARRAY_* flag bits
 
 
-def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, int]) -> str:
-    """`i32 tracer_fast(PyArrayObject *parameters..., PyArrayObject *outputs..., ptr arena)`:
-    reads each array's data pointer from the object (numpy's public struct: `data` at byte
-    layout[0], `flags` at layout[1]), and runs the entry if every parameter is C-contiguous and
-    every parameter written in place is writeable and shares no byte with another parameter;
-    otherwise it returns 1 having done nothing (the caller then takes the general path). The
-    caller has checked that the objects are arrays of the right dtypes and shapes."""
-    data, flags = layout
+def fast_entry(plan: MemoryPlan, shapes: list[tuple[int, ...]], parameter_bytes: list[int],
+               layout: NamedTuple) -> str:
+    """`tracer_fast`, a METH_FASTCALL function (runtime/native.py makes it a builtin, bound to
+    the tuple (0, 1, list, numpy.ndarray, each parameter's dtype)), called with a list of the
+    parameters' arrays, a list of the outputs' arrays and the arena's address (an int). It
+    reads each array's data pointer from the object (`layout`: the byte offsets of
+    runtime.code_settings.ObjectLayout) and runs the entry, with the GIL released, if the list
+    holds one ndarray (not a subclass) per parameter, of its shape and of its very dtype object,
+    C-contiguous, and every parameter written in place is writeable and shares no byte with
+    another parameter; it returns 0, or 1 having done nothing (the caller then takes the general
+    path). The outputs are the caller's own arrays of the right shapes and dtypes."""
     written = sorted(set(plan.in_place.values()))
     return render("fast_entry.ll.j2", objects=len(parameter_bytes) + len(plan.output_slots),
                   parameters=len(parameter_bytes), parameter_bytes=parameter_bytes,
-                  targets_written=written,
+                  shapes=shapes, targets_written=written,
                   targets=[t for t in written if parameter_bytes[t]],  # an empty one overlaps nothing
-                  data=data, flags=flags, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
+                  layout=layout, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
 
 
 class GeneratedCode(NamedTuple):
@@ -285,7 +288,7 @@ def render_module_parts(kernel: LoopKernel, blas: bool, sites: Sites | None) -> 
 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
-                    layout: tuple[int, int] | None = None, profile: bool = False,
+                    layout: NamedTuple | None = None, profile: bool = False,
                     checked: bool = False, error_record: bool = False,
                     on_kernel: Callable[[KernelModule], None] | None = None,
                     scheduling: Scheduling | None = None) -> GeneratedCode:
@@ -356,7 +359,7 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
 
 
 def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
-                 layout: tuple[int, int] | None, profile: bool, checked: bool,
+                 layout: NamedTuple | None, profile: bool, checked: bool,
                  sites: Sites | None, rendered: list[RenderedKernel],
                  modules: list[KernelModule]) -> str:
     """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers."""
@@ -381,7 +384,8 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
         calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
         signatures[module.symbol] = ", ".join(["ptr"] * len(pointers) + ["i64"] * len(extent))
     fast = "" if layout is None else fast_entry(
-        plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
+        plan, [p.type.shape for p in parameters],
+        [p.type.size * p.dtype.itemsize for p in parameters], layout)
     kernel_declarations = [f"declare void @{symbol}({types}) nounwind"
                            for symbol, types in signatures.items()]
     return render(
