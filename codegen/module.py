@@ -37,20 +37,23 @@ def location_register(location: Location) -> str:
 C_CONTIGUOUS, WRITEABLE = 0x1, 0x400  # numpy's NPY_ARRAY_* flag bits
 
 
-def fast_entry(plan: MemoryPlan, parameter_bytes: list[int], layout: tuple[int, int]) -> str:
-    """`i32 tracer_fast(PyArrayObject *parameters..., PyArrayObject *outputs..., ptr arena)`:
-    reads each array's data pointer from the object (numpy's public struct: `data` at byte
-    layout[0], `flags` at layout[1]), and runs the entry if every parameter is C-contiguous and
-    every parameter written in place is writeable and shares no byte with another parameter;
-    otherwise it returns 1 having done nothing (the caller then takes the general path). The
-    caller has checked that the objects are arrays of the right dtypes and shapes."""
-    data, flags = layout
+def fast_entry(plan: MemoryPlan, shapes: list[tuple[int, ...]], parameter_bytes: list[int],
+               layout: NamedTuple) -> str:
+    """`tracer_fast`, a METH_FASTCALL function (runtime/native.py makes it a builtin, bound to
+    the tuple (0, 1, list, numpy.ndarray, each parameter's dtype)), called with a list of the
+    parameters' arrays, a list of the outputs' arrays and the arena's address (an int). It
+    reads each array's data pointer from the object (`layout`: the byte offsets of
+    runtime.code_settings.ObjectLayout) and runs the entry, with the GIL released, if the list
+    holds one ndarray (not a subclass) per parameter, of its shape and of its very dtype object,
+    C-contiguous, and every parameter written in place is writeable and shares no byte with
+    another parameter; it returns 0, or 1 having done nothing (the caller then takes the general
+    path). The outputs are the caller's own arrays of the right shapes and dtypes."""
     written = sorted(set(plan.in_place.values()))
     return render("fast_entry.ll.j2", objects=len(parameter_bytes) + len(plan.output_slots),
                   parameters=len(parameter_bytes), parameter_bytes=parameter_bytes,
-                  targets_written=written,
+                  shapes=shapes, targets_written=written,
                   targets=[t for t in written if parameter_bytes[t]],  # an empty one overlaps nothing
-                  data=data, flags=flags, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
+                  layout=layout, contiguous=C_CONTIGUOUS, writeable=WRITEABLE)
 
 
 class GeneratedCode(NamedTuple):
@@ -208,12 +211,11 @@ def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata:
     `header` (the declarations and math functions every module has) cut to what `body` uses,
     `body`, and the exported function that makes `call` (the kernel on its whole range), named
     after the module's hash; first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK:
-    how it is compiled). A kernel split across threads (`parallel`) is itself the exported
-    function, run on each chunk by its thread-pool wrapper in the entry's module (entry_module):
-    kernels alike but for their extent or chunks are one module, which holds no wrapper (LLVM's
-    code generator took ~1 ms for each function, however small: 6% of the GPT step's kernel
-    compile). (Rendered under KERNEL_NAME from the start: renaming each kernel's text by a
-    regular expression, one compiled per kernel name, took a third of the GPT step's render.)"""
+    how it is compiled). A kernel split across threads (`parallel`) is the exported function,
+    run on each chunk by a wrapper in the entry's module: kernels alike but for their extent or
+    chunks are one module, with no wrapper (LLVM's code generator took ~1 ms for each function,
+    however small: 6% of the GPT step's kernel compile). (Rendered as KERNEL_NAME: renaming each
+    kernel's text by a regular expression took a third of the GPT step's render.)"""
     placeholder = "tracer_kernel_"
     if parallel:
         functions = [body.replace(f"define internal void @{KERNEL_NAME}(",
@@ -238,8 +240,7 @@ class Scheduling(NamedTuple):
 
 
 class RenderedKernel(NamedTuple):
-    """The arguments of kernel_module for one kernel, but the header and its mark, and its work;
-    and how the entry runs it on several threads (`chunks`, `threads`) if it is `parallel`."""
+    """The arguments of kernel_module for one kernel, but the header and its mark, and more."""
     body: str
     pointers: int
     call: str | None  # (None: a kernel split across threads is the exported function)
@@ -247,7 +248,7 @@ class RenderedKernel(NamedTuple):
     metadata: list[str]
     library: bool  # calls_libraries_only: marked LIBRARY_CALLS_MARK, whatever its work
     work: int  # executed_statements
-    chunks: int
+    chunks: int  # (and threads: how the entry's thread-pool wrapper splits it)
     threads: int
 
 
@@ -283,7 +284,7 @@ def render_module_parts(kernel: LoopKernel, blas: bool, sites: Sites | None) -> 
 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
-                    layout: tuple[int, int] | None = None, profile: bool = False,
+                    layout: NamedTuple | None = None, profile: bool = False,
                     checked: bool = False, error_record: bool = False,
                     on_kernel: Callable[[KernelModule], None] | None = None,
                     scheduling: Scheduling | None = None) -> GeneratedCode:
@@ -345,12 +346,11 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
 
 
 def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
-                 layout: tuple[int, int] | None, profile: bool, checked: bool,
+                 layout: NamedTuple | None, profile: bool, checked: bool,
                  sites: Sites | None, rendered: list[RenderedKernel],
                  modules: list[KernelModule]) -> str:
-    """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers, a
-    kernel split across threads through its thread-pool wrapper (one for each module, chunks and
-    threads), which reads the range's extent at run time."""
+    """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers, one
+    split across threads through its thread-pool wrapper, which reads the extent at run time."""
     parameters = program.parameters
     slots = [(f"%param.{i}", i) for i in range(len(parameters))]
     slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
@@ -365,8 +365,7 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
                       if b.shift and b.location.kind != "arena"})
     calls: list[str] = []
     declarations: dict[str, str] = {}  # by symbol
-    # the thread-pool wrappers' names (short: a wrapper's name is on most of its lines) and
-    # definitions, by kernel symbol, chunks and threads
+    # the thread-pool wrappers' short names and definitions, by kernel symbol, chunks and threads
     wrappers: dict[tuple[str, int, int], tuple[str, str]] = {}
     for kernel, parts, module in zip(program.kernels, rendered, modules):
         arguments = [f"ptr {pointer}" for pointer in record_register(sites)
@@ -388,7 +387,8 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
     if wrappers:
         declarations["tracer_parallel"] = "declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind"
     fast = "" if layout is None else fast_entry(
-        plan, [p.type.size * p.dtype.itemsize for p in parameters], layout)
+        plan, [p.type.shape for p in parameters],
+        [p.type.size * p.dtype.itemsize for p in parameters], layout)
     return render(
         "module.ll.j2", function_name=program.name, triple=triple,
         declarations=list(declarations.values()),

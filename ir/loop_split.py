@@ -17,27 +17,16 @@ them (an `add` LLVM folds), and the old counter a register computed from both, s
 body is kept as it was."""
 from __future__ import annotations
 
-from tracer.ir.loops import IndexOp, Loop, LoopProgram
+from tracer.ir.loops import IndexOp, Loop, LoopProgram, innermost, rewrite_loops
 
 
 def split_divided_loops(program: LoopProgram) -> LoopProgram:
     """`program` with every innermost loop that divides its counter by a constant split by it (in
     place; see the module's docstring)."""
     for kernel in program.kernels:
-        kernel.body = _split_block(kernel.body)
+        kernel.body = rewrite_loops(kernel.body,
+                                    lambda loop: [_split(loop)] if innermost(loop) else None)
     return program
-
-
-def _split_block(statements: list) -> list:
-    result = []
-    for statement in statements:
-        if isinstance(statement, Loop):
-            if any(isinstance(inner, Loop) for inner in statement.body):
-                statement.body = _split_block(statement.body)
-            else:
-                statement = _split(statement)
-        result.append(statement)
-    return result
 
 
 def _split(loop: Loop) -> Loop:

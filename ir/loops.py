@@ -26,7 +26,7 @@ memory plan placed them) whose body is a tree of statements:
 Registers are written once (`%v3`), except accumulators, which `Accumulate` updates in place. A
 register defined inside a loop is used only inside it; an accumulator is read after its loops.
 codegen/render_kernel.py renders a program to LLVM IR and ir/loop_interpreter.py runs it in numpy, so the
-schedule can be checked without LLVM. The printed form is the `loops` stage.
+schedule can be checked without LLVM. The printed form (ir/loop_printing.py) is the `loops` stage.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from tracer.ir.graph import Value
 from tracer.ir.memory import Location
-from tracer.ir.types import SHORT_NAMES, is_float
+from tracer.ir.types import is_float
 
 # A register ("%v3", "%i0") or a literal (a Python bool, int or float in the operand's dtype).
 Operand = Union[str, bool, int, float]
@@ -259,6 +259,27 @@ def nested_statements(statements: list):
             yield from nested_statements(statement.body)
 
 
+def rewrite_loops(statements: list, rewrite) -> list:
+    """`statements` with every loop, innermost first (its body rewritten before it), replaced by
+    the list of statements `rewrite(loop)` gives, or kept where it gives None: the walk the loop
+    passes that change loops in place share (ir/reciprocals.py, ir/loop_split.py, ir/one_hot.py)."""
+    result: list = []
+    for statement in statements:
+        if isinstance(statement, Loop):
+            statement.body = rewrite_loops(statement.body, rewrite)
+            replacement = rewrite(statement)
+            if replacement is not None:
+                result += replacement
+                continue
+        result.append(statement)
+    return result
+
+
+def innermost(loop: Loop) -> bool:
+    """Whether `loop` holds no loop."""
+    return not any(isinstance(statement, Loop) for statement in loop.body)
+
+
 def checks_indices(program: LoopProgram) -> bool:
     """Whether any kernel of `program` checks an index (and so takes the error record)."""
     return any(isinstance(statement, CheckIndex) for kernel in program.kernels
@@ -291,103 +312,3 @@ def initial_value(primitive: str, dtype: np.dtype):
     if is_float(dtype):
         return -np.inf if low else np.inf
     return INT64_MIN if low else INT64_MAX
-
-
-# Printing ----------------------------------------------------------------------------------------
-
-def format_operand(operand: Operand) -> str:
-    if isinstance(operand, bool):
-        return "true" if operand else "false"
-    return str(operand)
-
-
-def _comment(text: str, line: str) -> str:
-    """`text` and, in a column of its own, the user's line it computes for."""
-    return f"{text:<54}  # {line}" if line else text
-
-
-def _statement_lines(statement: Statement, indent: str) -> list[str]:
-    def operands(values) -> str:
-        return ", ".join(map(format_operand, values))
-
-    if isinstance(statement, Loop):
-        lines = [f"{indent}for {statement.counter} in [{statement.begin}, {statement.end}):"]
-        for inner in statement.body:
-            lines += _statement_lines(inner, indent + "  ")
-        return lines
-    if isinstance(statement, Compute):
-        # (a cast's dtype attribute is the type printed)
-        attributes = "".join(f" {{{k}={v}}}" for k, v in statement.attributes.items()
-                             if k != "dtype")
-        text = (f"{statement.target} : {SHORT_NAMES[statement.dtype]} = {statement.primitive} "
-                f"{operands(statement.operands)}{attributes}")
-        return [_comment(indent + text, statement.line)]
-    if isinstance(statement, IndexOp):
-        return [f"{indent}{statement.target} : index = {statement.op} "
-                f"{operands(statement.operands)}"]
-    if isinstance(statement, CheckIndex):
-        text = (f"{statement.target} : index = checked_index {format_operand(statement.position)}, "
-                f"{statement.size} {{dimension {statement.axis}, %{statement.operand.name}"
-                f"{'' if statement.wrap else ', negative refused'}}}")
-        return [_comment(indent + text, statement.line)]
-    if isinstance(statement, Load):
-        text = (f"{statement.target} : {SHORT_NAMES[statement.value.dtype]} = load "
-                f"{statement.buffer}[{format_operand(statement.offset)}]")
-        return [_comment(indent + text, statement.line)]
-    if isinstance(statement, Store):
-        text = (f"store {statement.buffer}[{format_operand(statement.offset)}] = "
-                f"{format_operand(statement.operand)}")
-        return [_comment(indent + text, statement.line)]
-    if isinstance(statement, Accumulator):
-        return [f"{indent}{statement.name} : {SHORT_NAMES[statement.dtype]} = accumulator "
-                f"{format_operand(statement.initial)}"]
-    if isinstance(statement, Accumulate):
-        return [f"{indent}{statement.name} = {statement.primitive} {statement.name}, "
-                f"{format_operand(statement.operand)}"]
-    if isinstance(statement, Gemm):
-        a = statement.a + ("^T" if statement.transpose_a else "")
-        b = statement.b + ("^T" if statement.transpose_b else "")
-        shape = f"[{statement.m}x{statement.k}] @ [{statement.k}x{statement.n}]"
-        if statement.accumulate:
-            text = (f"gemm {statement.c}[batch] += {format_operand(statement.alpha)} * "
-                    f"{a}[batch] @ {b}[batch] {shape}")
-        else:
-            text = f"gemm {statement.c}[batch] = {a}[batch] @ {b}[batch] {shape}"
-        if statement.blocks == 1:
-            return [f"{indent}for batch in [begin, end):",
-                    _comment(f"{indent}  {text}", statement.line)]
-        axis, length = (("rows", statement.rows) if statement.rows < statement.m
-                        else ("columns", statement.columns))
-        return [f"{indent}for task in [begin, end): batch = task / {statement.blocks}, {axis} "
-                f"[task % {statement.blocks} * {length}, +{length}) of c",
-                _comment(f"{indent}  {text}", statement.line)]
-    if isinstance(statement, AllReduce):
-        text = (f"all_reduce {statement.target}[0:{statement.count}] = {statement.op} over processes "
-                f"of {statement.source}[0:{statement.count}] : {SHORT_NAMES[statement.dtype]}")
-        return [_comment(indent + text, statement.line)]
-    if isinstance(statement, HostCall):
-        text = (f"{', '.join(statement.results)} = host_call {statement.callback!r}"
-                f"({', '.join(statement.operands)})")
-        return [_comment(indent + text, statement.line)]
-    raise TypeError(f"not a loop IR statement: {statement!r}")
-
-
-def format_kernel(kernel: LoopKernel) -> str:
-    parallel = (f", {kernel.chunks} chunks, {kernel.threads} threads" if kernel.threads > 1
-                else "")
-    chunks = f" (chunks of {kernel.rows} rows)" if kernel.kind == "rows" else ""
-    lines = [f"  {kernel.name} {kernel.kind}, range [0, {kernel.extent}){chunks}{parallel}:"]
-    lines += [f"    {buffer}" for buffer in kernel.buffers]
-    for statement in kernel.body:
-        lines += _statement_lines(statement, "    ")
-    return "\n".join(lines)
-
-
-def format_program(program: LoopProgram) -> str:
-    """The `loops` stage: each kernel's buffers, then its loop nest."""
-    parameters = ", ".join(f"%{p.name}: {p.type}" for p in program.parameters)
-    lines = [f"def {program.name}({parameters}):  # arena {program.arena_size} bytes"]
-    lines += [format_kernel(kernel) for kernel in program.kernels]
-    returns = ", ".join(f"{location.kind} {location.index}" for location in program.returns)
-    lines.append(f"  return {returns}")
-    return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ import numpy as np
 
 from tracer.ir.loop_fusion import PURE_STATEMENTS, statement_reads
 from tracer.ir.loops import (Accumulate, Accumulator, Compute, IndexOp, Load, Loop, LoopProgram,
-                             Store, nested_statements)
+                             Store, nested_statements, rewrite_loops)
 
 _BODY = (*PURE_STATEMENTS, Store, Accumulate)  # what a rewritten loop's body may hold
 
@@ -49,35 +49,24 @@ def shortcut_one_hot_reductions(program: LoopProgram) -> LoopProgram:
     """`program` with every loop that reduces one marked element replaced by its body at the
     marked position (in place)."""
     for kernel in program.kernels:
-        kernel.body = _rewrite_block(kernel.body, _shortcut, _accumulators(kernel.body))
+        kernel.body = rewrite_loops(kernel.body, _rewriting(_shortcut, kernel.body))
     return program
 
 
 def move_one_hot_terms(program: LoopProgram) -> LoopProgram:
     """`program` with the one-hot term of every such loop stored after it (in place)."""
     for kernel in program.kernels:
-        kernel.body = _rewrite_block(kernel.body, _move_term, _accumulators(kernel.body))
+        kernel.body = rewrite_loops(kernel.body, _rewriting(_move_term, kernel.body))
     return program
 
 
-def _accumulators(statements: list) -> set[str]:
-    return {s.name for s in nested_statements(statements) if isinstance(s, Accumulator)}
-
-
-def _rewrite_block(statements: list, rewrite, accumulators: set[str]) -> list:
-    result: list = []
-    for statement in statements:
-        if isinstance(statement, Loop):
-            statement.body = _rewrite_block(statement.body, rewrite, accumulators)
-            if _rewritable(statement):
-                # registers a mark may not be: accumulators (index arithmetic reads registers) and
-                # those that vary with the position (the counter among them)
-                replacement = rewrite(statement, accumulators | _varying(statement))
-                if replacement is not None:
-                    result += replacement
-                    continue
-        result.append(statement)
-    return result
+def _rewriting(rewrite, statements: list):
+    """`rewrite` of a loop where its body allows it, told the registers a mark may not be:
+    accumulators (index arithmetic reads registers) and those that vary with the position (the
+    counter among them)."""
+    accumulators = {s.name for s in nested_statements(statements) if isinstance(s, Accumulator)}
+    return lambda loop: (rewrite(loop, accumulators | _varying(loop)) if _rewritable(loop)
+                         else None)
 
 
 def _rewritable(loop: Loop) -> bool:

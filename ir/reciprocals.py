@@ -13,7 +13,7 @@ literal stay as they are: LLVM already multiplies where that is exact (a power o
 """
 from __future__ import annotations
 
-from tracer.ir.loops import Compute, LoopProgram, Loop
+from tracer.ir.loops import Compute, Loop, LoopProgram, innermost, rewrite_loops
 from tracer.ir.types import is_float
 
 
@@ -21,20 +21,9 @@ def multiply_by_reciprocals(program: LoopProgram) -> LoopProgram:
     """`program` with the divisions of its innermost loops by a register defined outside the
     loop replaced by multiplications (in place; see the module's docstring)."""
     for kernel in program.kernels:
-        kernel.body = _rewrite_block(kernel.body)
+        kernel.body = rewrite_loops(
+            kernel.body, lambda loop: [*_reciprocals(loop), loop] if innermost(loop) else None)
     return program
-
-
-def _rewrite_block(statements: list) -> list:
-    result: list = []
-    for statement in statements:
-        if isinstance(statement, Loop):
-            if any(isinstance(inner, Loop) for inner in statement.body):
-                statement.body = _rewrite_block(statement.body)
-            else:
-                result.extend(_reciprocals(statement))
-        result.append(statement)
-    return result
 
 
 def _reciprocals(loop: Loop) -> list[Compute]:

@@ -46,7 +46,7 @@ class CodeSettings(NamedTuple):
     blas: bool
     profile: bool
     checked: bool
-    layout: tuple[int, int] | None
+    layout: ObjectLayout | None
 
     @classmethod
     def current(cls) -> CodeSettings:
@@ -54,24 +54,63 @@ class CodeSettings(NamedTuple):
                    array_layout())
 
 
+class ObjectLayout(NamedTuple):
+    """Byte offsets in CPython's and numpy's public object structs, which the fast entry reads
+    (codegen.module.fast_entry): an object's type; an ndarray's data pointer,
+    rank, dimensions, dtype and flags; a list's size and items pointer, a tuple's first item."""
+    type: int
+    data: int
+    rank: int
+    dimensions: int
+    dtype: int
+    flags: int
+    size: int
+    list_items: int
+    tuple_items: int
+
+
 @functools.cache
-def array_layout() -> tuple[int, int] | None:
-    """Byte offsets of `data` and `flags` in numpy's PyArrayObject (its public struct: PyObject_HEAD,
-    then data, nd, dimensions, strides, base, descr, flags), verified on sample arrays; None (the
-    fast entry is not built) if anything does not match."""
+def array_layout() -> ObjectLayout | None:
+    """The offsets of ObjectLayout (PyObject_HEAD; numpy's PyArrayObject: the head, then data, nd,
+    dimensions, strides, base, descr, flags; PyVarObject's size after the head; a list's items
+    pointer after that, a tuple's items in place), verified on sample objects; None (the fast
+    entry is not built) if anything does not match."""
+    pointer = ctypes.sizeof(ctypes.c_void_p)
     data = object.__basicsize__
-    flags = data + 6 * ctypes.sizeof(ctypes.c_void_p)
+    layout = ObjectLayout(type=pointer, data=data, rank=data + pointer,
+                          dimensions=data + 2 * pointer, dtype=data + 5 * pointer,
+                          flags=data + 6 * pointer, size=data, list_items=data + pointer,
+                          tuple_items=tuple.__basicsize__)
+
+    def read(kind, address: int, offset: int):
+        return kind.from_address(address + offset).value
+
     try:
         base = np.arange(24.0).reshape(4, 6)
-        samples = [base, base.T, base[1:, ::2], np.zeros(3, np.float32),
+        samples = [base, base.T, base[1:, ::2], np.zeros(3, np.float32), np.zeros((), np.int64),
                    np.lib.stride_tricks.as_strided(base, writeable=False)]
         for array in samples:
-            if ctypes.c_void_p.from_address(id(array) + data).value != array.ctypes.data:
-                return None
-            bits = ctypes.c_int.from_address(id(array) + flags).value
-            if (bool(bits & 0x1) != array.flags.c_contiguous
+            address = id(array)
+            bits = read(ctypes.c_int, address, layout.flags)
+            dimensions = read(ctypes.c_void_p, address, layout.dimensions) or 0
+            if (read(ctypes.c_void_p, address, layout.data) != array.ctypes.data
+                    or read(ctypes.c_void_p, address, layout.type) != id(np.ndarray)
+                    or read(ctypes.c_void_p, address, layout.dtype) != id(array.dtype)
+                    or read(ctypes.c_int, address, layout.rank) != array.ndim
+                    or [read(ctypes.c_ssize_t, dimensions, pointer * k)
+                        for k in range(array.ndim)] != list(array.shape)
+                    or bool(bits & 0x1) != array.flags.c_contiguous
                     or bool(bits & 0x400) != array.flags.writeable):
                 return None
+        items = [base, samples[3], "third"]
+        known = tuple(items)
+        listed = read(ctypes.c_void_p, id(items), layout.list_items)
+        if (read(ctypes.c_ssize_t, id(items), layout.size) != len(items)
+                or [read(ctypes.c_void_p, listed, pointer * k) for k in range(3)]
+                != [id(item) for item in items]
+                or [read(ctypes.c_void_p, id(known), layout.tuple_items + pointer * k)
+                    for k in range(3)] != [id(item) for item in items]):
+            return None
     except (ValueError, OverflowError):
         return None
-    return data, flags
+    return layout

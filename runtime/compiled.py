@@ -5,9 +5,11 @@ one native entry point.
     outputs = compiled([x, w])          # numpy arrays in, fresh numpy arrays out
 
 Loading fixes what does not depend on the argument values: the output shapes and dtypes and the
-layout of the pointer array. A call converts the arguments to C-contiguous arrays of the
-parameter dtypes (a no-op when they already are), allocates the outputs, fills the pointer array
-and makes one ctypes call, which releases the GIL.
+layout of the pointer array. A call allocates the outputs and hands both lists of arrays to the
+fast entry, a builtin made of native code that checks the arguments and runs the code with the
+GIL released; where it refuses them (or was not built), the general path converts the arguments
+to C-contiguous arrays of the parameter dtypes, fills the pointer array and makes one ctypes call,
+which releases the GIL.
 
 With TRACER_CHECK_BOUNDS=1 (read at compile time) the code is bounds-checked (codegen/bounds.py):
 a call whose native code caught an access outside a buffer raises `tr.BoundsError`. The indices of
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import operator
 import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-# What the fast path compares of each argument (`__class__` is an ndarray's own type: an
-# object's class, unless a subclass overrides it, and a subclass is an ndarray's struct still)
-_DESCRIBED = operator.attrgetter("__class__", "shape", "dtype")
 # Up to this many bytes of one call's outputs are kept for the next (see `_new_outputs`).
 SPARE_BYTES = 1 << 30
 
@@ -79,8 +77,6 @@ class CompiledFunction:
         self._link(objects)
         function = self.function
         self._parameters = [(p.shape, p.dtype) for p in function.parameters]
-        # what the fast path compares a call's arguments with, in one list comparison
-        self._described = [(np.ndarray, shape, dtype) for shape, dtype in self._parameters]
         self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
         slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
         first: dict[int, int] = {}  # value id -> the first position returning it
@@ -124,6 +120,8 @@ class CompiledFunction:
         Python callables."""
         if any(pool.needed_by(code) for code in objects):
             pool.start()
+        if self.settings.layout is not None:
+            native.register_python_api()  # (which the fast entry calls)
         self._jit = native.JitModule.link(objects)
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
@@ -131,11 +129,9 @@ class CompiledFunction:
             self._counters = (ctypes.c_int64 * (2 * len(self.fused.kernels))).from_address(
                 self._jit.global_address("tracer_profile"))
         self._fast = None
-        if self.settings.layout is not None:
-            objects = len(self.function.parameters) + len(self.plan.output_slots)
-            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * (objects + 1))
-            self._fast = _by_addresses(prototype(self._jit.address("tracer_fast")),
-                                       len(self.function.parameters), len(self.plan.output_slots))
+        if self.settings.layout is not None:  # (bound to what codegen.module.fast_entry reads)
+            self._fast = self._jit.builtin("tracer_fast", (0, 1, list, np.ndarray, *(
+                parameter.dtype for parameter in self.function.parameters)))
 
     @property
     def loops(self) -> LoopProgram:
@@ -173,22 +169,16 @@ class CompiledFunction:
 
     def run(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
-        (the caller makes one tensor of them). The fast path hands the arrays themselves to the native code, which
-        reads their data pointers and checks their flags (falling back here if it refuses). What
-        it checks in Python -- each argument an ndarray of the parameter's shape and dtype -- is
-        one comparison of lists (whose items compare by identity first: a dtype is numpy's own
-        object)."""
+        (the caller makes one tensor of them). The fast path hands the list of arrays itself to
+        the native code, which checks each (an ndarray of the parameter's shape, of its dtype
+        object, with the flags it needs) and reads its data pointer, or refuses: then the general
+        path converts them here."""
         fast = self._fast_call
         if fast is not None:
-            try:
-                described = list(map(_DESCRIBED, arguments))
-            except AttributeError:  # not an array: converted by the general path
-                described = None
-            if described == self._described:
-                outputs = self._new_outputs()
-                if self._run(fast, arguments, outputs) == 0:
-                    return (outputs if self._returns_outputs
-                            else self._results(arguments, outputs, share))
+            outputs = self._new_outputs()
+            if self._run(fast, arguments, outputs) == 0:
+                return (outputs if self._returns_outputs
+                        else self._results(arguments, outputs, share))
         return self._call(arguments, share)
 
     __call__ = run  # (a traced function calls `run`: a method call costs less than an object's)
@@ -318,16 +308,6 @@ class CompiledFunction:
     def stage_text(self, stage: str) -> str:
         """The printed form of a back-end stage (see BackEnd.stage_text)."""
         return self.back_end.stage_text(stage)
-
-
-def _by_addresses(fast: Callable[..., int], parameters: int, outputs: int
-                  ) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray], int], int]:
-    """`call(arguments, outputs, arena address)`: the fast entry `fast` on the addresses of the
-    array objects (ctypes converts integers faster than objects; the lists keep them alive until
-    the call returns), written out for these counts: unpacking the lists into the call costs
-    more than the call."""
-    addresses = [f"id(a[{i}])" for i in range(parameters)] + [f"id(o[{i}])" for i in range(outputs)]
-    return eval(f"lambda a, o, arena: fast({', '.join([*addresses, 'arena'])})", {"fast": fast})
 
 
 def _overlaps(position: int, arrays: list[np.ndarray], pointers: np.ndarray) -> bool:

@@ -373,7 +373,7 @@ class BackEnd:
                 from tracer.ir.fusion_text import format_fused
                 text = format_fused(self.fused)
             elif stage == "loops":
-                from tracer.ir.loops import format_program
+                from tracer.ir.loop_printing import format_program
                 text = format_program(self.loops)
             else:
                 from tracer.runtime import jit

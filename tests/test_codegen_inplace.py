@@ -334,8 +334,9 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
     function = many_updates_function(count)
     compiled = compile_graph(function, write_into={k: k for k in range(count)})
     assert compiled.in_place == {k: k for k in range(count)}
-    fast = compiled.llvm_ir.split("define i32 @tracer_fast(")[1].split("\n}\n")[0]
-    assert len(fast.splitlines()) < 12 * (2 * count + count) + 60, "not linear in the parameters"
+    fast = compiled.llvm_ir.split("define ptr @tracer_fast(")[1].split("\n}\n")[0]
+    # (~33 lines a parameter, its checks; 6 an output: unrolled pairs would be ~3,200 compares)
+    assert len(fast.splitlines()) < 40 * (2 * count + count) + 60, "not linear in the parameters"
     general = []
     original = CompiledFunction._call
     monkeypatch.setattr(CompiledFunction, "_call",
@@ -358,3 +359,49 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
         for actual, wanted in zip(outputs, expected):
             np.testing.assert_array_equal(actual, wanted)
     assert len(general) == 2
+
+
+class _Subclass(np.ndarray):
+    """An ndarray subclass: the fast entry takes ndarrays only."""
+
+
+@pytest.mark.parametrize("case", ["dtype", "dtype object", "shape", "rank", "subclass", "list",
+                                  "tuple"])
+def test_fast_entry_refuses_what_it_does_not_check_itself(monkeypatch, case):
+    """The fast entry checks each argument's type, rank, shape and dtype object natively (not in
+    Python): what it does not know takes the general path, which converts it (or says why not)."""
+    from tracer.runtime.code_settings import array_layout
+    if array_layout() is None:
+        pytest.skip("numpy's array struct layout not recognized: general path only")
+    function = update_function("f32")
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
+    general = []
+    original = CompiledFunction._call
+    monkeypatch.setattr(CompiledFunction, "_call",
+                        lambda self, arguments, share=False: general.append(1)
+                        or original(self, arguments, share))
+    arguments = arrays_for(function)
+    w, g, lr = (a.astype(np.float64) for a in arguments)
+    expected = [w.sum(), w - lr * g, np.zeros_like(w)]  # (update_function's outputs)
+    if case == "shape" or case == "rank":
+        arguments[1] = arguments[1][:, :4] if case == "shape" else arguments[1].reshape(30)
+        with pytest.raises(ValueError, match="argument 1 of update has shape"):
+            compiled(arguments)
+        assert general == [1]
+        return
+    if case == "dtype":  # converted: the float64 values rounded to float32
+        arguments[1] = arguments[1].astype(np.float64)
+    elif case == "dtype object":  # float32, as a dtype object equal to numpy's but not it
+        arguments[1] = arguments[1].astype(np.dtype("float32", metadata={"unit": "m"}))
+        assert arguments[1].dtype == np.float32 and arguments[1].dtype is not np.dtype("float32")
+    elif case == "subclass":
+        arguments[0] = arguments[0].view(_Subclass)
+    elif case == "list":
+        arguments[2] = arguments[2].tolist()  # a float, not an array
+    outputs = compiled(tuple(arguments) if case == "tuple" else arguments)
+    assert general == [1]
+    for actual, wanted in zip(outputs, expected):
+        np.testing.assert_allclose(actual, wanted, rtol=1e-6, atol=1e-5)
+    # and the arrays that are its own still take the fast path
+    compiled(arrays_for(function))
+    assert general == [1]

@@ -782,7 +782,8 @@ def _program_function(B, program, pure=False):
 def _second_order_function(B, program, scalar):
     """The "grad2" kind (tests/test_differential_second_order.py): the loss, its gradients with
     respect to the arguments `argnums` by autograd.grad(create_graph=True), and the gradients of
-    a weighted sum of those; one code for both backends (their autograd.grad agree in name)."""
+    a weighted sum of those; one code for both backends (their autograd.grad agree in name). With
+    `value_and_grad`, tracer's first derivatives are tr.value_and_grad's instead."""
     def second_order(*args):
         args = list(args)
         argnums = (program.argnums,) if isinstance(program.argnums, int) else program.argnums
@@ -798,8 +799,14 @@ def _second_order_function(B, program, scalar):
             return [B.m.zeros_like(w) if g is None else g if create_graph else g + 0
                     for g, w in zip(found, wrt)]
 
-        value = scalar(*args)
-        first = gradients(value, True)
+        if program.value_and_grad and not B.is_torch:
+            # tracer's transform on arguments that require grad: its results are connected to
+            # them as torch.func's are, the same derivatives as autograd.grad(create_graph=True)
+            value, first = tr.value_and_grad(scalar, argnums=tuple(argnums))(*args)
+            first = list(first)
+        else:
+            value = scalar(*args)
+            first = gradients(value, True)
         return value, first, gradients(loss_of(first), False)
     return second_order
 

@@ -15,8 +15,9 @@ from tracer.codegen.module import generate_module
 from tracer.ir.fusion import fuse
 from tracer.ir.graph import Value
 from tracer.ir.loop_interpreter import IndexCheckFailed, run_program
+from tracer.ir.loop_printing import format_program
 from tracer.ir.loops import (Buffer, CheckIndex, Compute, Load, Loop, LoopKernel,
-                             LoopProgram, Store, format_program, nested_statements)
+                             LoopProgram, Store, nested_statements)
 from tracer.ir.memory import Location, MemoryPlan, plan_memory
 from tracer.ir.schedule import schedule
 from tracer.ir.types import TensorType

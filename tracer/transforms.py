@@ -7,8 +7,10 @@ transform (or computed by the user's autograd from a tensor that requires grad) 
 identity of it, so that the inner gradient is taken with respect to this use alone (no
 perturbation confusion) while the outer one still flows through; then, or inside another
 transform, the backward records its own graph (create_graph), which the outer transform
-differentiates again. A leaf argument at the top level is a fresh leaf (as jax.grad: the gradient
-is a constant).
+differentiates again. That holds at the top level too, for a leaf that requires grad (a
+Parameter): as torch.func's, the results are connected to the user's autograd, so that a gradient
+penalty's `backward()` reaches the parameters through them. An argument that does not require grad
+(or any, under no_grad) is stood for by a fresh leaf, and the results are constants.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ class _Inputs:
         if x.dtype.kind != "f":
             raise ArgumentError(f"{self.what}: argument {position} must be a float tensor (or a "
                                 f"list, tuple or dict of them), got {x.dtype}")
-        if x.requires_grad and is_grad_enabled() and (state.transforms > 0 or not x.is_leaf):
+        if x.requires_grad and is_grad_enabled():
             with enable_grad():  # an identity, whose gradient goes on to x
                 stand_in = apply("reshape", [x], shape=x.shape)
             self.create_graph = True
@@ -111,8 +113,10 @@ class _Inputs:
                 else Tensor._make(g, None, False) for x, g in zip(self.tensors, gradients)]
 
     def result(self, value):
-        """A result of the function: still connected where an outer level differentiates it."""
-        return value if self.create_graph or not isinstance(value, Tensor) else value.detach()
+        """A result of the function (its value or aux): still connected where an outer level
+        differentiates it, else a constant (torch.func's aux does not require grad either)."""
+        value = value if self.create_graph or not isinstance(value, Tensor) else value.detach()
+        return self.rebase(value)
 
 
 def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
@@ -124,7 +128,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     with _transforming():
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
-    aux = tree_map(inputs.rebase, aux)
+    aux = tree_map(inputs.result, aux)
     if not isinstance(output, Tensor) or output.numel() != 1 or output.dtype.kind != "f":
         raise ArgumentError("grad needs a function that returns a float tensor with one element"
                             + (" (and an aux value, with has_aux=True)" if has_aux else ""))
@@ -132,7 +136,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     # the gradient of each differentiated argument has its structure
     flowing = iter(gradients)
     trees = tuple(tree_map(lambda _: next(flowing), args[n]) for n in numbers)
-    value = inputs.rebase(inputs.result(output))
+    value = inputs.result(output)
     return ((value, aux) if has_aux else value), (trees[0] if isinstance(argnums, int) else trees)
 
 
@@ -174,7 +178,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
     with _transforming():
         result = f(*arguments)
     output, aux = result if has_aux else (result, None)
-    aux = tree_map(inputs.rebase, aux)
+    aux = tree_map(inputs.result, aux)
     outputs = _float_outputs(output, "vjp")
 
     def vjp_fn(cotangents):
@@ -189,7 +193,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
         flowing = iter(inputs.gradients(outputs, seeds))
         return tuple(tree_map(lambda _: next(flowing), p) for p in arguments)
 
-    value = tree_map(lambda result: inputs.rebase(inputs.result(result)), output)
+    value = tree_map(inputs.result, output)
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
 
 
@@ -213,14 +217,15 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
         gradients = tree_leaves(vjp_fn(tree_map(lambda _: next(cotangent_tree), output)))
     transposed = _Inputs("jvp")
     transposed.tensors = dummies
-    transposed.create_graph = state.transforms > 0 or any(
-        isinstance(p, Tensor) and p.requires_grad and not p.is_leaf for p in tree_leaves(primals))
+    transposed.create_graph = state.transforms > 0 or is_grad_enabled() and any(
+        isinstance(p, Tensor) and p.requires_grad for p in tree_leaves(primals))
     seeds = [as_tensor(t, accept_data=True).to(g.dtype) for g, t in
              zip(gradients, tree_leaves(tangents))]
     out_tangents = iter(transposed.gradients(gradients, seeds))
     tangents_out = tree_map(lambda _: next(out_tangents), output)
     value = tree_map(transposed.result, output)
-    return (value, tangents_out, result[2]) if has_aux else (value, tangents_out)
+    return ((value, tangents_out, tree_map(transposed.result, result[2])) if has_aux
+            else (value, tangents_out))
 
 
 def _zeros_leaf(like: Tensor) -> Tensor:

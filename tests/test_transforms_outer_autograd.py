@@ -1,0 +1,152 @@
+"""The results of the function transforms and the user's autograd, as torch.func's: where an
+argument requires grad (a Parameter) the transform's results are connected to it, so that a
+`backward()` through them (a gradient penalty) reaches the argument; where none does, or under
+no_grad, they are constants. Each transform, eagerly and inside @trace, against torch.func on the
+same program: which results require grad, and the argument's gradient after a backward of a sum of
+every result that requires grad (each weighted differently) plus a term of the argument itself.
+
+Before 2026-11-27 a leaf argument at the top level was stood for by a fresh leaf (as jax.grad's
+constant gradient): its results did not require grad (an aux did, from the stand-in), and the
+backward silently left out every path through them."""
+import numpy as np
+import pytest
+import torch
+import torch.func as tf
+
+import tracer as tr
+
+START = np.array([1.0, 2.0, -0.5])
+
+
+def cubes(x):
+    return (x ** 3) * 0.5
+
+
+def half_sum_of_cubes(x):
+    return cubes(x).sum()
+
+
+def with_aux(x):
+    return half_sum_of_cubes(x), x * 2
+
+
+# Each transform's results, written once for both libraries: `F` is torch.func or tracer, `T`
+# torch or tracer.
+def grad(F, T, w):
+    return [F.grad(half_sum_of_cubes)(w)]
+
+
+def value_and_grad(F, T, w):
+    if F is tf:
+        gradient, value = tf.grad_and_value(half_sum_of_cubes)(w)
+    else:
+        value, gradient = tr.value_and_grad(half_sum_of_cubes)(w)
+    return [value, gradient]
+
+
+def value_and_grad_with_aux(F, T, w):
+    if F is tf:
+        gradient, (value, aux) = tf.grad_and_value(with_aux, has_aux=True)(w)
+    else:
+        (value, aux), gradient = tr.value_and_grad(with_aux, has_aux=True)(w)
+    return [value, aux, gradient]
+
+
+def vjp(F, T, w):
+    value, vjp_function = F.vjp(cubes, w)
+    return [value, vjp_function(T.ones(3, dtype=value.dtype))[0]]
+
+
+def vjp_with_aux(F, T, w):
+    value, vjp_function, aux = F.vjp(lambda x: (cubes(x), x * 2), w, has_aux=True)
+    return [value, aux, vjp_function(T.ones(3, dtype=value.dtype))[0]]
+
+
+def jvp(F, T, w):
+    return list(F.jvp(cubes, (w,), (T.ones(3, dtype=w.dtype),)))
+
+
+def jvp_with_aux(F, T, w):
+    return list(F.jvp(lambda x: (cubes(x), x * 2), (w,), (T.ones(3, dtype=w.dtype),),
+                      has_aux=True))
+
+
+def jacrev(F, T, w):
+    return [F.jacrev(cubes)(w)]
+
+
+def jacrev_with_aux(F, T, w):
+    return list(F.jacrev(lambda x: (cubes(x), x * 2), has_aux=True)(w))
+
+
+def hessian(F, T, w):
+    return [F.hessian(half_sum_of_cubes)(w)]
+
+
+def grad_of_grad(F, T, w):
+    return [F.grad(lambda x: F.grad(half_sum_of_cubes)(x).sum())(w)]
+
+
+def vmap_of_grad(F, T, w):
+    return [F.vmap(F.grad(lambda x: (x ** 3).sum()))(w.reshape(3, 1))]
+
+
+TRANSFORMS = [grad, value_and_grad, value_and_grad_with_aux, vjp, vjp_with_aux, jvp, jvp_with_aux,
+              jacrev, jacrev_with_aux, hessian, grad_of_grad, vmap_of_grad]
+
+
+def penalized(transform, F, T, w):
+    """Which results require grad, and the total a backward runs on (None if nothing requires
+    grad)."""
+    results = transform(F, T, w)
+    flags = [bool(r.requires_grad) for r in results]
+    connected = [r.sum() * (i + 2) for i, r in enumerate(results) if r.requires_grad]
+    total = None
+    if w.requires_grad and T.is_grad_enabled():
+        total = (w * w).sum() + sum(connected)
+    return flags, total
+
+
+def torch_side(transform, requires_grad, grad_enabled):
+    w = torch.tensor(START, requires_grad=requires_grad)
+    with torch.set_grad_enabled(grad_enabled):
+        flags, total = penalized(transform, tf, torch, w)
+    if total is not None:
+        total.backward()
+    return flags, None if w.grad is None else w.grad.numpy()
+
+
+def tracer_side(transform, requires_grad, grad_enabled, traced):
+    w = tr.tensor(START, requires_grad=requires_grad)
+
+    def program(w):
+        with tr.set_grad_enabled(grad_enabled):
+            flags, total = penalized(transform, tr, tr, w)
+        if total is not None:
+            total.backward()
+        return flags
+
+    if traced:
+        flags_seen = []
+        step = tr.trace(lambda w: flags_seen.append(program(w)) or w.sum())
+        step(w)
+        flags = flags_seen[0]
+    else:
+        flags = program(w)
+    return flags, None if w.grad is None else w.grad.numpy()
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("requires_grad, grad_enabled",
+                         [(True, True), (False, True), (True, False)],
+                         ids=["argument requires grad", "argument is data", "under no_grad"])
+@pytest.mark.parametrize("transform", TRANSFORMS, ids=lambda t: t.__name__)
+def test_transform_results_meet_the_users_autograd_as_torch_funcs(transform, requires_grad,
+                                                                  grad_enabled, traced):
+    expected_flags, expected_gradient = torch_side(transform, requires_grad, grad_enabled)
+    flags, gradient = tracer_side(transform, requires_grad, grad_enabled, traced)
+    assert flags == expected_flags
+    if expected_gradient is None:
+        assert gradient is None
+    else:
+        np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-12, atol=0)
