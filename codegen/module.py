@@ -1,7 +1,8 @@
 """The LLVM module of a loop program (ir/loops.py): its kernels (codegen/render_kernel.py), the entry
 point that calls them in order -- a kernel whose range is split across threads through the
-templates/parallel.ll.j2 wrapper, which calls the thread pool's `tracer_parallel` (runtime/pool.py
-registers it) -- and the fast entry that takes numpy array objects."""
+templates/parallel.ll.j2 wrapper in the entry's module, which calls the thread pool's
+`tracer_parallel` (runtime/pool.py registers it) -- and the fast entry that takes numpy array
+objects."""
 from __future__ import annotations
 
 import functools
@@ -206,23 +207,25 @@ def quick_positions(work: list[int]) -> set[int]:
 
 def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata: list[str],
                   header: str, mark: str | None = None) -> KernelModule:
-    """The module of one kernel rendered as KERNEL_NAME (`body`: its function and those it calls,
-    its thread-pool wrapper if any): `header` (the declarations and math functions every module
-    has) cut to what `body` uses, `body`, and the exported function that makes `call` (the kernel
-    on its whole range), named after the module's hash; first, if given, the line `mark`
-    (LIBRARY_CALLS_MARK or QUICK_MARK: how it is compiled). The exported function of a kernel
-    split across threads (`parallel`) takes its range's extent (`i64 %extent`, which `call`
-    passes on): the split reads it at run time anyway, and kernels alike but for it (AdamW's
-    update of parameters of several sizes) are then one module. (Rendered under KERNEL_NAME from
-    the start: renaming each kernel's text by a regular expression, one compiled per kernel name,
-    took a third of the GPT step's render.)"""
-    arguments = ", ".join([*(f"ptr %b{i}" for i in range(pointers)),
-                           *(["i64 %extent"] if parallel else [])])
+    """The module of one kernel rendered as KERNEL_NAME (`body`: its function and those it calls):
+    `header` (the declarations and math functions every module has) cut to what `body` uses,
+    `body`, and the exported function that makes `call` (the kernel on its whole range), named
+    after the module's hash; first, if given, the line `mark` (LIBRARY_CALLS_MARK or QUICK_MARK:
+    how it is compiled). A kernel split across threads (`parallel`) is the exported function,
+    run on each chunk by a wrapper in the entry's module: kernels alike but for their extent or
+    chunks are one module, with no wrapper (LLVM's code generator took ~1 ms for each function,
+    however small: 6% of the GPT step's kernel compile). (Rendered as KERNEL_NAME: renaming each
+    kernel's text by a regular expression took a third of the GPT step's render.)"""
     placeholder = "tracer_kernel_"
-    export = (f"define void @{placeholder}({arguments}) #6 {{\nentry:\n"
-              f"  {call}\n  ret void\n}}")
+    if parallel:
+        functions = [body.replace(f"define internal void @{KERNEL_NAME}(",
+                                  f"define void @{placeholder}(", 1)]
+    else:
+        arguments = ", ".join(f"ptr %b{i}" for i in range(pointers))
+        functions = [body, f"define void @{placeholder}({arguments}) #6 {{\nentry:\n"
+                           f"  {call}\n  ret void\n}}"]
     text = unoptimized_out_of_line(
-        "\n\n".join([header_for(header, body), body, export, *metadata]) + "\n")
+        "\n\n".join([header_for(header, body), *functions, *metadata]) + "\n")
     if mark is not None:
         text = f"{mark}\n{text}"
     symbol = placeholder + hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -231,31 +234,27 @@ def kernel_module(body: str, pointers: int, call: str, parallel: bool, metadata:
 
 class Scheduling(NamedTuple):
     """A program's kernels as they are scheduled (runtime/pipeline.py appends each to the
-    program's list too), and what is known of them before: their kinds (the fused kernels'), and
-    whether one may run on several threads (the thread pool's function is then declared in every
-    module once one does)."""
+    program's list too), and what is known of them before: their kinds (the fused kernels')."""
     kernels: Iterable[LoopKernel]
     kinds: frozenset[str]
-    threaded: bool
 
 
 class RenderedKernel(NamedTuple):
-    """The arguments of kernel_module for one kernel, but the header and its mark, and its work."""
+    """The arguments of kernel_module for one kernel, but the header and its mark, and more."""
     body: str
     pointers: int
-    call: str
+    call: str | None  # (None: a kernel split across threads is the exported function)
     parallel: bool
     metadata: list[str]
     library: bool  # calls_libraries_only: marked LIBRARY_CALLS_MARK, whatever its work
     work: int  # executed_statements
+    chunks: int  # (and threads: how the entry's thread-pool wrapper splits it)
+    threads: int
 
 
-def module_header(triple: str, blas: bool, kinds: frozenset[str], parallel: bool,
-                  record: bool) -> str:
+def module_header(triple: str, blas: bool, kinds: frozenset[str], record: bool) -> str:
     """The declarations and math functions every kernel module of a program starts from."""
     declarations = []
-    if parallel:
-        declarations.append("declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind")
     if "all_reduce" in kinds:
         declarations.extend(ALL_REDUCE_DECLARATIONS)
     if "host_callback" in kinds:
@@ -269,22 +268,19 @@ def module_header(triple: str, blas: bool, kinds: frozenset[str], parallel: bool
 
 
 def render_module_parts(kernel: LoopKernel, blas: bool, sites: Sites | None) -> RenderedKernel:
-    """`kernel` rendered as KERNEL_NAME, with its thread-pool wrapper if it is split."""
+    """`kernel` rendered as KERNEL_NAME."""
     if sites is None and any(isinstance(s, CheckIndex) for s in nested_statements(kernel.body)):
         raise ValueError(f"{kernel.name} checks indices without an error record")
     metadata: list[str] = []
     body = render_kernel(kernel, blas, sites, metadata, KERNEL_NAME)
     pointers = len(record_register(sites)) + len(kernel.buffers)
-    wrapper_arguments = "".join(f"ptr %b{i}, " for i in range(pointers))
     parallel = kernel.threads > 1
-    if parallel:
-        body += "\n\n" + render("parallel.ll.j2", name=KERNEL_NAME, buffers=pointers,
-                                 threads=kernel.threads, chunks=kernel.chunks)
-        call = f"call void @{KERNEL_NAME}.parallel({wrapper_arguments}i64 %extent)"
-    else:
-        call = f"call void @{KERNEL_NAME}({wrapper_arguments}i64 0, i64 {kernel.extent})"
+    call = None if parallel else (f"call void @{KERNEL_NAME}("
+                                  f"{''.join(f'ptr %b{i}, ' for i in range(pointers))}"
+                                  f"i64 0, i64 {kernel.extent})")
     return RenderedKernel(body, pointers, call, parallel, metadata,
-                          calls_libraries_only(kernel, blas), executed_statements(kernel))
+                          calls_libraries_only(kernel, blas), executed_statements(kernel),
+                          kernel.chunks, kernel.threads)
 
 
 def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: bool,
@@ -301,18 +297,14 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
 
     Each kernel is rendered in turn -- with `scheduling`, as soon as it is scheduled -- and each
     distinct kernel module handed to `on_kernel` (runtime/kernels.py compiles it meanwhile) once
-    its text is certain: once the header is (whether it declares the thread pool: from the first
-    kernel split across threads on, or when the program ends), and the kernel's mark is. Whether
-    a kernel is quick is the whole program's decision (quick_kernels): a kernel that might be one
+    its text is certain: once its mark is. Whether a kernel is quick is the whole program's decision (quick_kernels): a kernel that might be one
     (its work within QUICK_FRACTION of the work so far, which only grows) waits for the end; one
     handed over unmarked that ends up quick (its work outweighed the program's first kernels, but
     not the whole program's) is handed over again with its mark (its first compile wasted)."""
     if scheduling is None:
-        scheduling = Scheduling(program.kernels, frozenset(k.kind for k in program.kernels),
-                                any(kernel.threads > 1 for kernel in program.kernels))
+        scheduling = Scheduling(program.kernels, frozenset(k.kind for k in program.kernels))
     sites = Sites(plan, every_access=checked) if error_record else None
-    header = None if scheduling.threaded else module_header(triple, blas, scheduling.kinds, False,
-                                                            sites is not None)
+    header = module_header(triple, blas, scheduling.kinds, sites is not None)
     rendered: list[RenderedKernel] = []
     waiting: list[int] = []  # the positions rendered whose module is not made yet
     made: dict[int, KernelModule] = {}  # the others' module, unmarked or LIBRARY_CALLS_MARK
@@ -330,18 +322,13 @@ def generate_module(program: LoopProgram, plan: MemoryPlan, triple: str, blas: b
         waiting.append(len(rendered))
         rendered.append(parts)
         work += parts.work
-        if header is None and parts.parallel:
-            header = module_header(triple, blas, scheduling.kinds, True, sites is not None)
-        if header is not None:
-            for position in list(waiting):
-                kept = rendered[position]
-                if kept.library or kept.work > QUICK_FRACTION * work:
-                    waiting.remove(position)
-                    made[position] = kernel_module(*kept[:5], header, LIBRARY_CALLS_MARK
-                                                   if kept.library else None)
-                    hand(made[position])
-    if header is None:  # (no kernel split across threads)
-        header = module_header(triple, blas, scheduling.kinds, False, sites is not None)
+        for position in list(waiting):
+            kept = rendered[position]
+            if kept.library or kept.work > QUICK_FRACTION * work:
+                waiting.remove(position)
+                made[position] = kernel_module(*kept[:5], header, LIBRARY_CALLS_MARK
+                                               if kept.library else None)
+                hand(made[position])
     quick = quick_positions([parts.work for parts in rendered])
     kernels: dict[str, KernelModule] = {}
     modules = []
@@ -362,7 +349,8 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
                  layout: NamedTuple | None, profile: bool, checked: bool,
                  sites: Sites | None, rendered: list[RenderedKernel],
                  modules: list[KernelModule]) -> str:
-    """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers."""
+    """The entry's module: it calls each kernel's module (`modules`, in order) on its buffers, one
+    split across threads through its thread-pool wrapper, which reads the extent at run time."""
     parameters = program.parameters
     slots = [(f"%param.{i}", i) for i in range(len(parameters))]
     slots += [(f"%output.{i}", len(parameters) + i) for i in range(len(program.output_slots))]
@@ -376,21 +364,36 @@ def entry_module(program: LoopProgram, plan: MemoryPlan, triple: str,
                       for k in program.kernels for b in k.buffers
                       if b.shift and b.location.kind != "arena"})
     calls: list[str] = []
-    signatures: dict[str, str] = {}  # each kernel symbol's argument types
+    declarations: dict[str, str] = {}  # by symbol
+    # the thread-pool wrappers' short names and definitions, by kernel symbol, chunks and threads
+    wrappers: dict[tuple[str, int, int], tuple[str, str]] = {}
     for kernel, parts, module in zip(program.kernels, rendered, modules):
-        pointers = record_register(sites) + [buffer_register(b) for b in kernel.buffers]
-        extent = [kernel.extent] if parts.parallel else []  # (what the split reads at run time)
-        arguments = [*(f"ptr {p}" for p in pointers), *(f"i64 {e}" for e in extent)]
-        calls.append(f"call void @{module.symbol}({', '.join(arguments)})")
-        signatures[module.symbol] = ", ".join(["ptr"] * len(pointers) + ["i64"] * len(extent))
+        arguments = [f"ptr {pointer}" for pointer in record_register(sites)
+                     + [buffer_register(b) for b in kernel.buffers]]
+        types = ["ptr"] * parts.pointers
+        callee = module.symbol
+        if parts.parallel:  # (the kernel takes its chunk's range)
+            types += ["i64", "i64"]
+            split = (module.symbol, parts.chunks, parts.threads)
+            if split not in wrappers:
+                name = f"split.{len(wrappers)}"
+                wrappers[split] = (name, render(
+                    "parallel.ll.j2", name=name, kernel=module.symbol, buffers=parts.pointers,
+                    chunks=parts.chunks, threads=parts.threads))
+            callee = f"{wrappers[split][0]}.parallel"
+            arguments.append(f"i64 {kernel.extent}")
+        calls.append(f"call void @{callee}({', '.join(arguments)})")
+        declarations[module.symbol] = f"declare void @{module.symbol}({', '.join(types)}) nounwind"
+    if wrappers:
+        declarations["tracer_parallel"] = "declare void @tracer_parallel(ptr, ptr, i64, i64) nounwind"
     fast = "" if layout is None else fast_entry(
         plan, [p.type.shape for p in parameters],
         [p.type.size * p.dtype.itemsize for p in parameters], layout)
-    kernel_declarations = [f"declare void @{symbol}({types}) nounwind"
-                           for symbol, types in signatures.items()]
     return render(
         "module.ll.j2", function_name=program.name, triple=triple,
-        declarations=kernel_declarations, slots=slots,
+        declarations=list(declarations.values()),
+        definitions=[definition for _, definition in wrappers.values()],
+        slots=slots,
         arena_buffers=[(f"%tmp.{offset}", offset) for offset in arena_offsets],
         shifted_buffers=shifted, calls=calls,
         fast_entry=fast, profile=profile, checked=checked, record=sites is not None,

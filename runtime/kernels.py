@@ -51,11 +51,11 @@ class ProgramCompilation:
     stored together in the program's cache entry. Each kernel module is added as soon as it is
     rendered (`add`): found compiled, or compiled from then on (runtime/compile_worker.py: by
     `worker` if there is one, while the rest are rendered); `finish` adds the entry, compiles
-    what is left and returns them. The thread pool's module, if the kernels call it and this
-    process has none yet, is compiled with them (pool.compile_job), first -- or by the worker
-    before them, if it was started so (Worker.compile_pool_first) -- and started before they are
-    loaded. Used as a context manager: leaving it by an exception stops the
-    compilation."""
+    what is left and returns them. The thread pool's module, if the entry calls it (its kernels
+    split across threads) and this process has none yet, is compiled with them (pool.compile_job)
+    -- or by the worker before them, if it was started so (Worker.compile_pool_first) -- and
+    started before they are loaded. Used as a context manager: leaving it by an exception stops
+    the compilation."""
 
     def __init__(self, checked: bool, worker: Worker | None = None):
         from tracer.runtime import compile_worker  # (imports subprocess: when compiling only)
@@ -63,8 +63,6 @@ class ProgramCompilation:
         self.compilation = compile_worker.Compilation(worker)
         self.found: dict[str, bytes] = {}  # by symbol
         self.jobs: dict[str, int] = {}  # the compilation's job of each kernel not found, by symbol
-        self.pool_job: int | None = None  # the compilation's job of the thread pool, if any
-        self.pool_asked = False
         # whether the worker compiles the pool apart from the jobs (Worker.compile_pool_first)
         self.pool_in_worker = worker is not None and worker.pool_sent
 
@@ -77,13 +75,6 @@ class ProgramCompilation:
     def add(self, kernel: KernelModule) -> None:
         if kernel.symbol in self.found or kernel.symbol in self.jobs:
             return
-        if not self.pool_asked and pool.needed_by(kernel.text):
-            self.pool_asked = True
-            text = None if self.pool_in_worker else pool.compile_job()
-            if text is not None:
-                self.pool_job = len(self.jobs)
-                self.jobs[pool.SYMBOL] = self.pool_job
-                self.compilation.add((text, pool.COMPILE_OPTIONS))
         compiled = found_object(kernel, self.checked)
         if compiled is not None:
             self.found[kernel.symbol] = compiled
@@ -94,11 +85,16 @@ class ProgramCompilation:
     def finish(self, code: GeneratedCode, cache: ObjectCache | None) -> list[bytes]:
         for kernel in code.kernels:
             self.add(kernel)
+        threaded = pool.needed_by(code.entry)
+        text = pool.compile_job() if threaded and not self.pool_in_worker else None
+        if text is not None:
+            self.jobs[pool.SYMBOL] = len(self.jobs)
+            self.compilation.add((text, pool.COMPILE_OPTIONS))
         self.compilation.add((code.entry, ENTRY_OPTIONS))
         compiled = self.compilation.finish()
-        if self.pool_job is not None:
-            pool.start(compiled[self.pool_job])
-        elif self.pool_asked and self.pool_in_worker:
+        if text is not None:
+            pool.start(compiled[self.jobs[pool.SYMBOL]])
+        elif threaded and self.pool_in_worker:
             pool.start(self.compilation.worker.take_pool())  # (None: compiled here)
         for kernel in code.kernels:
             if kernel.symbol in self.jobs:

@@ -340,8 +340,7 @@ class BackEnd:
             from tracer.ir.schedule import unscheduled_program
             program = unscheduled_program(self.fused, self.plan)
             scheduling = Scheduling(self._scheduled(program),
-                                    frozenset(kernel.kind for kernel in self.fused.kernels),
-                                    self.settings.threads > 1)
+                                    frozenset(kernel.kind for kernel in self.fused.kernels))
         scheduled = self.timings.get("schedule", 0.0)
         with self.step("render"):
             settings = self.settings

@@ -290,11 +290,11 @@ def test_kernels_rendered_as_they_are_scheduled_make_the_modules_of_the_whole_pr
         monkeypatch, threads):
     """The back end renders each kernel as soon as it is scheduled and hands its module to the
     compilation once its text is certain. The two small kernels (the bias's, its sum) come first
-    and are quick only by the whole program's work: on one thread each is handed over unmarked
-    as it comes (its work outweighed the work so far), then marked at the end; on two, every
-    module waits for the one kernel split across threads, the last (which tells that the
-    header declares the thread pool). The modules and the entry are those rendered from the
-    whole program at once, and the results numpy's."""
+    and are quick only by the whole program's work: each is handed over unmarked as it comes
+    (its work outweighed the work so far), then marked at the end -- on two threads too, where
+    they waited for the one kernel split across threads, the last, while its thread-pool wrapper
+    was declared in every module's header (it is in the entry's module now). The modules and the
+    entry are those rendered from the whole program at once, and the results numpy's."""
     from tracer.ir import schedule
     monkeypatch.setenv("TRACER_NUM_THREADS", str(threads))
     scheduled, handed = [], []
@@ -342,11 +342,8 @@ def test_kernels_rendered_as_they_are_scheduled_make_the_modules_of_the_whole_pr
     assert [kernel.threads for kernel in loops.kernels] == [1, 1, threads]
     assert codegen_module.quick_kernels(loops) == {0, 1}
     extra = set(first_handed) - final
-    if threads == 1:
-        assert sorted(first_handed.values())[:2] == [1, 2]
-        marked = {module.text.removeprefix(QUICK_MARK + "\n").replace(module.symbol, "symbol")
-                  for module in code.kernels if module.text.startswith(QUICK_MARK)}
-        assert {module.text.replace(module.symbol, "symbol") for module, _ in handed
-                if module.symbol in extra} == marked and len(marked) == 2
-    else:
-        assert not extra and set(first_handed.values()) == {len(scheduled)}
+    assert sorted(first_handed.values())[:2] == [1, 2]
+    marked = {module.text.removeprefix(QUICK_MARK + "\n").replace(module.symbol, "symbol")
+              for module in code.kernels if module.text.startswith(QUICK_MARK)}
+    assert {module.text.replace(module.symbol, "symbol") for module, _ in handed
+            if module.symbol in extra} == marked and len(marked) == 2

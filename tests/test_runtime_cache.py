@@ -545,7 +545,8 @@ TEMPLATE_PROBE = textwrap.dedent("""
         return original(self, source, name, *args, **kwargs)
     jinja2.Environment.compile = counting
     template_cache.install()
-    text = template_environment.render("parallel.ll.j2", name="k", buffers=2, threads=2, chunks=8)
+    text = template_environment.render("parallel.ll.j2", name="k", kernel="k", buffers=2,
+                                       threads=2, chunks=8)
     names = template_environment.compile_all()
     print(len(compiled), len(names), repr(text))
 """)

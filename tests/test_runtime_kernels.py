@@ -87,24 +87,38 @@ def test_a_new_batch_size_compiles_only_the_kernels_it_changes():
 
 
 def test_kernels_split_across_threads_alike_but_for_their_extent_are_one_module(monkeypatch):
-    """The same update of two tensors of different sizes, each large enough to be split across
-    threads: one kernel module, which the entry calls with each extent (AdamW's update of
-    parameters of several sizes)."""
+    """The same update of tensors of different sizes, each large enough to be split across
+    threads, into different numbers of chunks: one kernel module, which the entry calls through
+    its thread-pool wrappers, one for each number of chunks, with each extent (AdamW's update of
+    parameters of several sizes). The module's exported function is the kernel itself, on a
+    chunk's range: no wrapper of its own, which LLVM's code generator would take about a
+    millisecond for."""
     monkeypatch.setenv("TRACER_NUM_THREADS", "2")
     rng = np.random.default_rng(4)
-    a, b = rng.standard_normal(600_000), rng.standard_normal(900_000)
-    traced = tr.trace(lambda a, b: ((a * 2 + 1).sin(), (b * 2 + 1).sin()))
-    (first, second), counts = counted(lambda: traced(tr.tensor(a), tr.tensor(b)))
-    np.testing.assert_allclose(first.numpy(), np.sin(a * 2 + 1), rtol=1e-12)
-    np.testing.assert_allclose(second.numpy(), np.sin(b * 2 + 1), rtol=1e-12)
+    a, b, c = (rng.standard_normal(size) for size in (600_000, 900_000, 200_000))
+    traced = tr.trace(lambda a, b, c: tuple((x * 2 + 1).sin() for x in (a, b, c)))
+    results, counts = counted(lambda: traced(tr.tensor(a), tr.tensor(b), tr.tensor(c)))
+    for result, x in zip(results, (a, b, c)):
+        np.testing.assert_allclose(result.numpy(), np.sin(x * 2 + 1), rtol=1e-12)
     (compiled,) = executables(traced)
-    assert [kernel.threads for kernel in compiled.kernels] == [2, 2]
+    assert [(kernel.threads, kernel.chunks) for kernel in compiled.kernels] == [(2, 8), (2, 8),
+                                                                                 (2, 7)]
     (module,) = compiled.back_end.code.kernels
     assert counts["kernels_compiled"] == 1
-    calls = [line.strip() for line in compiled.back_end.code.entry.splitlines()
-             if line.strip().startswith("call void @tracer_kernel_")]
-    assert [call.split("(")[0] for call in calls] == [f"call void @{module.symbol}"] * 2
-    assert [call.rsplit("i64 ", 1)[1] for call in calls] == ["600000)", "900000)"]
+    (kernel,) = [line for line in module.text.splitlines()
+                 if line.startswith("define") and "@tracer." not in line]  # (math functions)
+    assert kernel.startswith(f"define void @{module.symbol}(")
+    assert kernel.endswith("i64 %begin, i64 %end) #2 {")
+    entry = compiled.back_end.code.entry
+    body = entry.split("define void @tracer_entry(")[1].split("\n}\n")[0]
+    calls = [line.strip() for line in body.splitlines() if line.strip().startswith("call void @")]
+    assert [call.split("(")[0] for call in calls] == [
+        f"call void @split.{wrapper}.parallel" for wrapper in (0, 0, 1)]
+    assert [call.rsplit("i64 ", 1)[1] for call in calls] == ["600000)", "900000)", "200000)"]
+    for wrapper, chunks in enumerate((8, 7)):
+        task = entry.split(f"define internal void @split.{wrapper}.task(")[1].split("}")[0]
+        assert f"udiv i64 %low, {chunks}\n" in task
+        assert f"call void @{module.symbol}(ptr %b0, ptr %b1, i64 %begin, i64 %end)" in task
 
 
 def test_a_changed_constant_compiles_its_kernel_again():
