@@ -18,8 +18,9 @@ $(BIN)/.installed: pyproject.toml $(SOURCES)
 demo: $(BIN)/.installed
 	$(BIN)/python examples/two_layer_net.py
 
+# Two processes (pytest-xdist): the suite's tests are independent, and CI's machine has 2 cores.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # ruff's rules (pyproject.toml) and the size budget of production code (.ci/size_budget.py).
 lint: $(BIN)/.installed

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import dis
 import functools
+import gc
 import sys
+import threading
 import types
 from typing import AbstractSet, Any, Callable, Iterator
 
@@ -217,27 +219,50 @@ NATIVE_AFTER = 6000
 @contextlib.contextmanager
 def recording_names() -> Iterator[UsedNames | None]:
     """A set (UsedNames) that fills, inside the block, with the names and string constants of the code
-    that runs (None if another profiler is active: sys.setprofile is not ours to take)."""
+    that runs (None if another profiler is active: sys.setprofile is not ours to take). Not the
+    code a garbage collection runs meanwhile: the finalizers and weakref callbacks of garbage made
+    anywhere before, which run wherever a collection happens to start; recorded, the names they
+    read were guarded or not by chance (and two recordings of the same code differed)."""
     if sys.getprofile() is not None:
         yield None
         return
     codes: set = set()
     calls = 0
+    native = False  # whether the native hook records (see `profile`)
+    thread = threading.get_ident()
 
     def profile(frame, event, _):
-        nonlocal calls
+        nonlocal calls, native
         if event == "call":
             codes.add(frame.f_code)
             calls += 1
             if calls == NATIVE_AFTER:  # a long trace: the native hook from now on, if at hand
-                profile_hook.install(codes)
+                native = profile_hook.install(codes)
+
+    # Off from the first callback of a collection to the last (others' callbacks run in between);
+    # one on another thread runs none of this thread's code.
+    def pausing(phase, _):
+        if phase == "start" and threading.get_ident() == thread:
+            sys.setprofile(None)
+
+    def resuming(phase, _):
+        if phase == "stop" and threading.get_ident() == thread:
+            if native:
+                profile_hook.install(codes)  # (linked already: it cannot fail now)
+            else:
+                sys.setprofile(profile)
 
     used = UsedNames({"cell_contents"}, codes)
+    gc.callbacks.insert(0, pausing)
+    gc.callbacks.append(resuming)
     sys.setprofile(profile)
     try:
         yield used
     finally:
+        gc.callbacks.remove(pausing)  # (first: a collection now must not resume the recording)
+        gc.callbacks.remove(resuming)
         sys.setprofile(None)
+        codes.discard(pausing.__code__)  # (its call was recorded: it starts each collection)
         for code in codes:
             used.update(code.co_names)
             used.update(c for c in code.co_consts if isinstance(c, str))

@@ -137,8 +137,8 @@ class Recorder:
         trace.draws_undone = draws.undone
 
         def drawn() -> str | None:  # (puts back what the function drew: see Draws.drawn)
-            # (a copy in one step: the code that runs meanwhile -- a finalizer the garbage
-            # collector calls -- is recorded too, and iterating the set would then fail)
+            # (a copy in one step: the set grows while it is read -- the code reading it is
+            # recorded too -- and iterating it would then fail)
             return draws.drawn(self.used.codes.copy() if self.used is not None else None)
 
         try:
