@@ -19,8 +19,9 @@ demo: $(BIN)/.installed
 	$(BIN)/python examples/two_layer_net.py
 
 # Two processes (pytest-xdist): the suite's tests are independent, and CI's machine has 2 cores.
+# A test still running after 15 minutes prints every thread's stack (a hang shows where it waits).
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 -o faulthandler_timeout=900
 
 # ruff's rules (pyproject.toml) and the size budget of production code (.ci/size_budget.py).
 lint: $(BIN)/.installed
