@@ -150,3 +150,33 @@ def test_transform_results_meet_the_users_autograd_as_torch_funcs(transform, req
         assert gradient is None
     else:
         np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["a Parameter", "computed from one"])
+def test_changing_a_differentiated_argument_in_place_is_refused_not_wrong(leaf):
+    """torch.func raises for a leaf ("a leaf Variable that requires grad is being used in an
+    in-place operation"); tracer's stand-in for the argument is a copy, so a change to it would
+    not reach the argument: refused for a leaf and a non-leaf alike (it gave the gradient of the
+    changed copy, [4, 8, -2] where d/da sum((2a)^2) is [8, 16, -4], with w unchanged)."""
+    w = tr.tensor(START, requires_grad=True)
+    argument = w if leaf else w * 1
+
+    def doubled_then_squared(a):
+        a.mul_(2)
+        return (a ** 2).sum()
+
+    with pytest.raises(tr.TracerError):
+        tr.grad(doubled_then_squared)(argument)
+    np.testing.assert_array_equal(w.detach().numpy(), START)
+
+
+def test_a_result_that_is_the_argument_is_never_silently_stale():
+    """torch.func's vjp of the identity returns a view of w, which shows a later change of w;
+    tracer's is a copy, marked as a view's copy is: reading it after w changed is refused (it
+    silently kept the old values)."""
+    w = tr.tensor(START, requires_grad=True)
+    output, _ = tr.vjp(lambda a: a, w)
+    with tr.no_grad():
+        w.mul_(10)
+    with pytest.raises(tr.InplaceError):
+        output + 1

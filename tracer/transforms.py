@@ -82,6 +82,10 @@ class _Inputs:
         if x.requires_grad and is_grad_enabled():
             with enable_grad():  # an identity, whose gradient goes on to x
                 stand_in = apply("reshape", [x], shape=x.shape)
+            # torch.func's stands for x itself; this is a copy, marked as eager mode marks a
+            # view's: changing it in place (which would not reach x: a wrong gradient, x
+            # unchanged) or reading it, or a result that is it, after x changed is refused
+            mark_view(stand_in, x, "a transform's copy of its argument")
             self.create_graph = True
         else:
             trace = state.trace
