@@ -279,17 +279,24 @@ def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
 
 # The fast call path --------------------------------------------------------------------------------
 
-def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
+def general_path_calls(monkeypatch) -> list:
+    """A list that gets an entry for every compiled call taking the general (Python) path instead
+    of the native fast entry; the test is skipped where the fast entry cannot be built."""
     from tracer.runtime.code_settings import array_layout
     if array_layout() is None:
         pytest.skip("numpy's array struct layout not recognized: general path only")
-    function = update_function("f32")
-    compiled = compile_graph(function, write_into={1: 0, 2: 1})
     general = []
     original = CompiledFunction._call
     monkeypatch.setattr(CompiledFunction, "_call",
                         lambda self, arguments, share=False: general.append(1)
                         or original(self, arguments, share))
+    return general
+
+
+def test_fast_path_is_taken_for_plain_arrays_and_refused_otherwise(monkeypatch):
+    function = update_function("f32")
+    compiled = compile_graph(function, write_into={1: 0, 2: 1})
+    general = general_path_calls(monkeypatch)
     arguments = arrays_for(function)
     expected = ir.interpret(function, [a.copy() for a in arguments])
     outputs = compiled(arguments)
@@ -327,9 +334,6 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
     """A model's training step writes dozens of parameters (and AdamW's state) in place: the fast
     entry checks each against every other parameter in a loop, so its code grows linearly (its
     unrolled pairs once made LLVM take minutes on the transformer example's step)."""
-    from tracer.runtime.code_settings import array_layout
-    if array_layout() is None:
-        pytest.skip("numpy's array struct layout not recognized: general path only")
     count = 40
     function = many_updates_function(count)
     compiled = compile_graph(function, write_into={k: k for k in range(count)})
@@ -337,11 +341,7 @@ def test_fast_path_overlap_check_is_linear_code_and_refuses_overlaps(monkeypatch
     fast = compiled.llvm_ir.split("define ptr @tracer_fast(")[1].split("\n}\n")[0]
     # (~33 lines a parameter, its checks; 6 an output: unrolled pairs would be ~3,200 compares)
     assert len(fast.splitlines()) < 40 * (2 * count + count) + 60, "not linear in the parameters"
-    general = []
-    original = CompiledFunction._call
-    monkeypatch.setattr(CompiledFunction, "_call",
-                        lambda self, arguments, share=False: general.append(1)
-                        or original(self, arguments, share))
+    general = general_path_calls(monkeypatch)
     arguments = arrays_for(function)
     expected = ir.interpret(function, [a.copy() for a in arguments])
     outputs = compiled(arguments)
@@ -370,16 +370,9 @@ class _Subclass(np.ndarray):
 def test_fast_entry_refuses_what_it_does_not_check_itself(monkeypatch, case):
     """The fast entry checks each argument's type, rank, shape and dtype object natively (not in
     Python): what it does not know takes the general path, which converts it (or says why not)."""
-    from tracer.runtime.code_settings import array_layout
-    if array_layout() is None:
-        pytest.skip("numpy's array struct layout not recognized: general path only")
     function = update_function("f32")
     compiled = compile_graph(function, write_into={1: 0, 2: 1})
-    general = []
-    original = CompiledFunction._call
-    monkeypatch.setattr(CompiledFunction, "_call",
-                        lambda self, arguments, share=False: general.append(1)
-                        or original(self, arguments, share))
+    general = general_path_calls(monkeypatch)
     arguments = arrays_for(function)
     w, g, lr = (a.astype(np.float64) for a in arguments)
     expected = [w.sum(), w - lr * g, np.zeros_like(w)]  # (update_function's outputs)
