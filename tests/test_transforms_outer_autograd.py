@@ -180,3 +180,125 @@ def test_a_result_that_is_the_argument_is_never_silently_stale():
         w.mul_(10)
     with pytest.raises(tr.InplaceError):
         output + 1
+
+
+# A tensor that requires grad reaching the function some other way than a differentiated
+# argument: a weight W it closes over (a WGAN-GP penalty: the gradient with respect to the data,
+# the critic's weights closed over), an argument outside argnums, a cotangent or tangent computed
+# from W. Before 2026-11-28 the backward recorded its graph only where a differentiated argument
+# required grad, so every one of these came back a constant and a backward through it silently
+# left out W's path (W.grad [-4.65, -0.44, -2.49] for the first, torch.func [-10.03, -16.56, 7.94]).
+DATA = np.random.default_rng(0).standard_normal((4, 3))
+WEIGHTS = np.random.default_rng(1).standard_normal((2, 3))
+
+
+def closed_over_grad(F, T, x, W):
+    return [F.grad(lambda z: (z @ W.T).tanh().sum())(x)]
+
+
+def closed_over_value_and_grad_with_aux(F, T, x, W):
+    def f(z):
+        return (z @ W.T).tanh().sum(), W.sum() * 2
+    if F is tf:
+        gradient, (value, aux) = tf.grad_and_value(f, has_aux=True)(x)
+    else:
+        (value, aux), gradient = tr.value_and_grad(f, has_aux=True)(x)
+    return [value, aux, gradient]
+
+
+def closed_over_but_constant_gradient(F, T, x, W):
+    return [F.grad(lambda z: (z + W.sum()).sum())(x)]
+
+
+def outside_argnums(F, T, x, W):
+    return [F.grad(lambda z, w: (z @ w.T).sin().sum(), argnums=0)(x, W)]
+
+
+def data_and_weight_in_argnums(F, T, x, W):
+    return list(F.grad(lambda z, w: (z @ w.T).sin().sum(), argnums=(0, 1))(x, W))
+
+
+def cotangent_from_the_weight(F, T, x, W):
+    value, vjp_function = F.vjp(lambda z: (z ** 3).sin(), x)
+    return [value, vjp_function(W[0].reshape(1, 3) * T.ones(4, 3, dtype=x.dtype))[0]]
+
+
+def closed_over_vjp(F, T, x, W):
+    value, vjp_function = F.vjp(lambda z: (z @ W.T).tanh(), x)
+    return [value, vjp_function(T.ones(4, 2, dtype=x.dtype))[0]]
+
+
+def tangent_from_the_weight(F, T, x, W):
+    return list(F.jvp(lambda z: (z ** 3).sin(), (x,),
+                      (W[0].reshape(1, 3) * T.ones(4, 3, dtype=x.dtype),)))
+
+
+def closed_over_jvp(F, T, x, W):
+    return list(F.jvp(lambda z: (z @ W.T).tanh(), (x,), (T.ones(4, 3, dtype=x.dtype),)))
+
+
+def closed_over_jacrev(F, T, x, W):
+    return [F.jacrev(lambda z: (z @ W.T).tanh())(x[0])]
+
+
+def closed_over_hessian(F, T, x, W):
+    return [F.hessian(lambda z: (z @ W.T).tanh().sum())(x[0])]
+
+
+def closed_over_grad_of_grad(F, T, x, W):
+    return [F.grad(lambda z: F.grad(lambda y: (y @ W.T).tanh().sum())(z).pow(2).sum())(x)]
+
+
+def closed_over_vmap_of_grad(F, T, x, W):
+    return [F.vmap(F.grad(lambda z: (z * W[0]).sin().sum()))(x)]
+
+
+OUTSIDE = [closed_over_grad, closed_over_value_and_grad_with_aux,
+           closed_over_but_constant_gradient, outside_argnums, data_and_weight_in_argnums,
+           cotangent_from_the_weight, closed_over_vjp, tangent_from_the_weight, closed_over_jvp,
+           closed_over_jacrev, closed_over_hessian, closed_over_grad_of_grad,
+           closed_over_vmap_of_grad]
+
+
+def weights_gradient(transform, F, T, x, W):
+    """Which results require grad; W.grad after a backward of a penalty on every result that
+    does plus a term of W itself."""
+    results = transform(F, T, x, W)
+    flags = [bool(r.requires_grad) for r in results]
+    total = (W * W).sum() + sum(r.pow(2).sum() * (i + 2)
+                                for i, r in enumerate(results) if r.requires_grad)
+    total.backward()
+    return flags
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("transform", OUTSIDE, ids=lambda t: t.__name__)
+def test_a_weight_reaching_the_function_otherwise_meets_the_users_autograd(transform, traced):
+    W = torch.tensor(WEIGHTS, requires_grad=True)
+    expected_flags = weights_gradient(transform, tf, torch, torch.tensor(DATA), W)
+    expected_gradient = W.grad.numpy()
+
+    W = tr.tensor(WEIGHTS, requires_grad=True)
+    if traced:
+        flags_seen = []
+        step = tr.trace(lambda x, W: flags_seen.append(weights_gradient(transform, tr, tr, x, W))
+                        or x.sum())
+        step(tr.tensor(DATA), W)
+        flags = flags_seen[0]
+    else:
+        flags = weights_gradient(transform, tr, tr, tr.tensor(DATA), W)
+    assert flags == expected_flags
+    np.testing.assert_allclose(W.grad.numpy(), expected_gradient, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_an_argument_also_closed_over_is_differentiated_in_its_own_use_only(traced):
+    """grad(lambda a: (a * x).sum())(x) is x: the closure's x is a constant. Traced, the stand-in
+    for a data argument was x's own value, so the gradient took in the closure's use too (2x)
+    until 2026-11-28."""
+    def gradient(x):
+        return tr.grad(lambda a: (a * x).sin().sum())(x)
+
+    x = tr.tensor(START)
+    result = tr.trace(gradient)(x) if traced else gradient(x)
+    np.testing.assert_allclose(result.numpy(), np.cos(START * START) * START, rtol=1e-14)

@@ -65,8 +65,7 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
 
 def _requiring_grad(trace, values: list) -> list[bool]:
     """Which of the traced `values` a gradient can flow into from a leaf that requires grad."""
-    sources = [v for t in trace.leaves if t.requires_grad for v in trace.leaf_values(t)]
-    active = active_values(trace.function.instructions, sources)
+    active = active_values(trace.function.instructions, trace.gradient_sources())
     return [value is not None and id(value) in active for value in values]
 
 
@@ -112,9 +111,8 @@ def backward_reads_a_change(trace, results: list, stale: frozenset[int]) -> bool
     outputs = [value._handle for position, value in enumerate(results)
                if isinstance(value, Tensor) and value.requires_grad and value._trace is trace
                and position not in stale]
-    wrt = [value for tensor in trace.leaves if tensor.requires_grad
-           for value in trace.leaf_values(tensor)]
-    return bool(outputs) and changed_for_backward_error(trace, outputs, wrt) is not None
+    return bool(outputs) and changed_for_backward_error(
+        trace, outputs, trace.gradient_sources()) is not None
 
 
 def traced_leaf_gradients(output: Tensor, gradient: Tensor, create_graph: bool = False

@@ -310,6 +310,12 @@ class Trace:
         tensor = self.arguments.get(id(tensor), tensor)
         return self._leaf_history.get(id(tensor), []) + [self.handle_of(tensor)]
 
+    def gradient_sources(self, leaving_out: frozenset[int] = frozenset()) -> list[Value]:
+        """The values a gradient can flow into the user's autograd from: those of the leaves that
+        require grad (but the tensors whose ids are `leaving_out`)."""
+        return [value for tensor in self.leaves if tensor.requires_grad
+                and id(tensor) not in leaving_out for value in self.leaf_values(tensor)]
+
     def handle_of(self, tensor: Tensor) -> Value:
         if tensor._trace is self:
             if tensor._base is not None:

@@ -5,12 +5,13 @@ Each transform runs `f` on inputs that stand for its arguments and asks the back
 (`tracer.backward.gradients_of`) for the gradients. An argument already differentiated by an outer
 transform (or computed by the user's autograd from a tensor that requires grad) is stood for by an
 identity of it, so that the inner gradient is taken with respect to this use alone (no
-perturbation confusion) while the outer one still flows through; then, or inside another
-transform, the backward records its own graph (create_graph), which the outer transform
-differentiates again. That holds at the top level too, for a leaf that requires grad (a
-Parameter): as torch.func's, the results are connected to the user's autograd, so that a gradient
-penalty's `backward()` reaches the parameters through them. An argument that does not require grad
-(or any, under no_grad) is stood for by a fresh leaf, and the results are constants.
+perturbation confusion) while the outer one still flows through; any other argument by a fresh
+leaf. Where the function, or a cotangent or tangent, reaches a tensor that requires grad other
+than these stand-ins -- an argument that requires grad, a weight the function closes over or takes
+outside argnums, an outer transform's variable -- the backward records its own graph
+(create_graph), and the results that reach one stay connected to it, as torch.func's do (so that a
+gradient penalty's `backward()` reaches the weights through them); the others, and all under
+no_grad, are constants.
 """
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tracer.ir.primitives import DIRECTIVES, NON_DIFFERENTIABLE
+from tracer.ir.types import is_float
+from tracer.autograd import LeafAccumulator, edge_of
 from tracer.backward import gradients_of
-from tracer.context import enable_grad, is_grad_enabled, state
+from tracer.context import enable_grad, is_grad_enabled, no_grad, state
 from tracer.creation import ones, zeros_like
 from tracer.dispatch import apply, as_tensor
 from tracer.errors import ArgumentError
@@ -65,14 +69,15 @@ def _transforming():
 
 
 class _Inputs:
-    """The tensors a transform differentiates with respect to, and whether its backward must
-    record its own graph (an outer transform, or the user's autograd, differentiates it again)."""
+    """The tensors a transform differentiates with respect to (its stand-ins), and which of its
+    results stay connected to the user's autograd (or an outer transform's)."""
 
     def __init__(self, what: str):
         self.what = what
         self.tensors: list[Tensor] = []
         self._arguments: dict[int, Tensor] = {}  # the argument each stand-in stands for, by id
-        self.create_graph = state.transforms > 0 and is_grad_enabled()
+        self.grad_enabled = is_grad_enabled()
+        self.inner: list[Tensor] = []  # stand-ins of the transforms this one is made of (jvp's)
 
     def make(self, value, position) -> Tensor:
         x = as_tensor(value, accept_data=True)
@@ -86,14 +91,34 @@ class _Inputs:
             # view's: changing it in place (which would not reach x: a wrong gradient, x
             # unchanged) or reading it, or a result that is it, after x changed is refused
             mark_view(stand_in, x, "a transform's copy of its argument")
-            self.create_graph = True
         else:
             trace = state.trace
-            handle = x._handle if trace is None else trace.handle_of(x)
+            handle = x._handle
+            if trace is not None:  # a value of its own: a gradient with respect to x's value
+                with no_grad():  # would take in the function's other uses of x (a closure's)
+                    handle = trace.handle_of(apply("reshape", [x], shape=x.shape))
             stand_in = Tensor._make(handle, trace, True, leaf=True)
         self.tensors.append(stand_in)
         self._arguments[id(stand_in)] = x
         return stand_in
+
+    def reaching_outside(self, tensors: list) -> list[bool]:
+        """Whether a gradient flows from each of `tensors` into a tensor that requires grad other
+        than the stand-ins: the user's autograd, or an outer transform, differentiates it again."""
+        own = frozenset(id(t) for t in self.tensors + self.inner)
+        memo: dict[int, bool] = {}
+        sources: dict[int, set[int]] = {}  # by id of trace: the ids of its source values
+        reaches = []
+        for t in tensors:
+            if not (isinstance(t, Tensor) and t.requires_grad):
+                reaches.append(False)
+            elif t._trace is None:
+                reaches.append(_reaches_eagerly(edge_of(t), own, memo))
+            else:
+                if id(t._trace) not in sources:
+                    sources[id(t._trace)] = {id(v) for v in t._trace.gradient_sources(own)}
+                reaches.append(_reaches_traced(t._trace.handle_of(t), sources[id(t._trace)], memo))
+        return reaches
 
     def rebase(self, value):
         """A result that is a view-copy of a stand-in (`x[0]`), or its detach(): a view of the
@@ -107,20 +132,71 @@ class _Inputs:
 
     def gradients(self, outputs: list[Tensor], seeds: list[Tensor]) -> list[Tensor]:
         """The gradients of sum(output_i * seed_i) with respect to the inputs (zeros where none
-        flows)."""
+        flows), each connected where it reaches a tensor that requires grad (`connected`)."""
         flowing = [(o, s) for o, s in zip(outputs, seeds) if o.requires_grad]
         if not flowing:
             return [zeros_like(x) for x in self.tensors]
+        tensors = [tensor for pair in flowing for tensor in pair]
+        create_graph = self.grad_enabled and is_grad_enabled() and any(
+            self.reaching_outside(tensors))
         gradients = gradients_of([o for o, _ in flowing], [s for _, s in flowing], self.tensors,
-                                 True, self.create_graph, self.what)
-        return [zeros_like(x) if g is None else g if isinstance(g, Tensor)
-                else Tensor._make(g, None, False) for x, g in zip(self.tensors, gradients)]
+                                 True, create_graph, self.what)
+        return self.connected([zeros_like(x) if g is None else g if isinstance(g, Tensor)
+                               else Tensor._make(g, None, False)
+                               for x, g in zip(self.tensors, gradients)])
 
-    def result(self, value):
-        """A result of the function (its value or aux): still connected where an outer level
-        differentiates it, else a constant (torch.func's aux does not require grad either)."""
-        value = value if self.create_graph or not isinstance(value, Tensor) else value.detach()
-        return self.rebase(value)
+    def connected(self, tree):
+        """`tree` with each tensor that reaches no tensor requiring grad but the stand-ins
+        detached: a constant, as torch.func's is."""
+        tensors = [t for t in tree_leaves(tree) if isinstance(t, Tensor)]
+        kept = {id(t) for t, reaches in zip(tensors, self.reaching_outside(tensors))
+                if reaches and self.grad_enabled}
+        return tree_map(lambda t: t if not isinstance(t, Tensor) or id(t) in kept
+                        else t.detach() if t.requires_grad else t, tree)
+
+    def result(self, tree):
+        """Results of the function (its value or aux), connected or constants, views rebased."""
+        return tree_map(self.rebase, self.connected(tree))
+
+
+def _reaches_eagerly(edge, own: frozenset[int], memo: dict[int, bool]) -> bool:
+    """Whether the eager tape from `edge` reaches a leaf that requires grad, but those in `own`."""
+    if edge is None:
+        return False
+    if isinstance(edge, LeafAccumulator):
+        return id(edge.tensor) not in own
+    stack = [edge[0]]
+    while stack:  # each node's answer after its inputs' (a depth-first walk, without recursion)
+        node = stack[-1]
+        waiting = [e[0] for e in node.edges if isinstance(e, tuple) and id(e[0]) not in memo]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        memo[id(node)] = any(memo[id(e[0])] if isinstance(e, tuple) else
+                             isinstance(e, LeafAccumulator) and id(e.tensor) not in own
+                             for e in node.edges)
+    return memo[id(edge[0])]
+
+
+def _reaches_traced(value, targets: set[int], memo: dict[int, bool]) -> bool:
+    """Whether a gradient flows from the traced `value` into a value whose id is in `targets`."""
+    stack = [value]
+    while stack:
+        current = stack[-1]
+        producer = current.producer
+        if id(current) in targets or producer is None or not is_float(current.dtype) or (
+                producer.primitive in NON_DIFFERENTIABLE or producer.primitive in DIRECTIVES):
+            memo[id(current)] = id(current) in targets
+            stack.pop()
+            continue
+        waiting = [x for x in producer.inputs if id(x) not in memo]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        memo[id(current)] = any(memo[id(x)] for x in producer.inputs)
+    return memo[id(value)]
 
 
 def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
@@ -176,7 +252,10 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
     """`(f(*primals), vjp_fn)` as torch.func.vjp: `vjp_fn(cotangents)` (one per output, in the
     output's structure) returns the gradient of sum(output * cotangent) for each primal, as a
     tuple. `vjp_fn` may be called again (the graph is kept)."""
-    inputs = _Inputs("vjp")
+    return _vjp(_Inputs("vjp"), f, primals, has_aux)
+
+
+def _vjp(inputs: _Inputs, f: Callable, primals: tuple, has_aux: bool):
     arguments = [tree_map(lambda value, n=n: inputs.make(value, n), p)
                  for n, p in enumerate(primals)]
     with _transforming():
@@ -212,17 +291,16 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
         if tuple(np.shape(t)) != tuple(np.shape(p)):
             raise ArgumentError(f"jvp: a tangent of shape {list(np.shape(t))} for a primal of "
                                 f"shape {list(np.shape(p))}")
+    transposed = _Inputs("jvp")
     with _transforming():  # the first backward is differentiated again, by the second
-        result = vjp(f, *primals, has_aux=has_aux)
+        forward = _Inputs("vjp")
+        result = _vjp(forward, f, primals, has_aux)
         output, vjp_fn = result[0], result[1]
         outputs = _float_outputs(output, "jvp")
         dummies = [_zeros_leaf(o) for o in outputs]
         cotangent_tree = iter(dummies)
         gradients = tree_leaves(vjp_fn(tree_map(lambda _: next(cotangent_tree), output)))
-    transposed = _Inputs("jvp")
-    transposed.tensors = dummies
-    transposed.create_graph = state.transforms > 0 or is_grad_enabled() and any(
-        isinstance(p, Tensor) and p.requires_grad for p in tree_leaves(primals))
+    transposed.tensors, transposed.inner = dummies, forward.tensors
     seeds = [as_tensor(t, accept_data=True).to(g.dtype) for g, t in
              zip(gradients, tree_leaves(tangents))]
     out_tangents = iter(transposed.gradients(gradients, seeds))

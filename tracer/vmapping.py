@@ -36,6 +36,12 @@ class _ElementTrace(Trace):
     def __init__(self, name: str, outer: Trace | None):
         super().__init__(name)
         self.outer = outer
+        # the parameters for arguments computed from tensors that require grad: no leaves, yet
+        # a gradient flows from them into the caller's autograd
+        self.computed_arguments: list = []
+
+    def gradient_sources(self, leaving_out: frozenset[int] = frozenset()) -> list:
+        return super().gradient_sources(leaving_out) + self.computed_arguments
 
     def handle_of(self, tensor: Tensor):
         if tensor._trace is not self and self.outer is not None:
@@ -132,6 +138,8 @@ def _trace_element(f: Callable, args: tuple, kwargs: dict, leaves: list, dims: l
             del shape[dim]
         value = sub.parameter(f"arg{index}", TensorType(tuple(shape), leaf.dtype))
         proxies.append(Tensor._make(value, sub, leaf.requires_grad, leaf=leaf.is_leaf))
+        if leaf.requires_grad and not leaf.is_leaf:
+            sub.computed_arguments.append(value)
         sources[id(value)] = (leaf, dim)
     taken = iter(proxies)
     try:
