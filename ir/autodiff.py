@@ -49,28 +49,33 @@ def reaches(instructions: Sequence[Instruction], output: Value, wrt: Sequence[Va
 
 
 def backward(builder: GraphBuilder, forward: Sequence[Instruction], output: Value, seed: Value,
-             wrt: Sequence[Value], hooks: dict[int, Callable] | None = None
-             ) -> list[Value | None]:
+             wrt: Sequence[Value], hooks: dict[int, Callable] | None = None,
+             through: Sequence[int] = ()) -> list[Value | None]:
     """Emit through `builder` the gradients of `output` with respect to `wrt`, seeded by `seed`,
     through the instructions `forward`. None where no gradient flows. `hooks[id(value)]`, if
     any, is called as hook(builder, cotangent) with the whole cotangent of that value and
-    returns the one that goes on (the tracer's Tensor.register_hook)."""
-    return vector_jacobian_product(builder, forward, [output], [seed], wrt, hooks)
+    returns the one that goes on (the tracer's Tensor.register_hook). `through`: see
+    `vector_jacobian_product`."""
+    return vector_jacobian_product(builder, forward, [output], [seed], wrt, hooks, through)
 
 
 def vector_jacobian_product(builder: GraphBuilder, forward: Sequence[Instruction],
                             outputs: Sequence[Value], seeds: Sequence[Value],
-                            wrt: Sequence[Value], hooks: dict[int, Callable] | None = None
-                            ) -> list[Value | None]:
+                            wrt: Sequence[Value], hooks: dict[int, Callable] | None = None,
+                            through: Sequence[int] = ()) -> list[Value | None]:
     """`backward` of several outputs at once, each seeded by its own cotangent (an output given
-    twice gets their sum)."""
+    twice gets their sum). The gradient stops at each of `wrt`, a leaf's value (the instruction
+    that computed it, an in-place change under no_grad, is no part of the leaf's graph), but at
+    the positions `through`: values of tensors that are no leaves, whose gradient goes on to what
+    they were computed from (PyTorch's gradient with respect to x of a loss of y and x, y = 2 x,
+    takes in the path through y)."""
     hooks = hooks or {}
     active = active_values(forward, wrt)
     on_path = gradient_path(forward, outputs, wrt)
     cotangents: dict[int, Value] = {}
     for output, seed in zip(outputs, seeds):
         cotangents[id(output)] = accumulate(builder, cotangents.get(id(output)), seed)
-    targets = {id(v) for v in wrt}
+    targets = {id(v) for position, v in enumerate(wrt) if position not in through}
     for instruction in reversed(forward):
         outgoing = [cotangents.get(id(v)) for v in instruction.outputs]
         if all(id(v) in targets for v in instruction.outputs):
@@ -106,7 +111,8 @@ def trace_directive(function: Graph, directive: Instruction) -> list[Value | Non
     emitted: list[Instruction] = []
     # Named in a scratch function, renamed when spliced in: the traced stage stays densely named.
     builder = GraphBuilder(Graph(function.name), instructions=emitted)
-    gradients = backward(builder, function.instructions[:-1], output, seed, wrt)
+    gradients = backward(builder, function.instructions[:-1], output, seed, wrt,
+                         through=directive.attributes.get("through", ()))
     function.expansions[id(directive)] = (emitted, gradients)
     return gradients
 
@@ -129,7 +135,8 @@ def expand_gradients(function: Graph) -> Graph:
         else:
             emitted = []
             builder = GraphBuilder(function, instructions=emitted)
-            results = backward(builder, function.instructions[:index], output, seed, wrt)
+            results = backward(builder, function.instructions[:index], output, seed, wrt,
+                               through=directive.attributes.get("through", ()))
         builder = GraphBuilder(function, instructions=emitted)
         builder.location = lambda where=directive.location: where
         results = [g if g is not None else builder.zeros_like(x) for g, x in zip(results, wrt)]

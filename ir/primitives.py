@@ -291,10 +291,10 @@ def _custom_vjp(in_types: list[TensorType], num_outputs: int, rule) -> list[Tens
     return list(in_types[:num_outputs])
 
 
-def _gradient(in_types: list[TensorType]) -> list[TensorType]:
-    if len(in_types) < 3 or in_types[0] != in_types[1]:
-        raise ShapeError("gradient takes an output, a seed of the same type, and values to "
-                         "differentiate with respect to")
+def _gradient(in_types: list[TensorType], through: tuple = ()) -> list[TensorType]:
+    values = range(len(in_types) - 2)  # (through: positions among them, ir/autodiff.py)
+    if len(in_types) < 3 or in_types[0] != in_types[1] or not set(through) <= set(values):
+        raise ShapeError("gradient takes an output, a seed of its type, values, and positions")
     return list(in_types[2:])
 
 

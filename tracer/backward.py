@@ -31,6 +31,9 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
     trace = output._trace
     groups = [trace.leaf_values(t) for t in wrt]
     values = [v for group in groups for v in group]
+    # (a tensor that is no leaf has one value, and its gradient goes on through it)
+    owners = [t for t, group in zip(wrt, groups) for _ in group]
+    through = tuple(position for position, t in enumerate(owners) if not t.is_leaf)
     changed = changed_for_backward_error(trace, [output._handle], values)
     if changed is not None:
         raise changed
@@ -42,13 +45,15 @@ def traced_gradients(output: Tensor, seed: Tensor, wrt: Sequence[Tensor],
         try:
             builder = GraphBuilder(trace.function, trace.location)
             flowing = backward_instructions(builder, list(trace.function.instructions),
-                                            output._handle, trace.handle_of(seed), values, hooks)
+                                            output._handle, trace.handle_of(seed), values, hooks,
+                                            through)
         finally:
             state.creating_graph = previous
         pairs = iter(zip(flowing, flowing))
     else:
         operands = [output._handle, trace.handle_of(seed), *values]
-        directive_outputs = trace.builder.emit("gradient", operands, {})
+        directive_outputs = trace.builder.emit("gradient", operands,
+                                               {"through": through} if through else {})
         flowing = trace_directive(trace.function, directive_outputs[0].producer)
         pairs = iter(zip(directive_outputs, flowing))
     totals = []

@@ -10,7 +10,7 @@ from tracer.dimensions import as_dim as _as_dim
 from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import apply, as_tensor
 from tracer.dtypes import int64
-from tracer.layout import shapes_broadcast
+from tracer.layout import reshaped, shapes_broadcast
 from tracer.tensor import Tensor
 
 
@@ -50,7 +50,7 @@ def _move_first_to(x: Tensor, dim: int) -> Tensor:
 def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """The slices of x along `dim` at the positions in the 1-D `index` (repeats allowed)."""
     dim = _normalize_dim(_as_dim(dim), x.ndim)
-    index = _index(index, "index_select", max_ndim=1).reshape(-1)
+    index = reshaped(_index(index, "index_select", max_ndim=1), -1)
     if x.ndim == 0:
         x, dim = x.reshape(1), 0
         return _scalar(apply("gather", [x, *checked(x, [index], (0,), False)], axes=(0,)))

@@ -19,7 +19,7 @@ from tracer.dispatch import apply, as_tensor
 from tracer.dtypes import int64
 from tracer.dtypes import bool as bool_
 from tracer.gathering import checked
-from tracer.layout import shapes_broadcast
+from tracer.layout import expanded, reshaped, shapes_broadcast
 from tracer.tensor import Tensor, mark_view
 
 
@@ -117,7 +117,7 @@ def _basic_getitem(x: Tensor, key: tuple) -> Tensor:
                    in zip(region.starts, region.stops, region.steps, x.shape))
     box = x if full_box else apply("slice", [x], starts=region.starts, stops=region.stops,
                                    steps=region.steps)
-    result = box.reshape(tuple(region.result_shape))
+    result = reshaped(box, tuple(region.result_shape))
     if result is x:
         result = apply("reshape", [x], shape=x.shape)  # x[...] is a new tensor, as in PyTorch
     return result
@@ -225,7 +225,7 @@ def _mask_assignment(x: Tensor, mask: Tensor, value) -> Tensor:
         raise ShapeMismatchError(
             "x[mask] = value takes a scalar (or a tensor of x's own shape) here; the number of "
             "selected elements is only known at run time")
-    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+    mask = reshaped(mask, mask.shape + (1,) * (x.ndim - mask.ndim))
     return where(mask, value.to(x.dtype), x)
 
 
@@ -253,7 +253,7 @@ def _advanced_setitem(x: Tensor, advanced: _Advanced, value, one_mask: bool = Fa
         _check_same_dtype(x, value, "x[indices] = value")
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
-        value = value.expand(*selected)
+        value = expanded(value, selected)
     except ShapeMismatchError:
         raise ShapeMismatchError(f"cannot assign a value of shape {list(value.shape)} to an "
                                  f"index selecting shape {list(selected)}") from None
@@ -279,7 +279,7 @@ def setitem(x: Tensor, key, value) -> Tensor:
     region = _region(x.shape, key)
     value = as_tensor(value, accept_data=True).to(x.dtype)
     try:
-        value = value.expand(*region.result_shape).reshape(tuple(region.box_shape))
+        value = reshaped(expanded(value, region.result_shape), region.box_shape)
     except ShapeMismatchError:
         raise ShapeMismatchError(f"cannot assign a value of shape {list(value.shape)} to an "
                                  f"index selecting shape {region.result_shape}") from None

@@ -16,7 +16,7 @@ from tracer.dispatch import apply, as_tensor, constant
 from tracer.dtypes import CATEGORY
 from tracer.errors import ArgumentError, InplaceError, ShapeMismatchError, TracingError
 from tracer.function_forward import before_inplace_change
-from tracer.layout import broadcast_shapes_or_none
+from tracer.layout import broadcast_shapes_or_none, expanded
 from tracer.tensor import Tensor
 from tracer.tracing import escaped_error
 
@@ -140,7 +140,7 @@ class InPlaceMethods:
     def _assign_data(self, result: Tensor, what: str) -> None:
         """An in-place change made through `.data`: unseen by autograd."""
         if state.trace is not None:
-            value = result.to(self.dtype).expand(*self.shape)._handle
+            value = expanded(result.to(self.dtype), self.shape)._handle
             if self.requires_grad:
                 (value,) = state.trace.builder.emit("stop_gradient", [value], {})
             self._handle = value
@@ -180,7 +180,7 @@ class InPlaceMethods:
 
     def fill_(self, value) -> Tensor:
         value = value if isinstance(value, Tensor) else constant(value, self.dtype)
-        return self._assign(value.expand(*self.shape), "fill_", overwrites=True)
+        return self._assign(expanded(value, self.shape), "fill_", overwrites=True)
 
     def copy_(self, source) -> Tensor:
         return self._assign(as_tensor(source), "copy_", overwrites=True)

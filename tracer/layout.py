@@ -34,14 +34,41 @@ def _view_operation(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         result = method(self, *args, **kwargs)
-        if result is not self:
-            # PyTorch's reshape of a view (say of a transpose) may be a copy with a version of its
-            # own; of a tensor that is no view, it is a view.
-            shares = method.__name__ not in ("reshape", "flatten") or self._view_base is None
-            mark_view(result, self, f"{method.__name__}()", shares)
+        if result is self and method.__name__ == "flatten":
+            return result  # (PyTorch's too, where no dimensions merge)
+        if result is self:  # a view that changes nothing is still a tensor of its own in PyTorch:
+            # a gradient with respect to it, or its requires_grad_(), is not the tensor's
+            result = apply("reshape", [self], shape=self.shape)
+        # PyTorch's reshape of a view (say of a transpose) may be a copy with a version of its
+        # own; of a tensor that is no view, it is a view.
+        shares = method.__name__ not in ("reshape", "flatten") or self._view_base is None
+        mark_view(result, self, f"{method.__name__}()", shares)
         return result
     wrapper.__doc__ = (method.__doc__ or "") + " (A copy here: see mark_view.)"
     return wrapper
+
+
+def _target_shape(x: Tensor, shape) -> tuple[int, ...]:
+    """The shape `x.reshape(*shape)` makes: its -1 worked out."""
+    shape = list(shape_arguments(shape))
+    if shape.count(-1) > 1:
+        raise ShapeMismatchError("reshape: only one dimension can be -1")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if known == 0 or x.numel() % known:
+            raise ShapeMismatchError(f"cannot reshape {list(x.shape)} to {shape}")
+        shape[shape.index(-1)] = x.numel() // known
+    return tuple(shape)
+
+
+# For the library's own use: x itself where the shape is x's already (a user's reshape() or
+# expand() is a tensor of its own even then, see _view_operation, which costs a copy eagerly).
+def reshaped(x: Tensor, *shape) -> Tensor:
+    return x if _target_shape(x, shape) == x.shape else x.reshape(*shape)
+
+
+def expanded(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    return x if x.shape == tuple(shape) else x.expand(*shape)
 
 
 def fresh(tensor: Tensor) -> Tensor:
@@ -77,17 +104,8 @@ class LayoutMethods:
 
     @_view_operation
     def reshape(self, *shape) -> Tensor:
-        shape = list(shape_arguments(shape))
-        if shape.count(-1) > 1:
-            raise ShapeMismatchError("reshape: only one dimension can be -1")
-        if -1 in shape:
-            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
-            if known == 0 or self.numel() % known:
-                raise ShapeMismatchError(f"cannot reshape {list(self.shape)} to {shape}")
-            shape[shape.index(-1)] = self.numel() // known
-        if tuple(shape) == self.shape:
-            return self
-        return apply("reshape", [self], shape=tuple(shape))
+        shape = _target_shape(self, shape)
+        return self if shape == self.shape else apply("reshape", [self], shape=shape)
 
     view = reshape
 
@@ -100,6 +118,8 @@ class LayoutMethods:
         start, end = normalize_dim(start_dim, self.ndim), normalize_dim(end_dim, self.ndim)
         if start > end:
             raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        if start == end:
+            return self
         merged = int(np.prod(self.shape[start:end + 1], dtype=np.int64))
         return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1:])
 
@@ -222,8 +242,8 @@ class LayoutMethods:
             result = apply("matmul", [x.reshape(rows, x.shape[-1]), y])
             result = result.reshape(*x.shape[:-1], y.shape[-1])
         else:
-            result = apply("matmul", [x.expand(*batch, *x.shape[-2:]),
-                                      y.expand(*batch, *y.shape[-2:])])
+            result = apply("matmul", [expanded(x, (*batch, *x.shape[-2:])),
+                                      expanded(y, (*batch, *y.shape[-2:]))])
         if vector_x:
             result = result.squeeze(-2)
         if vector_y:

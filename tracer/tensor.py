@@ -102,6 +102,8 @@ class Tensor:
                                 "use .detach() to make a new leaf")
         if requires_grad and not irtypes.is_float(self.dtype):
             raise ArgumentError(f"only float tensors can require gradients, this one is {self.dtype}")
+        if self._trace is not None and requires_grad and not self._requires_grad:
+            self._trace.own_value(self)
         self._requires_grad = builtins.bool(requires_grad)
         self._leaf = True
         if self._trace is not None and requires_grad and not any(t is self for t in self._trace.leaves):

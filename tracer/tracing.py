@@ -63,6 +63,9 @@ class Trace:
         # backward that reads the view-copy reads the base too (a PyTorch view shares its changes).
         self._view_bases: dict[int, Value] = {}
         self._leaf_history: dict[int, list[Value]] = {}
+        # By id of a tensor that started to require grad here: the identity value it was given
+        # then (own_value), which is no change of its data.
+        self._own_values: dict[int, Value] = {}
         # (argument leaf index, proxy, its data and .grad values on entry) of the tensors and
         # arrays among the arguments: what the function changes of them is written back.
         self._argument_entries: list[tuple[int, Tensor, Value, Value | None]] = []
@@ -204,7 +207,8 @@ class Trace:
             event = self._grad_events.get(id(tensor))
             if event != "read":
                 unread.append(index)
-            if tensor._handle is not original_data:
+            if tensor._handle is not original_data and \
+                    tensor._handle is not self._own_values.get(id(tensor)):
                 writebacks.append((index, "data", len(outputs)))
                 outputs.append(tensor._handle)
             if tensor._grad is None:
@@ -304,6 +308,14 @@ class Trace:
         if tensor.is_leaf and tensor.requires_grad:
             self._leaf_history.setdefault(id(tensor), []).append(old)
         tensor._handle = value
+
+    def own_value(self, tensor: Tensor) -> None:
+        """`tensor` starts to require grad: it gets a value of its own, an identity of the one it
+        holds, so that a gradient with respect to it takes in no earlier use of that value -- its
+        own from before (PyTorch's graph did not record them) or another tensor's that holds the
+        same value (a detach() alias of it, or of what it aliases)."""
+        tensor._handle = self.builder.op("reshape", self.handle_of(tensor), shape=tensor.shape)
+        self._own_values[id(tensor)] = tensor._handle
 
     def leaf_values(self, tensor: Tensor) -> list[Value]:
         """The values `tensor` has held while it was a leaf, the current one last."""

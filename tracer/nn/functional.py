@@ -22,6 +22,7 @@ from tracer.creation import iota
 from tracer.dimensions import normalize_dim as _normalize_dim
 from tracer.dispatch import as_tensor
 from tracer.layout import fresh as _fresh
+from tracer.layout import reshaped as _reshaped
 from tracer.symbolic_zeros import zeros_made as _zeros_made
 from tracer.tensor import Tensor
 from tracer.nn import attention as _attention
@@ -311,7 +312,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
     _embedding_rows.check_sparse(sparse, "embedding")
     rows = weight.shape[0]
     _check_labels(input, rows, "embedding index")
-    indices = input.reshape(-1)
+    indices = _reshaped(input, -1)
     if max_norm is not None:
         _embedding_rows.renormalize(weight, indices, max_norm, norm_type)
     if padding_idx is not None:
@@ -324,7 +325,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
     if scale_grad_by_freq:
         rows = _embedding_rows.scaled_by_frequency(rows, indices, weight.shape[0])
     # a new tensor, as PyTorch's (not a view-copy of the reshape)
-    return _fresh(rows.reshape(*input.shape, *weight.shape[1:]))
+    return _fresh(_reshaped(rows, *input.shape, *weight.shape[1:]))
 
 
 def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
