@@ -117,3 +117,30 @@ def test_a_tensor_that_starts_to_require_grad_in_a_trace_has_only_its_later_uses
                                rtol=1e-14)
     traced = tr.trace(lambda x: gradient(tr, x))(tr.tensor(START))
     np.testing.assert_allclose(traced.numpy(), expected.numpy(), rtol=1e-14)
+
+
+def test_a_change_through_data_in_a_trace_is_a_change_as_eagerly():
+    """Traced, `w.data.mul_(2)` set w to a new value without a trace of the old one, so a
+    backward after it found none of w's uses: w.grad None (PyTorch's: the gradient). Now as
+    eagerly: where the backward reads the old value it refuses the change (InplaceError, as eager
+    mode does: PyTorch's would silently use the new values), and where it does not, the gradient
+    reaches the old value's uses."""
+    def unread(x):
+        w = x.clone().requires_grad_()
+        loss = (w * 3).sum()
+        w.data.mul_(2)
+        loss.backward()
+        return w.grad
+
+    def read(x):
+        w = x.clone().requires_grad_()
+        loss = (w * w).sum()
+        w.data.mul_(2)
+        loss.backward()
+        return w.grad
+
+    for run in (unread, tr.trace(unread)):
+        np.testing.assert_array_equal(run(tr.tensor(START)).numpy(), np.full((2, 3), 3.0))
+    for run in (read, tr.trace(read)):
+        with pytest.raises(tr.InplaceError):
+            run(tr.tensor(START))

@@ -143,7 +143,9 @@ class InPlaceMethods:
             value = expanded(result.to(self.dtype), self.shape)._handle
             if self.requires_grad:
                 (value,) = state.trace.builder.emit("stop_gradient", [value], {})
-            self._handle = value
+            # a change as eager mode's: a backward that reads the old value refuses it, and a
+            # leaf's gradient still reaches the uses of its old value
+            state.trace.rebind(self, value, value)
         self._mark_changed()  # eagerly, the shared buffer was written by the alias
 
     def __iadd__(self, other): return self._augmented(other, Tensor.add, Tensor.add_)
