@@ -337,3 +337,31 @@ def test_an_argument_also_closed_over_is_differentiated_in_its_own_use_only(trac
     result = tr.trace(gradient)(x) if traced else gradient(x)
     np.testing.assert_allclose(result.numpy(), np.cos(START * START) * START, rtol=1e-14)
 
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_vjp_taken_under_no_grad_refuses_a_cotangent_that_requires_grad(traced):
+    """torch.func's vjp_fn, for a vjp taken under no_grad and called with grad enabled, returns
+    J^T u connected to the cotangent u alone (J a constant). tracer's backward records the
+    function's graph too (J's path to the weights) or nothing: it returned a constant, so that
+    a backward of (result ** 2).sum() silently reached nothing, where torch.func's gives W.grad
+    [[6.05, 6.05, 6.05], [3.19, 3.19, 3.19]] (u's path). Refused; a detached cotangent still
+    gives torch.func's values."""
+    def vjp_function(F, x, W):
+        with (torch if F is tf else tr).no_grad():
+            return F.vjp(lambda z: (z @ W.T).tanh(), x)[1]
+
+    def cotangent(T, W):
+        return W.sum(1).reshape(1, 2) * T.ones(4, 2, dtype=W.dtype)
+
+    W = torch.tensor(WEIGHTS, requires_grad=True)
+    expected = vjp_function(tf, torch.tensor(DATA), W)(cotangent(torch, W).detach())[0]
+
+    def program(x, W):
+        with pytest.raises(tr.TracerError, match="under no_grad"):
+            vjp_function(tr, x, W)(cotangent(tr, W))
+        return vjp_function(tr, x, W)(cotangent(tr, W).detach())[0]
+
+    x, W = tr.tensor(DATA), tr.tensor(WEIGHTS, requires_grad=True)
+    result = tr.trace(program)(x, W) if traced else program(x, W)
+    assert not result.requires_grad
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-13)

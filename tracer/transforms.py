@@ -137,8 +137,15 @@ class _Inputs:
         if not flowing:
             return [zeros_like(x) for x in self.tensors]
         tensors = [tensor for pair in flowing for tensor in pair]
-        create_graph = self.grad_enabled and is_grad_enabled() and any(
-            self.reaching_outside(tensors))
+        reaching = self.reaching_outside(tensors) if is_grad_enabled() else []
+        if not self.grad_enabled and any(reaching[1::2]):
+            # torch.func's result is connected to the cotangent alone (the function's own graph
+            # was not recorded); here the backward's graph would bring in the function's
+            # weights too, and a constant would silently drop the cotangent's path
+            raise ArgumentError(f"{self.what}_fn: a cotangent that requires grad, for a "
+                                f"{self.what} taken under no_grad; take the {self.what} with "
+                                f"grad enabled, or pass the cotangent detached")
+        create_graph = self.grad_enabled and any(reaching)
         gradients = gradients_of([o for o, _ in flowing], [s for _, s in flowing], self.tensors,
                                  True, create_graph, self.what)
         return self.connected([zeros_like(x) if g is None else g if isinstance(g, Tensor)
