@@ -15,7 +15,6 @@ no_grad, are constants.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Callable, Sequence
 
@@ -55,17 +54,6 @@ def tree_leaves(tree) -> list:
     leaves: list = []
     tree_map(leaves.append, tree)
     return leaves
-
-
-@contextlib.contextmanager
-def _transforming():
-    """The dynamic extent of one transform's function: a transform inside it is nested."""
-    state.transforms += 1
-    try:
-        with enable_grad():
-            yield
-    finally:
-        state.transforms -= 1
 
 
 class _Inputs:
@@ -212,7 +200,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     inputs = _Inputs("grad")
     for n in numbers:
         args[n] = tree_map(lambda value, n=n: inputs.make(value, n), args[n])
-    with _transforming():
+    with enable_grad():  # (torch.func's differentiate under no_grad too)
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
     aux = tree_map(inputs.result, aux)
@@ -265,7 +253,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
 def _vjp(inputs: _Inputs, f: Callable, primals: tuple, has_aux: bool):
     arguments = [tree_map(lambda value, n=n: inputs.make(value, n), p)
                  for n, p in enumerate(primals)]
-    with _transforming():
+    with enable_grad():  # (torch.func's differentiate under no_grad too)
         result = f(*arguments)
     output, aux = result if has_aux else (result, None)
     aux = tree_map(inputs.result, aux)
@@ -299,7 +287,7 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
             raise ArgumentError(f"jvp: a tangent of shape {list(np.shape(t))} for a primal of "
                                 f"shape {list(np.shape(p))}")
     transposed = _Inputs("jvp")
-    with _transforming():  # the first backward is differentiated again, by the second
+    with enable_grad():  # the first backward is differentiated again, by the second
         forward = _Inputs("vjp")
         result = _vjp(forward, f, primals, has_aux)
         output, vjp_fn = result[0], result[1]
