@@ -253,11 +253,45 @@ def closed_over_vmap_of_grad(F, T, x, W):
     return [F.vmap(F.grad(lambda z: (z * W[0]).sin().sum()))(x)]
 
 
+class TorchScaled(torch.autograd.Function):
+    """x * w, whose backward for x detaches w: a gradient penalty through it does not reach w
+    by that path (torch.func wants the setup_context form)."""
+    @staticmethod
+    def forward(x, w):
+        return x * w
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, gradient):
+        x, w = ctx.saved_tensors
+        return gradient * w.detach(), gradient * x
+
+
+class TracerScaled(tr.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, gradient):
+        x, w = ctx.saved_tensors
+        return gradient * w.detach(), gradient * x
+
+
+def custom_function_detaching_in_its_backward(F, T, x, W):
+    scaled = TorchScaled if F is tf else TracerScaled
+    return [F.grad(lambda z: scaled.apply(z, W[0]).sin().sum())(x)]
+
+
 OUTSIDE = [closed_over_grad, closed_over_value_and_grad_with_aux,
            closed_over_but_constant_gradient, outside_argnums, data_and_weight_in_argnums,
            cotangent_from_the_weight, closed_over_vjp, tangent_from_the_weight, closed_over_jvp,
            closed_over_jacrev, closed_over_hessian, closed_over_grad_of_grad,
-           closed_over_vmap_of_grad]
+           closed_over_vmap_of_grad, custom_function_detaching_in_its_backward]
 
 
 def weights_gradient(transform, F, T, x, W):
@@ -302,3 +336,32 @@ def test_an_argument_also_closed_over_is_differentiated_in_its_own_use_only(trac
     x = tr.tensor(START)
     result = tr.trace(gradient)(x) if traced else gradient(x)
     np.testing.assert_allclose(result.numpy(), np.cos(START * START) * START, rtol=1e-14)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_vjp_taken_under_no_grad_refuses_a_cotangent_that_requires_grad(traced):
+    """torch.func's vjp_fn, for a vjp taken under no_grad and called with grad enabled, returns
+    J^T u connected to the cotangent u alone (J a constant). tracer's backward records the
+    function's graph too (J's path to the weights) or nothing: it returned a constant, so that
+    a backward of (result ** 2).sum() silently reached nothing, where torch.func's gives W.grad
+    [[6.05, 6.05, 6.05], [3.19, 3.19, 3.19]] (u's path). Refused; a detached cotangent still
+    gives torch.func's values."""
+    def vjp_function(F, x, W):
+        with (torch if F is tf else tr).no_grad():
+            return F.vjp(lambda z: (z @ W.T).tanh(), x)[1]
+
+    def cotangent(T, W):
+        return W.sum(1).reshape(1, 2) * T.ones(4, 2, dtype=W.dtype)
+
+    W = torch.tensor(WEIGHTS, requires_grad=True)
+    expected = vjp_function(tf, torch.tensor(DATA), W)(cotangent(torch, W).detach())[0]
+
+    def program(x, W):
+        with pytest.raises(tr.TracerError, match="under no_grad"):
+            vjp_function(tr, x, W)(cotangent(tr, W))
+        return vjp_function(tr, x, W)(cotangent(tr, W).detach())[0]
+
+    x, W = tr.tensor(DATA), tr.tensor(WEIGHTS, requires_grad=True)
+    result = tr.trace(program)(x, W) if traced else program(x, W)
+    assert not result.requires_grad
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-13)

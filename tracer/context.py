@@ -10,8 +10,6 @@ class _State(threading.local):
     grad_enabled = True
     inference = False  # inside inference_mode() (whose only effect here is no_grad's)
     trace = None  # the tracer.tracing.Trace being recorded, or None for eager mode
-    # how many tr.grad / vjp / jvp transforms are differentiating the code running now
-    transforms = 0
     creating_graph = False  # a backward with create_graph=True (eager or traced) is running
     forward_changes = None  # tracer.function_forward.ForwardChanges of the Function forwards running
     # (object, name) of every attribute asked of tracer's own objects and absent while a traced

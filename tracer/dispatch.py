@@ -189,7 +189,10 @@ class DispatchMethods:
         """The same values, cut from the gradient; in-place changes to it change this tensor too,
         as they do in PyTorch, whose detach() shares storage."""
         trace, builder, (handle,) = current_handles([self])
-        if trace is not None and self.requires_grad:
+        # (a traced backward that records its graph runs on tensors that do not require grad,
+        # yet the autodiff pass differentiates its IR again: a custom Function's backward that
+        # detaches a saved tensor must cut it there too)
+        if trace is not None and (self.requires_grad or state.creating_graph):
             (cut,) = builder.emit("stop_gradient", [handle], {})
             # (shares the original's version, as PyTorch's: a backward that reads the alias
             # refuses an in-place change of the original after it, see Trace.changed_since)

@@ -15,7 +15,6 @@ no_grad, are constants.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Callable, Sequence
 
@@ -57,17 +56,6 @@ def tree_leaves(tree) -> list:
     return leaves
 
 
-@contextlib.contextmanager
-def _transforming():
-    """The dynamic extent of one transform's function: a transform inside it is nested."""
-    state.transforms += 1
-    try:
-        with enable_grad():
-            yield
-    finally:
-        state.transforms -= 1
-
-
 class _Inputs:
     """The tensors a transform differentiates with respect to (its stand-ins), and which of its
     results stay connected to the user's autograd (or an outer transform's)."""
@@ -106,18 +94,19 @@ class _Inputs:
         """Whether a gradient flows from each of `tensors` into a tensor that requires grad other
         than the stand-ins: the user's autograd, or an outer transform, differentiates it again."""
         own = frozenset(id(t) for t in self.tensors + self.inner)
-        memo: dict[int, bool] = {}
+        unreaching: set[int] = set()  # ids of tape nodes and traced values that reach none
         sources: dict[int, set[int]] = {}  # by id of trace: the ids of its source values
         reaches = []
         for t in tensors:
             if not (isinstance(t, Tensor) and t.requires_grad):
                 reaches.append(False)
             elif t._trace is None:
-                reaches.append(_reaches_eagerly(edge_of(t), own, memo))
+                reaches.append(_reaches_eagerly(edge_of(t), own, unreaching))
             else:
                 if id(t._trace) not in sources:
                     sources[id(t._trace)] = {id(v) for v in t._trace.gradient_sources(own)}
-                reaches.append(_reaches_traced(t._trace.handle_of(t), sources[id(t._trace)], memo))
+                reaches.append(_reaches_traced(t._trace.handle_of(t), sources[id(t._trace)],
+                                              unreaching))
         return reaches
 
     def rebase(self, value):
@@ -137,8 +126,15 @@ class _Inputs:
         if not flowing:
             return [zeros_like(x) for x in self.tensors]
         tensors = [tensor for pair in flowing for tensor in pair]
-        create_graph = self.grad_enabled and is_grad_enabled() and any(
-            self.reaching_outside(tensors))
+        reaching = self.reaching_outside(tensors) if is_grad_enabled() else []
+        if not self.grad_enabled and any(reaching[1::2]):
+            # torch.func's result is connected to the cotangent alone (the function's own graph
+            # was not recorded); here the backward's graph would bring in the function's
+            # weights too, and a constant would silently drop the cotangent's path
+            raise ArgumentError(f"{self.what}_fn: a cotangent that requires grad, for a "
+                                f"{self.what} taken under no_grad; take the {self.what} with "
+                                f"grad enabled, or pass the cotangent detached")
+        create_graph = self.grad_enabled and any(reaching)
         gradients = gradients_of([o for o, _ in flowing], [s for _, s in flowing], self.tensors,
                                  True, create_graph, self.what)
         return self.connected([zeros_like(x) if g is None else g if isinstance(g, Tensor)
@@ -159,44 +155,43 @@ class _Inputs:
         return tree_map(self.rebase, self.connected(tree))
 
 
-def _reaches_eagerly(edge, own: frozenset[int], memo: dict[int, bool]) -> bool:
-    """Whether the eager tape from `edge` reaches a leaf that requires grad, but those in `own`."""
-    if edge is None:
-        return False
-    if isinstance(edge, LeafAccumulator):
-        return id(edge.tensor) not in own
-    stack = [edge[0]]
-    while stack:  # each node's answer after its inputs' (a depth-first walk, without recursion)
-        node = stack[-1]
-        waiting = [e[0] for e in node.edges if isinstance(e, tuple) and id(e[0]) not in memo]
-        if waiting:
-            stack.extend(waiting)
-            continue
-        stack.pop()
-        memo[id(node)] = any(memo[id(e[0])] if isinstance(e, tuple) else
-                             isinstance(e, LeafAccumulator) and id(e.tensor) not in own
-                             for e in node.edges)
-    return memo[id(edge[0])]
+def _reaches_eagerly(edge, own: frozenset[int], unreaching: set[int]) -> bool:
+    """Whether the eager tape from `edge` reaches a leaf that requires grad, but those in `own`.
+    A search stops at the first such leaf (a closed-over weight is usually a few nodes away);
+    one that finds none adds the nodes it saw to `unreaching`, which the next search skips."""
+    visited: set[int] = set()
+    stack = [edge]
+    while stack:
+        edge = stack.pop()
+        if isinstance(edge, LeafAccumulator):
+            if id(edge.tensor) not in own:
+                return True
+        elif edge is not None and id(edge[0]) not in visited and id(edge[0]) not in unreaching:
+            visited.add(id(edge[0]))
+            stack.extend(edge[0].edges)
+    unreaching |= visited
+    return False
 
 
-def _reaches_traced(value, targets: set[int], memo: dict[int, bool]) -> bool:
-    """Whether a gradient flows from the traced `value` into a value whose id is in `targets`."""
+def _reaches_traced(value, targets: set[int], unreaching: set[int]) -> bool:
+    """Whether a gradient flows from the traced `value` into a value whose id is in `targets`
+    (a search as _reaches_eagerly's, through the values' producers)."""
+    visited: set[int] = set()
     stack = [value]
     while stack:
-        current = stack[-1]
+        current = stack.pop()
+        if id(current) in targets:
+            return True
+        if id(current) in visited or id(current) in unreaching:
+            continue
+        visited.add(id(current))
         producer = current.producer
-        if id(current) in targets or producer is None or not is_float(current.dtype) or (
-                producer.primitive in NON_DIFFERENTIABLE or producer.primitive in DIRECTIVES):
-            memo[id(current)] = id(current) in targets
-            stack.pop()
-            continue
-        waiting = [x for x in producer.inputs if id(x) not in memo]
-        if waiting:
-            stack.extend(waiting)
-            continue
-        stack.pop()
-        memo[id(current)] = any(memo[id(x)] for x in producer.inputs)
-    return memo[id(value)]
+        if producer is not None and is_float(current.dtype) and (
+                producer.primitive not in NON_DIFFERENTIABLE
+                and producer.primitive not in DIRECTIVES):
+            stack.extend(producer.inputs)
+    unreaching |= visited
+    return False
 
 
 def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
@@ -205,7 +200,7 @@ def _differentiate(f: Callable, argnums, has_aux: bool, args, kwargs):
     inputs = _Inputs("grad")
     for n in numbers:
         args[n] = tree_map(lambda value, n=n: inputs.make(value, n), args[n])
-    with _transforming():
+    with enable_grad():  # (torch.func's differentiate under no_grad too)
         result = f(*args, **kwargs)
     output, aux = result if has_aux else (result, None)
     aux = tree_map(inputs.result, aux)
@@ -258,7 +253,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
 def _vjp(inputs: _Inputs, f: Callable, primals: tuple, has_aux: bool):
     arguments = [tree_map(lambda value, n=n: inputs.make(value, n), p)
                  for n, p in enumerate(primals)]
-    with _transforming():
+    with enable_grad():  # (torch.func's differentiate under no_grad too)
         result = f(*arguments)
     output, aux = result if has_aux else (result, None)
     aux = tree_map(inputs.result, aux)
@@ -292,7 +287,7 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fals
             raise ArgumentError(f"jvp: a tangent of shape {list(np.shape(t))} for a primal of "
                                 f"shape {list(np.shape(p))}")
     transposed = _Inputs("jvp")
-    with _transforming():  # the first backward is differentiated again, by the second
+    with enable_grad():  # the first backward is differentiated again, by the second
         forward = _Inputs("vjp")
         result = _vjp(forward, f, primals, has_aux)
         output, vjp_fn = result[0], result[1]
