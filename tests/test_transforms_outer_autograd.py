@@ -282,8 +282,34 @@ class TracerScaled(tr.Function):
         return gradient * w.detach(), gradient * x
 
 
+class TorchScaledUnderNoGrad(TorchScaled):
+    """The same, w's copy made under no_grad instead of detached."""
+    @staticmethod
+    def backward(ctx, gradient):
+        x, w = ctx.saved_tensors
+        with torch.no_grad():
+            constant = w * 1
+        return gradient * constant, gradient * x
+
+
+class TracerScaledUnderNoGrad(TracerScaled):
+    @staticmethod
+    def backward(ctx, gradient):
+        x, w = ctx.saved_tensors
+        with tr.no_grad():
+            constant = w * 1
+        return gradient * constant, gradient * x
+
+
 def custom_function_detaching_in_its_backward(F, T, x, W):
     scaled = TorchScaled if F is tf else TracerScaled
+    return [F.grad(lambda z: scaled.apply(z, W[0]).sin().sum())(x)]
+
+
+def custom_function_with_no_grad_in_its_backward(F, T, x, W):
+    """Traced, the no_grad block of a backward that records its graph was differentiated (no
+    tensor in it requires grad, so nothing marked it) until 2026-11-28."""
+    scaled = TorchScaledUnderNoGrad if F is tf else TracerScaledUnderNoGrad
     return [F.grad(lambda z: scaled.apply(z, W[0]).sin().sum())(x)]
 
 
@@ -291,7 +317,8 @@ OUTSIDE = [closed_over_grad, closed_over_value_and_grad_with_aux,
            closed_over_but_constant_gradient, outside_argnums, data_and_weight_in_argnums,
            cotangent_from_the_weight, closed_over_vjp, tangent_from_the_weight, closed_over_jvp,
            closed_over_jacrev, closed_over_hessian, closed_over_grad_of_grad,
-           closed_over_vmap_of_grad, custom_function_detaching_in_its_backward]
+           closed_over_vmap_of_grad, custom_function_detaching_in_its_backward,
+           custom_function_with_no_grad_in_its_backward]
 
 
 def weights_gradient(transform, F, T, x, W):

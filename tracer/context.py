@@ -47,6 +47,16 @@ def noting_absent_reads(reads: list | None) -> Iterator[None]:
             previous.extend(reads)
 
 
+@contextlib.contextmanager
+def recording_no_graph() -> Iterator[None]:
+    """Inside the block, no backward's own graph is being recorded (state.creating_graph)."""
+    previous, state.creating_graph = state.creating_graph, False
+    try:
+        yield
+    finally:
+        state.creating_graph = previous
+
+
 def is_grad_enabled() -> bool:
     return state.grad_enabled
 

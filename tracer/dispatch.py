@@ -59,8 +59,11 @@ def apply(primitive: str, inputs: Sequence[Tensor], **attributes: Any) -> Tensor
             break
     requires_grad = is_grad_enabled() and differentiable and inputs_require_grad
     if trace is not None:
-        if inputs_require_grad and differentiable and not requires_grad:
-            # Recorded under no_grad: the autodiff pass must not differentiate through it.
+        if differentiable and not requires_grad and (inputs_require_grad or (
+                state.creating_graph and not is_grad_enabled())):
+            # Recorded under no_grad: the autodiff pass must not differentiate through it (nor
+            # through a no_grad block of a traced backward that records its graph, whose tensors
+            # do not require grad but whose IR is differentiated again).
             (result,) = builder.emit("stop_gradient", [result], {})
         return Tensor._make(result, trace, requires_grad)
     if primitive in _VIEWING and (result.base is not None or not result.flags.writeable):

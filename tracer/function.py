@@ -15,7 +15,7 @@ from typing import Callable
 from tracer.ir.types import is_float
 from tracer.ir.vjp import CustomRule
 from tracer.autograd import attach, custom_node, edge_of
-from tracer.context import is_grad_enabled, no_grad, state
+from tracer.context import is_grad_enabled, no_grad, recording_no_graph, state
 from tracer.errors import ArgumentError, HostValuesNeeded, InplaceError
 from tracer import host_function
 from tracer.function_forward import inputs_kept, last_places, refuse_dirty_leaves
@@ -146,7 +146,9 @@ def apply_function(name: str, forward: Callable, backward: Callable, args, kwarg
     labelled = trace.label(f"{name}.forward") if trace else contextlib.nullcontext()
     with inputs_kept(tensors) as watching:
         try:
-            with watching(), no_grad(), labelled:
+            # (its own rule differentiates it, even inside a backward that records its graph:
+            # its no_grad is no user's block that such a backward must cut, see dispatch.apply)
+            with watching(), no_grad(), labelled, recording_no_graph():
                 raw = forward(ctx, *arguments)
         except HostValuesNeeded:  # a forward that reads tensor values runs on the host
             return host_function.apply_on_host(name, forward, backward, functools.partial(

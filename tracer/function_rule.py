@@ -63,8 +63,9 @@ class FunctionRule:
 
     def _run(self, builder: Builder, cotangents: list, tensor_positions: list[int]) -> list:
         context = self.trace.label(f"{self.name}.backward") if self.trace else contextlib.nullcontext()
-        # (eagerly with create_graph, it records onto the tape; traced, the IR is differentiated)
-        with set_grad_enabled(state.creating_graph and self.trace is None), context:
+        # (with create_graph, eagerly it records onto the tape; traced, its IR is differentiated
+        # again, but for what it computes under no_grad, see dispatch.apply)
+        with set_grad_enabled(state.creating_graph), context:
             grads_in: list[Tensor | None] = []
             flowing = iter(cotangents)
             for output in self.outputs:
