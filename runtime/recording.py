@@ -170,13 +170,15 @@ class Recorder:
         outputs = [_result_value(trace, value) for value in self.result_leaves]
         traced = self._traced = trace.function
         traced.outputs = outputs
+        # (before settle: a written-back value may be a float's parameter itself, `x.fill_(c)`
+        # of a 0-d tensor with a runtime float c, which must not be dropped as unread)
+        self.writebacks, self.cleared, self.unread = trace.writebacks(outputs, len(leaves))
         exponents = floats.exponents(traced)
         if exponents:
             raise Specialize(frozenset(), exponents, "they are exponents of powers")
         floats.settle(traced)
         floats.restore()  # (a custom backward traced by the autodiff pass reads constants)
         _check_nothing_stored(trace, reachable(self.function, self.static_objects))
-        self.writebacks, self.cleared, self.unread = trace.writebacks(outputs, len(leaves))
         self.repeats = _repeats(self.result_leaves)
         repeated = {position for position, _ in self.repeats}
         aliases, views = trace.result_relations(self.result_leaves, len(leaves))

@@ -146,6 +146,28 @@ def test_floats_in_globals_closures_and_attributes_are_runtime_inputs():
     SCALE = 0.5
 
 
+def test_a_runtime_float_written_into_a_tensor_and_read_by_nothing_else_reaches_it():
+    """`s.fill_(config.value)` of a 0-d tensor argument, the float read by no instruction: its
+    parameter is the value written back. The compile dropped it as unread before the write-backs
+    were known (KeyError in the pipeline, found by the long differential run) until 2026-11-28."""
+    class Config:
+        value = -1.5
+
+    config = Config()
+
+    @tr.trace
+    def f(s, x):
+        s.fill_(config.value)
+        return x * 2
+
+    for value in (-1.5, 3.0):
+        config.value = value
+        s = tr.tensor(2.0, dtype=tr.float64)
+        np.testing.assert_array_equal(f(s, tr.ones(2)).numpy(), [2.0, 2.0])
+        assert s.item() == value
+    assert f.cache_info() == (1, 1, 1)
+
+
 def test_a_float_whose_python_value_the_trace_needs_is_compiled_in_and_guarded(caplog):
     class Repeat:
         def __init__(self):
