@@ -39,10 +39,10 @@ class BackEnd:
     stages = BACK_END_STAGES  # what `stage_text` prints
 
     def __init__(self, function: Graph, write_into: dict[int, int] | None,
-                 settings: CodeSettings, disk_key: bytes):
+                 settings: CodeSettings, disk_key: bytes, timings: dict[str, float] | None = None):
         self.function, self.settings, self.disk_key = function, settings, disk_key
         self.host = native.host()
-        self.step = Steps()
+        self.step = Steps(timings)
         self.timings = self.step.timings
         self.compile_steps: tuple[str, ...] = ()  # the steps of compiling, set when it ends
         self._stages: dict[str, str] = {}

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import functools
 import hashlib
 import hmac
@@ -371,6 +370,7 @@ def _account_for_store(directory: str, size: int, capacity: int) -> None:
 
 @contextlib.contextmanager
 def _locked(descriptor: int) -> Iterator[None]:
+    import fcntl  # (stores only: a process that only loads never needs it)
     fcntl.flock(descriptor, fcntl.LOCK_EX)
     try:
         yield

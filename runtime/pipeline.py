@@ -46,8 +46,6 @@ from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, StageTexts, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
-from tracer.runtime.split_code import (SplitCode, gradient_positions, reached_results,
-                                        split_signature)
 
 if TYPE_CHECKING:
     from tracer.runtime.back_end import BackEnd
@@ -73,8 +71,8 @@ EARLY_WORKER = 500
 class Steps:
     """Seconds per step, in the order the steps ran."""
 
-    def __init__(self):
-        self.timings: dict[str, float] = {}
+    def __init__(self, timings: dict[str, float] | None = None):
+        self.timings: dict[str, float] = {} if timings is None else timings
 
     @contextlib.contextmanager
     def __call__(self, name: str, pause_collector: bool = True) -> Iterator[None]:
@@ -133,6 +131,8 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
             optimized = _optimized(expanded)  # (a copy: `expanded` stays the grad stage)
         split, compiled, reached = None, optimized, []
         if splits:
+            from tracer.runtime.split_code import (SplitCode, gradient_positions,
+                                                   reached_results, split_signature)
             with step("split"):
                 values = [*(value for value, _ in leaves), *recording.captured]
                 wrt = gradient_positions(recording, values)
@@ -239,23 +239,26 @@ def compile_warm(function: Graph, write_into: dict[int, int]) -> CompiledFunctio
     with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
+        native.LOG.debug("%s: in-memory hit, the same grad stage was compiled before",
+                         function.name)
         return compiled
     settings = CodeSettings.current()
     found = warm_cache.load(_disk_key(program, settings))
     if found is None:
         return None
-    convention, disk_key, objects = found
+    convention, disk_key, objects, path = found
     optimized = functools.cache(lambda: _optimized(function))
 
-    def back_end() -> BackEnd:
+    def back_end() -> BackEnd:  # (its steps are timed with the hit's: the report's "later" ones)
         from tracer.runtime.back_end import BackEnd
-        made = BackEnd(optimized(), write_into, settings, disk_key)
+        made = BackEnd(optimized(), write_into, settings, disk_key, lazy.timings)
         if _disk_key(program_text(made.function, write_into, settings), settings) != disk_key:
             raise RuntimeError(f"{function.name}: optimizing its grad stage again gave another "
                                f"program than the one its warm cache entry was compiled from")
         return made
-    compiled = warm_cache.LazyBackEnd(convention, settings, disk_key, BACK_END_STAGES, optimized,
-                                      back_end).load(objects)
+    lazy = warm_cache.LazyBackEnd(convention, settings, disk_key, BACK_END_STAGES, optimized,
+                                  back_end)
+    compiled = lazy.load(objects, path)
     if compiled is None:
         return None
     with _compiled_lock:

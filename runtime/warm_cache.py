@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 _KEY_BYTES = 32  # a disk key (SHA-256)
 
 
-def load(warm_key: bytes) -> tuple[CallingConvention, bytes, list[bytes]] | None:
-    """The calling convention, object key and object code of the warm entry `warm_key`, or None
-    where the entry or its object entry is absent or invalid."""
+def load(warm_key: bytes) -> tuple[CallingConvention, bytes, list[bytes], str] | None:
+    """The calling convention, object key and object code of the warm entry `warm_key`, and its
+    path; None where the entry or its object entry is absent or invalid."""
     entry = open_entry(warm_key, WARM_SUFFIX)
     payload = entry.load() if entry is not None else None
     if payload is None or len(payload) <= _KEY_BYTES:
@@ -42,7 +42,7 @@ def load(warm_key: bytes) -> tuple[CallingConvention, bytes, list[bytes]] | None
     objects = unpack_objects(packed) if packed is not None else None
     if objects is None:
         return None
-    return CallingConvention.from_bytes(payload[_KEY_BYTES:]), disk_key, objects
+    return CallingConvention.from_bytes(payload[_KEY_BYTES:]), disk_key, objects, str(entry.path)
 
 
 def store(warm_key: bytes, disk_key: bytes, convention: CallingConvention) -> None:
@@ -56,17 +56,17 @@ class LazyBackEnd:
     """The back end of a warm hit, as runtime/compiled.py reads it: the convention, settings,
     object key and stage names at once; the optimized graph (`function`) made by `optimized()`
     and everything else of the BackEnd (fused kernels, plan, loops, LLVM text, stage texts) by
-    `make()` when first asked for."""
+    `build()` when first asked for, its steps timed in `timings` after the hit's `load`."""
 
     def __init__(self, convention: CallingConvention, settings: CodeSettings, disk_key: bytes,
                  stages: tuple[str, ...], optimized: Callable[[], Graph],
-                 make: Callable[[], Any]):
+                 build: Callable[[], Any]):
         self.convention, self.settings, self.disk_key, self.stages = (convention, settings,
                                                                       disk_key, stages)
         self.error_record, self.arena_size = convention.error_record, convention.arena_size
         self.timings: dict[str, float] = {}
         self.compile_steps: tuple[str, ...] = ()
-        self._optimized, self._make = optimized, make
+        self._optimized, self._build = optimized, build
 
     @property
     def function(self) -> Graph:
@@ -75,13 +75,14 @@ class LazyBackEnd:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        made = self.__dict__.get("_made")
-        if made is None:
-            made = self._made = self._make()
-        return getattr(made, name)
+        built = self.__dict__.get("_built")
+        if built is None:
+            built = self._built = self._build()
+        return getattr(built, name)
 
-    def load(self, objects: list[bytes]) -> CompiledFunction | None:
-        """The CompiledFunction of `objects`; None if LLVM refuses them (as BackEnd.load)."""
+    def load(self, objects: list[bytes], path: str) -> CompiledFunction | None:
+        """The CompiledFunction of `objects` (from the entry at `path`); None if LLVM refuses them
+        (as BackEnd.load)."""
         started = time.perf_counter()
         try:
             compiled = CompiledFunction(self, objects, from_disk_cache=True)
@@ -90,6 +91,7 @@ class LazyBackEnd:
                                "again", self.convention.name, error)
             return None
         native.count("disk_hits")
+        native.LOG.debug("disk cache hit: %s (warm: found by the grad stage)", path)
         self.timings["load"] = time.perf_counter() - started
         self.compile_steps = ("load",)
         return compiled
