@@ -38,7 +38,7 @@ from tracer.context import is_grad_enabled
 from tracer.errors import ArgumentError
 from tracer.ir.graph import Graph, gc_paused
 from tracer.ir.text import format_function
-from tracer.runtime import native, warm_cache
+from tracer.runtime import native, profile_hook, warm_cache
 from tracer.runtime.arena import AHEAD_BYTES, ArenaAhead
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
@@ -315,5 +315,6 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
                 objects = compilation.finish(code, cache)
         with back_end.step("load"):
             compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
+        profile_hook.ahead()  # (once per disk cache: for the traces of the processes after)
     back_end.compile_steps = tuple(back_end.timings)
     return compiled
