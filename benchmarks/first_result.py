@@ -38,13 +38,45 @@ def program_lists(peer: str):
 
 
 def run_once(peer: str) -> None:
-    """In the fresh process: one step of `peer` from the seed's data; prints the loss."""
+    """In the fresh process: one step of `peer` from the seed's data; prints the loss (last), and
+    for the tracer first the milliseconds from after `import tracer` to it."""
     sizes, learning_rate = two_layer.SIZES[SIZE]
     inputs = two_layer.make_inputs(sizes)
+    if peer == "tracer":
+        import tracer  # noqa: F401 - the time after it is the tracer's own (see `after_import`)
+    started, cpu = time.perf_counter(), time.thread_time()
     program = next(p for p in program_lists(peer)(inputs, learning_rate) if p.peer == peer)
     with program.setting():
-        loss = program.build()()[0]
-    print(float(to_numpy(loss)))
+        loss = float(to_numpy(program.build()()[0]))
+    if peer == "tracer":
+        print(f"after import: {1e3 * (time.perf_counter() - started):.2f} ms, "
+              f"{1e3 * (time.thread_time() - cpu):.2f} ms")
+    print(loss)
+
+
+def after_import(rounds: int) -> None:
+    """The tracer's time from after `import tracer` to the seed step's first result (the example
+    loaded, its tensors made, tr.trace, the first call), measured inside `rounds` fresh processes
+    with a warm cache and `rounds` with a cold one, interleaved: wall time and the CPU time of the
+    main thread (on a busy machine, steadier), medians and minimums. (The whole process's time,
+    `rows`, adds Python's start and the imports, ~10x more, and its noise.)"""
+    command = [sys.executable, "-m", "benchmarks.first_result", "tracer"]
+    times: dict[str, list[tuple[float, float]]] = {"warm": [], "cold": []}
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as directory:
+        warm = cache_environment(directory)
+        timed_process(command, warm)  # (fills the warm cache)
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory(prefix="bench-cache-") as empty:
+                for kind, environment in (("warm", warm), ("cold", cache_environment(empty))):
+                    output = timed_process(command, environment)[1].splitlines()
+                    check([float(output[-1])], [np.asarray(expected_loss())], two_layer.TOLERANCE)
+                    wall, cpu = output[-2].split()[2], output[-2].split()[4]
+                    times[kind].append((float(wall), float(cpu)))
+    for kind, values in times.items():
+        wall, cpu = np.array(values).T
+        print(f"{kind} cache: from after import tracer to the first result: median "
+              f"{np.median(wall):.2f} ms ({np.median(cpu):.2f} ms CPU of the main thread), min "
+              f"{wall.min():.2f} ms ({cpu.min():.2f} ms CPU) over {rounds} processes")
 
 
 def expected_loss() -> float:
@@ -126,6 +158,10 @@ def rows(peers: list[str]) -> list[Row]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in PEERS:
-        sys.exit(f"usage: python -m benchmarks.first_result PEER, PEER one of {', '.join(PEERS)}")
-    run_once(sys.argv[1])
+    if len(sys.argv) == 3 and sys.argv[1] == "--after-import":
+        after_import(int(sys.argv[2]))
+    elif len(sys.argv) != 2 or sys.argv[1] not in PEERS:
+        sys.exit(f"usage: python -m benchmarks.first_result PEER (one of {', '.join(PEERS)}), "
+                 f"or --after-import ROUNDS")
+    else:
+        run_once(sys.argv[1])

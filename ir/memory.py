@@ -14,8 +14,7 @@ from typing import NamedTuple
 from tracer.ir.fusion import FusedFunction, Kernel, matmul_operand
 from tracer.ir.index_walk import misaligned_reads
 from tracer.ir.graph import Value
-
-ALIGNMENT = 64
+from tracer.ir.types import ALIGNMENT
 
 
 class Location(NamedTuple):

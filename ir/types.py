@@ -20,6 +20,9 @@ FLOAT_DTYPES = (float32, float64)
 # Short names used by the printed IR (and parsed back).
 SHORT_NAMES = {float32: "f32", float64: "f64", int64: "i64", bool_: "bool"}
 BY_SHORT_NAME = {short: dtype for dtype, short in SHORT_NAMES.items()}
+# The byte alignment of every buffer the memory plan places in the arena, and of the arena's start
+# (ir/memory.py, runtime/arena.py).
+ALIGNMENT = 64
 
 
 def as_dtype(dtype: object) -> np.dtype:

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from tracer.ir.memory import ALIGNMENT
+from tracer.ir.types import ALIGNMENT
 
 PAGE = 4096
 # From this size on an arena is made ahead: a thread costs ~0.1 ms, and 16 MB of pages 10-60 ms.

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import functools
 import hashlib
 import hmac
@@ -58,12 +57,12 @@ SECRET_NAME = "secret"
 LEDGER_NAME = "stored"  # the bytes the entries take (see the module's docstring)
 _LEDGER = struct.Struct("<q")
 _SECRET_BYTES = 32
-# Entries holding object code, and those remembering the compiler's fingerprint (see
-# `compiler_fingerprint`): both evicted alike, told apart by name.
-OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX = ".o", ".fingerprint", ".template"
+# Entries holding object code, those remembering the compiler's fingerprint (see
+# `compiler_fingerprint`) and warm ones (runtime/warm_cache.py): evicted alike, told apart by name.
+OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, WARM_SUFFIX = ".o", ".fingerprint", ".template", ".warm"
 HOST_SUFFIX = ".host"  # the host as LLVM sees it, remembered (runtime/native.host)
 HOOK_SUFFIX = ".hook"  # the runtime's profile hook's object code (runtime/profile_hook.py)
-SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, HOST_SUFFIX, HOOK_SUFFIX)
+SUFFIXES = (OBJECT_SUFFIX, FINGERPRINT_SUFFIX, TEMPLATE_SUFFIX, HOST_SUFFIX, HOOK_SUFFIX, WARM_SUFFIX)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("tracer.cache")
@@ -371,6 +370,7 @@ def _account_for_store(directory: str, size: int, capacity: int) -> None:
 
 @contextlib.contextmanager
 def _locked(descriptor: int) -> Iterator[None]:
+    import fcntl  # (stores only: a process that only loads never needs it)
     fcntl.flock(descriptor, fcntl.LOCK_EX)
     try:
         yield

@@ -210,9 +210,9 @@ def _names_read(code: types.CodeType, opcodes: frozenset[int] = _NAMING) -> froz
 
 
 # Calls recorded by the Python profile function before the native one takes over (runtime/
-# profile_hook.py): linking it takes 2-6 ms, what ~6,000 calls cost recorded in Python; the GPT
-# step's trace makes ~350,000 (its recording took 150-200 ms of CPU in Python), the seed step's
-# a few thousand.
+# profile_hook.py), where it was not at hand when the trace started: compiling it takes ~10 ms,
+# what ~6,000 calls cost recorded in Python; the GPT step's trace makes ~350,000 (its recording
+# took 150-200 ms of CPU in Python), the seed step's a few thousand.
 NATIVE_AFTER = 6000
 
 
@@ -226,6 +226,8 @@ def recording_names() -> Iterator[UsedNames | None]:
     if sys.getprofile() is not None:
         yield None
         return
+    # (asked before the collector's callbacks below exist: linking may import and collect)
+    hook_at_hand = profile_hook.at_hand()  # linked already, or in the disk cache
     codes: set = set()
     calls = 0
     native = False  # whether the native hook records (see `profile`)
@@ -255,7 +257,9 @@ def recording_names() -> Iterator[UsedNames | None]:
     used = UsedNames({"cell_contents"}, codes)
     gc.callbacks.insert(0, pausing)
     gc.callbacks.append(resuming)
-    sys.setprofile(profile)
+    native = hook_at_hand and profile_hook.install(codes)
+    if not native:
+        sys.setprofile(profile)
     try:
         yield used
     finally:

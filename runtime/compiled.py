@@ -25,17 +25,16 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from tracer.codegen.bounds import Sites
-from tracer.ir.fusion import FusedFunction
-from tracer.ir.graph import Graph
-from tracer.ir.index_checks import can_fail
-from tracer.ir.memory import MemoryPlan
 from tracer.runtime import callbacks, native, pool
 from tracer.runtime.arena import ArenaAhead, new_arena
 from tracer.errors import BoundsError, IndexOutOfRangeError
 
 if TYPE_CHECKING:
+    from tracer.codegen.bounds import Sites
+    from tracer.ir.fusion import FusedFunction
+    from tracer.ir.graph import Graph
     from tracer.ir.loops import LoopKernel, LoopProgram
+    from tracer.ir.memory import MemoryPlan
     from tracer.runtime.pipeline import BackEnd
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -65,55 +64,58 @@ class CompiledFunction:
         plan of `back_end` (and `arena`, of its size, made ahead); raises RuntimeError if LLVM
         refuses them."""
         self.back_end = back_end
-        self.function: Graph = back_end.function
         self.settings = back_end.settings
         self.profiling = self.settings.profile
         self.timings: dict[str, float] = back_end.timings  # seconds per back-end step
-        self.fused: FusedFunction = back_end.fused
-        self.plan: MemoryPlan = back_end.plan
         self.disk_key: bytes = back_end.disk_key
         self.from_disk_cache = from_disk_cache
-        self.in_place: dict[int, int] = dict(self.plan.in_place)
+        convention = self.convention = back_end.convention
+        self.in_place: dict[int, int] = dict(convention.in_place)
         self._link(objects)
-        function = self.function
-        self._parameters = [(p.shape, p.dtype) for p in function.parameters]
-        self._outputs = [(v.shape, v.dtype) for v in self.plan.output_slots]
-        slot_of = {id(v): i for i, v in enumerate(self.plan.output_slots)}
-        first: dict[int, int] = {}  # value id -> the first position returning it
-        # (output slot, whether this position must copy an earlier one); in-place outputs are
+        self._parameters, self._outputs = convention.parameters, convention.outputs
+        # per result: (output slot, whether it must copy an earlier result); in-place results are
         # (-1 - parameter index, False)
-        self._returns = []
+        self._returns = convention.returns
         # (position, earlier position): outputs of the same value, copied unless the caller
         # shares them (see __call__)
-        self.duplicates: list[tuple[int, int]] = []
-        for position, value in enumerate(function.outputs):
-            if position in self.in_place:
-                self._returns.append((-1 - self.in_place[position], False))
-                continue
-            self._returns.append((slot_of[id(value)], id(value) in first))
-            if id(value) in first:
-                self.duplicates.append((position, first[id(value)]))
-            first.setdefault(id(value), position)
+        self.duplicates: list[tuple[int, int]] = convention.duplicates
         # the common case: each result is its own output slot, in order
         self._returns_outputs = self._returns == [(i, False) for i in range(len(self._outputs))]
         # whether every result is an array the call allocates (none is an argument's own)
         self.fresh_results = all(slot >= 0 for slot, _ in self._returns)
-        self._checked = self.back_end.error_record
+        self._checked = convention.error_record
         self._targets = sorted(set(self.in_place.values()))  # parameters written in place
-        self._copies_targets = self._index_check_may_follow_a_write()
+        # Whether a kernel that checks gather or scatter indices runs at or after one that writes
+        # a parameter in place: then a failed check would leave that argument changed, so such
+        # calls write into private copies of the targets, which the caller copies back only when
+        # the call succeeds. (Commonly the update of a training step comes last and depends on
+        # every gather, so no copy is made.)
+        self._copies_targets = convention.copies_targets
         # the fast entry, where a call may write into the argument arrays themselves
         self._fast_call = None if self._copies_targets else self._fast
         # whether the code calls BLAS, which runs on the caller's thread meanwhile (pool.hold_blas)
-        self._calls_blas = native.blas_available() and any(
-            kernel.kind == "matmul" for kernel in self.fused.kernels)
+        self._calls_blas = convention.matmul and native.blas_available()
         self._slot_count = len(self._parameters) + len(self._outputs) + 1
-        self._arena_size = back_end.arena_size
+        self._arena_size = convention.arena_size
         self._arena, address = arena.take() if arena is not None else new_arena(self._arena_size)
         self._free_arena = [address]  # empty while a call runs on it
         # the outputs of an earlier call, for the next (see `_new_outputs`)
         self._spare_outputs: list[list[np.ndarray]] = []
         self._keeps_outputs = sum(math.prod(shape) * dtype.itemsize
                                   for shape, dtype in self._outputs) <= SPARE_BYTES
+
+    @property
+    def function(self) -> Graph:
+        """The optimized graph compiled (made again on a warm hit: runtime/warm_cache.py)."""
+        return self.back_end.function
+
+    @property
+    def fused(self) -> FusedFunction:
+        return self.back_end.fused
+
+    @property
+    def plan(self) -> MemoryPlan:
+        return self.back_end.plan
 
     def _link(self, objects: list[bytes]) -> None:
         """Link `objects` (the thread pool first if they call it) and bind their entry points as
@@ -126,12 +128,12 @@ class CompiledFunction:
         self._entry = _ENTRY(self._jit.address("tracer_entry"))
         self._counters = None
         if self.profiling:
-            self._counters = (ctypes.c_int64 * (2 * len(self.fused.kernels))).from_address(
+            self._counters = (ctypes.c_int64 * (2 * self.convention.kernels)).from_address(
                 self._jit.global_address("tracer_profile"))
         self._fast = None
         if self.settings.layout is not None:  # (bound to what codegen.module.fast_entry reads)
             self._fast = self._jit.builtin("tracer_fast", (0, 1, list, np.ndarray, *(
-                parameter.dtype for parameter in self.function.parameters)))
+                dtype for _, dtype in self.convention.parameters)))
 
     @property
     def loops(self) -> LoopProgram:
@@ -153,19 +155,6 @@ class CompiledFunction:
         """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's and the index
         checks of gather and scatter; None when there are none."""
         return self.back_end.sites
-
-    def _index_check_may_follow_a_write(self) -> bool:
-        """Whether a kernel that checks gather or scatter indices runs at or after one that writes
-        a parameter in place: then a failed check would leave that argument changed, so such
-        calls write into private copies of the targets, which the caller copies back only when
-        the call succeeds. (Commonly the update of a training step comes last and depends on
-        every gather, so no copy is made.)"""
-        kernels = self.fused.kernels
-        checking = [n for n, kernel in enumerate(kernels)
-                    if any(can_fail(i) for i in kernel.instructions)]
-        writing = [n for n, kernel in enumerate(kernels)
-                   if any(self.plan.write(v).kind == "parameter" for v in kernel.results)]
-        return bool(checking and writing) and min(writing) <= max(checking)
 
     def run(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """Run on `arguments`; outputs of the same value (`duplicates`) are copies unless `share`
@@ -213,15 +202,16 @@ class CompiledFunction:
 
     def _call(self, arguments: Sequence[np.ndarray], share: bool = False) -> list[np.ndarray]:
         """The general path: converts, copies and checks everything in Python."""
+        name = self.convention.name
         if len(arguments) != len(self._parameters):
-            raise ValueError(f"{self.function.name} takes {len(self._parameters)} arguments, "
+            raise ValueError(f"{name} takes {len(self._parameters)} arguments, "
                              f"got {len(arguments)}")
         pointers = np.empty(self._slot_count, np.uintp)
         keep_alive = []
         for position, (argument, (shape, dtype)) in enumerate(zip(arguments, self._parameters)):
             array = np.asarray(argument, dtype)
             if array.shape != shape:
-                raise ValueError(f"argument {position} of {self.function.name} has shape "
+                raise ValueError(f"argument {position} of {name} has shape "
                                  f"{array.shape}, expected {shape}")
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
@@ -277,7 +267,8 @@ class CompiledFunction:
     def _bounds_failure(self, arena_address: int) -> tuple[type, str, str] | None:
         """The error class, message and user line of the failed check the error record holds, if
         any."""
-        code, offset = (ctypes.c_int64 * 2).from_address(arena_address + self.plan.arena_size)
+        code, offset = (ctypes.c_int64 * 2).from_address(arena_address
+                                                         + self.convention.temporaries)
         if code == 0:
             return None
         if self.sites.is_callback(code - 1):

@@ -22,13 +22,14 @@ class StageTexts(Mapping[str, str]):
     step's compile (the more, the busier the machine) against 6 ms to copy the traced graph, which
     the autodiff pass rewrites. (The graph compiled, the optimized one, is verified.)"""
 
-    def __init__(self, graphs: dict[str, Graph]):
-        self._graphs = graphs
+    def __init__(self, graphs: dict[str, Graph | Callable[[], Graph]]):
+        self._graphs = graphs  # (a graph, or what makes it: a warm hit's optimized one)
         self._texts: dict[str, str] = {}
 
     def __getitem__(self, stage: str) -> str:
         if stage not in self._texts:
-            self._texts[stage] = format_function(self._graphs[stage])
+            graph = self._graphs[stage]
+            self._texts[stage] = format_function(graph if isinstance(graph, Graph) else graph())
         return self._texts[stage]
 
     def __iter__(self) -> Iterator[str]:
@@ -184,8 +185,7 @@ def build_entry(recording: Recording, executable: Any, leaves: Sequence,
         or position in entry.returned_as_is for position, earlier in duplicates)
     entry.tensors_in_order = (not entry.floats and all(isinstance(v, Tensor) for v in values)
                               and recording.sources == [("leaf", i) for i in range(len(values))])
-    entry.zeros = zeros_for(recording.sources, [(p.shape, p.dtype) for p in
-                                                 executable.function.parameters],
+    entry.zeros = zeros_for(recording.sources, executable.convention.parameters,
                             set(executable.in_place.values()))
     entry.timings = timings
     return entry

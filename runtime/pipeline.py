@@ -2,16 +2,21 @@
 its signature, stage by stage, each timed and printable (`f.ir(*args, stage=...)`, TRACER_DUMP,
 the compile report).
 
-    compile_signature   trace → grad → optimize (→ check_grads) (→ split) → back end → its Entry
+    compile_signature   trace → grad (→ check_grads) → warm cache → its Entry, or on a miss
+                        → optimize (→ split) → back end → its Entry
     compile_graph       fuse → rows → memory → (disk cache) → schedule → render → llvm → load
+
+(The warm cache, runtime/warm_cache.py, finds a signature's object code by its grad stage: a
+fresh process whose program an earlier one compiled neither optimizes nor fuses it.)
 
 (Schedule and render go kernel by kernel, and a kernel module's LLVM compile starts, in the
 compile worker, as soon as its text is certain: the `llvm` step times what is left of it once
 every module is rendered.)
 
 The other modules each do one of these steps and return here: runtime/recording.py records,
-ir/ transforms, codegen/ renders, runtime/kernels.py and runtime/jit.py make object code,
-runtime/compiled.py loads and calls it, runtime/entry.py builds the entry and its guards.
+ir/ transforms, runtime/back_end.py fuses and plans memory, codegen/ renders, runtime/kernels.py
+and runtime/jit.py make object code, runtime/compiled.py loads and calls it, runtime/entry.py
+builds the entry and its guards.
 
 What a disk-cache hit does not need -- the scheduler, the loop IR, the code generator and its
 Jinja2 templates, LLVM (llvmlite), the gradient checker -- is imported where it is first used: a
@@ -30,15 +35,10 @@ import numpy as np
 
 from tracer import ir
 from tracer.context import is_grad_enabled
-from tracer.codegen.bounds import RECORD_BYTES
-from tracer.errors import ArgumentError, BoundsError
-from tracer.ir.fusion import FusedFunction, fuse
+from tracer.errors import ArgumentError
 from tracer.ir.graph import Graph, gc_paused
-from tracer.ir.index_checks import can_fail
-from tracer.ir.memory import MemoryPlan, arena_overflow, plan_memory
-from tracer.ir.rows import group_rows
 from tracer.ir.text import format_function
-from tracer.runtime import native
+from tracer.runtime import native, profile_hook, warm_cache
 from tracer.runtime.arena import AHEAD_BYTES, ArenaAhead
 from tracer.runtime.arguments import parameter_arrays
 from tracer.runtime.cache import cache_directory, cache_key, open_entry, unpack_objects
@@ -46,13 +46,9 @@ from tracer.runtime.code_settings import CodeSettings
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.entry import Entry, StageTexts, build_entry, differentiable_results
 from tracer.runtime.recording import Recorder, Recording
-from tracer.runtime.split_code import (SplitCode, gradient_positions, reached_results,
-                                        split_signature)
 
 if TYPE_CHECKING:
-    from tracer.codegen.bounds import Sites
-    from tracer.codegen.module import GeneratedCode, KernelModule
-    from tracer.ir.loops import LoopKernel, LoopProgram
+    from tracer.runtime.back_end import BackEnd
 
 STAGES = (
     "traced",     # the primitives as recorded (tracer/), custom Functions inlined
@@ -75,8 +71,8 @@ EARLY_WORKER = 500
 class Steps:
     """Seconds per step, in the order the steps ran."""
 
-    def __init__(self):
-        self.timings: dict[str, float] = {}
+    def __init__(self, timings: dict[str, float] | None = None):
+        self.timings: dict[str, float] = {} if timings is None else timings
 
     @contextlib.contextmanager
     def __call__(self, name: str, pause_collector: bool = True) -> Iterator[None]:
@@ -107,30 +103,48 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
         with step("grad", pause_collector=False):  # (traces the custom backwards)
             expanded = recorder.expand_gradients()
     recording = recorder.recording
-    with step("optimize"):
-        optimized = ir.optimize(recording.function)  # (a copy: `expanded` stays the grad stage)
-        ir.verify(optimized)
     if check_grads:
         with step("check_grads", pause_collector=False):
             from tracer.runtime.check_grads import check_custom_backwards
             check_custom_backwards(unexpanded, parameter_arrays(recording.sources, [
                 *(value for value, _ in leaves), *recording.captured,
                 *(np.array(float_input.value) for float_input in recording.floats)]))
+    write_into = _written_in_place(recording)
     # A call that will be differentiated runs the forward that also returns what its backward
-    # reads (runtime/split_code.py), the backward compiled at the first backward.
-    split, compiled, reached = None, optimized, []
+    # reads (runtime/split_code.py), the backward compiled at the first backward. Any other is
+    # looked up by its grad stage first: a warm hit neither optimizes nor fuses.
     differentiable = differentiable_results(recording)
-    if differentiable and is_grad_enabled():
-        with step("split"):
-            values = [*(value for value, _ in leaves), *recording.captured]
-            wrt = gradient_positions(recording, values)
-            reached = reached_results(expanded, wrt, differentiable)
-            split = split_signature(recording, expanded, wrt, differentiable, ir.optimize)
-            if split is not None:
-                compiled = split.forward
-                ir.verify(compiled)
-    with step("backend"):
-        executable = compile_function(compiled, write_into=_written_in_place(recording))
+    splits = bool(differentiable) and is_grad_enabled()
+    executable = None
+    if not splits:
+        with step("warm"):  # (the look-up, hit or miss)
+            executable = compile_warm(expanded, write_into)
+        if executable is not None and len(traced.instructions) >= EARLY_WORKER:
+            _compile_worker().stop_speculative()
+    if executable is not None:
+        # (a warm hit's optimized graph is made when first asked for: runtime/warm_cache.py)
+        optimized: Graph | Callable[[], Graph] = functools.partial(
+            getattr, executable.back_end, "function")
+        split, reached = None, []
+    else:
+        with step("optimize"):
+            optimized = _optimized(expanded)  # (a copy: `expanded` stays the grad stage)
+        split, compiled, reached = None, optimized, []
+        if splits:
+            from tracer.runtime.split_code import (SplitCode, gradient_positions,
+                                                   reached_results, split_signature)
+            with step("split"):
+                values = [*(value for value, _ in leaves), *recording.captured]
+                wrt = gradient_positions(recording, values)
+                reached = reached_results(expanded, wrt, differentiable)
+                split = split_signature(recording, expanded, wrt, differentiable, ir.optimize)
+                if split is not None:
+                    compiled = split.forward
+                    ir.verify(compiled)
+        with step("backend"):
+            executable = compile_function(compiled, write_into=write_into)
+            if not splits:
+                remember_warm(expanded, write_into, executable)
     stages = StageTexts({"traced": unexpanded, "grad": expanded, "optimized": optimized})
     entry = build_entry(recording, executable, leaves, stages, step.timings)
     entry.reached = reached
@@ -138,6 +152,13 @@ def compile_signature(python_function: Callable, name: str, leaves: Sequence, re
         entry.split = SplitCode(split, wrt, entry.result_count, recording.sources,
                                 compile_function)
     return entry
+
+
+def _optimized(function: Graph) -> Graph:
+    """The `optimized` stage of `function` (a copy), verified."""
+    optimized = ir.optimize(function)
+    ir.verify(optimized)
+    return optimized
 
 
 def _compile_worker():
@@ -196,6 +217,64 @@ def program_text(function: Graph, write_into: dict[int, int], settings: CodeSett
                       f"write_into={sorted(write_into.items())}", repr(settings)])
 
 
+def _disk_key(program: str, settings: CodeSettings) -> bytes:
+    host = native.host()
+    return cache_key(program, host.triple, host.cpu, host.features, settings.checked,
+                     host.llvm_version)
+
+
+def _warm_key(function: Graph, write_into: dict[int, int]) -> tuple[str, tuple]:
+    """The program a warm entry of `function` (a `grad` stage) is keyed by on disk (marked, so
+    that it never equals an optimized program), and its key in memory (see compile_function)."""
+    program = "grad stage\n" + program_text(function, write_into, CodeSettings.current())
+    return program, ("grad", program, tuple(i.location for i in function.instructions),
+                     cache_directory())
+
+
+def compile_warm(function: Graph, write_into: dict[int, int]) -> CompiledFunction | None:
+    """The CompiledFunction of `function` (the `grad` stage; `write_into` as for
+    compile_function) found without optimizing it: in memory, or in the warm entry of the disk
+    cache (runtime/warm_cache.py); None if neither has it."""
+    program, key = _warm_key(function, write_into)
+    with _compiled_lock:
+        compiled = _compiled.get(key)
+    if compiled is not None:
+        native.LOG.debug("%s: in-memory hit, the same grad stage was compiled before",
+                         function.name)
+        return compiled
+    settings = CodeSettings.current()
+    found = warm_cache.load(_disk_key(program, settings))
+    if found is None:
+        return None
+    convention, disk_key, objects, path = found
+    optimized = functools.cache(lambda: _optimized(function))
+
+    def back_end() -> BackEnd:  # (its steps are timed with the hit's: the report's "later" ones)
+        from tracer.runtime.back_end import BackEnd
+        made = BackEnd(optimized(), write_into, settings, disk_key, lazy.timings)
+        if _disk_key(program_text(made.function, write_into, settings), settings) != disk_key:
+            raise RuntimeError(f"{function.name}: optimizing its grad stage again gave another "
+                               f"program than the one its warm cache entry was compiled from")
+        return made
+    lazy = warm_cache.LazyBackEnd(convention, settings, disk_key, BACK_END_STAGES, optimized,
+                                  back_end)
+    compiled = lazy.load(objects, path)
+    if compiled is None:
+        return None
+    with _compiled_lock:
+        return _compiled.setdefault(key, compiled)
+
+
+def remember_warm(function: Graph, write_into: dict[int, int], compiled: CompiledFunction) -> None:
+    """Keep `compiled`, the code of `function`'s grad stage, for compile_warm: in memory while in
+    use, and in the disk cache."""
+    program, key = _warm_key(function, write_into)
+    with _compiled_lock:
+        _compiled.setdefault(key, compiled)
+    warm_cache.store(_disk_key(program, CodeSettings.current()), compiled.disk_key,
+                     compiled.convention)
+
+
 def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
                   settings: CodeSettings | None = None, program: str | None = None) -> CompiledFunction:
     """The back end: `function` (optimized) fused, its memory planned, and its object code loaded
@@ -204,12 +283,11 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
     `write_into={output index: parameter index}` asks for outputs written directly into the
     buffers of parameters (an in-place update; see CompiledFunction); `program` is its
     program_text if the caller has it."""
+    from tracer.runtime.back_end import BackEnd  # (and the fusion and memory passes)
     settings = settings or CodeSettings.current()
     if program is None:
         program = program_text(function, dict(write_into or {}), settings)
-    host = native.host()  # (the disk key is known before fusing: a miss may start the worker)
-    disk_key = cache_key(program, host.triple, host.cpu, host.features, settings.checked,
-                         host.llvm_version)
+    disk_key = _disk_key(program, settings)  # (known before fusing: a miss may start the worker)
     cache = open_entry(disk_key)
     cached = cache.load() if cache is not None else None
     objects = unpack_objects(cached) if cached is not None else None
@@ -237,151 +315,6 @@ def compile_graph(function: Graph, write_into: dict[int, int] | None = None,
                 objects = compilation.finish(code, cache)
         with back_end.step("load"):
             compiled = CompiledFunction(back_end, objects, from_disk_cache=False, arena=arena)
+        profile_hook.ahead()  # (once per disk cache: for the traces of the processes after)
     back_end.compile_steps = tuple(back_end.timings)
     return compiled
-
-
-class BackEnd:
-    """What the back end makes of one optimized Function, and the printed form of each of its
-    stages. The fused kernels and the memory plan are made at once: calling the code needs the
-    plan (the outputs, the arena, the in-place pairs). The loop IR and the LLVM text are made when
-    first asked for: compiling asks at once, while a disk-cache hit runs the object code without
-    them (they are made for `stage_text`, the report or a bounds failure's message)."""
-
-    stages = BACK_END_STAGES  # what `stage_text` prints
-
-    def __init__(self, function: Graph, write_into: dict[int, int] | None,
-                 settings: CodeSettings, disk_key: bytes):
-        self.function, self.settings, self.disk_key = function, settings, disk_key
-        self.host = native.host()
-        self.step = Steps()
-        self.timings = self.step.timings
-        self.compile_steps: tuple[str, ...] = ()  # the steps of compiling, set when it ends
-        self._stages: dict[str, str] = {}
-        with self.step("fuse"):
-            fused = fuse(function, matmul_updates=settings.blas)
-        with self.step("rows"):
-            self.fused: FusedFunction = group_rows(fused)
-        # Whether the code keeps an error record after the arena's temporaries (bounds-checked,
-        # an index that may be out of range, or a host callback): decided once, here, for the code
-        # that writes it and the runtime that sizes the arena and reads it.
-        self.error_record: bool = settings.checked or any(
-            can_fail(i) for kernel in self.fused.kernels for i in kernel.instructions)
-        with self.step("memory"):
-            self.plan: MemoryPlan = plan_memory(self.fused, write_into)
-            # checked code keeps its error record after the temporaries
-            self.arena_size = self.plan.arena_size + (RECORD_BYTES if self.error_record else 0)
-            # The kernels check offsets relative to each buffer's pointer; that the temporaries
-            # lie inside the arena is a fact of the plan, checked here once.
-            overflow = arena_overflow(self.fused, self.plan) if settings.checked else None
-            if overflow is not None:
-                raise BoundsError(f"compiling {function.name}: {overflow}")
-
-    def load(self, objects: list[bytes], path: str) -> CompiledFunction | None:
-        """The CompiledFunction of `objects` from the disk cache; None if LLVM refuses them (an
-        entry this user's processes wrote, so only a bug of ours: the caller compiles again)."""
-        try:
-            compiled = CompiledFunction(self, objects, from_disk_cache=True)
-        except RuntimeError as error:
-            native.LOG.warning("%s: could not load the disk cache entry %s (%s); compiling it again",
-                            self.function.name, path, error)
-            return None
-        native.count("disk_hits")
-        native.LOG.debug("disk cache hit: %s", path)
-        return compiled
-
-    @functools.cached_property
-    def loops(self) -> LoopProgram:
-        """The `loops` stage: the fused kernels scheduled on the plan, verified."""
-        from tracer.ir.schedule import unscheduled_program
-        program = unscheduled_program(self.fused, self.plan)
-        for _ in self._scheduled(program):
-            pass  # (each kernel appended to `program`)
-        return program
-
-    def _scheduled(self, program: LoopProgram) -> Iterator[LoopKernel]:
-        """Each kernel scheduled and verified in turn (the `schedule` step), appended to
-        `program`, then `loops` once they all are."""
-        from tracer.ir.offsets import shift_constant_offsets
-        from tracer.ir.schedule import schedule_kernels
-        from tracer.ir.verify_loops import verify_kernel
-        kernels = schedule_kernels(self.fused, self.plan, self.settings.threads)
-        while True:
-            with self.step("schedule"):
-                kernel = next(kernels, None)
-                if kernel is not None:
-                    # (checked code checks each offset against its buffer's start and size)
-                    if not self.settings.checked:
-                        kernel = shift_constant_offsets(kernel)
-                    verify_kernel(kernel)
-            if kernel is None:
-                self.__dict__["loops"] = program  # (the cached property's value)
-                return
-            program.kernels.append(kernel)
-            yield kernel
-
-    @functools.cached_property
-    def code(self) -> GeneratedCode:
-        """The LLVM modules rendered from the loops: the entry's and one per distinct kernel."""
-        return self.render()
-
-    def render(self, on_kernel: Callable[[KernelModule], None] | None = None) -> GeneratedCode:
-        """`code`, rendered now, each new kernel module handed to `on_kernel` as soon as its text
-        is certain (codegen.module.generate_module). Unless `loops` was made before (printed), each
-        kernel is rendered as soon as it is scheduled: the compile worker starts on the first
-        modules while the scheduler goes on (the GPT step's schedule took 100-130 ms, during which
-        the worker waited)."""
-        from tracer.codegen.module import Scheduling, generate_module
-        from tracer.runtime import template_cache
-        template_cache.install()
-        if "loops" in self.__dict__:
-            program, scheduling = self.loops, None
-        else:
-            from tracer.ir.schedule import unscheduled_program
-            program = unscheduled_program(self.fused, self.plan)
-            scheduling = Scheduling(self._scheduled(program),
-                                    frozenset(kernel.kind for kernel in self.fused.kernels))
-        scheduled = self.timings.get("schedule", 0.0)
-        with self.step("render"):
-            settings = self.settings
-            self.code = generate_module(program, self.plan, self.host.triple, settings.blas,
-                                        settings.layout, settings.profile, settings.checked,
-                                        self.error_record, on_kernel, scheduling)
-        # the render step's time without the scheduling it waited for
-        self.timings["render"] -= self.timings.get("schedule", 0.0) - scheduled
-        return self.code
-
-    @property
-    def llvm_ir(self) -> str:
-        """The LLVM IR text of every module, rendered from the loops (before LLVM's optimizer)."""
-        return self.code.text
-
-    @property
-    def sites(self) -> Sites | None:
-        """The checked accesses (codegen.bounds.Sites): the bounds-checked mode's, and the index
-        checks of gather and scatter; None when there are none."""
-        return self.code.sites
-
-    def stage_text(self, stage: str) -> str:
-        """The printed form of a back-end stage: "fused", "loops", "llvm" (optimized, each module
-        as runtime/kernels.py compiles it) or "asm"."""
-        if stage not in BACK_END_STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of "
-                             f"{', '.join(BACK_END_STAGES)}")
-        if stage not in self._stages:
-            if stage == "fused":
-                from tracer.ir.fusion_text import format_fused
-                text = format_fused(self.fused)
-            elif stage == "loops":
-                from tracer.ir.loop_printing import format_program
-                text = format_program(self.loops)
-            else:
-                from tracer.runtime import jit
-                from tracer.runtime.kernels import ENTRY_OPTIONS, kernel_options
-                printer = jit.optimized_ir if stage == "llvm" else jit.assembly
-                code = self.code
-                text = "\n".join([printer(code.entry, **ENTRY_OPTIONS),
-                                  *(printer(kernel.text, **kernel_options(kernel.text))
-                                    for kernel in code.kernels)])
-            self._stages[stage] = text
-        return self._stages[stage]

@@ -6,14 +6,18 @@ thread pool is. Recorded by a Python profile function, the calls of the GPT step
 a Python function).
 
 `install(codes)` sets it for the calling thread: linked from the disk cache (without LLVM), or
-compiled first (~10 ms, and LLVM's import, which a cold process's compile needs anyway);
-code_names.py records the first calls of every trace in Python and installs it from its Python
-profile function once a trace is long, where linking it pays; if it cannot be had, the recording
-stays in Python. `sys.setprofile(None)` removes it."""
+compiled first (~10 ms, and LLVM's import, which a cold process's compile needs anyway).
+code_names.py installs it when a trace starts if it is `at_hand` (linked, or in the disk cache:
+recorded in Python, the seed step's trace took ~15 M instructions more than the hook's linking,
+a quarter of a warm process's first call), else from its Python profile function once a trace is
+long, where compiling it pays; if it cannot be had, the recording stays in Python. A program
+compiled (with LLVM imported) compiles it `ahead` into the disk cache, so that the processes
+after find it at hand. `sys.setprofile(None)` removes it."""
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import platform
 import sys
 import threading
@@ -50,23 +54,51 @@ _set_profile = ctypes.pythonapi.PyEval_SetProfile
 _set_profile.restype, _set_profile.argtypes = None, [ctypes.c_void_p, ctypes.py_object]
 
 
-def _address() -> int | None:
+def at_hand() -> bool:
+    """Whether the hook can be had without compiling it: linked already, or (then linked now)
+    in the disk cache. Never raises."""
+    try:
+        return _address(compile_it=False) is not None
+    except Exception as error:  # noqa: BLE001 - as in `install`
+        _unavailable.append(error)
+        return False
+
+
+def ahead() -> None:
+    """Compile the hook into the disk cache if it is not there (a process that has compiled a
+    program: LLVM is imported), for the processes after (see `at_hand`). Never raises."""
+    try:
+        cache = _cache()
+        if cache is not None and not _hook and not os.path.exists(cache.path):
+            _address()
+    except Exception as error:  # noqa: BLE001 - as in `install`
+        _unavailable.append(error)
+
+
+def _address(compile_it: bool = True) -> int | None:
+    """The hook's address, linked now if need be (compiled first, if `compile_it` and the disk
+    cache lacks it); None where it cannot be had."""
     with _lock:
         if _unavailable or platform.python_implementation() != "CPython":
             return None
         if not _hook:
-            module = _linked()
+            module = _linked(compile_it)
+            if module is None:
+                return None
             _hook.append((module, module.address(SYMBOL)))
         return _hook[0][1]
 
 
-def _linked() -> native.JitModule:
+def _linked(compile_it: bool = True) -> native.JitModule | None:
     """The hook linked into this process, from the disk cache or compiled now (not counted among
-    the programs compiled or loaded: it is the runtime's)."""
-    for name in _C_API:
-        loader.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
+    the programs compiled or loaded: it is the runtime's); None if it is not in the disk cache
+    and not `compile_it`."""
     cache = _cache()
     code = cache.load() if cache is not None else None
+    if code is None and not compile_it:
+        return None
+    for name in _C_API:
+        loader.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     if code is None:
         from tracer.codegen.template_environment import render
         from tracer.runtime import object_code, template_cache

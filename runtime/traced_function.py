@@ -19,7 +19,6 @@ from typing import Any, Callable, Sequence
 
 from tracer.runtime.arguments import (call_arrays, check_targets, flatten, leaf_signature,
                                      unflatten)
-from tracer.runtime.differentiable import record_backward
 from tracer.runtime.entry import Entry, relate_results
 from tracer.runtime.pipeline import compile_signature, stage_text
 from tracer.runtime.guards import captured_change, captured_variant
@@ -264,6 +263,8 @@ class TracedFunction:
         if differentiated:
             if leaves is None:  # (the argument leaves: `values` then holds the captured tensors)
                 leaves = [(value, None) for value in quick[1]]
+            # (imported here: a process whose results are not differentiated never needs it)
+            from tracer.runtime.differentiable import record_backward
             record_backward(self, entry, args, kwargs, leaves, tensors, values, arrays, outputs,
                             entered)
         if entry.structure == ("leaf",):

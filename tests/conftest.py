@@ -220,4 +220,13 @@ def check_every_compiled_stage(monkeypatch):
             compiled.checked_by_the_tests = CheckedFunction(compiled)
         return compiled.checked_by_the_tests
     monkeypatch.setattr(tracer.runtime.pipeline, "compile_function", checked_compile_function)
+    compile_warm = tracer.runtime.pipeline.compile_warm
+
+    def checked_compile_warm(function, write_into):
+        # a warm hit (runtime/warm_cache.py) is checked too: its optimized graph made again
+        compiled = compile_warm(function, write_into)
+        if compiled is not None and not hasattr(compiled, "checked_by_the_tests"):
+            compiled.checked_by_the_tests = CheckedFunction(compiled)
+        return None if compiled is None else compiled.checked_by_the_tests
+    monkeypatch.setattr(tracer.runtime.pipeline, "compile_warm", checked_compile_warm)
     yield

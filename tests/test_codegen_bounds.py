@@ -11,7 +11,7 @@ import tracer as tr
 from tracer import ir
 from tracer.ir import schedule, schedule_index, schedule_threads
 from tracer.ir.types import TensorType
-from tracer.runtime import native, pipeline
+from tracer.runtime import back_end, native, pipeline
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
 
@@ -167,14 +167,14 @@ def test_a_matmul_update_checks_its_product_operands(monkeypatch):
 
 
 def test_a_memory_plan_that_overflows_the_arena_is_refused_at_compile_time(monkeypatch):
-    plan_memory = pipeline.plan_memory
+    plan_memory = back_end.plan_memory
 
     def short_arena(fused, write_into):
         plan = plan_memory(fused, write_into)
         plan.arena_size -= 64
         return plan
 
-    monkeypatch.setattr(pipeline, "plan_memory", short_arena)
+    monkeypatch.setattr(back_end, "plan_memory", short_arena)
     f = ir.Graph("temporaries")
     x = f.add_parameter("x", TensorType((4, 4), "f32"))
     b = ir.GraphBuilder(f)

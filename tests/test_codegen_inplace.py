@@ -262,10 +262,10 @@ def test_seed_step_without_blas(monkeypatch, tmp_path):
 def test_generated_loop_nest_accumulates_too(monkeypatch, tmp_path):
     """The matmul template's accumulate mode without a gemm (not chosen by the runtime today:
     it rounds term by term), in float64 against the interpreter."""
-    import tracer.runtime.pipeline
+    import tracer.runtime.back_end
     monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "blas_available", lambda: False)
-    monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    monkeypatch.setattr(tracer.runtime.back_end, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     function = linear_update("with_grad", "f64")
     compiled = compile_graph(function, write_into={0: 0})
     assert "accumulate(" in compiled.stage_text("fused") and "tracer_dgemm" not in \

@@ -524,10 +524,10 @@ def test_float32_matmul_fallback_accumulates_in_float64(shapes, transpose, monke
 def test_float32_matmul_fallback_accumulate_mode(monkeypatch, tmp_path):
     """The accumulate mode of the float32 loop nest (C += alpha * A @ B, summed in float64), which
     the runtime does not choose without BLAS today, against the exact update rounded once."""
-    import tracer.runtime.pipeline
+    import tracer.runtime.back_end
     from tracer.runtime import native
     monkeypatch.setattr(native, "blas_available", lambda: False)
-    monkeypatch.setattr(tracer.runtime.pipeline, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
+    monkeypatch.setattr(tracer.runtime.back_end, "fuse", lambda f, matmul_updates: ir.fusion.fuse(f))
     f = ir.Graph("update")
     w = f.add_parameter("w", TensorType((300, 4), "f32"))
     x = f.add_parameter("x", TensorType((50, 300), "f32"))

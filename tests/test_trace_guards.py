@@ -265,13 +265,42 @@ def test_a_profile_hook_that_cannot_be_linked_leaves_the_recording_in_python(mon
     from tracer.runtime import code_names, profile_hook
     monkeypatch.setattr(profile_hook, "_hook", [])
     monkeypatch.setattr(profile_hook, "_unavailable", [])
-    monkeypatch.setattr(profile_hook, "_linked", lambda: 1 / 0)
+    monkeypatch.setattr(profile_hook, "_linked", lambda compile_it=True: 1 / 0)
     monkeypatch.setattr(code_names, "NATIVE_AFTER", 3)
     with code_names.recording_names() as used:
         result = scaled(tr.tensor([1.0, 1.0]))
     np.testing.assert_array_equal(result.numpy(), [2.0, 4.0])
     assert scaled.__code__ in used.codes and "SCALE" in used  # recorded on, in Python
     assert isinstance(profile_hook._unavailable[0], ZeroDivisionError)
+
+
+def test_a_trace_records_with_the_native_hook_from_its_first_call_when_it_is_at_hand():
+    from tracer.runtime import code_names, profile_hook
+    assert profile_hook._address() is not None  # linked (compiled now if the disk cache lacks it)
+    assert profile_hook.at_hand()
+    with code_names.recording_names() as used:
+        recording = sys.getprofile()
+        result = scaled(tr.tensor([1.0, 1.0]))
+    assert recording is used.codes  # the native hook's object is the set it fills
+    np.testing.assert_array_equal(result.numpy(), [2.0, 4.0])
+    assert scaled.__code__ in used.codes and {"SCALE", "W"} <= used
+
+
+def test_a_compiled_program_leaves_the_profile_hook_in_the_disk_cache(tmp_path, monkeypatch):
+    """For the processes after: their traces find it at hand, without compiling it."""
+    from tracer.runtime import pipeline, profile_hook
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
+    monkeypatch.setattr(pipeline, "_compiled", {})
+    monkeypatch.setattr(profile_hook, "_hook", [])  # (as in a fresh process)
+    monkeypatch.setattr(profile_hook, "_unavailable", [])
+    assert not profile_hook.at_hand() and not list(tmp_path.glob("*.hook"))
+    with tr.no_grad():  # (a short trace: recorded in Python)
+        result = tr.trace(lambda x: x * 3.25 + 1)(tr.ones(3))
+    np.testing.assert_array_equal(result.numpy(), [4.25, 4.25, 4.25])
+    assert len(list(tmp_path.glob("*.hook"))) == 1
+    monkeypatch.setattr(profile_hook, "_hook", [])
+    assert profile_hook.at_hand()  # linked from the disk cache
 
 
 def test_the_global_names_read_off_the_bytecode_are_those_dis_names():
