@@ -162,7 +162,10 @@ def test_stage_texts_printed_late_are_the_ones_of_the_compile():
         f(*args)  # the second signature (.grad set) and a call of it
     tr.trace(small_step)(*golden_args())
     assert len(f._signatures.entries) == 2
-    late = {stage: ir.format_function(graph) for stage, graph in entry.stages._graphs.items()}
+    # (a warm hit keeps what makes its optimized graph instead, when another test's compile of
+    # the same program filled the disk cache first)
+    late = {stage: ir.format_function(graph if isinstance(graph, ir.Graph) else graph())
+            for stage, graph in entry.stages._graphs.items()}
     assert late == at_compile
     assert normalize(late["traced"]).rstrip("\n") == GOLDEN_TRACED.rstrip("\n")
 
