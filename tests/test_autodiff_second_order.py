@@ -357,3 +357,23 @@ def test_autograd_grad_positional_arguments_in_pytorchs_order(library):
     assert none is None
     with pytest.raises((RuntimeError, tr.TracerError), match="not .*used"):
         lib.autograd.grad(y, [x, unused], None, True, False, True)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_log_softmax_second_order_reads_its_result_not_its_input_changed_since(traced):
+    """PyTorch's double backward of log_softmax reads its result: the input changed in place
+    after it is no error there. Eager tracer computed the result again from the input and refused
+    (InplaceError) until 2026-11-28 (found by the long second-order differential run)."""
+    def second(m, x):
+        h = x * 1.0
+        y = h.log_softmax(0)
+        h.mul_(2.0)
+        (g,) = m.autograd.grad((y.sin() * y).sum(), [x], create_graph=True)
+        (gg,) = m.autograd.grad((g * g).sum(), [x])
+        return g.detach(), gg
+
+    start = np.array([0.5, -1.0, 2.0, 0.25])
+    expected = second(torch, torch.tensor(start, requires_grad=True))
+    run = tr.trace(lambda x: second(tr, x)) if traced else (lambda x: second(tr, x))
+    for result, want in zip(run(tr.tensor(start, requires_grad=True)), expected):
+        np.testing.assert_allclose(result.numpy(), want.numpy(), rtol=1e-12)

@@ -3,6 +3,7 @@ softmaxes built on them."""
 from __future__ import annotations
 
 import builtins
+import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -149,17 +150,25 @@ def _eager_log_softmax(x: Tensor, axis: int) -> Tensor:
         value = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True,
                                         dtype=array.dtype))
     version = x._version
+    outputs: list[weakref.ref] = []
 
     def backward(cotangent: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return cotangent - np.exp(value) * np.sum(cotangent, axis=axis, keepdims=True)
 
     def recorded_backward(cotangent: Tensor) -> Tensor:
-        unchanged(x, version, "log_softmax")  # (the result again, on the tape)
-        return cotangent - x._composed_log_softmax(axis).exp() * cotangent.sum(axis, keepdim=True)
+        # from the result, as PyTorch's double backward (x may have changed in place since: the
+        # node refuses only a change of the result); if it is gone, the result again from x
+        result = outputs[0]()
+        if result is None:
+            unchanged(x, version, "log_softmax")
+            result = x._composed_log_softmax(axis)
+        return cotangent - result.exp() * cotangent.sum(axis, keepdim=True)
 
-    return one_node("log_softmax", x, array, value, backward, recorded_backward,
-                    saves_output=True)
+    result = one_node("log_softmax", x, array, value, backward, recorded_backward,
+                      saves_output=True)
+    outputs.append(weakref.ref(result))
+    return result
 
 
 class _Softmax(NativeFunction):
