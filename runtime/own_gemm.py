@@ -1,0 +1,86 @@
+"""The project's own float32 gemm (codegen/templates/sgemm.ll.j2), which compiled code reaches as
+`tracer_sgemm` in place of OpenBLAS's on the CPUs where it measured faster.
+
+Compiled code calls gemm by name (runtime/native.py registers `tracer_sgemm` to numpy's OpenBLAS).
+On a host with AVX-512 this module compiles its gemm once per process (or loads it from the disk
+cache) when code that calls `tracer_sgemm` is first linked, and registers the name to it instead.
+Measured on an Intel Sapphire Rapids core (one thread, the GPT step's products, medians of
+interleaved calls; benchmarks/own_gemm.py): 150-170 GF/s against OpenBLAS 0.3.31's 130-150 where A
+is read as stored, about even where it is read transposed; its FMA peak is ~224 GF/s. On an
+AVX2-only host (the same core compiled without AVX-512, against OpenBLAS's Haswell kernels) it was
+no faster, so there, and where the CPU is AMD's (not measured), OpenBLAS stays. Its results differ
+from OpenBLAS's in the last bits (another order of the sum), but every element is one sum in an
+order that does not depend on which rows or columns a call covers: the blocks the thread pool
+splits a product into give the bits of one call, whatever the number of threads.
+TRACER_OWN_GEMM=0 keeps OpenBLAS (to compare the two).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from tracer.runtime import loader, native
+from tracer.runtime.cache import cache_key, open_entry
+
+SYMBOL = "tracer_large_sgemm"  # the name compiled code calls for large products
+FUNCTION = "tracer_own_sgemm"  # this module's function (not containing SYMBOL: see needed_by)
+# <16 x float> vectors: a tile of 8 rows x 48 columns of C in 24 of the 32 registers (12 x 32 and
+# 6 x 64 were 4-6% slower); sums over 384 steps of k between C's updates; B packed 768 columns
+# at a time (1.2 MB, within a 2 MB L2); the loop over k unrolled 4 times.
+AVX512 = {"width": 16, "mr": 8, "nr": 48, "kc": 384, "nc": 768, "ma": 48, "unroll": 4}
+
+_lock = threading.Lock()
+_module: list[native.JitModule] = []  # the compiled gemm, once registered (kept to the end)
+
+
+def parameters(cpu: str, features: str) -> dict[str, int] | None:
+    """The template's parameters for this CPU (LLVM's name and features), or None where OpenBLAS
+    stays (see the module docstring)."""
+    if os.environ.get("TRACER_OWN_GEMM") == "0" or cpu.startswith("znver"):
+        return None
+    return AVX512 if "+avx512f" in features.split(",") else None
+
+
+def needed_by(code: bytes) -> bool:
+    """Whether object code calls the float32 gemm (its name is in the symbol table)."""
+    return SYMBOL.encode() in code
+
+
+def register() -> None:
+    """Make `tracer_sgemm` resolve to this module's gemm in code linked from now on, if this host
+    has one (once per process; OpenBLAS's registration stays otherwise)."""
+    with _lock:
+        if _module or not native.blas_available():  # (which registers OpenBLAS's first)
+            return
+        host = native.host()
+        chosen = parameters(host.cpu, host.features)
+        if chosen is None:
+            return
+        module = load_or_compile(host, chosen)
+        loader.add_symbol(SYMBOL, module.address(FUNCTION))
+        _module.append(module)
+
+
+def load_or_compile(host: native.Host, chosen: dict[str, int]) -> native.JitModule:
+    """The gemm made with the template parameters `chosen`, linked: its object code from the
+    disk cache, else compiled (and stored). Neither counts as a program's compile or disk hit
+    (native.STATISTICS): it is the runtime's, like OpenBLAS. (LLVM compiles <16 x float> for any
+    x86-64 CPU, in the vectors it has: the tests run this gemm on every host.)"""
+    settings = "own sgemm " + ", ".join(f"{key}={value}" for key, value in sorted(chosen.items()))
+    cache = open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
+                                 host.llvm_version))
+    cached = cache.load() if cache is not None else None
+    if cached is not None:
+        try:
+            return native.JitModule.link([cached])
+        except RuntimeError as error:
+            native.LOG.warning("could not load the own gemm from %s (%s); compiling it again",
+                               cache.path, error)
+    from tracer.codegen.template_environment import render
+    from tracer.runtime import template_cache
+    from tracer.runtime.object_code import compile_object
+    template_cache.install()
+    code = compile_object(render("sgemm.ll.j2", triple=host.triple, name=FUNCTION, **chosen))
+    if cache is not None:
+        cache.store(code)
+    return native.JitModule.link([code])
