@@ -4,9 +4,10 @@
 Compiled code calls gemm by name (runtime/native.py registers `tracer_sgemm` to numpy's OpenBLAS).
 On a host with AVX-512 this module compiles its gemm once per process (or loads it from the disk
 cache) when code that calls `tracer_sgemm` is first linked, and registers the name to it instead.
-Measured on an Intel Sapphire Rapids core (one thread, the GPT step's products, medians of
-interleaved calls; benchmarks/own_gemm.py): 150-170 GF/s against OpenBLAS 0.3.31's 130-150 where A
-is read as stored, about even where it is read transposed; its FMA peak is ~224 GF/s. On an
+Measured on an Intel Sapphire Rapids core (one thread, the GPT step's products, medians of 30
+interleaved calls; `python -m benchmarks.own_gemm`): 146-157 GF/s against OpenBLAS 0.3.31's 121-138
+(0.82-0.94 of its time) where A is read as stored, 124-135 against 114-128 (0.92-0.95) where it
+is read transposed (G^T @ X, the weights' gradients); the core's FMA peak is 224 GF/s. On an
 AVX2-only host (the same core compiled without AVX-512, against OpenBLAS's Haswell kernels) it was
 no faster, so there, and where the CPU is AMD's (not measured), OpenBLAS stays. Its results differ
 from OpenBLAS's in the last bits (another order of the sum), but every element is one sum in an
@@ -24,10 +25,13 @@ from tracer.runtime.cache import cache_key, open_entry
 
 SYMBOL = "tracer_large_sgemm"  # the name compiled code calls for large products
 FUNCTION = "tracer_own_sgemm"  # this module's function (not containing SYMBOL: see needed_by)
-# <16 x float> vectors: a tile of 8 rows x 48 columns of C in 24 of the 32 registers (12 x 32 and
-# 6 x 64 were 4-6% slower); sums over 384 steps of k between C's updates; B packed 768 columns
-# at a time (1.2 MB, within a 2 MB L2); the loop over k unrolled 4 times.
-AVX512 = {"width": 16, "mr": 8, "nr": 48, "kc": 384, "nc": 768, "ma": 48, "unroll": 4}
+# <16 x float> vectors: a tile of 8 rows x 48 columns of C in 24 of the 32 registers (tiles of
+# 12 x 32 and 6 x 64 ran 4-6% slower); sums over 384 steps of k between C's updates; B packed 384
+# columns at a time (590 KB of a 2 MB L2: with 768, products of 768 columns and k = 2048 ran
+# 10-15% slower, the others alike); a transposed A packed 48 rows at a time; the loop over k
+# unrolled 4 times (once or twice was slower). Measured one variant against another in one
+# process, interleaved (the template's parameters; benchmarks/own_gemm.py times this one).
+AVX512 = {"width": 16, "mr": 8, "nr": 48, "kc": 384, "nc": 384, "ma": 48, "unroll": 4}
 
 _lock = threading.Lock()
 _module: list[native.JitModule] = []  # the compiled gemm, once registered (kept to the end)
