@@ -57,7 +57,7 @@ def operands(rng, m, k, n, transpose_a, transpose_b):
     return a, b
 
 
-@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (8, 384, 48), (37, 53, 41), (100, 1000, 150),
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (16, 1, 96), (8, 384, 48), (37, 53, 41), (100, 1000, 150),
                                      (16, 5, 1000), (300, 33, 97), (9, 800, 49), (0, 5, 7),
                                      (5, 0, 7)])
 @pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (False, True),
