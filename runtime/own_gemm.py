@@ -21,7 +21,7 @@ import os
 import threading
 
 from tracer.runtime import loader, native
-from tracer.runtime.cache import cache_key, open_entry
+from tracer.runtime.cache import ObjectCache, cache_key, open_entry
 
 SYMBOL = "tracer_large_sgemm"  # the name compiled code calls for large products
 FUNCTION = "tracer_own_sgemm"  # this module's function (not containing SYMBOL: see needed_by)
@@ -33,6 +33,7 @@ FUNCTION = "tracer_own_sgemm"  # this module's function (not containing SYMBOL: 
 # process, interleaved (the template's parameters; benchmarks/own_gemm.py times this one).
 AVX512 = {"width": 16, "mr": 8, "nr": 48, "kc": 384, "nc": 384, "ma": 48, "unroll": 4}
 
+COMPILE_OPTIONS = {"optimized": True, "strength_reduction": True}  # (of its compile job)
 _lock = threading.Lock()
 _module: list[native.JitModule] = []  # the compiled gemm, once registered (kept to the end)
 
@@ -50,19 +51,66 @@ def needed_by(code: bytes) -> bool:
     return SYMBOL.encode() in code
 
 
-def register() -> None:
-    """Make `tracer_sgemm` resolve to this module's gemm in code linked from now on, if this host
-    has one (once per process; OpenBLAS's registration stays otherwise)."""
+def called_in(text: str) -> bool:
+    """Whether LLVM text calls it (every module that may declares it)."""
+    return f"call void @{SYMBOL}(" in text
+
+
+def register(compiled: bytes | None = None) -> None:
+    """Make `tracer_large_sgemm` resolve to this module's gemm in code linked from now on, if this
+    host has one (once per process; OpenBLAS's registration stays otherwise). `compiled` is its
+    object code if a program's compilation made it (see `compile_job`)."""
     with _lock:
-        if _module or not native.blas_available():  # (which registers OpenBLAS's first)
+        chosen = _chosen()
+        if _module or chosen is None:
             return
         host = native.host()
-        chosen = parameters(host.cpu, host.features)
-        if chosen is None:
-            return
-        module = load_or_compile(host, chosen)
+        if compiled is not None:
+            cache = _cache(host, chosen)
+            if cache is not None:
+                cache.store(compiled)
+            module = native.JitModule.link([compiled])
+        else:
+            module = load_or_compile(host, chosen)
         loader.add_symbol(SYMBOL, module.address(FUNCTION))
         _module.append(module)
+
+
+def compile_job() -> str | None:
+    """The gemm's LLVM text, for the compilation of a program that calls it to compile with its
+    kernels (runtime/kernels.py, in the compile worker), if this process would use it, has none
+    yet and the disk cache holds none: compiled when the program was linked, it took ~150 ms of
+    the first such program's cold compile."""
+    chosen = _chosen()
+    if _module or chosen is None:
+        return None
+    host = native.host()
+    cache = _cache(host, chosen)
+    if cache is not None and cache.load() is not None:
+        return None
+    return _text(host, chosen)
+
+
+def _chosen() -> dict[str, int] | None:
+    """This host's parameters, None where OpenBLAS stays (or numpy has none: no product calls
+    a gemm then)."""
+    if not native.blas_available():  # (which registers OpenBLAS's gemm first)
+        return None
+    host = native.host()
+    return parameters(host.cpu, host.features)
+
+
+def _cache(host: native.Host, chosen: dict[str, int]) -> ObjectCache | None:
+    settings = "own sgemm " + ", ".join(f"{key}={value}" for key, value in sorted(chosen.items()))
+    return open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
+                                host.llvm_version))
+
+
+def _text(host: native.Host, chosen: dict[str, int]) -> str:
+    from tracer.codegen.template_environment import render
+    from tracer.runtime import template_cache
+    template_cache.install()
+    return render("sgemm.ll.j2", triple=host.triple, name=FUNCTION, **chosen)
 
 
 def load_or_compile(host: native.Host, chosen: dict[str, int]) -> native.JitModule:
@@ -70,9 +118,7 @@ def load_or_compile(host: native.Host, chosen: dict[str, int]) -> native.JitModu
     disk cache, else compiled (and stored). Neither counts as a program's compile or disk hit
     (native.STATISTICS): it is the runtime's, like OpenBLAS. (LLVM compiles <16 x float> for any
     x86-64 CPU, in the vectors it has: the tests run this gemm on every host.)"""
-    settings = "own sgemm " + ", ".join(f"{key}={value}" for key, value in sorted(chosen.items()))
-    cache = open_entry(cache_key(settings, host.triple, host.cpu, host.features, False,
-                                 host.llvm_version))
+    cache = _cache(host, chosen)
     cached = cache.load() if cache is not None else None
     if cached is not None:
         try:
@@ -80,11 +126,8 @@ def load_or_compile(host: native.Host, chosen: dict[str, int]) -> native.JitModu
         except RuntimeError as error:
             native.LOG.warning("could not load the own gemm from %s (%s); compiling it again",
                                cache.path, error)
-    from tracer.codegen.template_environment import render
-    from tracer.runtime import template_cache
     from tracer.runtime.object_code import compile_object
-    template_cache.install()
-    code = compile_object(render("sgemm.ll.j2", triple=host.triple, name=FUNCTION, **chosen))
+    code = compile_object(_text(host, chosen))
     if cache is not None:
         cache.store(code)
     return native.JitModule.link([code])

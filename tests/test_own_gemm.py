@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -177,3 +180,35 @@ def test_which_cpus_use_it(monkeypatch):
     assert own_gemm.parameters("znver4", "+avx2,+fma,+avx512f") is None
     monkeypatch.setenv("TRACER_OWN_GEMM", "0")
     assert own_gemm.parameters("sapphirerapids", "+avx2,+fma,+avx512f") is None
+
+
+def test_a_cold_compile_makes_the_own_gemm_with_the_programs_kernels(monkeypatch, tmp_path):
+    """In a fresh process with an empty disk cache, the first program whose kernel calls
+    tracer_large_sgemm compiles the own gemm among its kernels' jobs (own_gemm.compile_job), and
+    registers it before linking; the next process loads it from the disk cache."""
+    script = (
+        "import numpy as np, tracer as tr\n"
+        "from tracer.runtime import loader, native, own_gemm\n"
+        "calls = []\n"
+        "compile_job = own_gemm.compile_job\n"
+        "own_gemm.compile_job = lambda: calls.append(compile_job()) or calls[-1]\n"
+        "a = tr.from_numpy(np.ones((1000, 192), np.float32))\n"
+        "w = tr.from_numpy(np.ones((96, 192), np.float32))\n"
+        "assert (tr.trace(lambda a, w: a @ w.T)(a, w).numpy() == 192).all()\n"
+        "host = native.host()\n"
+        "own = own_gemm.parameters(host.cpu, host.features) is not None\n"
+        "registered = loader.registered_symbols()\n"
+        "print(len(calls), calls[0] is not None if calls else None, own,\n"
+        "      registered['tracer_large_sgemm'] != registered['tracer_sgemm'])\n")
+    environment = {**os.environ, "TRACER_CACHE_DIR": str(tmp_path)}
+    environment.pop("TRACER_OWN_GEMM", None)
+    first, second = (subprocess.run([sys.executable, "-c", script], env=environment,
+                                    capture_output=True, text=True, check=True).stdout.split()
+                     for _ in range(2))
+    own = first[2] == "True"
+    if not native.blas_available():
+        pytest.skip("no BLAS: products run as loops")
+    # cold: asked once, and it had a job to give where this host uses the own gemm
+    assert first == ["1", str(own), str(own), str(own)]
+    # warm: the program's object code and the own gemm's come from the disk cache
+    assert second == ["0", "None", str(own), str(own)]
