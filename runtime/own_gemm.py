@@ -5,8 +5,8 @@ Compiled code calls gemm by name (runtime/native.py registers `tracer_sgemm` to 
 On a host with AVX-512 this module compiles its gemm once per process (or loads it from the disk
 cache) when code that calls `tracer_sgemm` is first linked, and registers the name to it instead.
 Measured on an Intel Sapphire Rapids core (one thread, the GPT step's products, medians of 30
-interleaved calls; `python -m benchmarks.own_gemm`): 146-157 GF/s against OpenBLAS 0.3.31's 121-138
-(0.82-0.94 of its time) where A is read as stored, 124-135 against 114-128 (0.92-0.95) where it
+interleaved calls; `python -m benchmarks.own_gemm`): 165-173 GF/s against OpenBLAS 0.3.31's 137-151
+(0.82-0.89 of its time) where A is read as stored, 154-157 against 137-143 (0.89-0.91) where it
 is read transposed (G^T @ X, the weights' gradients); the core's FMA peak is 224 GF/s. On an
 AVX2-only host (the same core compiled without AVX-512, against OpenBLAS's Haswell kernels) it was
 no faster, so there, and where the CPU is AMD's (not measured), OpenBLAS stays. Its results differ
