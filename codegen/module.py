@@ -11,9 +11,10 @@ import re
 from typing import Callable, Iterable, NamedTuple
 
 from tracer.codegen.bounds import Sites
-from tracer.codegen.lowering import LLVM_TYPE, OUT_OF_LINE
-from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, GEMM_SYMBOLS,
-                                    HOST_CALLBACK_DECLARATION, record_register, render_kernel)
+from tracer.codegen.lowering import OUT_OF_LINE
+from tracer.codegen.gemm_symbols import gemm_declarations
+from tracer.codegen.render_kernel import (ALL_REDUCE_DECLARATIONS, HOST_CALLBACK_DECLARATION,
+                                    record_register, render_kernel)
 from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
 from tracer.codegen.template_environment import render
 from tracer.ir.loops import (AllReduce, Buffer, CheckIndex, Gemm, HostCall, Loop, LoopKernel,
@@ -260,10 +261,7 @@ def module_header(triple: str, blas: bool, kinds: frozenset[str], record: bool) 
     if "host_callback" in kinds:
         declarations.append(HOST_CALLBACK_DECLARATION)
     if blas:
-        for dtype, symbol in GEMM_SYMBOLS.items():
-            t = LLVM_TYPE[dtype]
-            declarations.append(f"declare void @{symbol}(i32, i32, i32, i64, i64, i64, {t}, ptr, "
-                                f"i64, ptr, i64, {t}, ptr, i64) nounwind")
+        declarations.extend(gemm_declarations())
     return render("kernel_header.ll.j2", triple=triple, declarations=declarations, record=record)
 
 

@@ -22,6 +22,7 @@ from tracer.codegen.loop_shapes import divides_counter, unrolled_copies
 from tracer.codegen.lowering import LLVM_TYPE, LOWERING, STORAGE_TYPE, Writer, literal
 from tracer.codegen.symbols import (ALL_REDUCE_SYMBOL, HOST_CALLBACK_SYMBOL, MPI_HANDLES,
                                     MPI_HANDLES_SYMBOL)
+from tracer.codegen.gemm_symbols import gemm_symbol
 from tracer.codegen.template_environment import macros, render
 from tracer.ir.graph import Value
 from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, CheckIndex, Compute,
@@ -29,7 +30,6 @@ from tracer.ir.loops import (INDEX_OPS, Accumulate, Accumulator, AllReduce, Chec
                              nested_statements)
 from tracer.ir.types import bool_, float32, float64, int64, is_float
 
-GEMM_SYMBOLS = {float32: "tracer_sgemm", float64: "tracer_dgemm"}
 ALL_REDUCE_DECLARATIONS = (f"declare i32 @{ALL_REDUCE_SYMBOL}(ptr, ptr, i32, i64, i64, i64)",
                            f"@{MPI_HANDLES_SYMBOL} = external global [{len(MPI_HANDLES)} x i64]")
 HOST_CALLBACK_DECLARATION = f"declare i32 @{HOST_CALLBACK_SYMBOL}(i64, ptr)"
@@ -368,7 +368,7 @@ def render_matmul(name: str, site_name: str, gemm: Gemm, values: dict[str, Value
         "matmul.ll.j2", name=name, type=LLVM_TYPE[gemm.dtype], m=gemm.m, n=gemm.n, k=gemm.k,
         blocks=gemm.blocks, rows=max(gemm.rows, 1), columns=gemm.columns,
         size=gemm.dtype.itemsize, block=block, transpose_a=gemm.transpose_a,
-        transpose_b=gemm.transpose_b, gemm=GEMM_SYMBOLS.get(gemm.dtype) if blas else None,
+        transpose_b=gemm.transpose_b, gemm=gemm_symbol(gemm) if blas else None,
         accumulate=gemm.accumulate, checks=checks, record=sites is not None)
 
 

@@ -26,7 +26,8 @@ CHUNKS_PER_THREAD = 4
 # thread). OpenBLAS's float32 kernels run down the rows 48 at a time (16, 24 or 48 wide on AVX2
 # and AVX-512 machines), so blocks of 48k rows compute every element as one call over all rows
 # does, to the bit (measured: blocks of 16, 32 or 64 rows round differently, and so does a split
-# of the columns): the results are the same whatever the number of threads.
+# of the columns): the results are the same whatever the number of threads. (The project's own
+# gemm, which large float32 products call on some CPUs, gives one call's bits for any blocks.)
 REPACKED_BYTES = 256 * 1024
 GEMM_BLOCK_ROWS = 48
 MOST_ROWS_ON_ONE = 0.8

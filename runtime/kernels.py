@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tracer.codegen.symbols import LIBRARY_CALLS_MARK, QUICK_MARK
-from tracer.runtime import jit, pool
+from tracer.runtime import jit, own_gemm, pool
 from tracer.runtime.cache import ObjectCache, cache_key, open_entry, pack_objects
 
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ class ProgramCompilation:
     what is left and returns them. The thread pool's module, if the entry calls it (its kernels
     split across threads) and this process has none yet, is compiled with them (pool.compile_job)
     -- or by the worker before them, if it was started so (Worker.compile_pool_first) -- and
-    started before they are loaded. Used as a context manager: leaving it by an exception stops
+    started before they are loaded; so is the own gemm's (runtime/own_gemm.py), if a kernel calls
+    it and this process has none yet. Used as a context manager: leaving it by an exception stops
     the compilation."""
 
     def __init__(self, checked: bool, worker: Worker | None = None):
@@ -90,10 +91,17 @@ class ProgramCompilation:
         if text is not None:
             self.jobs[pool.SYMBOL] = len(self.jobs)
             self.compilation.add((text, pool.COMPILE_OPTIONS))
+        calls = any(own_gemm.called_in(kernel.text) for kernel in code.kernels)
+        gemm = own_gemm.compile_job() if calls else None
+        if gemm is not None:
+            self.jobs[own_gemm.SYMBOL] = len(self.jobs)
+            self.compilation.add((gemm, own_gemm.COMPILE_OPTIONS))
         self.compilation.add((code.entry, ENTRY_OPTIONS))
         compiled = self.compilation.finish()
         if text is not None:
             pool.start(compiled[self.jobs[pool.SYMBOL]])
+        if gemm is not None:
+            own_gemm.register(compiled[self.jobs[own_gemm.SYMBOL]])
         elif threaded and self.pool_in_worker:
             pool.start(self.compilation.worker.take_pool())  # (None: compiled here)
         for kernel in code.kernels:

@@ -92,6 +92,8 @@ def _host_identity() -> bytes | None:
 
 _GEMM_NAMES = {  # our symbol -> candidate exported names (64-bit integer interfaces first)
     "tracer_sgemm": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
+    # (a large product's: runtime/own_gemm.py registers its own gemm under this name instead)
+    "tracer_large_sgemm": ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
     "tracer_dgemm": ("scipy_cblas_dgemm64_", "cblas_dgemm64_"),
 }
 
@@ -159,6 +161,9 @@ class JitModule:
             collectives.register()  # MPI_Allreduce and its handles, which the objects call
         if any(callbacks.needed_by(object_code) for object_code in objects):
             callbacks.register()  # the dispatcher of host callbacks
+        from tracer.runtime import own_gemm  # (it imports this module)
+        if any(own_gemm.needed_by(object_code) for object_code in objects):
+            own_gemm.register()  # the own float32 gemm, where it replaces OpenBLAS's
         if use_loader and loader.supported():
             try:
                 return cls(loader.LinkedCode(objects))

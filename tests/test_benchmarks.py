@@ -229,3 +229,19 @@ def test_jax_higher_order_steps(workload, size):
     programs, expected, scales = getattr(higher_order, workload)(size)
     dtype = next(d for _, _, w, d in higher_order.WORKLOADS if w.__name__ == workload)
     checked_run(jax_program(programs), expected, higher_order.TOLERANCE[dtype], scales)
+
+
+def test_the_own_gemm_benchmark_times_every_shape_and_the_peak():
+    from benchmarks import own_gemm
+    if not native_blas():
+        pytest.skip("no OpenBLAS to compare with")
+    lines = own_gemm.shapes(rounds=1)
+    assert len(lines) == len(own_gemm.SHAPES)
+    assert all("own " in line and "OpenBLAS " in line and "own/OpenBLAS time" in line
+               for line in lines)
+    assert own_gemm.peak().endswith(" GF/s")
+
+
+def native_blas() -> bool:
+    from tracer.runtime import native
+    return native.blas_available()
