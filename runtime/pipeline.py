@@ -198,15 +198,21 @@ def compile_function(function: Graph, write_into: dict[int, int] | None = None) 
     settings = CodeSettings.current()
     program = program_text(function, write_into, settings)
     key = (program, tuple(i.location for i in function.instructions), cache_directory())
-    with _compiled_lock:
-        compiled = _compiled.get(key)
+    compiled = _in_memory(key, function.name, "optimized graph")
     if compiled is not None:
-        native.LOG.debug("%s: in-memory hit, the same optimized graph was compiled before",
-                      function.name)
         return compiled
     compiled = compile_graph(function, write_into, settings, program)
     with _compiled_lock:
         return _compiled.setdefault(key, compiled)
+
+
+def _in_memory(key: tuple, name: str, what: str) -> CompiledFunction | None:
+    """The CompiledFunction compiled before under `key` in this process (logged), or None."""
+    with _compiled_lock:
+        compiled = _compiled.get(key)
+    if compiled is not None:
+        native.LOG.debug("%s: in-memory hit, the same %s was compiled before", name, what)
+    return compiled
 
 
 def program_text(function: Graph, write_into: dict[int, int], settings: CodeSettings) -> str:
@@ -236,11 +242,8 @@ def compile_warm(function: Graph, write_into: dict[int, int]) -> CompiledFunctio
     compile_function) found without optimizing it: in memory, or in the warm entry of the disk
     cache (runtime/warm_cache.py); None if neither has it."""
     program, key = _warm_key(function, write_into)
-    with _compiled_lock:
-        compiled = _compiled.get(key)
+    compiled = _in_memory(key, function.name, "grad stage")
     if compiled is not None:
-        native.LOG.debug("%s: in-memory hit, the same grad stage was compiled before",
-                         function.name)
         return compiled
     settings = CodeSettings.current()
     found = warm_cache.load(_disk_key(program, settings))
