@@ -104,10 +104,16 @@ class FunctionCtx:
                     saved[index] = output
             return Named(self._saved_names, saved)
         # Traced, the backward is traced later, by the autodiff pass: it reads the values as they
-        # were saved (check_saved ran when .backward() was called).
+        # were saved (check_saved ran when .backward() was called). One that records its graph
+        # (create_graph) sees them requiring grad as eagerly, so that a Function it applies to
+        # them records its own rule for the second derivative, as PyTorch's does.
+        requiring = [state.creating_graph and isinstance(saved, Tensor) and saved.requires_grad
+                     for saved in self._saved]
+        for index, output, _ in self._saved_aliases:
+            requiring[index] = state.creating_graph and output.requires_grad
         return Named(self._saved_names, [
-            Tensor._make(h, self._trace, False) if isinstance(saved, Tensor) else saved
-            for saved, h in zip(self._saved, self._saved_handles)])
+            Tensor._make(h, self._trace, flag) if isinstance(saved, Tensor) else saved
+            for saved, h, flag in zip(self._saved, self._saved_handles, requiring)])
 
     saved_variables = saved_tensors
 
