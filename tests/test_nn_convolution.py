@@ -217,3 +217,35 @@ def test_windows_are_indexed_by_loop_counters():
     assert kernel.count("for ") == 4, kernel  # the split first dimension, then N, OH, OW
     inner = kernel[kernel.index("for ", kernel.index("for ") + 1):]
     assert " div " not in inner and " rem " not in inner, kernel
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("options", [
+    dict(), dict(stride=2, padding=1, output_padding=1), dict(stride=(1, 2), dilation=2, groups=2),
+    dict(stride=3, padding=(0, 2))], ids=["plain", "strided", "dilated groups", "gaps"])
+def test_conv_transpose2d_gradient_with_an_infinite_cotangent(options, traced):
+    """An overflowing loss (exp of a large output) gives an infinite cotangent: the weight's
+    gradient is finite wherever no infinite element is read, as PyTorch's (its col2im scheme).
+    Spreading the input with zeros and convolving multiplied those zeros by the infinity (nan;
+    found by the long random-program run: an SGD step after exp(conv_transpose2d(x, w)))."""
+    generator = np.random.default_rng(7)
+    x = generator.standard_normal((2, 2, 3, 4)).astype(np.float32)
+    w = generator.standard_normal((2, 2 if options.get("groups") else 3, 2, 3)).astype(np.float32)
+    shape = TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), **options).shape
+    cotangent = generator.standard_normal(shape).astype(np.float32)
+    cotangent[0, 1, 1, 2] = np.inf
+
+    def gradients(lib, x, w):
+        def step(x, w):
+            y = lib.nn.functional.conv_transpose2d(x, w, **options)
+            (y * lib.tensor(cotangent)).sum().backward()
+        (tr.trace(step) if traced and lib is tr else step)(x, w)
+        return x.grad.numpy(), w.grad.numpy()
+
+    ours = gradients(tr, tr.tensor(x, requires_grad=True), tr.tensor(w, requires_grad=True))
+    theirs = gradients(torch, torch.tensor(x, requires_grad=True),
+                       torch.tensor(w, requires_grad=True))
+    for mine, reference in zip(ours, theirs):
+        assert np.isfinite(reference).any() and not np.isfinite(reference).all()
+        np.testing.assert_array_equal(np.isnan(mine), np.isnan(reference))
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)

@@ -225,34 +225,73 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
-    """PyTorch's F.conv_transpose2d: input (N, C, H, W), weight (C, O / groups, KH, KW); the
-    gradient of conv2d with respect to its input, computed as a stride-1 convolution of the input
-    spread out by the stride (zeros between) with the flipped kernel."""
+    """PyTorch's F.conv_transpose2d: input (N, C, H, W), weight (C, O / groups, KH, KW).
+    Computed as PyTorch computes it, the gradient of conv2d with respect to its input: one
+    product of the weight with the input, each column of it added into the output positions its
+    kernel offsets reach (col2im, a scatter-add), the padding then cropped. So the weight's
+    gradient reads the output's gradient only where an input element reached (a gather of it),
+    never a zero of a spread-out input against an infinite gradient (NaN where PyTorch's is
+    finite; found by the long differential run)."""
     _check_operands("conv_transpose2d", input, weight, bias, 2)
     stride = pair(stride, 2, "conv_transpose2d stride")
     dilation = pair(dilation, 2, "conv_transpose2d dilation")
     padding = pair(padding, 2, "conv_transpose2d padding")
     output_padding = pair(output_padding, 2, "conv_transpose2d output_padding")
-    channels = input.shape[1]
+    batch, channels, *size = input.shape
     if weight.shape[0] != channels or groups < 1 or channels % groups:
         raise ShapeMismatchError(f"conv_transpose2d: a weight of shape {list(weight.shape)} with "
                                  f"groups={groups} for an input of {channels} channels")
+    if min(*stride, *dilation) < 1 or min(padding) < 0:
+        raise ArgumentError(f"conv_transpose2d: stride and dilation must be positive and padding "
+                            f"not negative, got {stride}, {dilation} and {padding}")
     if any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation)):
         raise ArgumentError(f"conv_transpose2d: output_padding {list(output_padding)} must be "
                             f"smaller than the stride or the dilation")
     kernel = weight.shape[2:]
-    spread = apply("pad", [input], low=[0] * 4, high=[0] * 4,
-                   interior=[0, 0, stride[0] - 1, stride[1] - 1])
-    edge = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
-    low = edge
-    high = [e + extra for e, extra in zip(edge, output_padding)]
-    spread = constant_pad(spread, [0, 0, *[min(0, a) for a in low]],
-                           [0, 0, *[min(0, b) for b in high]], 0)
-    group_in, group_out = channels // groups, weight.shape[1]
-    # (C, O/g, KH, KW) -> (O, C/g, KH, KW), flipped in both spatial dimensions
-    flipped = weight.reshape(groups, group_in, group_out, *kernel).permute(0, 2, 1, 3, 4)
-    flipped = flipped.reshape(groups * group_out, group_in, *kernel)
-    flipped = flipped.index_select(2, iota((kernel[0],), 0) * -1 + (kernel[0] - 1))
-    flipped = flipped.index_select(3, iota((kernel[1],), 0) * -1 + (kernel[1] - 1))
-    return _convolve(spread, flipped, bias, (1, 1), [max(0, a) for a in low],
-                     [max(0, b) for b in high], dilation, groups, "conv_transpose2d")
+    group_out = weight.shape[1]
+    out_channels = groups * group_out
+    # every position an input element reaches, before the padding is cropped
+    full = [(n - 1) * s + d * (k - 1) + extra + 1
+            for n, s, d, k, extra in zip(size, stride, dilation, kernel, output_padding)]
+    out = [f - 2 * p for f, p in zip(full, padding)]
+    if min(out) < 1:
+        raise ShapeMismatchError(f"conv_transpose2d: padding {list(padding)} leaves no output of "
+                                 f"an input {list(size)} with kernel {list(kernel)}")
+    if bias is not None and bias.shape != (out_channels,):
+        raise ShapeMismatchError(f"conv_transpose2d: a bias of shape {list(bias.shape)} for "
+                                 f"{out_channels} output channels")
+    # Input rows (and columns) whose every kernel offset lands in the cropped padding reach no
+    # output: left out, their gradient is exactly 0 even where the weight holds a nan (F34 in
+    # docs/findings.md; PyTorch's is nan there, from the padded zeros times the weight).
+    first = [max(0, -(-(p - d * (k - 1)) // s))
+             for p, d, k, s in zip(padding, dilation, kernel, stride)]
+    stop = [min(n, -(-(o + p) // s)) for n, o, p, s in zip(size, out, padding, stride)]
+    if first != [0, 0] or stop != size:
+        input = apply("slice", [input], starts=[0, 0, *first], stops=[batch, channels, *stop],
+                      steps=[1] * 4)
+        size = stop[0] - first[0], stop[1] - first[1]
+    depth = group_out * kernel[0] * kernel[1]
+    pixels = batch * size[0] * size[1]
+    # (C, N, H, W) as (groups, C / groups, N * H * W); weight (groups, C / groups, O/g * KH * KW)
+    columns = input.permute(1, 0, 2, 3).reshape(groups, channels // groups, pixels)
+    product = weight.reshape(groups, channels // groups, depth).transpose(1, 2).matmul(columns)
+    order = "chwnij"  # (output channel, kernel row, kernel column, image, input row, column)
+    spread = product.reshape(out_channels, *kernel, batch, *size)
+    shape = (out_channels, *kernel, batch, *size)
+
+    def line(letter: str) -> Tensor:
+        position = order.index(letter)
+        return iota(tuple(n if k == position else 1 for k, n in enumerate(shape)), position)
+
+    rows = (line("i") + first[0]) * stride[0] + line("h") * dilation[0]
+    columns_at = (line("j") + first[1]) * stride[1] + line("w") * dilation[1]
+    target = as_tensor(0.0).to(input.dtype).expand(batch, out_channels, *full)
+    result = apply("scatter", [target, spread, line("n"), line("c"), rows, columns_at],
+                   axes=(0, 1, 2, 3), accumulate=True)
+    if any(padding):
+        result = apply("slice", [result], starts=[0, 0, *padding],
+                       stops=[batch, out_channels, *(p + n for p, n in zip(padding, out))],
+                       steps=[1] * 4)
+    if bias is not None:
+        result = result + bias.reshape(out_channels, 1, 1)
+    return fresh(result)
