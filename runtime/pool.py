@@ -37,9 +37,15 @@ SYMBOL = "tracer_parallel"
 _ARCHITECTURES = {"x86_64": (202, "x86"), "aarch64": (98, "aarch64")}
 SUPPORTED = platform.machine() in _ARCHITECTURES  # elsewhere every kernel runs on one thread
 MAX_WORKERS = 255
-# Pauses a worker spins (a few tens of microseconds) before sleeping: kernels launched back to back
-# find it awake, and an idle pool soon stops taking a core from the rest of the machine.
-SPIN = 2000
+# How long a worker spins (nanoseconds, on the clock: a pause takes 10 ns on one x86 CPU and 50 on
+# another) before sleeping: kernels launched back to back find it awake, and so does the next
+# call of a step whose caller spent less than this in Python between calls, and an idle pool soon
+# stops taking a core from the rest of the machine. A sleeping worker wakes tens of microseconds
+# after the futex: with 20 us of spinning (2,000 pauses of the Sapphire Rapids host), the seed step
+# (benchmarks/threads.py) took 0.32 ms on two threads against 0.29 on one; with 200 us, 0.25 ms.
+# (OpenMP's default spins ~300,000 pauses: milliseconds.) The clock is read every CLOCK_EVERY
+# pauses.
+SPIN_NANOSECONDS, CLOCK_EVERY = 200_000, 16
 # After a launch that waited for a descheduled worker (see pool.ll.j2): how many launches run on
 # the caller alone, doubling after each further stall in a row up to BACKOFF_MAX; a wait counts as
 # a stall past twice the caller's mean chunk plus STALL_SLACK nanoseconds (a worker's wake-up).
@@ -112,7 +118,8 @@ def compile_job() -> str | None:
 def _cache() -> ObjectCache | None:
     architecture = platform.machine()
     host = native.host()
-    settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN}, "
+    settings = (f"thread pool (chunks, threads), {architecture}, spin={SPIN_NANOSECONDS} ns "
+                f"every {CLOCK_EVERY}, "
                 f"max_workers={MAX_WORKERS}, backoff={BACKOFF}-{BACKOFF_MAX}, "
                 f"slack={STALL_SLACK}")
     # the compiler's fingerprint in the key covers the template: no text is needed for a hit
@@ -126,8 +133,8 @@ def _text() -> str:
     template_cache.install()
     futex, pause = _ARCHITECTURES[platform.machine()]
     return render("pool.ll.j2", triple=native.host().triple, futex=futex, pause=pause,
-                  spin=SPIN, max_workers=MAX_WORKERS, backoff=BACKOFF, backoff_max=BACKOFF_MAX,
-                  stall_slack=STALL_SLACK)
+                  spin=SPIN_NANOSECONDS, clock_every=CLOCK_EVERY, max_workers=MAX_WORKERS,
+                  backoff=BACKOFF, backoff_max=BACKOFF_MAX, stall_slack=STALL_SLACK)
 
 
 def _compile() -> native.JitModule:
