@@ -1,8 +1,8 @@
 """The own float32 gemm (runtime/own_gemm.py) against OpenBLAS's, and what it does to the GPT step.
 
 `shapes`: every product shape of the GPT step at issue 15's size (16x128 tokens, 4 layers x 192:
-x @ W.T forward, G @ W for the input's gradient, G^T @ X for the weight's) and a few blocks of
-them, each called through the cblas interface on one thread, the two gemms interleaved call by
+x @ W.T forward, G @ W for the input's gradient, G^T @ X for the weight's), a few blocks of
+them and the seed and MLP steps' products, each called through the cblas interface on one thread, the two gemms interleaved call by
 call: GF/s of the median and of the fastest call (the machine's noise only adds time). The
 reference for the figures: this core's float32 FMA peak (`peak`, <16 x float> FMAs in 12
 independent chains), what no gemm can beat.
@@ -34,7 +34,10 @@ SHAPES = [(2048, 192, 576, False, True), (2048, 192, 192, False, True),
           (2048, 576, 192, False, False), (2048, 192, 768, False, False),
           (576, 2048, 192, True, False), (192, 2048, 768, True, False),
           (768, 2048, 192, True, False), (1056, 192, 768, False, True),
-          (1056, 192, 192, False, True), (96, 2048, 768, True, False)]
+          (1056, 192, 192, False, True), (96, 2048, 768, True, False),
+          # the seed step's (100 columns: two panels and one vector), the MLP's, 64 columns
+          (64, 1000, 100, False, False), (1000, 64, 100, True, False),
+          (256, 784, 512, False, False), (2048, 64, 64, False, True)]
 SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
                              ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p,
                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,

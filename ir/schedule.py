@@ -301,8 +301,9 @@ class KernelScheduler(IndexBuilder, ReductionKernels, MatmulKernels):
 
 
 def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: MemoryPlan,
-                    threads: int) -> LoopKernel:
-    """The loop IR of one fused kernel; it may run on up to `threads` threads."""
+                    threads: int, own_gemm: bool = False) -> LoopKernel:
+    """The loop IR of one fused kernel; it may run on up to `threads` threads (`own_gemm`: large
+    float32 products call the project's own gemm, ir/schedule_threads.gemm_blocks)."""
     shared = shared_buffers(kernel, plan)
     buffers = [Buffer(f"in{i}", v, plan.read(v)) for i, v in enumerate(kernel.inputs)]
     result_names = [f"in{shared[j]}" if j in shared else f"out{j}"
@@ -313,7 +314,7 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     blocks = 1
     if kernel.kind == "matmul":
         scheduler = KernelScheduler(fused, scheduled_part(kernel), names)
-        blocks = scheduler.matmul_kernel(kernel, result_names[0], plan, threads)
+        blocks = scheduler.matmul_kernel(kernel, result_names[0], plan, threads, own_gemm)
     elif kernel.kind == "all_reduce":
         (instruction,) = kernel.instructions
         (result,) = kernel.results
@@ -350,10 +351,11 @@ def schedule_kernel(fused: FusedFunction, kernel: Kernel, name: str, plan: Memor
     return scheduled
 
 
-def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> LoopProgram:
+def schedule(fused: FusedFunction, plan: MemoryPlan, threads: int = 1,
+             own_gemm: bool = False) -> LoopProgram:
     """The loop IR of a fused function placed in memory by `plan`: the `loops` stage."""
     program = unscheduled_program(fused, plan)
-    program.kernels.extend(schedule_kernels(fused, plan, threads))
+    program.kernels.extend(schedule_kernels(fused, plan, threads, own_gemm))
     return program
 
 
@@ -363,13 +365,15 @@ def unscheduled_program(fused: FusedFunction, plan: MemoryPlan) -> LoopProgram:
         plan.output_slots), [plan.write(v) for v in fused.function.outputs], plan.arena_size, [])
 
 
-def schedule_kernels(fused: FusedFunction, plan: MemoryPlan, threads: int = 1) -> Iterator[LoopKernel]:
+def schedule_kernels(fused: FusedFunction, plan: MemoryPlan, threads: int = 1,
+                     own_gemm: bool = False) -> Iterator[LoopKernel]:
     """The kernels of `fused` scheduled one at a time, in order, each as the `loops` stage has it
     (the passes over its loops done): the back end renders and compiles each while it schedules
     the next (runtime/pipeline.py)."""
     for number, kernel in enumerate(fused.kernels):
         with deep_recursion(8 * len(fused.function.instructions)):  # (~5 frames an operand deep)
-            scheduled = schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads)
+            scheduled = schedule_kernel(fused, kernel, f"kernel_{number}", plan, threads,
+                                        own_gemm)
         # (the passes take a program: a kernel's own, each kernel's loops rewritten on their own)
         alone = LoopProgram(fused.function.name, [], [], [], plan.arena_size, [scheduled])
         yield from loop_split.split_divided_loops(reciprocals.multiply_by_reciprocals(

@@ -31,7 +31,8 @@ def scheduled_part(kernel: Kernel) -> Kernel:
 
 
 class MatmulKernels:
-    def matmul_kernel(self, kernel: Kernel, output: str, plan: MemoryPlan, threads: int) -> int:
+    def matmul_kernel(self, kernel: Kernel, output: str, plan: MemoryPlan, threads: int,
+                      own_gemm: bool = False) -> int:
         """The statements of the matmul `kernel` (this scheduler's kernel is its
         `scheduled_part`), whose result goes into the buffer named `output`; returns how many
         blocks each product is cut into."""
@@ -42,7 +43,7 @@ class MatmulKernels:
         n = matmul.inputs[1].shape[-1]
         (result,) = kernel.results
         dtype = result.dtype
-        blocks, rows, columns = gemm_blocks(kernel, threads)
+        blocks, rows, columns = gemm_blocks(kernel, threads, own_gemm)
         alpha = literal(1, dtype)
         if update is not None:
             self.zeros.add(id(matmul.outputs[0]))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
-from tracer.ir.fusion import Kernel
+import numpy as np
+
+from tracer.ir.fusion import Kernel, matmul_operand
 from tracer.ir.loops import LoopKernel
+from tracer.ir.types import float32
 
 # A kernel runs on several threads when it does at least this many element operations per thread:
 # about 40 us of work at GELU's rate (~0.15 ns an operation), against a launch on the thread pool of
@@ -41,9 +44,31 @@ MOST_ROWS_ON_ONE = 0.8
 COLUMN_SPLIT_ROWS = 4 * GEMM_BLOCK_ROWS
 COLUMN_SPLIT_WORK = 1 << 24
 COLUMN_BLOCKS = 8
+# A large float32 product calls the "large" gemm (codegen/gemm_symbols.py): the project's own
+# where the host has one (runtime/own_gemm.py), else OpenBLAS's too. Large: at least
+# LARGE_SGEMM_WORK multiply-adds, and columns that fill the own gemm's vectors of
+# LARGE_SGEMM_VECTOR floats but for at most 1/8 of them (each panel of 48 columns at C's right
+# edge runs the narrowest micro-kernel covering it). Measured against OpenBLAS on one Sapphire
+# Rapids thread (benchmarks/own_gemm.py): 0.89-0.91 of its time at 512x128x128 and 512x64x256,
+# 0.96 at 256^3, but 1.08-1.6 at 2^19-2^21 multiply-adds (a GPT's attention, 128x32x128).
+LARGE_SGEMM_WORK = 1 << 22
+LARGE_SGEMM_VECTOR = 16
+# The own gemm gives every element the bits of one call whatever blocks a product is cut into, so
+# its blocks need not be 48 rows (OpenBLAS's, above): a product whose A it reads in place (not
+# transposed) is cut into blocks of whole panels of OWN_GEMM_PANEL columns, each packing only its
+# own columns of B (blocks of rows would each pack all of B: the seed step's 64x1000x100 product
+# as 48 + 16 rows packed its 400 KB twice and kept one thread for 3/4 of it).
+OWN_GEMM_PANEL = 48
 
 
-def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int, int]:
+def calls_large_sgemm(dtype: np.dtype, m: int, n: int, k: int) -> bool:
+    """Whether a product of these sizes calls the large float32 gemm (see LARGE_SGEMM_WORK)."""
+    padding = -n % LARGE_SGEMM_VECTOR
+    return (dtype == float32 and m * n * k >= LARGE_SGEMM_WORK
+            and 8 * padding <= n + padding)
+
+
+def gemm_blocks(kernel: Kernel, threads: int, own_gemm: bool = False) -> tuple[int, int, int]:
     """(blocks, rows, columns): each of the batch's m x n products of a matmul kernel is cut into
     `blocks` blocks of `rows` rows or `columns` columns (the last one fewer; one of the two is
     the whole product's), so that a product with enough work for threads has a block per thread
@@ -56,6 +81,13 @@ def gemm_blocks(kernel: Kernel, threads: int) -> tuple[int, int, int]:
     matmul = kernel.instructions[-1] if kernel.update is None else kernel.update.matmul
     k = matmul.inputs[1].shape[-2]
     single = math.prod(result.shape[:-2]) == 1  # (a batch shares its products out whole)
+    if (own_gemm and single and threads > 1 and calls_large_sgemm(result.dtype, m, n, k)
+            and not matmul_operand(matmul.inputs[0])[1]
+            and kernel_work(kernel) >= 2 * PARALLEL_WORK_PER_THREAD):
+        panels = -(-n // OWN_GEMM_PANEL)
+        if panels > 1:  # about two blocks per thread, of whole panels
+            columns = OWN_GEMM_PANEL * max(1, panels // (2 * threads))
+            return -(-n // columns), m, columns
     if single and m < COLUMN_SPLIT_ROWS and m * n * k >= COLUMN_SPLIT_WORK:
         columns = _block_length(n, COLUMN_BLOCKS)
         return -(-n // columns), m, columns

@@ -98,7 +98,8 @@ class BackEnd:
         from tracer.ir.offsets import shift_constant_offsets
         from tracer.ir.schedule import schedule_kernels
         from tracer.ir.verify_loops import verify_kernel
-        kernels = schedule_kernels(self.fused, self.plan, self.settings.threads)
+        kernels = schedule_kernels(self.fused, self.plan, self.settings.threads,
+                                   self.settings.own_gemm)
         while True:
             with self.step("schedule"):
                 kernel = next(kernels, None)

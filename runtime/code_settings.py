@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracer.runtime import native, pool
+from tracer.runtime import native, own_gemm, pool
 from tracer.runtime.settings import count_setting
 
 
@@ -44,14 +44,15 @@ class CodeSettings(NamedTuple):
     part of both cache keys)."""
     threads: int
     blas: bool
+    own_gemm: bool  # large float32 products call the project's own gemm (runtime/own_gemm.py)
     profile: bool
     checked: bool
     layout: ObjectLayout | None
 
     @classmethod
     def current(cls) -> CodeSettings:
-        return cls(thread_setting(), native.blas_available(), profile_setting(), bounds_setting(),
-                   array_layout())
+        return cls(thread_setting(), native.blas_available(), own_gemm.host_parameters() is not None,
+                   profile_setting(), bounds_setting(), array_layout())
 
 
 class ObjectLayout(NamedTuple):

@@ -7,7 +7,11 @@ cache) when code that calls `tracer_sgemm` is first linked, and registers the na
 Measured on an Intel Sapphire Rapids core (one thread, the GPT step's products, medians of 30
 interleaved calls; `python -m benchmarks.own_gemm`): 165-173 GF/s against OpenBLAS 0.3.31's 137-151
 (0.82-0.89 of its time) where A is read as stored, 154-157 against 137-143 (0.89-0.91) where it
-is read transposed (G^T @ X, the weights' gradients); the core's FMA peak is 224 GF/s. On an
+is read transposed (G^T @ X, the weights' gradients); the core's FMA peak is 224 GF/s. A panel
+at C's right edge runs the narrowest of three micro-kernels (16, 32 or 48 columns) that covers it:
+so products of 64 or 100 columns run at 0.74-0.80 and 0.90-0.94 of OpenBLAS's time (1.1 with the
+48-column tile padded: the seed step's 64x1000x100 and 1000x64x100, 2048x64x64; `python -m
+benchmarks.own_gemm shapes --rounds 40`, 2026-11-28). On an
 AVX2-only host (the same core compiled without AVX-512, against OpenBLAS's Haswell kernels) it was
 no faster, so there, and where the CPU is AMD's (not measured), OpenBLAS stays. Its results differ
 from OpenBLAS's in the last bits (another order of the sum), but every element is one sum in an
@@ -61,7 +65,7 @@ def register(compiled: bytes | None = None) -> None:
     host has one (once per process; OpenBLAS's registration stays otherwise). `compiled` is its
     object code if a program's compilation made it (see `compile_job`)."""
     with _lock:
-        chosen = _chosen()
+        chosen = host_parameters()
         if _module or chosen is None:
             return
         host = native.host()
@@ -81,7 +85,7 @@ def compile_job() -> str | None:
     kernels (runtime/kernels.py, in the compile worker), if this process would use it, has none
     yet and the disk cache holds none: compiled when the program was linked, it took ~150 ms of
     the first such program's cold compile."""
-    chosen = _chosen()
+    chosen = host_parameters()
     if _module or chosen is None:
         return None
     host = native.host()
@@ -91,7 +95,7 @@ def compile_job() -> str | None:
     return _text(host, chosen)
 
 
-def _chosen() -> dict[str, int] | None:
+def host_parameters() -> dict[str, int] | None:
     """This host's parameters, None where OpenBLAS stays (or numpy has none: no product calls
     a gemm then)."""
     if not native.blas_available():  # (which registers OpenBLAS's gemm first)

@@ -183,3 +183,34 @@ def test_products_of_one_row_or_one_column_compile_on_any_threads(monkeypatch, m
     np.testing.assert_allclose(compiled(arguments)[0],
                                arguments[0].astype(np.float64) @ arguments[1], rtol=1e-4,
                                atol=1e-3)
+
+
+def matmul_kernel_of(m: int, k: int, n: int, transpose_a: bool):
+    """The fused matmul kernel of a @ w (a stored transposed when `transpose_a`), float32."""
+    from tracer.ir.fusion import fuse
+    f = ir.Graph("product")
+    a = f.add_parameter("a", TensorType((k, m) if transpose_a else (m, k), "f32"))
+    w = f.add_parameter("w", TensorType((k, n), "f32"))
+    builder = ir.GraphBuilder(f)
+    f.outputs = [builder.op("matmul", builder.swap_last_axes(a) if transpose_a else a, w)]
+    (kernel,) = [k for k in fuse(ir.optimize(f)).kernels if k.kind == "matmul"]
+    return kernel
+
+
+@pytest.mark.parametrize("m, k, n, threads, expected", [
+    (64, 1000, 100, 2, (3, 64, 48)),      # the seed step's: 48 + 48 + 4 columns, not 48 + 16 rows
+    (256, 784, 512, 2, (6, 256, 96)),     # the MLP's: about two blocks of whole panels a thread
+    (2048, 192, 576, 2, (4, 2048, 144)),  # a GPT's qkv product
+    (64, 1000, 100, 1, (1, 64, 100)),     # one thread: one call
+    (20, 33, 150, 2, (1, 20, 150))])      # not a large product: OpenBLAS's rules (too little work)
+def test_the_own_gemm_cuts_a_product_it_reads_in_place_into_blocks_of_panels(m, k, n, threads,
+                                                                              expected):
+    """Where large float32 products call the own gemm, whose bits do not depend on the blocks, a
+    product whose A it reads as stored is cut into blocks of whole 48-column panels, each packing
+    only its own columns of B; a transposed A (a weight's gradient, X^T @ G) keeps blocks of rows,
+    and so does every product where OpenBLAS is the large gemm."""
+    from tracer.ir.schedule_threads import gemm_blocks
+    assert gemm_blocks(matmul_kernel_of(m, k, n, False), threads, own_gemm=True) == expected
+    assert gemm_blocks(matmul_kernel_of(m, k, n, False), threads)[2] == n  # rows, OpenBLAS's
+    blocks, rows, columns = gemm_blocks(matmul_kernel_of(m, k, n, True), threads, own_gemm=True)
+    assert columns == n and (blocks == 1 or rows % 48 == 0)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from tracer import ir
-from tracer.codegen.gemm_symbols import (GEMM_SYMBOLS, LARGE_SGEMM, LARGE_SGEMM_TILE,
-                                          LARGE_SGEMM_WORK, gemm_symbol)
+from tracer.codegen.gemm_symbols import GEMM_SYMBOLS, LARGE_SGEMM, gemm_symbol
 from tracer.ir.loops import Gemm
+from tracer.ir.schedule_threads import LARGE_SGEMM_VECTOR, LARGE_SGEMM_WORK, OWN_GEMM_PANEL
 from tracer.ir.types import TensorType, float32, float64
 from tracer.runtime import loader, native, own_gemm
 from tracer.runtime.pipeline import compile_graph
@@ -129,19 +129,22 @@ def large_product(rows: int, k: int, n: int) -> ir.Graph:
     return f
 
 
-def test_a_large_traced_product_calls_it_and_has_the_same_bits_on_any_threads(monkeypatch):
-    """x @ w.T at 1000 x 192 x 96 (over LARGE_SGEMM_WORK, 96 columns: two whole tiles) calls
-    tracer_large_sgemm, which on an AVX-512 host is the own gemm (elsewhere OpenBLAS's); the
-    pool's blocks of rows give the bits of one thread, on 1, 2 and 3."""
+@pytest.mark.parametrize("rows, k, n", [(1000, 192, 96), (64, 1000, 100)])
+def test_a_large_traced_product_calls_it_and_has_the_same_bits_on_any_threads(monkeypatch, rows,
+                                                                                 k, n):
+    """x @ w.T at 1000 x 192 x 96 (over LARGE_SGEMM_WORK, 96 columns: two whole panels) and at the
+    seed step's 64 x 1000 x 100 (two panels and 4 columns) calls tracer_large_sgemm, which on an
+    AVX-512 host is the own gemm (elsewhere OpenBLAS's); the pool's blocks (of columns for the own
+    gemm, of rows for OpenBLAS) give the bits of one thread, on 1, 2 and 3."""
     if not native.blas_available():
         pytest.skip("no BLAS: products run as loops")
     rng = np.random.default_rng(4)
-    arguments = [rng.standard_normal((1000, 192), dtype=np.float32),
-                 rng.standard_normal((96, 192), dtype=np.float32)]
+    arguments = [rng.standard_normal((rows, k), dtype=np.float32),
+                 rng.standard_normal((n, k), dtype=np.float32)]
     results = []
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("TRACER_NUM_THREADS", threads)
-        compiled = compile_graph(ir.optimize(large_product(1000, 192, 96)))
+        compiled = compile_graph(ir.optimize(large_product(rows, k, n)))
         (product,) = [s for s in compiled.kernels[0].body if isinstance(s, Gemm)]
         assert gemm_symbol(product) == LARGE_SGEMM
         assert f"call void @{LARGE_SGEMM}(" in compiled.llvm_ir
@@ -157,12 +160,13 @@ def test_a_large_traced_product_calls_it_and_has_the_same_bits_on_any_threads(mo
 
 
 @pytest.mark.parametrize("m, k, n, dtype, expected", [
-    (2048, 192, 768, float32, LARGE_SGEMM), (1024, 64, 64, float32, "tracer_sgemm"),
+    (2048, 192, 768, float32, LARGE_SGEMM), (1024, 64, 64, float32, LARGE_SGEMM),
+    (64, 1000, 100, float32, LARGE_SGEMM), (4096, 512, 10, float32, "tracer_sgemm"),
     (128, 32, 128, float32, "tracer_sgemm"), (512, 128, 128, float32, LARGE_SGEMM),
     (2048, 192, 768, float64, "tracer_dgemm")])
 def test_which_products_call_the_large_gemm(m, k, n, dtype, expected):
-    """Large float32 products whose columns fill the tiles but for at most 1/8 (128 columns: 3
-    tiles of 48, 16 columns padding; 64 columns pad 2 tiles by 32; 128 x 32 x 128, a GPT's
+    """Large float32 products whose columns fill vectors of 16 but for at most 1/8 (100 columns:
+    7 vectors, 12 columns padding; 10 columns pad one vector by 6; 128 x 32 x 128, a GPT's
     attention, is under LARGE_SGEMM_WORK); never a float64 one."""
     product = Gemm("a", "b", "c", None, m, n, k, False, False, dtype)
     assert gemm_symbol(product) == expected
@@ -173,7 +177,8 @@ def test_which_cpus_use_it(monkeypatch):
     """AVX-512 Intel hosts; not AVX2-only ones, where it measured no faster than OpenBLAS, nor
     AMD's (not measured), nor with TRACER_OWN_GEMM=0. Its tiles are the ones codegen's choice of
     products counts on."""
-    assert own_gemm.AVX512["nr"] == LARGE_SGEMM_TILE
+    assert own_gemm.AVX512["nr"] == OWN_GEMM_PANEL
+    assert own_gemm.AVX512["width"] == LARGE_SGEMM_VECTOR
     monkeypatch.delenv("TRACER_OWN_GEMM", raising=False)
     assert own_gemm.parameters("sapphirerapids", "+avx2,+fma,+avx512f") == own_gemm.AVX512
     assert own_gemm.parameters("haswell", "+avx2,+fma,-avx512f") is None
