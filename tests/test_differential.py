@@ -86,6 +86,7 @@ KNOWN_RESTRICTIONS = {
     "F9": "a step does not change its arguments in place (only their .grad, under no_grad)",
     "F5": "no in-place change of clamp's or sign's input, nor x.mul_(x) (an operand its target)",
     "F16": "a matmul of two dtypes only on operands without a zero-size dimension",
+    "F39": "no in-place change of a 3-d matmul operand that PyTorch copies to fold it",
     "F19": "no in-place change of the inputs of gather, take_along_dim, var, std, amin, amax, "
            "layer_norm, mse_loss and scaled_dot_product_attention, nor of the results of "
            "logsumexp, norm, amin, log_softmax, amax (tracer's amax of a 0-d tensor is a copy), "
@@ -1053,7 +1054,10 @@ DISAGREEING_CONSUMERS = {"unary:clamp", "unary:clamp_min", "unary:clamp_max", "u
                          # PyTorch's leaky_relu and threshold save their input, tracer's where
                          # reads only its condition
                          "unary:leaky_relu", "unary:threshold",
-                         *(f"binary:{name}:promoted" for name in BINARY)}
+                         *(f"binary:{name}:promoted" for name in BINARY),
+                         # F39: a 3-d operand PyTorch's matmul copies to fold it (see
+                         # Generator.matmul_copies); tracer refuses alike whatever the layout
+                         "matmul:copied"}
 
 
 def _changed(op):
@@ -1143,8 +1147,9 @@ class Generator:
         # through its cast copy, where PyTorch saves the operand itself (pow, div, atan2 refuse
         # its later in-place change in PyTorch, not in tracer)
         promoted = op[0] == "binary" and self.values[op[2]].dtype != self.values[op[3]].dtype
+        copied = self.matmul_copies(op)
         for operand, consumer in _reads(op):
-            consumer += ":promoted" if promoted else ""
+            consumer += ":promoted" if promoted else ":copied" if operand in copied else ""
             if self.obj_of[operand] != obj:
                 self.consumers[self.obj_of[operand]].add(consumer)
             # what an op saves of a view, it saves of the view's base (they share a version)
@@ -1155,6 +1160,19 @@ class Generator:
         self.ops.append(op)
         self.values.append(value)
         return index
+
+    def matmul_copies(self, op) -> set:
+        """F39: the 3-d operands of a matmul that PyTorch folds with a reshape that copies (one
+        it holds non-contiguously, or whose batch of 1 is broadcast): it saves the copy, so a
+        later in-place change of the operand raises in PyTorch only where the fold was a view."""
+        if op[0] != "matmul":
+            return set()
+        a, b = self.values[op[2]], self.values[op[3]]
+        copied = {index for index, value in ((op[2], a), (op[3], b))
+                  if len(value.shape) == 3 and not value.contiguous}
+        if len(b.shape) == 3 and b.shape[0] == 1 and len(a.shape) == 3 and a.shape[0] != 1:
+            copied.add(op[3])
+        return copied
 
     def may_change(self, index):
         """Whether changing value `index` in place is something both PyTorch and tracer judge

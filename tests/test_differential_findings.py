@@ -996,3 +996,33 @@ def test_max_of_all_elements_gives_the_others_zero_for_a_nan_gradient(reduction)
     (traced,) = tr.trace(lambda x: run(tr, x))(tr.tensor(values, requires_grad=True))
     (expected,) = run(torch, torch.tensor(values, requires_grad=True))
     np.testing.assert_array_equal(traced.numpy(), expected.numpy())
+
+
+@pytest.mark.xfail(strict=True, reason="F39: tracer refuses an in-place change of a 3-d matmul "
+                                       "operand that PyTorch folds with a copy")
+@pytest.mark.parametrize("traced", [False, True])
+def test_f39_inplace_change_of_a_matmul_operand_pytorch_copies(traced):
+    """PyTorch's matmul of a 3-d operand with a vector folds the operand with reshape; where it
+    holds the operand non-contiguously (a Fortran-ordered array, and abs() keeps its strides) the
+    reshape is a copy, which is what it saves, so changing the operand in place after the matmul
+    is allowed and the gradient is that of the values the matmul read. tracer refuses the change
+    (InplaceError) whatever the layout, as PyTorch does for a contiguous operand (found by the
+    slow random-program run of 2026-11-28)."""
+    values = np.asfortranarray(np.arange(1.0, 5.0).reshape(2, 2, 1)) - 2.5
+    vector = np.array([1.5])
+
+    def gradients(m, a, d):
+        def step(a, d):
+            y = a.abs()
+            product = y.matmul(d)
+            y[y > 1] = 0  # after the matmul read y
+            (product * product).sum().backward()
+        (tr.trace(step) if traced and m is tr else step)(a, d)
+        return a.grad.numpy(), d.grad.numpy()
+
+    expected = gradients(torch, torch.tensor(values, requires_grad=True),
+                         torch.tensor(vector, requires_grad=True))
+    got = gradients(tr, tr.from_numpy(values.copy(order="F")).requires_grad_(),
+                    tr.tensor(vector, requires_grad=True))
+    for mine, reference in zip(got, expected):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12)
