@@ -9,6 +9,7 @@ refuse too.
 """
 import os
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -21,7 +22,9 @@ from tracer.codegen.module import executed_statements as kernel_statements
 from tracer.ir.primitives import IndexRangeError
 import tracer.runtime.entry
 import tracer.runtime.traced_function
-from tracer.runtime import pool
+from collections import OrderedDict
+
+from tracer.runtime import kernels, pipeline, pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -230,3 +233,14 @@ def check_every_compiled_stage(monkeypatch):
         return None if compiled is None else compiled.checked_by_the_tests
     monkeypatch.setattr(tracer.runtime.pipeline, "compile_warm", checked_compile_warm)
     yield
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """What a fresh process has with an empty disk cache (in tmp_path, returned): no program nor
+    kernel object compiled in memory."""
+    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
+    monkeypatch.setattr(pipeline, "_compiled", weakref.WeakValueDictionary())
+    monkeypatch.setattr(kernels, "_objects", OrderedDict())
+    return tmp_path

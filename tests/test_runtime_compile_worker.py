@@ -4,7 +4,6 @@ a worker that dies or a module that fails leaves this process to compile or to r
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -13,11 +12,7 @@ import tracer as tr
 from tracer.runtime import compile_worker, kernels, object_code
 
 
-@pytest.fixture(autouse=True)
-def fresh_caches(monkeypatch, tmp_path):
-    """An empty disk cache and an empty in-memory table of kernel objects."""
-    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernels, "_objects", OrderedDict())
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # (tests/conftest.py)
 
 
 def kernel_jobs(count: int) -> list[compile_worker.Job]:

@@ -4,7 +4,6 @@ kernel's text compiles it again."""
 from __future__ import annotations
 
 import gc
-from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -13,11 +12,7 @@ import tracer as tr
 from tracer.runtime import jit, kernels
 
 
-@pytest.fixture(autouse=True)
-def fresh_caches(monkeypatch, tmp_path):
-    """An empty disk cache and an empty in-memory table of kernel objects."""
-    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernels, "_objects", OrderedDict())
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # (tests/conftest.py)
 
 
 def executables(traced) -> list:

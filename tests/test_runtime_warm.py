@@ -19,7 +19,6 @@ from tracer import ir
 from tracer.ir import schedule
 from tracer.ir.types import TensorType
 from tracer.runtime import cache, jit
-from tracer.runtime import pipeline
 from tracer.runtime.compiled import CompiledFunction
 from tracer.runtime.pipeline import compile_graph
 
@@ -228,13 +227,6 @@ def scale(n: int = 100) -> ir.Graph:
     b = ir.GraphBuilder(f)
     f.outputs = [b.add(b.mul(x, 2.0), 1.0)]
     return ir.optimize(f)
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
-    monkeypatch.setattr(pipeline, "_compiled", {})
 
 
 def compiled_twice(function: ir.Graph) -> tuple[CompiledFunction, CompiledFunction]:

@@ -42,14 +42,6 @@ def expected(x: np.ndarray, w: np.ndarray, scale: float = 1.0) -> tuple[float, n
         2 * hidden * (1 - hidden ** 2))
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("TRACER_DISABLE_CACHE", raising=False)
-    monkeypatch.setattr(pipeline, "_compiled", {})
-    return tmp_path
-
-
 def forget_in_memory(monkeypatch) -> None:
     """What a fresh process has: no code in memory (the disk cache is kept)."""
     monkeypatch.setattr(pipeline, "_compiled", {})
