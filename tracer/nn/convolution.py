@@ -44,6 +44,15 @@ def windows(x: Tensor, kernel, stride, dilation, out, order: str) -> Tensor:
     likewise along W: every index lies inside x (padding is done before)."""
     sizes = {"n": x.shape[0], "c": x.shape[1], "h": kernel[0], "w": kernel[1],
              "i": out[0], "j": out[1]}
+    return apply("gather", [x, *window_indices(sizes, order, stride, dilation)],
+                 axes=(0, 1, 2, 3))
+
+
+def window_indices(sizes: dict[str, int], order: str, stride, dilation,
+                   first=(0, 0)) -> list[Tensor]:
+    """The (image, channel, row, column) indices, laid out as `order` (see `windows`; `sizes`
+    by letter), of the element under kernel offset (h, w) at window (i, j): row
+    (i + first[0]) * stride + h * dilation, and likewise the column."""
     shape = tuple(sizes[letter] for letter in order)
 
     def line(letter: str) -> Tensor:
@@ -51,9 +60,12 @@ def windows(x: Tensor, kernel, stride, dilation, out, order: str) -> Tensor:
         line_shape = tuple(size if k == position else 1 for k, size in enumerate(shape))
         return iota(line_shape, position)
 
-    rows = line("i") * stride[0] + line("h") * dilation[0]
-    columns = line("j") * stride[1] + line("w") * dilation[1]
-    return apply("gather", [x, line("n"), line("c"), rows, columns], axes=(0, 1, 2, 3))
+    places = []
+    for window, offset, start, step, spacing in (("i", "h", first[0], stride[0], dilation[0]),
+                                                 ("j", "w", first[1], stride[1], dilation[1])):
+        place = line(window) * step + line(offset) * spacing
+        places.append(place + start * step if start else place)
+    return [line("n"), line("c"), *places]
 
 
 def constant_pad(x: Tensor, low, high, value) -> Tensor:
@@ -275,19 +287,15 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     # (C, N, H, W) as (groups, C / groups, N * H * W); weight (groups, C / groups, O/g * KH * KW)
     columns = input.permute(1, 0, 2, 3).reshape(groups, channels // groups, pixels)
     product = weight.reshape(groups, channels // groups, depth).transpose(1, 2).matmul(columns)
-    order = "chwnij"  # (output channel, kernel row, kernel column, image, input row, column)
+    # (output channel, kernel row, kernel column, image, input row, column): added at the
+    # positions a convolution's windows read (see `windows`)
+    order = "chwnij"
     spread = product.reshape(out_channels, *kernel, batch, *size)
-    shape = (out_channels, *kernel, batch, *size)
-
-    def line(letter: str) -> Tensor:
-        position = order.index(letter)
-        return iota(tuple(n if k == position else 1 for k, n in enumerate(shape)), position)
-
-    rows = (line("i") + first[0]) * stride[0] + line("h") * dilation[0]
-    columns_at = (line("j") + first[1]) * stride[1] + line("w") * dilation[1]
+    sizes = {"n": batch, "c": out_channels, "h": kernel[0], "w": kernel[1], "i": size[0],
+             "j": size[1]}
+    indices = window_indices(sizes, order, stride, dilation, first)
     target = as_tensor(0.0).to(input.dtype).expand(batch, out_channels, *full)
-    result = apply("scatter", [target, spread, line("n"), line("c"), rows, columns_at],
-                   axes=(0, 1, 2, 3), accumulate=True)
+    result = apply("scatter", [target, spread, *indices], axes=(0, 1, 2, 3), accumulate=True)
     if any(padding):
         result = apply("slice", [result], starts=[0, 0, *padding],
                        stops=[batch, out_channels, *(p + n for p, n in zip(padding, out))],
