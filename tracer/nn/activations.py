@@ -103,9 +103,10 @@ class _Hardswish(NativeFunction):
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        # hardswish_backward: 0 up to -3 (inclusive), x/3 + 1/2 below 3, then 1 (also at nan)
-        slope = where(x <= -3.0, 0.0, where(x < 3.0, x / 3.0 + 0.5, 1.0))
-        return grad_output * slope
+        # hardswish_backward: 0 up to -3 (inclusive), x/3 + 1/2 below 3, then 1 (also at nan);
+        # the 0 is chosen, not a product (PyTorch's kernel: 0 there even for a nan gradient)
+        slope = where(x < 3.0, x / 3.0 + 0.5, 1.0)
+        return where(x <= -3.0, 0.0, grad_output * slope)
 
 
 def hardswish(input: Tensor, inplace: builtins.bool = False) -> Tensor:
@@ -125,8 +126,9 @@ class _Hardsigmoid(NativeFunction):
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        # strictly between -3 and 3 only (0 at nan)
-        return grad_output * where((x > -3.0) & (x < 3.0), _ONE_SIXTH_FLOAT32, 0.0)
+        # strictly between -3 and 3 only (0 at nan), and 0 outside even for a nan gradient (chosen,
+        # as PyTorch's kernel does, not multiplied)
+        return where((x > -3.0) & (x < 3.0), grad_output * _ONE_SIXTH_FLOAT32, 0.0)
 
 
 def hardsigmoid(input: Tensor, inplace: builtins.bool = False) -> Tensor:
