@@ -433,11 +433,13 @@ CALLS = {
         x, *args, **kwargs)) for name in FUNCTIONAL + LAYERS + IMAGE_LAYERS
         if name not in ("batch_norm", "instance_norm", "gelu")},
     # F30: PyTorch 2.13's batch_norm gradient of a non-contiguous input (a view of a
-    # Fortran-ordered tensor) is wrong (float64 central differences agree with tracer's), so
-    # PyTorch gets the same values contiguous, which changes no value or gradient (its
-    # instance_norm is batch_norm's kernel over N * C channels)
-    **{name: lambda B, x, *args, name=name, **kwargs: _own(B, x, getattr(B.m.nn.functional, name)(
-        x.contiguous() if B.is_torch else x, *args, **kwargs))
+    # Fortran-ordered tensor), or for a non-contiguous gradient of its result (one that comes
+    # back through where(x > 0, x, batch_norm(x)) of such an x; found by the slow run of
+    # 2026-11-28), is wrong (float64 central differences agree with tracer's), so PyTorch gets
+    # both contiguous, which changes no value or gradient (its instance_norm is batch_norm's
+    # kernel over N * C channels)
+    **{name: lambda B, x, *args, name=name, **kwargs: _own(B, x, _contiguous_gradient(B, getattr(
+        B.m.nn.functional, name)(x.contiguous() if B.is_torch else x, *args, **kwargs)))
        for name in ("batch_norm", "instance_norm")},
     # the oracle's gelu is x/2 * erfc(-x/sqrt 2), exact where PyTorch's float64 1 + erf(x/sqrt 2)
     # rounds to 0 (below x = -8.3: a documented difference, docs/differences.md); divided by that,
@@ -469,6 +471,13 @@ def _own(B, x, result):
     made = B.is_torch and result._base is not None and result._base is not (
         x if x._base is None else x._base)
     return result.clone() if made else result
+
+
+def _contiguous_gradient(B, result):
+    """PyTorch's `result` with a hook making the gradient that reaches it contiguous (F30)."""
+    if B.is_torch and result.requires_grad:
+        result.register_hook(lambda gradient: gradient.contiguous())
+    return result
 
 
 def _untied(B, x, dim=None):

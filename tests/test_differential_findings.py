@@ -694,16 +694,18 @@ def test_f29_var_with_a_count_not_above_the_correction(shape, dim, correction, n
     np.testing.assert_allclose(gradient.numpy(), reference.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
-def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch):
-    """The program the slow random-program run found on 2026-11-26 (tests/findings/), replayed
-    by the tester itself, which now gives PyTorch's batch_norm a contiguous input: tracer agrees
-    (PyTorch's gradient of the non-contiguous view was the wrong one: see the next test)."""
+@pytest.mark.parametrize("found", ["f30_batch_norm_of_an_indexed_view_step.txt",
+                                   "f30_batch_norm_gradient_arriving_fortran_ordered.txt"])
+def test_f30_step_through_batch_norm_of_an_indexed_view(monkeypatch, found):
+    """The programs the slow random-program runs found on 2026-11-26 and 2026-11-28
+    (tests/findings/), replayed by the tester itself, which now gives PyTorch's batch_norm its
+    input and its result's gradient contiguous: tracer agrees (PyTorch's gradient for the
+    non-contiguous ones was the wrong one: see the next test)."""
     import pathlib
 
     import test_differential as tester
     monkeypatch.setattr(tester, "event", lambda *args, **kwargs: None)  # (outside hypothesis)
-    text = (pathlib.Path(__file__).parent / "findings"
-            / "f30_batch_norm_of_an_indexed_view_step.txt").read_text()
+    text = (pathlib.Path(__file__).parent / "findings" / found).read_text()
     tester.check_program(eval(text, vars(tester)))
 
 
