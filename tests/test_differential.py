@@ -476,7 +476,8 @@ def _own(B, x, result):
 def _contiguous_gradient(B, result):
     """PyTorch's `result` with a hook making the gradient that reaches it contiguous (F30)."""
     if B.is_torch and result.requires_grad:
-        result.register_hook(lambda gradient: gradient.contiguous())
+        # (None where the engine passes an undefined gradient: a result changed in place)
+        result.register_hook(lambda gradient: None if gradient is None else gradient.contiguous())
     return result
 
 
