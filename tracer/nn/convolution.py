@@ -166,6 +166,12 @@ def padding_amounts(padding, kernel, stride, dilation, name: str) -> tuple[list[
     return amounts, amounts
 
 
+def _check_bias(name: str, bias, out_channels: int) -> None:
+    if bias is not None and bias.shape != (out_channels,):
+        raise ShapeMismatchError(f"{name}: a bias of shape {list(bias.shape)} for "
+                                 f"{out_channels} output channels")
+
+
 def _convolve(input: Tensor, weight: Tensor, bias, stride, low, high, dilation, groups: int,
               name: str) -> Tensor:
     """The 2-d convolution of input (N, C, H, W) with weight (O, C / groups, KH, KW)."""
@@ -186,9 +192,7 @@ def _convolve(input: Tensor, weight: Tensor, bias, stride, low, high, dilation, 
     if min(out) < 1:
         raise ShapeMismatchError(f"{name}: the kernel {list(kernel)} (dilation {list(dilation)}) "
                                  f"is larger than the padded input {list(input.shape[2:])}")
-    if bias is not None and bias.shape != (out_channels,):
-        raise ShapeMismatchError(f"{name}: a bias of shape {list(bias.shape)} for "
-                                 f"{out_channels} output channels")
+    _check_bias(name, bias, out_channels)
     padded = constant_pad(input, [0, 0, *low], [0, 0, *high], 0)
     if group_channels == 1 and out_channels == groups:
         # depthwise: out[n, c, i, j] = sum over offsets of weight[c, h, w] * window
@@ -269,9 +273,7 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     if min(out) < 1:
         raise ShapeMismatchError(f"conv_transpose2d: padding {list(padding)} leaves no output of "
                                  f"an input {list(size)} with kernel {list(kernel)}")
-    if bias is not None and bias.shape != (out_channels,):
-        raise ShapeMismatchError(f"conv_transpose2d: a bias of shape {list(bias.shape)} for "
-                                 f"{out_channels} output channels")
+    _check_bias("conv_transpose2d", bias, out_channels)
     # Input rows (and columns) whose every kernel offset lands in the cropped padding reach no
     # output: left out, their gradient is exactly 0 even where the weight holds a nan (F34 in
     # docs/findings.md; PyTorch's is nan there, from the padded zeros times the weight).
